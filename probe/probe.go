@@ -1,0 +1,132 @@
+// Package probe defines what every sonde prober shares: the outcome of a probe,
+// the request a scheduler hands to a prober and the result it gets back, and the
+// small interfaces that connect probers to the scheduler.
+//
+// Probers live in sub-packages: probe/syn (raw-socket TCP SYN with eBPF reply
+// capture), probe/tcp (connect()) and probe/http (HTTP and HTTPS).
+package probe
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Outcome is how one probe ended. Success is the only healthy outcome; every
+// other value names the reason a probe failed, so results and metrics can tell a
+// refused port from a silent one (SEMANTICS T1) or a bad status from a bad body.
+type Outcome uint8
+
+// The outcomes of a probe. Their String values are the reasons shown in JSON
+// output, logs and the outcome label of metrics.
+const (
+	Success         Outcome = iota // SYN-ACK, connection established, or an accepted HTTP response
+	Refused                        // TCP RST: nothing listens on the port
+	Timeout                        // no answer within the probe's timeout
+	Unreachable                    // ICMP destination unreachable, or no route
+	TLS                            // TLS handshake or certificate verification failed
+	HTTPStatus                     // HTTP status outside the healthy set
+	BodyMismatch                   // HTTP body lacks the required substring
+	InvalidResponse                // the peer answered with something that is not HTTP
+	Error                          // any other failure (local errors, resets mid-request)
+
+	// NumOutcomes is the number of outcomes; arrays indexed by Outcome use it.
+	NumOutcomes
+)
+
+var outcomeNames = [NumOutcomes]string{
+	Success:         "success",
+	Refused:         "refused",
+	Timeout:         "timeout",
+	Unreachable:     "unreachable",
+	TLS:             "tls",
+	HTTPStatus:      "http_status",
+	BodyMismatch:    "body_mismatch",
+	InvalidResponse: "invalid_response",
+	Error:           "error",
+}
+
+// String returns the outcome's reason as used in output and metric labels.
+func (o Outcome) String() string {
+	if o < NumOutcomes {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// Healthy reports whether the outcome counts as a successful probe.
+func (o Outcome) Healthy() bool { return o == Success }
+
+// ParseOutcome returns the outcome whose String is s.
+func ParseOutcome(s string) (Outcome, error) {
+	for o, name := range outcomeNames {
+		if name == s {
+			return Outcome(o), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown outcome %q", s)
+}
+
+// MarshalText encodes the outcome as its reason string.
+func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
+// Request asks a prober to probe one target once. Times are in the scheduler's
+// monotonic nanoseconds (see scheduler.Clock); a prober converts them with the
+// same clock it was given.
+type Request struct {
+	ID       uint32 // the target's id in the scheduler's table
+	Gen      uint32 // probe generation, echoed in the Result so a late answer is recognised
+	Sent     int64  // when the scheduler dispatched the probe
+	Deadline int64  // when the probe counts as timed out
+}
+
+// Result is the answer to a Request. It is small and free of pointers so that it
+// travels through lock-free rings without allocation.
+type Result struct {
+	ID      uint32        // the Request's ID
+	Gen     uint32        // the Request's Gen
+	Outcome Outcome       // how the probe ended
+	Status  uint16        // HTTP status code, 0 when there was none
+	Latency time.Duration // round-trip time (SYN) or request-to-last-byte time (HTTP)
+	Done    int64         // when the probe completed, in scheduler nanoseconds
+}
+
+// Sink receives results. Deliver is safe for concurrent use, never blocks for
+// long and never drops a result.
+type Sink interface {
+	Deliver(r Result)
+}
+
+// Launcher starts probes for a batch of requests and later delivers at most one
+// Result per request to its Sink. The scheduler records a timeout itself when
+// no result completed by the deadline, and drops a result that completed after
+// it, so a launcher may either stay silent or deliver late.
+//
+// lane identifies the calling scheduler shard: calls with the same lane never
+// overlap, calls with different lanes may run concurrently, so a launcher can
+// keep per-lane buffers without locks. Lanes are numbered from 0 up to the
+// number of shards the scheduler was built with. Launch must not block on the
+// network and must not keep batch after it returns.
+type Launcher interface {
+	Launch(lane int, batch []Request)
+}
+
+// Target is the destination of a one-shot probe.
+type Target struct {
+	Addr netip.Addr // address to connect to
+	Port uint16     // TCP port
+	Host string     // host name the target was given as, if any (HTTP Host and SNI default)
+}
+
+// String returns host:port, or addr:port when the target has no host name.
+func (t Target) String() string {
+	return netip.AddrPortFrom(t.Addr, t.Port).String()
+}
+
+// Prober runs one probe and waits for its end. ctx carries the probe's deadline.
+// The returned Result has Outcome, Status and Latency set; ID, Gen and Done are
+// the caller's to fill in.
+type Prober interface {
+	Probe(ctx context.Context, t Target) Result
+}
