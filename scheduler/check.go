@@ -1,0 +1,192 @@
+package scheduler
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sondeprobe/sonde/probe"
+)
+
+// State is a target's health as the evaluator sees it.
+type State uint8
+
+// The health states. A target starts in its check's initial state (E3); an
+// Unknown target takes part in no traffic decision until it has been decided.
+const (
+	Unknown State = iota
+	Healthy
+	Unhealthy
+)
+
+var stateNames = [...]string{Unknown: "unknown", Healthy: "healthy", Unhealthy: "unhealthy"}
+
+// String returns "unknown", "healthy" or "unhealthy".
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// MarshalText encodes the state as its name.
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// ParseState returns the state named s.
+func ParseState(s string) (State, error) {
+	for st, name := range stateNames {
+		if name == s {
+			return State(st), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown state %q: want unknown, healthy or unhealthy", s)
+}
+
+// Window is a sliding-window evaluation (E2): a target is healthy while at least
+// Required of its last Size results succeeded. The zero Window means the
+// consecutive rise/fall evaluation (E1).
+type Window struct {
+	Size     int // number of recent results looked at, 1..MaxWindow
+	Required int // successes among them needed to be healthy, 1..Size
+}
+
+// MaxWindow is the largest sliding window the evaluator keeps.
+const MaxWindow = 32
+
+// MaxDelay bounds every interval and timeout (with jitter) a check may use.
+const MaxDelay = 24 * time.Hour
+
+// MaxThreshold is the largest rise or fall threshold the evaluator counts to.
+const MaxThreshold = 1000
+
+// Check holds the timing and evaluation settings the engine applies to every
+// target of one check. The interval is the gap between a probe's completion
+// (answer or timeout) and the next probe's send, which is what makes the
+// detection windows W1 and W2 exact.
+type Check struct {
+	Interval          time.Duration // gap after a completed probe
+	Timeout           time.Duration // time a probe may take before it counts as a timeout
+	FastRecheck       time.Duration // gap after a failure that has not yet made the target unhealthy (E4); 0 = Interval
+	UnhealthyInterval time.Duration // gap while the target is unhealthy; 0 = Interval
+	Jitter            time.Duration // each gap is lengthened by a uniform random amount in [0, Jitter)
+	Rise              int           // consecutive successes that make a target healthy (E1)
+	Fall              int           // consecutive failures that make a target unhealthy (E1)
+	Window            Window        // sliding window instead of Rise/Fall (E2) when Size > 0
+	Initial           State         // state before the first decision (E3)
+
+	// Launcher starts the probes of this check's targets. The engine needs it;
+	// window computations do not.
+	Launcher probe.Launcher
+}
+
+// ErrInvalidCheck is returned (wrapped) by [Check.Validate].
+var ErrInvalidCheck = errors.New("invalid check")
+
+// Validate reports settings the engine cannot run. Configuration code checks
+// user input earlier, with messages naming the config field; this is the
+// engine's own guard.
+func (c *Check) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidCheck, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.Interval <= 0:
+		return bad("interval %v must be positive", c.Interval)
+	case c.Timeout <= 0:
+		return bad("timeout %v must be positive", c.Timeout)
+	case c.FastRecheck < 0 || c.UnhealthyInterval < 0 || c.Jitter < 0:
+		return bad("fast recheck, unhealthy interval and jitter must not be negative")
+	case c.Initial > Unhealthy:
+		return bad("initial state %d unknown", c.Initial)
+	case max(c.Interval, c.Timeout, c.FastRecheck, c.UnhealthyInterval)+c.Jitter > MaxDelay:
+		return bad("intervals, timeout and jitter must stay within %v", MaxDelay)
+	}
+	if c.Window.Size > 0 {
+		if c.Window.Size > MaxWindow || c.Window.Required < 1 || c.Window.Required > c.Window.Size {
+			return bad("window %d/%d: want size 1..%d and required 1..size", c.Window.Required, c.Window.Size, MaxWindow)
+		}
+		return nil
+	}
+	if c.Rise < 1 || c.Rise > MaxThreshold || c.Fall < 1 || c.Fall > MaxThreshold {
+		return bad("rise %d and fall %d must be in 1..%d", c.Rise, c.Fall, MaxThreshold)
+	}
+	return nil
+}
+
+// FailureThreshold is k of W1: the number of consecutive failed probes that turn
+// a healthy target unhealthy (fall, or Size-Required+1 for a window).
+func (c *Check) FailureThreshold() int {
+	if c.Window.Size > 0 {
+		return c.Window.Size - c.Window.Required + 1
+	}
+	return c.Fall
+}
+
+// SuccessThreshold is k of W2: the number of consecutive successful probes that
+// turn an unhealthy target healthy (rise, or Required for a window).
+func (c *Check) SuccessThreshold() int {
+	if c.Window.Size > 0 {
+		return c.Window.Required
+	}
+	return c.Rise
+}
+
+// failureGap is the longest gap between the probes that confirm a failure.
+func (c *Check) failureGap() time.Duration {
+	gap := c.Interval
+	if c.FastRecheck > 0 {
+		gap = c.FastRecheck
+	}
+	return gap + c.Jitter
+}
+
+// recoveryGap is the longest gap between probes while a target is unhealthy.
+func (c *Check) recoveryGap() time.Duration {
+	gap := c.Interval
+	if c.UnhealthyInterval > 0 {
+		gap = c.UnhealthyInterval
+	}
+	return gap + c.Jitter
+}
+
+// FailureWindow is W1 = t*k + i*(k-1): the time from the send of the first
+// failing probe until a healthy target is declared unhealthy when every probe
+// times out. Fast failures (RST, 5xx) are detected sooner. i is the fast
+// re-check interval when one is set, and includes the maximum jitter.
+func (c *Check) FailureWindow() time.Duration {
+	k := time.Duration(c.FailureThreshold())
+	return c.Timeout*k + c.failureGap()*(k-1)
+}
+
+// FailureWindowFromOnset is W3: the bound counted from the moment a target
+// breaks, which adds at most one interval (plus jitter) before the first
+// failing probe is sent.
+func (c *Check) FailureWindowFromOnset() time.Duration {
+	return c.FailureWindow() + c.Interval + c.Jitter
+}
+
+// SuccessWindow is W2 = r*k + i*(k-1): the time from the send of the first
+// successful probe until an unhealthy target is declared healthy, where r is
+// the time a successful probe takes. With r = Timeout it is the worst case.
+// i is the unhealthy interval when one is set, and includes the maximum jitter.
+func (c *Check) SuccessWindow(r time.Duration) time.Duration {
+	if r > c.Timeout {
+		r = c.Timeout
+	}
+	k := time.Duration(c.SuccessThreshold())
+	return r*k + c.recoveryGap()*(k-1)
+}
+
+// ProbeRate is the highest rate of probes, per second, that one target of this
+// check receives: one per timeout-free cycle, at the shortest gap the check
+// can use (P6).
+func (c *Check) ProbeRate() float64 {
+	gap := c.Interval
+	if c.FastRecheck > 0 && c.FastRecheck < gap {
+		gap = c.FastRecheck
+	}
+	if c.UnhealthyInterval > 0 && c.UnhealthyInterval < gap {
+		gap = c.UnhealthyInterval
+	}
+	return float64(time.Second) / float64(gap)
+}

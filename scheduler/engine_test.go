@@ -1,0 +1,293 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sondeprobe/sonde/probe"
+)
+
+const sec = time.Second
+
+// TestSharedStream checks P4: two checks that share a probe stream are probed
+// once, at the lower interval, and each evaluates the shared results with its
+// own thresholds and window.
+func TestSharedStream(t *testing.T) {
+	checks := []Check{
+		{Interval: 5 * sec, Timeout: sec, Rise: 1, Fall: 3, Initial: Healthy},
+		{Interval: 2 * sec, Timeout: sec, Rise: 1, Fall: 2, Initial: Healthy},
+	}
+	targets := []TargetSpec{
+		{Check: 0, Leader: 0},
+		{Check: 1, Leader: 0}, // same endpoint, other check: follows target 0
+	}
+	s := newSim(t, checks, targets, 2)
+	s.runFor(60 * sec)
+	for _, r := range s.sent {
+		if r.ID != 0 {
+			t.Fatalf("probe sent for follower %d", r.ID)
+		}
+	}
+	// One stream at the 2 s interval: about 60/(2+latency 0) probes.
+	if n := len(s.sent); n < 28 || n > 31 {
+		t.Fatalf("sent %d probes in 60 s, want one stream at 2 s (~30)", n)
+	}
+	s.events = nil
+	failFrom := s.clock.Nanotime()
+	s.behave = func(probe.Request) answer { return answer{silent: true} }
+	s.runFor(30 * sec)
+	first := firstSentAfter(s, failFrom)
+	at := map[uint32]time.Duration{}
+	for _, e := range s.events {
+		if e.To == Unhealthy {
+			at[e.Target] = time.Duration(e.At - first)
+		}
+	}
+	// Follower: its own W1 at its own interval: 1*2 + 2*1 = 4 s.
+	if got, want := at[1], checks[1].FailureWindow(); got != want {
+		t.Errorf("follower detected after %v, want W1 %v", got, want)
+	}
+	// Leader: fall 3 at the stream's 2 s gaps: 3*1 + 2*2 = 7 s, inside its
+	// own W1 of 3*1 + 2*5 = 13 s.
+	if got := at[0]; got != 7*sec || got > checks[0].FailureWindow() {
+		t.Errorf("leader detected after %v, want 7s (W1 %v)", got, checks[0].FailureWindow())
+	}
+}
+
+// TestDisabled checks E6: a target disabled everywhere is never probed and
+// keeps no state; a disabled leader still probes for its enabled follower.
+func TestDisabled(t *testing.T) {
+	checks := []Check{{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}
+	targets := []TargetSpec{
+		{Check: 0, Leader: 0, Disabled: true},
+		{Check: 0, Leader: 1, Disabled: true},
+		{Check: 0, Leader: 1},
+	}
+	s := newSim(t, checks, targets, 1)
+	s.runFor(10 * sec)
+	for _, r := range s.sent {
+		if r.ID == 0 {
+			t.Fatal("disabled target 0 was probed")
+		}
+	}
+	if st := s.eng.Status(0); !st.Disabled || st.Probed {
+		t.Fatalf("target 0 status %+v, want disabled and never probed", st)
+	}
+	if st := s.eng.Status(1); !st.Disabled || st.Probed {
+		t.Fatalf("disabled leader 1 status %+v, want disabled and not evaluated", st)
+	}
+	if st := s.eng.Status(2); st.State != Healthy {
+		t.Fatalf("follower 2 status %+v, want healthy through its leader's probes", st)
+	}
+}
+
+// TestStaleAndLateAnswers checks that answers for an older probe, for an
+// unknown id, or completed after the deadline are dropped and counted, and
+// that a probe answered too late still counts as a timeout.
+func TestStaleAndLateAnswers(t *testing.T) {
+	checks := []Check{{Interval: sec, Timeout: sec, Rise: 1, Fall: 1, Initial: Healthy}}
+	s := newSim(t, checks, []TargetSpec{{Leader: 0}}, 1)
+	s.behave = func(probe.Request) answer { return answer{silent: true} }
+	for len(s.sent) == 0 {
+		s.runFor(100 * time.Millisecond)
+	}
+	req := s.sent[0]
+	// An answer that completed after the deadline, delivered before the
+	// deadline timer fires.
+	s.eng.Deliver(probe.Result{ID: 0, Gen: req.Gen, Outcome: probe.Success, Done: req.Deadline + 1})
+	s.eng.Deliver(probe.Result{ID: 0, Gen: req.Gen + 7, Outcome: probe.Success, Done: req.Sent})
+	s.eng.Deliver(probe.Result{ID: 99})
+	s.runUntil(req.Deadline)
+	st := s.eng.Stats()
+	if st.Late != 1 || st.Stale != 1 || st.Invalid != 1 {
+		t.Fatalf("stats %+v: want one late, one stale and one invalid answer", st)
+	}
+	if st.Timeouts != 1 || s.eng.Status(0).State != Unhealthy {
+		t.Fatalf("stats %+v, status %+v: the late answer must count as a timeout", st, s.eng.Status(0))
+	}
+}
+
+// TestFirstProbesSpread checks that first probes are spread over the interval
+// rather than sent in one burst.
+func TestFirstProbesSpread(t *testing.T) {
+	const n = 10000
+	checks := []Check{{Interval: 10 * sec, Timeout: sec, Rise: 1, Fall: 1}}
+	targets := make([]TargetSpec, n)
+	for i := range targets {
+		targets[i].Leader = uint32(i)
+	}
+	s := newSim(t, checks, targets, 4)
+	s.behave = func(probe.Request) answer { return answer{silent: true} }
+	var perSecond [10]int
+	s.runFor(10*sec - 1)
+	for _, r := range s.sent {
+		perSecond[r.Sent/int64(sec)]++
+	}
+	if len(s.sent) != n {
+		t.Fatalf("%d first probes within the interval, want %d", len(s.sent), n)
+	}
+	for i, c := range perSecond {
+		if c < n/10*8/10 || c > n/10*12/10 {
+			t.Fatalf("second %d had %d first probes, want about %d: %v", i, c, n/10, perSecond)
+		}
+	}
+}
+
+// TestManyTargetsAcrossShards runs a mixed fleet over several shards and
+// checks that every target is evaluated and lateness stays at zero in
+// simulation.
+func TestManyTargetsAcrossShards(t *testing.T) {
+	const n = 3000
+	checks := []Check{
+		{Interval: 2 * sec, Timeout: sec, Rise: 2, Fall: 3},
+		{Interval: 3 * sec, Timeout: 500 * time.Millisecond, Window: Window{Size: 4, Required: 2}},
+	}
+	targets := make([]TargetSpec, n)
+	for i := range targets {
+		targets[i] = TargetSpec{Check: uint16(i % 2), Leader: uint32(i)}
+	}
+	s := newSim(t, checks, targets, 3)
+	s.behave = func(req probe.Request) answer {
+		if req.ID%10 == 0 {
+			return answer{outcome: probe.Refused, after: time.Millisecond}
+		}
+		return answer{outcome: probe.Success, after: 3 * time.Millisecond}
+	}
+	s.runFor(60 * sec)
+	for id := range uint32(n) {
+		st := s.eng.Status(id)
+		want := Healthy
+		if id%10 == 0 {
+			want = Unhealthy
+		}
+		if st.State != want {
+			t.Fatalf("target %d: %v, want %v", id, st.State, want)
+		}
+	}
+	st := s.eng.Stats()
+	if st.LatenessMax != 0 {
+		t.Fatalf("lateness max %v in simulation, want 0", st.LatenessMax)
+	}
+	if st.Results == 0 || st.Results > st.Dispatched {
+		t.Fatalf("stats %+v: results must be positive and at most dispatched", st)
+	}
+}
+
+func TestNewRejectsBadTargets(t *testing.T) {
+	l := &countingLauncher{}
+	checks := []Check{{Interval: sec, Timeout: sec, Rise: 1, Fall: 1, Launcher: l}, {Interval: sec, Timeout: 2 * sec, Rise: 1, Fall: 1, Launcher: l}}
+	bad := map[string][]TargetSpec{
+		"unknown check":        {{Check: 9}},
+		"leader out of range":  {{Leader: 5}},
+		"leader not a leader":  {{Leader: 0}, {Leader: 2}, {Leader: 1}},
+		"timeout differs":      {{Leader: 0}, {Check: 1, Leader: 0}},
+		"no launcher to probe": nil,
+	}
+	for name, targets := range bad {
+		t.Run(name, func(t *testing.T) {
+			cs := checks
+			if targets == nil {
+				cs = []Check{{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}
+				targets = []TargetSpec{{}}
+			}
+			if _, err := New(cs, targets, Options{Clock: NewSimClock(time.Time{})}); !errors.Is(err, ErrInvalidTarget) {
+				t.Fatalf("New = %v, want ErrInvalidTarget", err)
+			}
+		})
+	}
+	if _, err := New([]Check{{}}, nil, Options{}); !errors.Is(err, ErrInvalidCheck) {
+		t.Fatalf("New with a zero check = %v, want ErrInvalidCheck", err)
+	}
+}
+
+// countingLauncher answers every probe at once from its own goroutine-safe
+// path and counts launches.
+type countingLauncher struct {
+	sink     probe.Sink
+	clock    Clock
+	launched atomic.Int64
+	fail     func(id uint32) bool
+}
+
+func (l *countingLauncher) Launch(lane int, batch []probe.Request) {
+	for _, req := range batch {
+		l.launched.Add(1)
+		o := probe.Success
+		if l.fail != nil && l.fail(req.ID) {
+			o = probe.Refused
+		}
+		l.sink.Deliver(probe.Result{ID: req.ID, Gen: req.Gen, Outcome: o, Latency: time.Microsecond, Done: l.clock.Nanotime()})
+	}
+}
+
+// transitionCounter signals when n transitions have been seen.
+type transitionCounter struct {
+	mu   sync.Mutex
+	n    int
+	want int
+	done chan struct{}
+}
+
+func (c *transitionCounter) Result(uint32, probe.Result) {}
+func (c *transitionCounter) Transition(Event) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+	if c.n == c.want {
+		close(c.done)
+	}
+}
+
+// TestRunRealTime runs the engine with real goroutines and a real clock, so
+// the race detector sees the shards, the rings and the readers at work. It
+// asserts only that every target reaches its state, never how fast.
+func TestRunRealTime(t *testing.T) {
+	const n = 2000
+	clock := NewRealClock()
+	l := &countingLauncher{clock: clock, fail: func(id uint32) bool { return id%4 == 0 }}
+	checks := []Check{{Interval: 20 * time.Millisecond, Timeout: time.Second, Rise: 2, Fall: 2, Launcher: l}}
+	targets := make([]TargetSpec, n)
+	for i := range targets {
+		targets[i].Leader = uint32(i)
+	}
+	obs := &transitionCounter{want: n, done: make(chan struct{})}
+	e, err := New(checks, targets, Options{Shards: 3, Clock: clock, Observer: obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.sink = e
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { e.Run(ctx); close(done) }()
+	// Readers poll concurrently with the shards.
+	go func() {
+		for ctx.Err() == nil {
+			for id := range uint32(n) {
+				_ = e.Status(id)
+			}
+			_ = e.Stats()
+		}
+	}()
+	select {
+	case <-obs.done:
+	case <-ctx.Done():
+		t.Fatalf("only %d of %d targets decided before the deadline", obs.n, n)
+	}
+	cancel()
+	<-done
+	for id := range uint32(n) {
+		want := Healthy
+		if id%4 == 0 {
+			want = Unhealthy
+		}
+		if got := e.Status(id).State; got != want {
+			t.Fatalf("target %d: %v, want %v", id, got, want)
+		}
+	}
+	e.Deliver(probe.Result{ID: 1}) // after Run: dropped, must not block
+}

@@ -1,0 +1,196 @@
+package scheduler
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// PoolPolicy is how a pool turns its targets' health into traffic decisions.
+type PoolPolicy struct {
+	// MaxUnhealthyPercent caps the share of a pool's enabled targets that are
+	// taken out of rotation at once, 1..100 (P1). App Service uses 50.
+	MaxUnhealthyPercent int
+	// FailOpen keeps every unhealthy target in rotation while no target of
+	// the pool is healthy (P2): health checks alone never empty a pool.
+	FailOpen bool
+	// LatencyMargin: healthy targets whose smoothed latency is within the
+	// fastest one's plus this margin form the preferred set (E7).
+	LatencyMargin time.Duration
+}
+
+// Removed returns how many of a pool's unhealthy targets leave rotation, given
+// how many targets are enabled, healthy and unhealthy (P1–P3): none when the
+// pool fails open, otherwise every unhealthy target up to
+// floor(enabled × MaxUnhealthyPercent / 100). A single-instance pool is thus
+// never emptied under App Service's 50 % (P3).
+func (p PoolPolicy) Removed(enabled, healthy, unhealthy int) int {
+	if unhealthy == 0 || (p.FailOpen && healthy == 0) {
+		return 0
+	}
+	return min(unhealthy, enabled*p.MaxUnhealthyPercent/100)
+}
+
+// Route is one target's place in its pool's traffic decision.
+type Route uint8
+
+// The routes a pool member can have.
+const (
+	Routed   Route = iota // receives traffic
+	Removed               // unhealthy and taken out of rotation
+	Pending               // state unknown: no decision yet (E3)
+	Excluded              // disabled in this pool (E6)
+)
+
+var routeNames = [...]string{Routed: "routed", Removed: "removed", Pending: "pending", Excluded: "excluded"}
+
+// String returns the route's name.
+func (r Route) String() string { return routeNames[r] }
+
+// MarshalText encodes the route as its name.
+func (r Route) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// Pool is a named group of targets with one policy. Members and Disabled are
+// ascending target ids; Disabled is a subset of Members.
+type Pool struct {
+	Name     string
+	Policy   PoolPolicy
+	Members  []uint32
+	Disabled []uint32
+}
+
+// PoolSummary counts a pool's members by state and decision.
+type PoolSummary struct {
+	Members     int  // targets in the pool
+	Disabled    int  // excluded from decisions (E6)
+	Healthy     int  // enabled and healthy
+	Unhealthy   int  // enabled and unhealthy
+	Unknown     int  // enabled and not yet decided
+	Removed     int  // unhealthy targets taken out of rotation (P1–P3)
+	Routable    int  // targets receiving traffic: healthy ones and unhealthy ones not removed
+	FailingOpen bool // the pool has unhealthy targets, none healthy, and keeps them all (P2)
+}
+
+// each calls fn for every member with whether it is disabled in this pool.
+func (p *Pool) each(fn func(id uint32, disabled bool)) {
+	d := 0
+	for _, id := range p.Members {
+		for d < len(p.Disabled) && p.Disabled[d] < id {
+			d++
+		}
+		fn(id, d < len(p.Disabled) && p.Disabled[d] == id)
+	}
+}
+
+// Summary reads the members' states from e and applies the policy. It makes
+// one pass and allocates nothing, so it suits a metrics scrape of a
+// million-target pool.
+func (p *Pool) Summary(e *Engine) PoolSummary {
+	var s PoolSummary
+	p.each(func(id uint32, disabled bool) {
+		s.Members++
+		if disabled {
+			s.Disabled++
+			return
+		}
+		switch e.Status(id).State {
+		case Healthy:
+			s.Healthy++
+		case Unhealthy:
+			s.Unhealthy++
+		default:
+			s.Unknown++
+		}
+	})
+	s.finish(p.Policy)
+	return s
+}
+
+func (s *PoolSummary) finish(p PoolPolicy) {
+	enabled := s.Members - s.Disabled
+	s.Removed = p.Removed(enabled, s.Healthy, s.Unhealthy)
+	s.Routable = s.Healthy + s.Unhealthy - s.Removed
+	s.FailingOpen = p.FailOpen && s.Healthy == 0 && s.Unhealthy > 0
+}
+
+// MemberRoute is one member's decision.
+type MemberRoute struct {
+	ID        uint32
+	Status    TargetStatus
+	Route     Route
+	Preferred bool // healthy, routed and within the latency margin of the fastest (E7)
+	Rank      int  // 1-based latency rank among healthy routed members, 0 otherwise
+}
+
+// Routes decides every member's route. Among unhealthy members the ones
+// unhealthy the longest are removed first (ties by id), so a target that just
+// failed waits for a free slot under the P1 cap. Healthy members are ranked by
+// smoothed latency (E7). It allocates one slice for the answer.
+func (p *Pool) Routes(e *Engine) ([]MemberRoute, PoolSummary) {
+	out := make([]MemberRoute, 0, len(p.Members))
+	var s PoolSummary
+	p.each(func(id uint32, disabled bool) {
+		m := MemberRoute{ID: id, Status: e.Status(id)}
+		s.Members++
+		switch {
+		case disabled:
+			s.Disabled++
+			m.Route = Excluded
+		case m.Status.State == Healthy:
+			s.Healthy++
+		case m.Status.State == Unhealthy:
+			s.Unhealthy++
+		default:
+			s.Unknown++
+			m.Route = Pending
+		}
+		out = append(out, m)
+	})
+	s.finish(p.Policy)
+
+	var sick, well []*MemberRoute
+	for i := range out {
+		m := &out[i]
+		if m.Route != Routed {
+			continue
+		}
+		if m.Status.State == Unhealthy {
+			sick = append(sick, m)
+		} else {
+			well = append(well, m)
+		}
+	}
+	slices.SortFunc(sick, func(a, b *MemberRoute) int {
+		return cmp.Or(cmp.Compare(a.Status.Since, b.Status.Since), cmp.Compare(a.ID, b.ID))
+	})
+	for _, m := range sick[:s.Removed] {
+		m.Route = Removed
+	}
+	rankByLatency(well, p.Policy.LatencyMargin)
+	return out, s
+}
+
+// rankByLatency sets Rank and Preferred on healthy members (E7). Members
+// without a latency sample rank last and are preferred only when no member has
+// one.
+func rankByLatency(well []*MemberRoute, margin time.Duration) {
+	slices.SortFunc(well, func(a, b *MemberRoute) int {
+		la, lb := a.Status.Smoothed, b.Status.Smoothed
+		if (la == 0) != (lb == 0) {
+			if la == 0 {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Or(cmp.Compare(la, lb), cmp.Compare(a.ID, b.ID))
+	})
+	if len(well) == 0 {
+		return
+	}
+	fastest := well[0].Status.Smoothed
+	for i, m := range well {
+		m.Rank = i + 1
+		l := m.Status.Smoothed
+		m.Preferred = fastest == 0 || (l != 0 && l <= fastest+margin)
+	}
+}

@@ -1,0 +1,74 @@
+package scheduler
+
+import (
+	"time"
+
+	"github.com/sondeprobe/sonde/probe"
+)
+
+// Bit layout of record.word.
+const (
+	wordStateMask   = 0x3
+	wordDisabled    = 1 << 2
+	wordHasResult   = 1 << 3
+	wordOutcomeShft = 4  // 4 bits
+	wordStreakShft  = 8  // 16 bits
+	wordStatusShft  = 24 // 16 bits
+)
+
+func packWord(st *evalState, disabled, hasResult bool, o probe.Outcome, status uint16) uint64 {
+	w := uint64(st.state) | uint64(o&0xf)<<wordOutcomeShft | uint64(st.streak)<<wordStreakShft | uint64(status)<<wordStatusShft
+	if disabled {
+		w |= wordDisabled
+	}
+	if hasResult {
+		w |= wordHasResult
+	}
+	return w
+}
+
+// TargetStatus is a reader's copy of one target's health.
+type TargetStatus struct {
+	State       State         // current health state
+	Disabled    bool          // excluded from probing, evaluation and pool decisions (E6)
+	Probed      bool          // at least one result has been applied
+	LastOutcome probe.Outcome // outcome of the most recent probe
+	LastStatus  uint16        // HTTP status of the most recent probe, 0 if none
+	Streak      int           // consecutive results with the most recent result's kind
+	Latency     time.Duration // latency of the most recent successful probe (µs resolution)
+	Smoothed    time.Duration // exponentially smoothed latency of successful probes (E7)
+	Since       int64         // Nanotime when the target entered its state
+	LastProbe   int64         // Nanotime of the most recent result, 0 before the first
+}
+
+func (r *record) load() TargetStatus {
+	w := r.word.Load()
+	l := r.latency.Load()
+	return TargetStatus{
+		State:       State(w & wordStateMask),
+		Disabled:    w&wordDisabled != 0,
+		Probed:      w&wordHasResult != 0,
+		LastOutcome: probe.Outcome(w >> wordOutcomeShft & 0xf),
+		Streak:      int(uint16(w >> wordStreakShft)),
+		LastStatus:  uint16(w >> wordStatusShft),
+		Latency:     time.Duration(l>>32) * time.Microsecond,
+		Smoothed:    time.Duration(uint32(l)) * time.Microsecond,
+		Since:       r.since.Load(),
+		LastProbe:   r.last.Load(),
+	}
+}
+
+// recordLatency folds a successful probe's latency into the view: the last
+// value and an exponentially weighted average with weight 1/4 for the newest.
+func (r *record) recordLatency(d time.Duration) {
+	us := uint64(d / time.Microsecond)
+	if us > 1<<32-1 {
+		us = 1<<32 - 1
+	}
+	avg := us
+	if prev := r.latency.Load(); prev != 0 {
+		old := int64(prev & (1<<32 - 1))
+		avg = uint64(old + (int64(us)-old)/4)
+	}
+	r.latency.Store(us<<32 | avg)
+}
