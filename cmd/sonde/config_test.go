@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// presetsConfig has one check per preset with default settings.
+const presetsConfig = `checks:
+  app: {preset: appservice, path: /health}
+  edge: {preset: frontdoor}
+  gw: {preset: appgateway}
+  ga: {preset: globalaccelerator, port: 9000}
+  ga-follower: {preset: globalaccelerator, port: 9000, interval: 10s}
+pools:
+  - {name: app, check: app, targets: ["127.0.0.1:8081", "127.0.0.2:8081"], disabled: ["127.0.0.2:8081"]}
+  - {name: edge, check: edge, targets: ["127.0.0.1"]}
+  - {name: gw, check: gw, targets: ["127.0.0.1:8080"]}
+  - {name: ga, check: ga, targets: ["127.0.0.0/30"]}
+  - {name: ga-follower, check: ga-follower, targets: ["127.0.0.1", "127.0.0.9"]}
+`
+
+func writeConfig(t *testing.T, data string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sonde.yaml")
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestConfigCheckJSON(t *testing.T) {
+	file := writeConfig(t, presetsConfig)
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"config", "check", "-json", file}, &out, &errOut)
+	if code := report(err, &errOut); code != exitOK {
+		t.Fatalf("exit %d, stderr %q", code, errOut.String())
+	}
+	var rep struct {
+		Checks []struct {
+			Name                 string                        `json:"name"`
+			Preset               *string                       `json:"preset"`
+			Protocol             string                        `json:"protocol"`
+			Port                 *int                          `json:"port"`
+			IntervalSeconds      float64                       `json:"interval_seconds"`
+			TimeoutSeconds       float64                       `json:"timeout_seconds"`
+			Rise                 int                           `json:"rise"`
+			Fall                 int                           `json:"fall"`
+			Window               *struct{ Size, Required int } `json:"window"`
+			FailureWindowSeconds float64                       `json:"failure_window_seconds"`
+			SuccessWindowSeconds float64                       `json:"success_window_seconds"`
+			OnsetWindowSeconds   float64                       `json:"failure_window_from_onset_seconds"`
+			ProbeClass           int                           `json:"probe_class"`
+		} `json:"checks"`
+		Pools []struct {
+			Name                string `json:"name"`
+			Check               string `json:"check"`
+			Targets             int    `json:"targets"`
+			Disabled            int    `json:"disabled"`
+			MaxUnhealthyPercent int    `json:"max_unhealthy_percent"`
+			FailOpen            bool   `json:"fail_open"`
+		} `json:"pools"`
+		Targets      int `json:"targets"`
+		ProbeStreams int `json:"probe_streams"`
+		ProbeRate    struct {
+			Endpoints      int     `json:"endpoints"`
+			MaxPerEndpoint float64 `json:"max_per_endpoint"`
+			MaxEndpoint    string  `json:"max_endpoint"`
+			Total          float64 `json:"total"`
+		} `json:"probe_rate"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("decode %s: %v", out.String(), err)
+	}
+
+	type windows struct {
+		preset            string
+		interval, timeout float64
+		rise, fall        int
+		window            bool
+		w1, w2, w3        float64
+	}
+	want := map[string]windows{
+		// W1 = t*k + i*(k-1), W2 = r*k + i*(k-1) with r = t, W3 = W1 + i.
+		"app":  {"appservice", 60, 60, 1, 10, false, 60*10 + 60*9, 60, 1140 + 60},
+		"edge": {"frontdoor", 30, 30, 2, 3, true, 30*3 + 30*2, 30*2 + 30, 150 + 30},
+		"gw":   {"appgateway", 30, 30, 1, 3, false, 30*3 + 30*2, 30, 150 + 30},
+		"ga":   {"globalaccelerator", 2, 3, 3, 3, false, 13, 3*3 + 2*2, 13 + 2},
+	}
+	seen := 0
+	for _, c := range rep.Checks {
+		w, ok := want[c.Name]
+		if !ok {
+			continue
+		}
+		seen++
+		if c.Preset == nil || *c.Preset != w.preset {
+			t.Errorf("%s: preset %v, want %s", c.Name, c.Preset, w.preset)
+		}
+		if c.IntervalSeconds != w.interval || c.TimeoutSeconds != w.timeout || c.Rise != w.rise || c.Fall != w.fall || (c.Window != nil) != w.window {
+			t.Errorf("%s: interval %v timeout %v rise %d fall %d window %v, want %v %v %d %d window %t",
+				c.Name, c.IntervalSeconds, c.TimeoutSeconds, c.Rise, c.Fall, c.Window, w.interval, w.timeout, w.rise, w.fall, w.window)
+		}
+		if c.FailureWindowSeconds != w.w1 || c.SuccessWindowSeconds != w.w2 || c.OnsetWindowSeconds != w.w3 {
+			t.Errorf("%s: W1 %v W2 %v W3 %v, want %v %v %v", c.Name, c.FailureWindowSeconds, c.SuccessWindowSeconds, c.OnsetWindowSeconds, w.w1, w.w2, w.w3)
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("found %d of the %d preset checks in %s", seen, len(want), out.String())
+	}
+	if ga := rep.Checks[2]; ga.Name != "ga" || ga.Protocol != "tcp" || ga.Port == nil || *ga.Port != 9000 {
+		t.Errorf("checks[2] = %+v, want ga, tcp, port 9000", ga)
+	}
+	if c := rep.Checks[1]; c.Name != "edge" || c.Window == nil || c.Window.Size != 4 || c.Window.Required != 2 {
+		t.Errorf("checks[1] = %+v, want edge with window 4/2", c)
+	}
+	if len(rep.Pools) != 5 || rep.Pools[0].Name != "app" || rep.Pools[0].Targets != 2 || rep.Pools[0].Disabled != 1 ||
+		rep.Pools[0].MaxUnhealthyPercent != 50 || !rep.Pools[0].FailOpen || rep.Pools[3].FailOpen {
+		t.Errorf("pools = %+v", rep.Pools)
+	}
+	// ga and ga-follower share 127.0.0.1:9000 (one stream); app's second
+	// target is disabled everywhere: 2+1+1+4+2 = 10 targets, 8 streams.
+	if rep.Targets != 10 || rep.ProbeStreams != 8 {
+		t.Errorf("targets %d, probe streams %d, want 10 and 8", rep.Targets, rep.ProbeStreams)
+	}
+	if rep.ProbeRate.MaxPerEndpoint != 0.5 || rep.ProbeRate.Endpoints != 8 {
+		t.Errorf("probe rate %+v, want max 0.5/s over 8 endpoints", rep.ProbeRate)
+	}
+}
+
+func TestConfigCheckText(t *testing.T) {
+	file := writeConfig(t, presetsConfig)
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"config", "check", "-endpoints", file}, &out, &errOut); err != nil {
+		t.Fatalf("run: %v (stderr %q)", err, errOut.String())
+	}
+	// Rows of the check table, compared field by field.
+	wantRows := map[string]string{
+		"ga":   "ga globalaccelerator tcp 9000 2s 3s rise 3 fall 3 unknown 13s 13s 15s 0.5/s 2",
+		"edge": "edge frontdoor http 80 30s 30s window 2 of 4 unknown 150s 90s 180s 0.03333/s 1",
+		"app":  "app appservice http 80 60s 60s rise 1 fall 10 unknown 1140s 60s 1200s 0.01667/s 0",
+		"gw":   "gw appgateway http 80 30s 30s rise 1 fall 3 unhealthy 150s 30s 180s 0.03333/s 3",
+	}
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && wantRows[f[0]] != "" && len(f) > 2 && strings.HasSuffix(f[len(f)-2], "/s") {
+			if got := strings.Join(f, " "); got != wantRows[f[0]] {
+				t.Errorf("row %s:\n got %s\nwant %s", f[0], got, wantRows[f[0]])
+			}
+			delete(wantRows, f[0])
+		}
+	}
+	if len(wantRows) > 0 {
+		t.Errorf("rows missing: %v\n%s", wantRows, out.String())
+	}
+	for _, want := range []string{
+		"10 unique targets, 8 probe streams after deduplication",
+		"127.0.0.1:9000  0.5",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestConfigCheckInvalid(t *testing.T) {
+	file := writeConfig(t, "checks:\n  edge: {preset: globalaccelerator, port: 80, fall: 11}\npools: [{name: p, check: edge, targets: [127.0.0.1]}]\n")
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"config", "check", "-json", file}, &out, &errOut)
+	if code := report(err, &errOut); code != exitUsage {
+		t.Errorf("exit %d, want %d", code, exitUsage)
+	}
+	want := "sonde: " + file + ": checks.edge.fall: 11 is out of range 2..10 for preset globalaccelerator\n"
+	if errOut.String() != want {
+		t.Errorf("stderr %q, want %q", errOut.String(), want)
+	}
+	if out.Len() != 0 {
+		t.Errorf("stdout %q, want nothing", out.String())
+	}
+}
+
+func TestConfigUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"config"},
+		{"config", "lint"},
+		{"config", "check"},
+		{"config", "check", "a.yaml", "b.yaml"},
+		{"config", "check", "-nope", "a.yaml"},
+		{"config", "check", filepath.Join(t.TempDir(), "missing.yaml")},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), args, &out, &errOut)
+		if code := report(err, &errOut); code != exitUsage {
+			t.Errorf("%q: exit %d, want %d (stderr %q)", args, code, exitUsage, errOut.String())
+		}
+	}
+}
+
+func TestExampleConfig(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"config", "check", "../../examples/sonde.yaml"}, &out, &errOut)
+	if code := report(err, &errOut); code != exitOK {
+		t.Fatalf("examples/sonde.yaml: exit %d, stderr %q", code, errOut.String())
+	}
+}

@@ -1,0 +1,97 @@
+// Command sonde is a health prober for large fleets. See README.md.
+//
+// Usage:
+//
+//	sonde config check [-json] FILE
+//	sonde version
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes shared by every subcommand.
+const (
+	exitOK      = 0 // success; for probe: every target healthy
+	exitFailure = 1 // the command ran and found something unhealthy, or failed at run time
+	exitUsage   = 2 // bad usage, bad flags or an invalid configuration
+)
+
+// exitError carries the exit code a subcommand wants; its message goes to stderr.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// usageError marks err as a usage or configuration error (exit 2).
+func usageError(err error) error { return &exitError{code: exitUsage, err: err} }
+
+// silentExit ends the command with code without printing anything more.
+type silentExit int
+
+func (s silentExit) Error() string { return fmt.Sprintf("exit status %d", int(s)) }
+
+const usage = `sonde is a health prober for large fleets.
+
+Usage:
+  sonde config check [-json] FILE   validate a config and print its effective settings and windows
+  sonde version                     print version and capabilities
+
+Run "sonde COMMAND -h" for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(report(err, os.Stderr))
+}
+
+// report prints err (when it has a message to show) and returns the exit code.
+func report(err error, stderr io.Writer) int {
+	if err == nil {
+		return exitOK
+	}
+	var s silentExit
+	if errors.As(err, &s) {
+		return int(s)
+	}
+	fmt.Fprintln(stderr, "sonde:", err)
+	var e *exitError
+	if errors.As(err, &e) {
+		return e.code
+	}
+	return exitFailure
+}
+
+// run dispatches to a subcommand.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return silentExit(exitUsage)
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "config":
+		return runConfig(ctx, rest, stdout, stderr)
+	case "scan":
+		return runScan(ctx, rest, stdout, stderr)
+	case "version":
+		return runVersion(rest, stdout)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return usageError(fmt.Errorf("unknown command %q", cmd))
+	}
+}

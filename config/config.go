@@ -1,0 +1,226 @@
+// Package config loads sonde's YAML configuration: checks with presets of the
+// health-check systems sonde models (SEMANTICS.md), pools of targets, and the
+// validation, target expansion and deduplication that turn them into the flat
+// tables the scheduler runs. examples/sonde.yaml describes the format.
+//
+// Errors. [Load] and [Parse] return the first problem found, as an error that
+// wraps [ErrInvalid] and names the field, its value and what is allowed
+// ("checks.edge.fall: 11 is out of range 2..10 for preset globalaccelerator").
+// The order is fixed: the YAML document in file order (syntax, unknown
+// fields, types, durations), then the checks by name, then the pools in file
+// order (each pool's settings, then its targets, targets_file and disabled
+// entries).
+//
+// Presets. A check's preset ([LookupPreset]) gives its defaults; every value
+// can be overridden in the check, within the ranges the preset's system
+// documents. A check evaluates with rise/fall (E1) or with a window (E2):
+// setting one replaces the preset's other, setting both is an error.
+//
+// Targets. A target entry is an IP address, an address with a port, a CIDR
+// block or a host name. A CIDR block stands for every address in it,
+// including the network and broadcast addresses of an IPv4 block: probing a
+// fleet means probing every address it owns. Host names are resolved when the
+// config is loaded, to one address chosen by the check's ip_family. A
+// target's port is its own, else its check's, else 80 for HTTP and 443 for
+// HTTPS.
+//
+// Deduplication (P4, P5). Each unique (address, port, check) is one
+// [Target], shared by every pool that lists it. Checks that differ only in
+// timing and evaluation form one probe class; targets of one class with the
+// same address and port share one probe stream, which the engine probes at
+// the highest rate its members want and evaluates for each member with its
+// own check. For HTTP checks without a host setting, the target's host name
+// is part of the probe (it becomes the Host header), so two names of one
+// address are two targets.
+package config
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// DefaultMaxTargets is the default limit on the number of targets a config
+// may list, counted before deduplication.
+const DefaultMaxTargets = 1 << 24
+
+// DefaultResolveTimeout bounds each host-name lookup by default.
+const DefaultResolveTimeout = 10 * time.Second
+
+// LoadOptions are the knobs of [Load] and [Parse]. The zero value is ready to
+// use.
+type LoadOptions struct {
+	// Resolver resolves target host names; nil means net.DefaultResolver.
+	Resolver Resolver
+	// Context bounds host-name lookups; nil means context.Background().
+	Context context.Context
+	// ResolveTimeout bounds each lookup; 0 means DefaultResolveTimeout.
+	ResolveTimeout time.Duration
+	// MaxTargets limits the targets listed over all pools, before
+	// deduplication (a CIDR block counts all its addresses); 0 means
+	// DefaultMaxTargets.
+	MaxTargets int
+	// LookupEnv reads environment variables (auth_token.secret_env); nil
+	// means os.LookupEnv.
+	LookupEnv func(key string) (string, bool)
+}
+
+// Config is a loaded, validated configuration. It is read-only once
+// returned and safe for concurrent reads.
+type Config struct {
+	// Checks are the checks sorted by name; Target.Check and Pool.CheckIndex
+	// index this slice.
+	Checks []*Check
+	// Pools are the pools in file order.
+	Pools []*Pool
+	// Targets holds every unique (address, port, check); the index is the
+	// target id used by the scheduler, the probers and the API. Ids follow
+	// the order in which targets are first listed in the file.
+	Targets []Target
+	// Hostnames maps the ids of targets given as host names to the name (for
+	// the Host header and SNI defaults). Most targets have none.
+	Hostnames map[uint32]string
+	// Metrics holds the metrics options.
+	Metrics Metrics
+}
+
+// Target is one unique (address, port, check). It is small and holds no
+// slice or string, so a million of them stay compact.
+type Target struct {
+	Addr  netip.Addr
+	Port  uint16
+	Check uint16 // index into Config.Checks
+	// Leader is the id of the target that leads this target's probe stream:
+	// its own id when it leads. Only leaders are probed; the engine probes a
+	// leader at the highest rate any member of its stream wants and feeds
+	// each result to every member.
+	Leader uint32
+	// Disabled is true when every pool that lists the target disables it:
+	// then no pool needs its health and it is not probed (E6).
+	Disabled bool
+}
+
+// AddrPort returns the target's endpoint.
+func (t Target) AddrPort() netip.AddrPort { return netip.AddrPortFrom(t.Addr, t.Port) }
+
+// Metrics holds the metrics options.
+type Metrics struct {
+	// PerTarget enables per-target series (default true); huge fleets turn
+	// them off to bound cardinality.
+	PerTarget bool
+}
+
+// Load reads and parses the config file at path. Relative paths inside it
+// (targets_file, TLS files, auth_token.secret_file) are relative to the
+// file's directory.
+func Load(path string, opt LoadOptions) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(data, filepath.Dir(path), opt)
+}
+
+// Parse parses a config held in data; dir is the directory relative paths in
+// it are resolved against ("" for the current directory).
+func Parse(data []byte, dir string, opt LoadOptions) (*Config, error) {
+	f, err := decodeFile(data)
+	if err != nil {
+		return nil, err
+	}
+	return build(f, dir, opt)
+}
+
+// build resolves, validates, expands and deduplicates a decoded file.
+func build(f *File, dir string, opt LoadOptions) (*Config, error) {
+	if opt.Resolver == nil {
+		opt.Resolver = net.DefaultResolver
+	}
+	if opt.Context == nil {
+		opt.Context = context.Background()
+	}
+	if opt.ResolveTimeout <= 0 {
+		opt.ResolveTimeout = DefaultResolveTimeout
+	}
+	if opt.MaxTargets <= 0 {
+		opt.MaxTargets = DefaultMaxTargets
+	}
+	opt.MaxTargets = min(opt.MaxTargets, 1<<32-1)
+	if opt.LookupEnv == nil {
+		opt.LookupEnv = os.LookupEnv
+	}
+
+	cfg := &Config{Metrics: Metrics{PerTarget: true}}
+	var err error
+	if cfg.Checks, err = resolveChecks(f.Checks, dir, opt.LookupEnv); err != nil {
+		return nil, err
+	}
+	if len(f.Pools) == 0 {
+		return nil, fieldErr("pools", "missing; a config needs at least one pool")
+	}
+	x := &expander{dir: dir, limit: opt.MaxTargets, dns: resolver{r: opt.Resolver, ctx: opt.Context, timeout: opt.ResolveTimeout}}
+	for i, ps := range f.Pools {
+		p, err := x.addPool(i, ps, cfg.Checks, cfg.Pools)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Pools = append(cfg.Pools, p)
+	}
+	cfg.Targets, cfg.Hostnames = x.dedup(cfg.Pools)
+	if f.Metrics != nil && f.Metrics.PerTarget != nil {
+		cfg.Metrics.PerTarget = *f.Metrics.PerTarget
+	}
+	return cfg, nil
+}
+
+// maxChecks is the number of checks a uint16 index can address.
+const maxChecks = 1 << 16
+
+// resolveChecks resolves every check, sorted by name, and numbers the probe
+// classes in that order.
+func resolveChecks(specs map[string]*CheckSpec, dir string, lookupEnv env) ([]*Check, error) {
+	if len(specs) > maxChecks {
+		return nil, fieldErr("checks", "%d checks, more than %d", len(specs), maxChecks)
+	}
+	names := slices.Sorted(maps.Keys(specs))
+	checks := make([]*Check, 0, len(names))
+	classes := make(map[string]int)
+	for _, name := range names {
+		c, err := resolveCheck(name, specs[name], dir, lookupEnv)
+		if err != nil {
+			return nil, err
+		}
+		key := c.classKey()
+		class, ok := classes[key]
+		if !ok {
+			class = len(classes)
+			classes[key] = class
+		}
+		c.Class = class
+		checks = append(checks, c)
+	}
+	return checks, nil
+}
+
+// CheckByName returns the check called name, or nil.
+func (c *Config) CheckByName(name string) *Check {
+	i, ok := slices.BinarySearchFunc(c.Checks, name, func(ch *Check, n string) int {
+		switch {
+		case ch.Name < n:
+			return -1
+		case ch.Name > n:
+			return 1
+		}
+		return 0
+	})
+	if !ok {
+		return nil
+	}
+	return c.Checks[i]
+}

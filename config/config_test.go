@@ -1,0 +1,265 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sondeprobe/sonde/scheduler"
+)
+
+// effective is the part of a check and its pool that preset tests compare.
+type effective struct {
+	Protocol     Protocol
+	Port         uint16
+	Method       string
+	Path         string
+	Healthy      string
+	UserAgent    string
+	Host, SNI    string
+	Interval     time.Duration
+	Timeout      time.Duration
+	Rise, Fall   int
+	Window       scheduler.Window
+	Initial      scheduler.State
+	FailOpen     bool
+	MaxUnhealthy int
+}
+
+func effectiveOf(cfg *Config) effective {
+	c, p := cfg.Checks[0], cfg.Pools[0]
+	return effective{
+		Protocol: c.Protocol, Port: c.DefaultPort(), Method: c.Method, Path: c.Path,
+		Healthy: c.HealthyStatus.String(), UserAgent: c.UserAgent, Host: c.Host, SNI: c.SNI,
+		Interval: c.Interval, Timeout: c.Timeout, Rise: c.Rise, Fall: c.Fall,
+		Window: c.Window, Initial: c.Initial, FailOpen: p.FailOpen, MaxUnhealthy: p.MaxUnhealthyPercent,
+	}
+}
+
+func TestPresetsDefaultsAndOverrides(t *testing.T) {
+	appService := effective{Protocol: HTTP, Port: 80, Method: "GET", Path: "/health", Healthy: "200-299",
+		Interval: time.Minute, Timeout: time.Minute, Rise: 1, Fall: 10, FailOpen: true, MaxUnhealthy: 50}
+	frontDoor := effective{Protocol: HTTP, Port: 80, Method: "HEAD", Path: "/", Healthy: "200", UserAgent: "Edge Health Probe",
+		Interval: 30 * time.Second, Timeout: 30 * time.Second, Rise: 2, Fall: 3, Window: scheduler.Window{Size: 4, Required: 2},
+		FailOpen: true, MaxUnhealthy: 100}
+	appGateway := effective{Protocol: HTTP, Port: 80, Method: "GET", Path: "/", Healthy: "200-399",
+		Interval: 30 * time.Second, Timeout: 30 * time.Second, Rise: 1, Fall: 3, Initial: scheduler.Unhealthy,
+		FailOpen: false, MaxUnhealthy: 100}
+	globalAccel := effective{Protocol: TCP, Port: 9000, Interval: 2 * time.Second, Timeout: 3 * time.Second,
+		Rise: 3, Fall: 3, FailOpen: false, MaxUnhealthy: 100}
+	noPreset := effective{Protocol: HTTP, Port: 80, Method: "GET", Path: "/", Healthy: "200-299",
+		Interval: 10 * time.Second, Timeout: 3 * time.Second, Rise: 2, Fall: 3, FailOpen: true, MaxUnhealthy: 100}
+
+	with := func(e effective, f func(*effective)) effective { f(&e); return e }
+	tests := []struct {
+		name  string
+		check string // YAML of the check "c"
+		pool  string // extra YAML of the pool
+		want  effective
+	}{
+		{name: "appservice", check: "preset: appservice\npath: /health", want: appService},
+		{name: "frontdoor", check: "preset: frontdoor", want: frontDoor},
+		{name: "appgateway", check: "preset: appgateway", want: appGateway},
+		{name: "globalaccelerator tcp", check: "preset: globalaccelerator\nport: 9000", want: globalAccel},
+		{name: "globalaccelerator http", check: "preset: globalaccelerator\nprotocol: http", want: with(globalAccel, func(e *effective) {
+			e.Protocol, e.Port, e.Method, e.Path, e.Healthy = HTTP, 80, "GET", "/", "200-399"
+		})},
+		{name: "no preset http", check: "protocol: http", want: noPreset},
+		{name: "no preset tcp", check: "protocol: tcp\nport: 22", want: effective{Protocol: TCP, Port: 22,
+			Interval: 10 * time.Second, Timeout: 3 * time.Second, Rise: 2, Fall: 3, FailOpen: true, MaxUnhealthy: 100}},
+		{name: "https default port and sni from host", check: "protocol: https\nhost: api.internal:8443", want: with(noPreset, func(e *effective) {
+			e.Protocol, e.Port, e.Host, e.SNI = HTTPS, 443, "api.internal:8443", "api.internal"
+		})},
+		{name: "https host IP gives no sni", check: "protocol: https\nhost: 10.0.0.1", want: with(noPreset, func(e *effective) {
+			e.Protocol, e.Port, e.Host = HTTPS, 443, "10.0.0.1"
+		})},
+		{name: "appgateway overrides", check: "preset: appgateway\nport: 8080\ninterval: 5s\nhealthy_status: 200-399,403\ninitial_state: unknown", want: with(appGateway, func(e *effective) {
+			e.Port, e.Interval, e.Healthy, e.Initial = 8080, 5*time.Second, "200-399,403", scheduler.Unknown
+		})},
+		{name: "frontdoor fall replaces window, rise from window", check: "preset: frontdoor\nfall: 5", want: with(frontDoor, func(e *effective) {
+			e.Window, e.Fall = scheduler.Window{}, 5
+		})},
+		{name: "frontdoor rise and fall", check: "preset: frontdoor\nrise: 1\nfall: 2\nmethod: GET\nuser_agent: probe", want: with(frontDoor, func(e *effective) {
+			e.Window, e.Rise, e.Fall, e.Method, e.UserAgent = scheduler.Window{}, 1, 2, "GET", "probe"
+		})},
+		{name: "appservice window replaces rise and fall", check: "preset: appservice\npath: /health\nwindow: {size: 20, required: 5}", want: with(appService, func(e *effective) {
+			e.Window, e.Rise, e.Fall = scheduler.Window{Size: 20, Required: 5}, 5, 16
+		})},
+		{name: "appservice fall lower bound", check: "preset: appservice\npath: /health\nfall: 2", want: with(appService, func(e *effective) { e.Fall = 2 })},
+		{name: "globalaccelerator range bounds", check: "preset: globalaccelerator\nport: 9000\ninterval: 50s\nrise: 2\nfall: 10", want: with(globalAccel, func(e *effective) {
+			e.Interval, e.Rise, e.Fall = 50*time.Second, 2, 10
+		})},
+		{name: "globalaccelerator interval lower bound", check: "preset: globalaccelerator\nport: 9000\ninterval: 1s", want: with(globalAccel, func(e *effective) { e.Interval = time.Second })},
+		{name: "globalaccelerator timeout is a setting", check: "preset: globalaccelerator\nport: 9000\ntimeout: 500ms", want: with(globalAccel, func(e *effective) { e.Timeout = 500 * time.Millisecond })},
+		{name: "pool policy overrides", check: "preset: appservice\npath: /health", pool: "max_unhealthy_percent: 100\nfail_open: false", want: with(appService, func(e *effective) {
+			e.MaxUnhealthy, e.FailOpen = 100, false
+		})},
+		{name: "no preset millisecond bounds", check: "protocol: http\ninterval: 1ms\ntimeout: 24h\nrise: 1000\nfall: 1", want: with(noPreset, func(e *effective) {
+			e.Interval, e.Timeout, e.Rise, e.Fall = time.Millisecond, 24*time.Hour, 1000, 1
+		})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			yaml := "checks:\n  c:\n" + indent(tt.check, "    ") + "\npools:\n  - name: p\n    check: c\n    targets: [\"127.0.0.1\"]\n" + indent(tt.pool, "    ")
+			cfg := mustParse(t, yaml, "")
+			if diff := cmp.Diff(tt.want, effectiveOf(cfg)); diff != "" {
+				t.Errorf("effective settings (-want +got):\n%s", diff)
+			}
+			sc := cfg.Checks[0].Sched()
+			if err := sc.Validate(); err != nil {
+				t.Errorf("Sched().Validate(): %v", err)
+			}
+		})
+	}
+}
+
+func indent(s, prefix string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
+}
+
+// TestPresetWindows checks the detection windows of every preset's defaults,
+// as SEMANTICS.md computes them (W1, W2 with r = t, W3).
+func TestPresetWindows(t *testing.T) {
+	tests := []struct {
+		check      string
+		w1, w2, w3 time.Duration
+	}{
+		{"preset: appservice\npath: /h", 1140 * time.Second, 60 * time.Second, 1200 * time.Second},
+		{"preset: frontdoor", 150 * time.Second, 90 * time.Second, 180 * time.Second},
+		{"preset: appgateway", 150 * time.Second, 30 * time.Second, 180 * time.Second},
+		{"preset: globalaccelerator\nport: 80", 13 * time.Second, 13 * time.Second, 15 * time.Second},
+	}
+	for _, tt := range tests {
+		cfg := mustParse(t, "checks:\n  c:\n"+indent(tt.check, "    ")+"\npools: [{name: p, check: c, targets: [127.0.0.1]}]\n", "")
+		sc := cfg.Checks[0].Sched()
+		if w1, w2, w3 := sc.FailureWindow(), sc.SuccessWindow(sc.Timeout), sc.FailureWindowFromOnset(); w1 != tt.w1 || w2 != tt.w2 || w3 != tt.w3 {
+			t.Errorf("%s: W1 %v W2 %v W3 %v, want %v %v %v", tt.check, w1, w2, w3, tt.w1, tt.w2, tt.w3)
+		}
+	}
+}
+
+func TestLoadExample(t *testing.T) {
+	cfg, err := Load("testdata/example.yaml", testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Metrics.PerTarget {
+		t.Error("metrics.per_target = true, want false as set in the file")
+	}
+	var names []string
+	for _, c := range cfg.Checks {
+		names = append(names, c.Name+"/"+c.Preset)
+	}
+	want := []string{"app/appservice", "edge/frontdoor", "ga/globalaccelerator", "ga-slow/globalaccelerator", "gateway/appgateway", "web/"}
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Errorf("checks (-want +got):\n%s", diff)
+	}
+	// ga and ga-slow differ only in interval: one probe class.
+	if ga, slow := cfg.CheckByName("ga"), cfg.CheckByName("ga-slow"); ga.Class != slow.Class {
+		t.Errorf("ga class %d, ga-slow class %d: want one class", ga.Class, slow.Class)
+	}
+	if got := cfg.CheckByName("nope"); got != nil {
+		t.Errorf("CheckByName(nope) = %v, want nil", got)
+	}
+	gw := cfg.Pools[2]
+	if gw.Name != "gateway" || len(gw.Members) != 3 || !gw.FailOpen {
+		t.Errorf("pool gateway = %+v, want 3 members from targets.txt and fail_open", gw)
+	}
+	if got := cfg.Streams(); got != 12 {
+		t.Errorf("Streams() = %d, want 12", got)
+	}
+}
+
+func TestMetricsDefault(t *testing.T) {
+	cfg := mustParse(t, "checks: {c: {protocol: http}}\npools: [{name: p, check: c, targets: [127.0.0.1]}]\n", "")
+	if !cfg.Metrics.PerTarget {
+		t.Error("metrics.per_target defaults to false, want true")
+	}
+}
+
+func TestFilesRelativeToConfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, data string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("secret", "s3cret\n")
+	write("ca.pem", "x")
+	write("client.pem", "x")
+	write("client.key", "x")
+	write("targets.txt", "# fleet\n127.0.0.1\n\n  127.0.0.2:8443 # spare\n")
+	write("sonde.yaml", `checks:
+  file-token:
+    preset: appservice
+    protocol: https
+    path: /health
+    auth_token: {secret_file: secret}
+    tls: {ca_file: ca.pem, cert_file: client.pem, key_file: client.key, server_name: api.internal}
+  env-token:
+    preset: appservice
+    path: /health
+    auth_token: {secret_env: SONDE_TEST_TOKEN}
+pools:
+  - {name: a, check: file-token, targets_file: targets.txt}
+  - {name: b, check: env-token, targets: ["127.0.0.1"]}
+`)
+	cfg, err := Load(filepath.Join(dir, "sonde.yaml"), testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, file := cfg.Checks[0], cfg.Checks[1]
+	if diff := cmp.Diff(&AuthToken{SecretEnv: "SONDE_TEST_TOKEN"}, env.AuthToken); diff != "" {
+		t.Errorf("env auth token (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(&AuthToken{SecretFile: filepath.Join(dir, "secret")}, file.AuthToken); diff != "" {
+		t.Errorf("file auth token (-want +got):\n%s", diff)
+	}
+	wantTLS := &TLS{CAFile: filepath.Join(dir, "ca.pem"), CertFile: filepath.Join(dir, "client.pem"), KeyFile: filepath.Join(dir, "client.key"), ServerName: "api.internal"}
+	if diff := cmp.Diff(wantTLS, file.TLS); diff != "" {
+		t.Errorf("tls (-want +got):\n%s", diff)
+	}
+	if file.SNI != "api.internal" {
+		t.Errorf("SNI = %q, want tls.server_name api.internal", file.SNI)
+	}
+	var eps []string
+	for _, id := range cfg.Pools[0].Members {
+		eps = append(eps, cfg.Targets[id].AddrPort().String())
+	}
+	if diff := cmp.Diff([]string{"127.0.0.1:443", "127.0.0.2:8443"}, eps); diff != "" {
+		t.Errorf("targets from file (-want +got):\n%s", diff)
+	}
+}
+
+func TestAuthTokenEmptyEnv(t *testing.T) {
+	_, err := Parse([]byte("checks: {c: {protocol: http, auth_token: {secret_env: SONDE_TEST_EMPTY}}}\npools: [{name: p, check: c, targets: [127.0.0.1]}]\n"), "", testOptions())
+	want := "checks.c.auth_token.secret_env: environment variable SONDE_TEST_EMPTY is empty"
+	if err == nil || err.Error() != want {
+		t.Errorf("error = %v, want %q", err, want)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "missing.yaml"), testOptions())
+	if !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrInvalid) {
+		t.Errorf("Load(missing) = %v, want a not-exist error that is not ErrInvalid", err)
+	}
+	_, err = Load("testdata/invalid-targets-file-missing.yaml", testOptions())
+	if !errors.Is(err, fs.ErrNotExist) || !errors.Is(err, ErrInvalid) {
+		t.Errorf("missing targets_file: %v, want both ErrInvalid and fs.ErrNotExist", err)
+	}
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "pools[0].targets_file" {
+		t.Errorf("missing targets_file: %v, want a FieldError on pools[0].targets_file", err)
+	}
+}

@@ -1,0 +1,132 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/sondeprobe/sonde/scheduler"
+)
+
+// invalidConfigs maps every testdata/invalid-*.yaml to its exact error.
+var invalidConfigs = map[string]string{
+	"invalid-alias-bomb.yaml":               `checks.c100.headers.X-H900: YAML aliases expand to more than 100000 nodes`,
+	"invalid-appservice-fall.yaml":          `checks.app.fall: 1 is out of range 2..10 for preset appservice`,
+	"invalid-appservice-path.yaml":          `checks.app.path: missing for preset appservice; there is no default path`,
+	"invalid-auth-both.yaml":                `checks.app.auth_token: set exactly one of secret_file and secret_env, not both`,
+	"invalid-auth-env-unset.yaml":           `checks.app.auth_token.secret_env: environment variable SONDE_TEST_UNSET is not set`,
+	"invalid-auth-file-missing.yaml":        `checks.app.auth_token.secret_file: "no-such-secret.txt": no such file or directory`,
+	"invalid-auth-neither.yaml":             `checks.app.auth_token: set exactly one of secret_file and secret_env`,
+	"invalid-auth-secret-literal.yaml":      `checks.app.auth_token.secret: unknown field`,
+	"invalid-body-head.yaml":                `checks.edge.body_contains: cannot be used with method HEAD (a HEAD response has no body)`,
+	"invalid-body-too-long.yaml":            `checks.gw.body_contains: 4091 characters, more than 4090`,
+	"invalid-check-name.yaml":               `checks.web.v2: invalid check name; want 1..64 letters, digits, "-" or "_"`,
+	"invalid-cidr-too-large.yaml":           `pools[0].targets[0]: block 10.0.0.0/7 has 33554432 addresses, more than the limit of 16777216 targets`,
+	"invalid-cidr-total.yaml":               `pools[1].targets[0]: block 10.0.0.0/8 brings the number of targets to 16777217, more than the limit of 16777216`,
+	"invalid-cidr-v6-too-large.yaml":        `pools[0].targets[0]: block 2001:db8::/64 has 2^64 addresses, more than the limit of 16777216 targets`,
+	"invalid-disabled-not-member.yaml":      `pools[0].disabled[1]: 198.18.0.8:80 (from "198.18.0.8") is not a member of pool "api"`,
+	"invalid-disabled-other-port.yaml":      `pools[0].disabled[0]: 127.0.0.1:8080 is not a member of pool "api"`,
+	"invalid-duplicate-check.yaml":          `checks.web: defined more than once`,
+	"invalid-duplicate-key.yaml":            `checks.web.port: set more than once`,
+	"invalid-duration-ms.yaml":              `checks.web.timeout: "1500us" is not a whole number of milliseconds`,
+	"invalid-duration-unit.yaml":            `checks.web.interval: "5" is not a duration (want a number with a unit, such as "5s" or "250ms")`,
+	"invalid-duration.yaml":                 `checks.web.interval: "5x" is not a duration (want a number with a unit, such as "5s" or "250ms")`,
+	"invalid-empty.yaml":                    `config: the file is empty`,
+	"invalid-fall-preset.yaml":              `checks.edge.fall: 11 is out of range 2..10 for preset globalaccelerator`,
+	"invalid-fall-zero.yaml":                `checks.edge.fall: 0 is out of range 1..1000`,
+	"invalid-ga-interval.yaml":              `checks.ga.interval: 51s is out of range 1s..50s for preset globalaccelerator`,
+	"invalid-ga-path-char.yaml":             `checks.ga.path: "/health<1>" contains "<"; allowed are letters, digits and -/.%?#&_;~!()*[]@$^:',+ for preset globalaccelerator`,
+	"invalid-ga-path-long.yaml":             `checks.ga.path: "/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" is 81 characters long, more than 80 for preset globalaccelerator`,
+	"invalid-header-reserved.yaml":          `checks.web.headers.Host: cannot be set here; use host`,
+	"invalid-host-no-ipv6.yaml":             `pools[0].targets[0]: "v4only.test" has no IPv6 address`,
+	"invalid-host-unresolvable.yaml":        `pools[0].targets[1]: cannot resolve "nxdomain.test": lookup nxdomain.test: no such host`,
+	"invalid-http-field-on-tcp.yaml":        `checks.ga.path: only for protocol http or https, not tcp`,
+	"invalid-initial-state.yaml":            `checks.web.initial_state: "up" is not one of unknown, unhealthy, healthy`,
+	"invalid-interval-zero.yaml":            `checks.web.interval: 0s is out of range 1ms..24h`,
+	"invalid-ip-family.yaml":                `checks.web.ip_family: "ipv4" is not one of any, ip4, ip6`,
+	"invalid-jitter.yaml":                   `checks.web.jitter: 6s is out of range 0s..5s (at most the interval)`,
+	"invalid-latency-margin.yaml":           `pools[0].latency_margin: -1s is out of range 0s..24h`,
+	"invalid-max-body-bytes-range.yaml":     `checks.gw.max_body_bytes: 0 is out of range 1..16777216`,
+	"invalid-max-body-bytes.yaml":           `checks.gw.max_body_bytes: 4 is less than the 7 bytes of body_contains`,
+	"invalid-max-unhealthy.yaml":            `pools[0].max_unhealthy_percent: 101 is out of range 1..100`,
+	"invalid-method.yaml":                   `checks.web.method: "POST" is not one of GET, HEAD`,
+	"invalid-missing-check.yaml":            `pools[1].check: "nope" is not a defined check`,
+	"invalid-no-pools.yaml":                 `pools: missing; a config needs at least one pool`,
+	"invalid-path-slash.yaml":               `checks.web.path: "health" must start with "/"`,
+	"invalid-pool-name-dup.yaml":            `pools[1].name: "api" is already the name of pools[0]`,
+	"invalid-pool-no-targets.yaml":          `pools[0]: no targets; set targets or targets_file`,
+	"invalid-port.yaml":                     `checks.web.port: 70000 is out of range 1..65535`,
+	"invalid-preset.yaml":                   `checks.web.preset: "elb" is not one of appservice, frontdoor, appgateway, globalaccelerator`,
+	"invalid-protocol-missing.yaml":         `checks.web.protocol: missing; want one of tcp, http, https`,
+	"invalid-protocol-preset.yaml":          `checks.app.protocol: "tcp" is not one of http, https for preset appservice`,
+	"invalid-protocol.yaml":                 `checks.web.protocol: "ftp" is not one of tcp, http, https`,
+	"invalid-rise-preset.yaml":              `checks.ga.rise: 1 is out of range 2..10 for preset globalaccelerator`,
+	"invalid-sni-ip.yaml":                   `checks.web.sni: "10.0.0.1" is not a host name`,
+	"invalid-source-address.yaml":           `checks.web.source_address: "10.0.0.256" is not an IP address`,
+	"invalid-source-family.yaml":            `pools[0].targets[1]: ::1 is IPv6 but source_address 127.0.0.1 of check "web" is IPv4`,
+	"invalid-status-empty-element.yaml":     `checks.web.healthy_status: "200,,204": element 2 is empty`,
+	"invalid-status-range.yaml":             `checks.web.healthy_status: "200,600": element "600" is out of range 100..599`,
+	"invalid-status-reversed.yaml":          `checks.web.healthy_status: "200-199": element "200-199" has its start after its end`,
+	"invalid-target-hostbits.yaml":          `pools[0].targets[0]: "198.18.0.5/24" has host bits set; did you mean 198.18.0.0/24?`,
+	"invalid-target-port.yaml":              `pools[0].targets[0]: "127.0.0.1:0" has port 0, out of range 1..65535`,
+	"invalid-target-v6-port.yaml":           `pools[0].targets[0]: "[2001:db8::1]:65536" has port 65536, out of range 1..65535`,
+	"invalid-target.yaml":                   `pools[0].targets[2]: "10.0.0.300" is not an IP address, CIDR block or host name`,
+	"invalid-targets-file-line.yaml":        `pools[0].targets_file: bad-targets.txt:5: "127.0.0.0/33" is not a valid CIDR block`,
+	"invalid-targets-file-missing.yaml":     `pools[0].targets_file: "no-such-targets.txt": no such file or directory`,
+	"invalid-tcp-mode-on-http.yaml":         `checks.web.tcp_mode: only for protocol tcp, not http`,
+	"invalid-tcp-mode.yaml":                 `checks.ga.tcp_mode: "raw" is not one of auto, syn, connect`,
+	"invalid-tcp-no-port.yaml":              `pools[0].targets[1]: "127.0.0.2" has no port and check "ga" has none (protocol tcp has no default port)`,
+	"invalid-timeout-long.yaml":             `checks.web.timeout: 25h is out of range 1ms..24h`,
+	"invalid-tls-ca-missing.yaml":           `checks.web.tls.ca_file: "no-such-ca.pem": no such file or directory`,
+	"invalid-tls-cert-without-key.yaml":     `checks.web.tls.cert_file: set without key_file; set both or neither`,
+	"invalid-tls-on-http.yaml":              `checks.web.tls: only for protocol https, not http`,
+	"invalid-tls-server-name-conflict.yaml": `checks.web.tls.server_name: "b.internal" differs from sni "a.internal"; set one of them`,
+	"invalid-two-documents.yaml":            `config: the file holds more than one YAML document`,
+	"invalid-type.yaml":                     `checks.web.rise: expected an integer, got "three"`,
+	"invalid-unknown-field-pool.yaml":       `pools[0].target: unknown field`,
+	"invalid-unknown-field.yaml":            `checks.web.intervall: unknown field`,
+	"invalid-unknown-top.yaml":              `targets: unknown field`,
+	"invalid-window-and-rise.yaml":          `checks.web.window: cannot be set together with rise or fall; use one evaluation`,
+	"invalid-window-missing-required.yaml":  `checks.web.window.required: missing; want 1..size`,
+	"invalid-window-required.yaml":          `checks.web.window.required: 5 is out of range 1..4`,
+	"invalid-window-size.yaml":              fmt.Sprintf("checks.web.window.size: 65 is out of range 1..%d", scheduler.MaxWindow), // the evaluator's limit
+	"invalid-yaml-syntax.yaml":              `config: line 1: did not find expected key`,
+}
+
+func TestInvalidConfigs(t *testing.T) {
+	files, err := filepath.Glob("testdata/invalid-*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 20 {
+		t.Fatalf("found %d invalid configs, want at least 20", len(files))
+	}
+	for _, f := range files {
+		if _, ok := invalidConfigs[filepath.Base(f)]; !ok {
+			t.Errorf("%s has no expected message in invalidConfigs", f)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(invalidConfigs)) {
+		want := invalidConfigs[name]
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join("testdata", name)
+			if _, err := os.Stat(path); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(path, testOptions())
+			if err == nil {
+				t.Fatalf("Load(%s) succeeded, want error %q", name, want)
+			}
+			if got := err.Error(); got != want {
+				t.Errorf("Load(%s) error:\n got %s\nwant %s", name, got, want)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("Load(%s) error %v does not wrap ErrInvalid", name, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,322 @@
+package config
+
+import (
+	"errors"
+	"maps"
+	"net/netip"
+	"net/textproto"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sondeprobe/sonde/scheduler"
+)
+
+// env looks up environment variables (os.LookupEnv unless a test injects one).
+type env func(key string) (string, bool)
+
+// resolveCheck applies the check's preset (or sonde's defaults) and the
+// check's own settings on top, and validates the result.
+//
+// Evaluation rule: a check evaluates either with consecutive rise/fall (E1) or
+// with a sliding window (E2). Setting both window and rise or fall in one
+// check is an error. A check that sets a window replaces its preset's rise and
+// fall; one that sets rise or fall replaces its preset's window, and the
+// threshold it does not set is the window's equivalent (rise = required,
+// fall = size - required + 1). For a window check, Rise and Fall hold those
+// equivalents.
+func resolveCheck(name string, s *CheckSpec, dir string, lookupEnv env) (*Check, error) {
+	if s == nil {
+		s = new(CheckSpec)
+	}
+	c := &Check{Name: name, Spec: s}
+	if !validName(name) {
+		return nil, fieldErr("checks."+name, "invalid check name; want %s", nameRule)
+	}
+	p := defaultPreset
+	if s.Preset != nil {
+		if err := checkEnum(c.field("preset"), *s.Preset, presetNames, ""); err != nil {
+			return nil, err
+		}
+		p, _ = LookupPreset(*s.Preset)
+		c.Preset = p.Name
+	}
+	if err := c.resolveProtocol(s, p); err != nil {
+		return nil, err
+	}
+	if s.Port != nil {
+		if err := checkInt(c.field("port"), *s.Port, portRange, ""); err != nil {
+			return nil, err
+		}
+		c.Port = uint16(*s.Port)
+	}
+	if err := c.checkApplicable(s); err != nil {
+		return nil, err
+	}
+	if c.Protocol != TCP {
+		if err := c.resolveHTTP(s, p, dir, lookupEnv); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.resolveTiming(s, p); err != nil {
+		return nil, err
+	}
+	if err := c.resolveNetwork(s); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Check) resolveProtocol(s *CheckSpec, p Preset) error {
+	if s.Protocol == nil {
+		if len(p.Protocols) == 0 {
+			return fieldErr(c.field("protocol"), "missing; want one of tcp, http, https")
+		}
+		c.Protocol = p.Protocols[0]
+		return nil
+	}
+	if err := checkEnum(c.field("protocol"), *s.Protocol, []string{"tcp", "http", "https"}, ""); err != nil {
+		return err
+	}
+	c.Protocol = Protocol(slices.Index(protocolNames[:], *s.Protocol))
+	return nil
+}
+
+// checkApplicable rejects settings that the check's protocol would ignore.
+func (c *Check) checkApplicable(s *CheckSpec) error {
+	type setting struct {
+		name string
+		set  bool
+		ok   bool
+		want string
+	}
+	httpOnly := c.Protocol != TCP
+	for _, x := range []setting{
+		{"path", s.Path != nil, httpOnly, "http or https"},
+		{"method", s.Method != nil, httpOnly, "http or https"},
+		{"healthy_status", s.HealthyStatus != nil, httpOnly, "http or https"},
+		{"body_contains", s.BodyContains != nil, httpOnly, "http or https"},
+		{"max_body_bytes", s.MaxBodyBytes != nil, httpOnly, "http or https"},
+		{"host", s.Host != nil, httpOnly, "http or https"},
+		{"sni", s.SNI != nil, c.Protocol == HTTPS, "https"},
+		{"user_agent", s.UserAgent != nil, httpOnly, "http or https"},
+		{"headers", s.Headers != nil, httpOnly, "http or https"},
+		{"auth_token", s.AuthToken != nil, httpOnly, "http or https"},
+		{"tls", s.TLS != nil, c.Protocol == HTTPS, "https"},
+		{"tcp_mode", s.TCPMode != nil, c.Protocol == TCP, "tcp"},
+	} {
+		if x.set && !x.ok {
+			return fieldErr(c.field(x.name), "only for protocol %s, not %s", x.want, c.Protocol)
+		}
+	}
+	return nil
+}
+
+// resolveHTTP fills the settings of an HTTP or HTTPS probe.
+func (c *Check) resolveHTTP(s *CheckSpec, p Preset, dir string, lookupEnv env) error {
+	c.Method = pick(s.Method, p.Method)
+	c.Path = pick(s.Path, p.Path)
+	c.HealthyStatus = p.Healthy
+	if s.HealthyStatus != nil {
+		set, err := ParseStatusSet(*s.HealthyStatus)
+		var se *StatusSetError
+		if errors.As(err, &se) {
+			return fieldErr(c.field("healthy_status"), "%q: %s", *s.HealthyStatus, se.Reason)
+		}
+		c.HealthyStatus = set
+	}
+	c.BodyContains = pick(s.BodyContains, "")
+	c.MaxBodyBytes = pick(s.MaxBodyBytes, DefaultMaxBodyBytes)
+	c.Host = pick(s.Host, "")
+	c.UserAgent = pick(s.UserAgent, p.UserAgent)
+	if len(s.Headers) > 0 {
+		c.Headers = make(map[string]string, len(s.Headers))
+		for _, name := range slices.Sorted(maps.Keys(s.Headers)) {
+			canon := textproto.CanonicalMIMEHeaderKey(name)
+			if _, dup := c.Headers[canon]; dup {
+				return fieldErr(c.field("headers."+name), "repeats header %s", canon)
+			}
+			c.Headers[canon] = s.Headers[name]
+		}
+	}
+	if s.AuthToken != nil {
+		t, err := c.resolveAuthToken(s.AuthToken, dir, lookupEnv)
+		if err != nil {
+			return err
+		}
+		c.AuthToken = t
+	}
+	if s.TLS != nil {
+		t, err := c.resolveTLS(s.TLS, dir)
+		if err != nil {
+			return err
+		}
+		c.TLS = t
+	}
+	if c.Protocol == HTTPS {
+		c.SNI = pick(s.SNI, "")
+		if c.TLS != nil && c.TLS.ServerName != "" {
+			if c.SNI != "" && c.SNI != c.TLS.ServerName {
+				return fieldErr(c.field("tls.server_name"), "%q differs from sni %q; set one of them", c.TLS.ServerName, c.SNI)
+			}
+			c.SNI = c.TLS.ServerName
+		}
+		if c.SNI == "" && c.Host != "" {
+			// H6: the host is used for both the Host header and the SNI.
+			if name, _, ok := splitHost(c.Host); ok && validHostName(name) {
+				c.SNI = name
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Check) resolveAuthToken(s *AuthTokenSpec, dir string, lookupEnv env) (*AuthToken, error) {
+	f := c.field("auth_token")
+	switch {
+	case s.SecretFile != nil && s.SecretEnv != nil:
+		return nil, fieldErr(f, "set exactly one of secret_file and secret_env, not both")
+	case s.SecretFile != nil:
+		abs := resolvePath(dir, *s.SecretFile)
+		if err := checkFile(f+".secret_file", *s.SecretFile, abs); err != nil {
+			return nil, err
+		}
+		return &AuthToken{SecretFile: abs}, nil
+	case s.SecretEnv != nil:
+		name := *s.SecretEnv
+		if name == "" || strings.ContainsAny(name, "=\x00") {
+			return nil, fieldErr(f+".secret_env", "%q is not an environment variable name", name)
+		}
+		v, ok := lookupEnv(name)
+		if !ok {
+			return nil, fieldErr(f+".secret_env", "environment variable %s is not set", name)
+		}
+		if v == "" {
+			return nil, fieldErr(f+".secret_env", "environment variable %s is empty", name)
+		}
+		return &AuthToken{SecretEnv: name}, nil
+	}
+	return nil, fieldErr(f, "set exactly one of secret_file and secret_env")
+}
+
+func (c *Check) resolveTLS(s *TLSSpec, dir string) (*TLS, error) {
+	f := c.field("tls")
+	t := &TLS{ServerName: pick(s.ServerName, ""), InsecureSkipVerify: pick(s.InsecureSkipVerify, false)}
+	if (s.CertFile == nil) != (s.KeyFile == nil) {
+		if s.CertFile == nil {
+			return nil, fieldErr(f+".key_file", "set without cert_file; set both or neither")
+		}
+		return nil, fieldErr(f+".cert_file", "set without key_file; set both or neither")
+	}
+	if s.CAFile != nil && t.InsecureSkipVerify {
+		return nil, fieldErr(f+".ca_file", "has no effect with insecure_skip_verify")
+	}
+	for _, x := range []struct {
+		name string
+		p    *string
+		dst  *string
+	}{{"ca_file", s.CAFile, &t.CAFile}, {"cert_file", s.CertFile, &t.CertFile}, {"key_file", s.KeyFile, &t.KeyFile}} {
+		if x.p == nil {
+			continue
+		}
+		*x.dst = resolvePath(dir, *x.p)
+		if err := checkFile(f+"."+x.name, *x.p, *x.dst); err != nil {
+			return nil, err
+		}
+	}
+	if t.ServerName != "" && !validHostName(t.ServerName) {
+		return nil, fieldErr(f+".server_name", "%q is not a host name", t.ServerName)
+	}
+	return t, nil
+}
+
+// resolveTiming fills interval, timeout, evaluation and initial state.
+func (c *Check) resolveTiming(s *CheckSpec, p Preset) error {
+	c.Interval = pickDur(s.Interval, p.Interval)
+	c.Timeout = pickDur(s.Timeout, p.Timeout)
+	c.FastRecheck = pickDur(s.FastRecheckInterval, 0)
+	c.UnhealthyInterval = pickDur(s.UnhealthyInterval, 0)
+	c.Jitter = pickDur(s.Jitter, 0)
+	userRF := s.Rise != nil || s.Fall != nil
+	switch {
+	case s.Window != nil && userRF:
+		return fieldErr(c.field("window"), "cannot be set together with rise or fall; use one evaluation")
+	case s.Window != nil:
+		if s.Window.Size == nil {
+			return fieldErr(c.field("window.size"), "missing; want %d..%d", 1, scheduler.MaxWindow)
+		}
+		if s.Window.Required == nil {
+			return fieldErr(c.field("window.required"), "missing; want 1..size")
+		}
+		c.Window = scheduler.Window{Size: *s.Window.Size, Required: *s.Window.Required}
+	default:
+		c.Window = p.Window
+		if userRF {
+			c.Window = scheduler.Window{}
+		}
+	}
+	if c.Window.Size > 0 {
+		c.Rise, c.Fall = c.Window.Required, c.Window.Size-c.Window.Required+1
+	} else {
+		rise, fall := p.Rise, p.Fall
+		if p.Window.Size > 0 {
+			rise, fall = p.Window.Required, p.Window.Size-p.Window.Required+1
+		}
+		c.Rise, c.Fall = pick(s.Rise, rise), pick(s.Fall, fall)
+	}
+	c.Initial = p.Initial
+	if s.InitialState != nil {
+		st, err := scheduler.ParseState(*s.InitialState)
+		if err != nil {
+			return checkEnum(c.field("initial_state"), *s.InitialState, []string{"unknown", "unhealthy", "healthy"}, "")
+		}
+		c.Initial = st
+	}
+	return nil
+}
+
+// resolveNetwork fills tcp_mode, source_address and ip_family.
+func (c *Check) resolveNetwork(s *CheckSpec) error {
+	if s.TCPMode != nil {
+		if err := checkEnum(c.field("tcp_mode"), *s.TCPMode, tcpModeNames[:], ""); err != nil {
+			return err
+		}
+		c.TCPMode = TCPMode(slices.Index(tcpModeNames[:], *s.TCPMode))
+	}
+	if s.IPFamily != nil {
+		if err := checkEnum(c.field("ip_family"), *s.IPFamily, ipFamilyNames[:], ""); err != nil {
+			return err
+		}
+		c.IPFamily = IPFamily(slices.Index(ipFamilyNames[:], *s.IPFamily))
+	}
+	if s.SourceAddress != nil {
+		a, err := netip.ParseAddr(*s.SourceAddress)
+		if err != nil || a.Zone() != "" {
+			return fieldErr(c.field("source_address"), "%q is not an IP address", *s.SourceAddress)
+		}
+		a = a.Unmap()
+		if c.IPFamily == IP4 && !a.Is4() || c.IPFamily == IP6 && !a.Is6() {
+			return fieldErr(c.field("source_address"), "%s does not match ip_family %s", a, c.IPFamily)
+		}
+		c.SourceAddress = a
+	}
+	return nil
+}
+
+// pick returns *p, or def when p is nil.
+func pick[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+func pickDur(p *Duration, def time.Duration) time.Duration {
+	if p == nil {
+		return def
+	}
+	return p.D()
+}

@@ -1,0 +1,92 @@
+package config
+
+import "time"
+
+// File is a configuration file as written: the YAML document decoded field by
+// field, before presets and defaults are applied. Optional settings are
+// pointers, so that "not set" (take the preset's or the default value) differs
+// from an explicit zero. [Parse] turns a File into a [Config].
+type File struct {
+	Checks  map[string]*CheckSpec `yaml:"checks"`  // checks by name
+	Pools   []*PoolSpec           `yaml:"pools"`   // pools in file order
+	Metrics *MetricsSpec          `yaml:"metrics"` // metrics options
+}
+
+// CheckSpec is one entry of "checks" as written. See [Check] for the
+// effective settings and what each one means.
+type CheckSpec struct {
+	Preset              *string           `yaml:"preset"`
+	Protocol            *string           `yaml:"protocol"`
+	Port                *int              `yaml:"port"`
+	Path                *string           `yaml:"path"`
+	Method              *string           `yaml:"method"`
+	Interval            *Duration         `yaml:"interval"`
+	Timeout             *Duration         `yaml:"timeout"`
+	Rise                *int              `yaml:"rise"`
+	Fall                *int              `yaml:"fall"`
+	Window              *WindowSpec       `yaml:"window"`
+	HealthyStatus       *string           `yaml:"healthy_status"`
+	BodyContains        *string           `yaml:"body_contains"`
+	MaxBodyBytes        *int              `yaml:"max_body_bytes"`
+	Host                *string           `yaml:"host"`
+	SNI                 *string           `yaml:"sni"`
+	UserAgent           *string           `yaml:"user_agent"`
+	Headers             map[string]string `yaml:"headers"`
+	AuthToken           *AuthTokenSpec    `yaml:"auth_token"`
+	TLS                 *TLSSpec          `yaml:"tls"`
+	InitialState        *string           `yaml:"initial_state"`
+	FastRecheckInterval *Duration         `yaml:"fast_recheck_interval"`
+	UnhealthyInterval   *Duration         `yaml:"unhealthy_interval"`
+	Jitter              *Duration         `yaml:"jitter"`
+	TCPMode             *string           `yaml:"tcp_mode"`
+	SourceAddress       *string           `yaml:"source_address"`
+	IPFamily            *string           `yaml:"ip_family"`
+}
+
+// WindowSpec is a sliding-window evaluation as written (E2).
+type WindowSpec struct {
+	Size     *int `yaml:"size"`
+	Required *int `yaml:"required"`
+}
+
+// AuthTokenSpec says where the secret of the App Service probe token (H10)
+// is: exactly one of a file or an environment variable. The file holds no
+// secret itself.
+type AuthTokenSpec struct {
+	SecretFile *string `yaml:"secret_file"`
+	SecretEnv  *string `yaml:"secret_env"`
+}
+
+// TLSSpec holds the TLS settings of an HTTPS check as written.
+type TLSSpec struct {
+	CAFile             *string `yaml:"ca_file"`
+	CertFile           *string `yaml:"cert_file"`
+	KeyFile            *string `yaml:"key_file"`
+	ServerName         *string `yaml:"server_name"`
+	InsecureSkipVerify *bool   `yaml:"insecure_skip_verify"`
+}
+
+// PoolSpec is one entry of "pools" as written. See [Pool].
+type PoolSpec struct {
+	Name                *string   `yaml:"name"`
+	Check               *string   `yaml:"check"`
+	Targets             []string  `yaml:"targets"`
+	TargetsFile         *string   `yaml:"targets_file"`
+	Disabled            []string  `yaml:"disabled"`
+	MaxUnhealthyPercent *int      `yaml:"max_unhealthy_percent"`
+	FailOpen            *bool     `yaml:"fail_open"`
+	LatencyMargin       *Duration `yaml:"latency_margin"`
+}
+
+// MetricsSpec holds the metrics options as written.
+type MetricsSpec struct {
+	PerTarget *bool `yaml:"per_target"`
+}
+
+// Duration is a duration written as a Go duration string ("5s", "1m30s",
+// "250ms"). In a configuration it must be a whole number of milliseconds,
+// the scheduler's resolution.
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }

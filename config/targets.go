@@ -1,0 +1,305 @@
+package config
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Resolver looks up the addresses of a host name. *net.Resolver implements
+// it; tests inject a fake so that no test touches the network.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// targetKind tells the three forms of a target entry apart.
+type targetKind uint8
+
+const (
+	kindAddr  targetKind = iota // one IP address
+	kindBlock                   // a CIDR block: every address in it
+	kindHost                    // a host name, resolved at load time
+)
+
+// targetSpec is one parsed entry of targets, targets_file or disabled.
+type targetSpec struct {
+	kind   targetKind
+	addr   netip.Addr   // kindAddr
+	prefix netip.Prefix // kindBlock
+	name   string       // kindHost
+	port   uint16       // explicit port, 0 when the entry has none
+}
+
+// parseTargetSpec parses one target entry:
+//
+//	198.18.0.7          IPv4 or IPv6 address
+//	198.18.0.7:8080     address and port ("[2001:db8::1]:8080" for IPv6)
+//	198.18.0.0/24       CIDR block, every address in it
+//	api-1.internal      host name, resolved at load time
+//	api-1.internal:8080 host name and port
+//
+// IPv4-mapped IPv6 addresses are taken as IPv4. The error text names the
+// entry and what is wrong with it.
+func parseTargetSpec(s string) (targetSpec, error) {
+	if strings.Contains(s, "://") {
+		return targetSpec{}, fmt.Errorf("%q is not an IP address, CIDR block or host name (targets take no URL scheme)", s)
+	}
+	if strings.Contains(s, "/") {
+		pfx, err := netip.ParsePrefix(s)
+		if err != nil || pfx.Addr().Zone() != "" {
+			return targetSpec{}, fmt.Errorf("%q is not a valid CIDR block", s)
+		}
+		if pfx.Addr().Is4In6() {
+			if pfx.Bits() < 96 {
+				return targetSpec{}, fmt.Errorf("%q is not a valid CIDR block", s)
+			}
+			pfx = netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()-96)
+		}
+		if m := pfx.Masked(); m != pfx {
+			return targetSpec{}, fmt.Errorf("%q has host bits set; did you mean %s?", s, m)
+		}
+		return targetSpec{kind: kindBlock, prefix: pfx}, nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		if a.Zone() != "" {
+			return targetSpec{}, fmt.Errorf("%q has an IPv6 zone; zones are not supported", s)
+		}
+		return targetSpec{kind: kindAddr, addr: a.Unmap()}, nil
+	}
+	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
+		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil && a.Is6() && a.Zone() == "" {
+			return targetSpec{kind: kindAddr, addr: a.Unmap()}, nil
+		}
+		return targetSpec{}, fmt.Errorf("%q is not an IP address, CIDR block or host name", s)
+	}
+	host, portText, hasPort := s, "", false
+	if i := strings.LastIndexByte(s, ':'); i >= 0 {
+		host, portText, hasPort = s[:i], s[i+1:], true
+		if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+			host = host[1 : len(host)-1]
+		} else if strings.Contains(host, ":") {
+			return targetSpec{}, fmt.Errorf("%q is not an IP address, CIDR block or host name (write an IPv6 address with a port as [addr]:port)", s)
+		}
+	}
+	var port uint16
+	if hasPort {
+		n, err := strconv.ParseUint(portText, 10, 64)
+		if err != nil {
+			return targetSpec{}, fmt.Errorf("%q has a bad port %q", s, portText)
+		}
+		if n < 1 || n > 65535 {
+			return targetSpec{}, fmt.Errorf("%q has port %d, out of range 1..65535", s, n)
+		}
+		port = uint16(n)
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		if a.Zone() != "" {
+			return targetSpec{}, fmt.Errorf("%q has an IPv6 zone; zones are not supported", s)
+		}
+		if a.Is4() && strings.HasPrefix(s, "[") {
+			return targetSpec{}, fmt.Errorf("%q is not an IP address, CIDR block or host name", s)
+		}
+		return targetSpec{kind: kindAddr, addr: a.Unmap(), port: port}, nil
+	}
+	if !validHostName(host) {
+		return targetSpec{}, fmt.Errorf("%q is not an IP address, CIDR block or host name", s)
+	}
+	return targetSpec{kind: kindHost, name: strings.ToLower(strings.TrimSuffix(host, ".")), port: port}, nil
+}
+
+// blockSize returns the number of addresses in p and its text ("256",
+// "2^64"); n is only valid when the block has fewer than 2^62 addresses.
+func blockSize(p netip.Prefix) (n int, text string) {
+	bits := p.Addr().BitLen() - p.Bits()
+	if bits >= 62 {
+		return 0, "2^" + strconv.Itoa(bits)
+	}
+	n = 1 << bits
+	return n, strconv.Itoa(n)
+}
+
+// loc says where a target entry is, for error messages.
+type loc struct {
+	field  string // "pools[0].targets[2]" or "pools[0].targets_file"
+	prefix string // "targets.txt:3: " for lines of a targets file
+}
+
+func (l loc) errorf(format string, args ...any) error {
+	return &FieldError{Field: l.field, Msg: l.prefix + fmt.Sprintf(format, args...)}
+}
+
+func (l loc) wrap(err error, format string, args ...any) error {
+	return &FieldError{Field: l.field, Msg: l.prefix + fmt.Sprintf(format, args...) + ": " + err.Error(), Err: err}
+}
+
+// resolver resolves host names once per (name, family) during a load.
+type resolver struct {
+	r       Resolver
+	ctx     context.Context
+	timeout time.Duration
+	cache   map[string]netip.Addr
+}
+
+// lookup returns the one address sonde probes for name: the first address of
+// the preferred family in the resolver's answer.
+func (r *resolver) lookup(l loc, name string, fam IPFamily) (netip.Addr, error) {
+	key := fam.network() + " " + name
+	if a, ok := r.cache[key]; ok {
+		return a, nil
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
+	addrs, err := r.r.LookupNetIP(ctx, fam.network(), name)
+	cancel()
+	if err != nil {
+		return netip.Addr{}, l.wrap(err, "cannot resolve %q", name)
+	}
+	var v4, v6 netip.Addr
+	for _, a := range addrs {
+		a = a.Unmap().WithZone("")
+		switch {
+		case a.Is4() && !v4.IsValid():
+			v4 = a
+		case a.Is6() && !v6.IsValid():
+			v6 = a
+		}
+	}
+	var a netip.Addr
+	switch fam {
+	case IP4:
+		a = v4
+	case IP6:
+		a = v6
+	default:
+		a = v4
+		if !a.IsValid() {
+			a = v6
+		}
+	}
+	if !a.IsValid() {
+		what := map[IPFamily]string{IPAny: "IP", IP4: "IPv4", IP6: "IPv6"}[fam]
+		return netip.Addr{}, l.errorf("%q has no %s address", name, what)
+	}
+	if r.cache == nil {
+		r.cache = make(map[string]netip.Addr)
+	}
+	r.cache[key] = a
+	return a, nil
+}
+
+// endpointFunc receives the endpoints of one target entry. name is the host
+// name the entry gave, or "".
+type endpointFunc func(addr netip.Addr, port uint16, name string) error
+
+// expandSpec calls fn for every endpoint of one entry, with the port rule:
+// the entry's port, else the check's default port; a TCP check with neither
+// is an error. Addresses must match the family of the check's source address.
+func (x *expander) expandSpec(l loc, raw string, c *Check, fn endpointFunc) error {
+	ts, err := parseTargetSpec(strings.TrimSpace(raw))
+	if err != nil {
+		return l.errorf("%s", err.Error())
+	}
+	port := ts.port
+	if port == 0 {
+		if port = c.DefaultPort(); port == 0 {
+			return l.errorf("%q has no port and check %q has none (protocol tcp has no default port)", raw, c.Name)
+		}
+	}
+	switch ts.kind {
+	case kindAddr:
+		if err := checkFamily(l, ts.addr.String(), ts.addr, c); err != nil {
+			return err
+		}
+		return fn(ts.addr, port, "")
+	case kindHost:
+		fam := c.IPFamily
+		if src := c.SourceAddress; fam == IPAny && src.IsValid() {
+			// Probes leave from src: only its family can reach the target.
+			fam = map[bool]IPFamily{true: IP4, false: IP6}[src.Is4()]
+		}
+		a, err := x.dns.lookup(l, ts.name, fam)
+		if err != nil {
+			return err
+		}
+		if err := checkFamily(l, fmt.Sprintf("%s (%s)", ts.name, a), a, c); err != nil {
+			return err
+		}
+		return fn(a, port, ts.name)
+	}
+	p := ts.prefix
+	if err := checkFamily(l, "block "+p.String(), p.Addr(), c); err != nil {
+		return err
+	}
+	n, text := blockSize(p)
+	if n == 0 || n > x.limit {
+		return l.errorf("block %s has %s addresses, more than the limit of %d targets", p, text, x.limit)
+	}
+	if x.adding {
+		if total := len(x.entries) + n; total > x.limit {
+			return l.errorf("block %s brings the number of targets to %d, more than the limit of %d", p, total, x.limit)
+		}
+		x.entries = slices.Grow(x.entries, n)
+	}
+	a := p.Addr()
+	for range n {
+		if err := fn(a, port, ""); err != nil {
+			return err
+		}
+		a = a.Next()
+	}
+	return nil
+}
+
+// checkFamily rejects a target whose address family differs from the check's
+// source address.
+func checkFamily(l loc, what string, a netip.Addr, c *Check) error {
+	src := c.SourceAddress
+	if !src.IsValid() || src.Is4() == a.Is4() {
+		return nil
+	}
+	return l.errorf("%s is %s but source_address %s of check %q is %s", what, family(a), src, c.Name, family(src))
+}
+
+func family(a netip.Addr) string {
+	if a.Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+// expandFile calls expandSpec for every target line of a targets file: one
+// target per line; "#" starts a comment; blank lines are ignored.
+func (x *expander) expandFile(field, name string, c *Check, fn endpointFunc) error {
+	f, err := os.Open(resolvePath(x.dir, name))
+	if err != nil {
+		return &FieldError{Field: field, Msg: fmt.Sprintf("%q: %s", name, errText(err)), Err: err}
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	line := 0
+	for sc.Scan() {
+		line++
+		text, _, _ := strings.Cut(sc.Text(), "#")
+		text = strings.TrimSpace(text)
+		if text == "" {
+			continue
+		}
+		l := loc{field: field, prefix: name + ":" + strconv.Itoa(line) + ": "}
+		if err := x.expandSpec(l, text, c, fn); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return fieldErr(field, "%s:%d: line too long", name, line+1)
+		}
+		return &FieldError{Field: field, Msg: fmt.Sprintf("%q: %s", name, errText(err)), Err: err}
+	}
+	return nil
+}

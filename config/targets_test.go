@@ -1,0 +1,164 @@
+package config
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseTargetSpec(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    targetSpec
+		wantErr string
+	}{
+		{in: "198.18.0.7", want: targetSpec{kind: kindAddr, addr: netip.MustParseAddr("198.18.0.7")}},
+		{in: "2001:db8::1", want: targetSpec{kind: kindAddr, addr: netip.MustParseAddr("2001:db8::1")}},
+		{in: "::ffff:198.18.0.7", want: targetSpec{kind: kindAddr, addr: netip.MustParseAddr("198.18.0.7")}},
+		{in: "127.0.0.1:8080", want: targetSpec{kind: kindAddr, addr: netip.MustParseAddr("127.0.0.1"), port: 8080}},
+		{in: "[2001:db8::1]:443", want: targetSpec{kind: kindAddr, addr: netip.MustParseAddr("2001:db8::1"), port: 443}},
+		{in: "198.18.0.0/24", want: targetSpec{kind: kindBlock, prefix: netip.MustParsePrefix("198.18.0.0/24")}},
+		{in: "2001:db8::/120", want: targetSpec{kind: kindBlock, prefix: netip.MustParsePrefix("2001:db8::/120")}},
+		{in: "::ffff:10.0.0.0/120", want: targetSpec{kind: kindBlock, prefix: netip.MustParsePrefix("10.0.0.0/24")}},
+		{in: "api-1.internal", want: targetSpec{kind: kindHost, name: "api-1.internal"}},
+		{in: "API-1.Internal.:8443", want: targetSpec{kind: kindHost, name: "api-1.internal", port: 8443}},
+		{in: "localhost", want: targetSpec{kind: kindHost, name: "localhost"}},
+		{in: "10.0.0.300", wantErr: `"10.0.0.300" is not an IP address, CIDR block or host name`},
+		{in: "10.0.0.1:http", wantErr: `"10.0.0.1:http" has a bad port "http"`},
+		{in: "10.0.0.1:65536", wantErr: `"10.0.0.1:65536" has port 65536, out of range 1..65535`},
+		{in: "[::1]", want: targetSpec{kind: kindAddr, addr: netip.MustParseAddr("::1")}},
+		{in: "[10.0.0.1]", wantErr: `"[10.0.0.1]" is not an IP address, CIDR block or host name`},
+		{in: "[10.0.0.1]:80", wantErr: `"[10.0.0.1]:80" is not an IP address, CIDR block or host name`},
+		{in: "fe80::1%eth0", wantErr: `"fe80::1%eth0" has an IPv6 zone; zones are not supported`},
+		{in: "10.0.0.1/24", wantErr: `"10.0.0.1/24" has host bits set; did you mean 10.0.0.0/24?`},
+		{in: "10.0.0.0/33", wantErr: `"10.0.0.0/33" is not a valid CIDR block`},
+		{in: "http://example.com", wantErr: `"http://example.com" is not an IP address, CIDR block or host name (targets take no URL scheme)`},
+		{in: "my host", wantErr: `"my host" is not an IP address, CIDR block or host name`},
+		{in: "-bad.internal", wantErr: `"-bad.internal" is not an IP address, CIDR block or host name`},
+		{in: "", wantErr: `"" is not an IP address, CIDR block or host name`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := parseTargetSpec(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("parseTargetSpec(%q) error = %v, want %q", tt.in, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseTargetSpec(%q): %v", tt.in, err)
+			}
+			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(targetSpec{}), cmp.Comparer(func(a, b netip.Addr) bool { return a == b }), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+				t.Errorf("parseTargetSpec(%q) (-want +got):\n%s", tt.in, diff)
+			}
+		})
+	}
+}
+
+// endpoints lists the endpoints of a pool's members, with the host name of
+// targets that have one.
+func endpoints(cfg *Config, pool int) []string {
+	var out []string
+	for _, id := range cfg.Pools[pool].Members {
+		s := cfg.Targets[id].AddrPort().String()
+		if h, ok := cfg.Hostnames[id]; ok {
+			s = h + "=" + s
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestTargetExpansion(t *testing.T) {
+	tests := []struct {
+		name    string
+		check   string
+		targets string
+		want    []string
+	}{
+		{name: "ipv4 block includes network and broadcast", check: "{protocol: tcp, port: 22}", targets: `["198.18.0.0/30"]`,
+			want: []string{"198.18.0.0:22", "198.18.0.1:22", "198.18.0.2:22", "198.18.0.3:22"}},
+		{name: "ipv6 block", check: "{protocol: tcp, port: 22}", targets: `["2001:db8::/126"]`,
+			want: []string{"[2001:db8::]:22", "[2001:db8::1]:22", "[2001:db8::2]:22", "[2001:db8::3]:22"}},
+		{name: "single address block", check: "{protocol: tcp, port: 22}", targets: `["198.18.0.9/32"]`, want: []string{"198.18.0.9:22"}},
+		{name: "explicit port wins over check port", check: "{protocol: http, port: 8080}", targets: `["127.0.0.1", "127.0.0.2:9090"]`,
+			want: []string{"127.0.0.1:8080", "127.0.0.2:9090"}},
+		{name: "http default port", check: "{protocol: http}", targets: `["127.0.0.1"]`, want: []string{"127.0.0.1:80"}},
+		{name: "https default port", check: "{protocol: https}", targets: `["[::1]"]`, want: []string{"[::1]:443"}},
+		{name: "tcp target ports", check: "{protocol: tcp}", targets: `["127.0.0.1:22", "[::1]:23"]`, want: []string{"127.0.0.1:22", "[::1]:23"}},
+		{name: "host name prefers ipv4", check: "{protocol: http}", targets: `["api-1.internal"]`, want: []string{"api-1.internal=198.18.1.10:80"}},
+		{name: "host name ip6", check: "{protocol: http, ip_family: ip6}", targets: `["api-1.internal:8080"]`, want: []string{"api-1.internal=[2001:db8::10]:8080"}},
+		{name: "host name ip4", check: "{protocol: http, ip_family: ip4}", targets: `["api-1.internal"]`, want: []string{"api-1.internal=198.18.1.10:80"}},
+		{name: "host name falls back to ipv6", check: "{protocol: http}", targets: `["v6only.test"]`, want: []string{"v6only.test=[2001:db8::6]:80"}},
+		{name: "host name family follows source address", check: `{protocol: http, source_address: "::1"}`, targets: `["api-1.internal"]`, want: []string{"api-1.internal=[2001:db8::10]:80"}},
+		{name: "repeats within a pool are one member", check: "{protocol: tcp, port: 22}", targets: `["198.18.0.1", "198.18.0.0/31", "198.18.0.1:22"]`,
+			want: []string{"198.18.0.1:22", "198.18.0.0:22"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := mustParse(t, "checks: {c: "+tt.check+"}\npools: [{name: p, check: c, targets: "+tt.targets+"}]\n", "")
+			if diff := cmp.Diff(tt.want, endpoints(cfg, 0)); diff != "" {
+				t.Errorf("members (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestMaxTargets(t *testing.T) {
+	yaml := "checks: {c: {protocol: tcp, port: 22}}\npools: [{name: p, check: c, targets: [127.0.0.0/29, 127.0.1.0/29, 127.0.2.1]}]\n"
+	opt := testOptions()
+	opt.MaxTargets = 17
+	if _, err := Parse([]byte(yaml), "", opt); err != nil {
+		t.Fatalf("17 targets with limit 17: %v", err)
+	}
+	opt.MaxTargets = 16
+	_, err := Parse([]byte(yaml), "", opt)
+	want := `pools[0].targets[2]: "127.0.2.1" brings the number of targets over the limit of 16`
+	if err == nil || err.Error() != want {
+		t.Errorf("limit 16: error %v, want %q", err, want)
+	}
+	opt.MaxTargets = 10
+	_, err = Parse([]byte(yaml), "", opt)
+	want = `pools[0].targets[1]: block 127.0.1.0/29 brings the number of targets to 16, more than the limit of 10`
+	if err == nil || err.Error() != want {
+		t.Errorf("limit 10: error %v, want %q", err, want)
+	}
+}
+
+func TestDisabledEntries(t *testing.T) {
+	cfg := mustParse(t, `checks: {c: {protocol: http}}
+pools:
+  - name: p
+    check: c
+    targets: ["198.18.0.0/29", "api-2.internal"]
+    disabled: ["198.18.0.0/30", "198.18.0.7:80", "alias.internal"]
+`, "")
+	var got []string
+	for _, id := range cfg.Pools[0].Disabled {
+		got = append(got, cfg.Targets[id].AddrPort().String())
+	}
+	want := []string{"198.18.0.0:80", "198.18.0.1:80", "198.18.0.2:80", "198.18.0.3:80", "198.18.0.7:80", "198.18.1.20:80"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("disabled (-want +got):\n%s", diff)
+	}
+}
+
+func TestTargetsFileLimits(t *testing.T) {
+	dir := t.TempDir()
+	long := strings.Repeat("a", 70000)
+	writeFile(t, dir, "t.txt", "127.0.0.1\n"+long+"\n")
+	_, err := Parse([]byte("checks: {c: {protocol: http}}\npools: [{name: p, check: c, targets_file: t.txt}]\n"), dir, testOptions())
+	want := "pools[0].targets_file: t.txt:2: line too long"
+	if err == nil || err.Error() != want {
+		t.Errorf("error %v, want %q", err, want)
+	}
+	writeFile(t, dir, "empty.txt", "# nothing\n\n")
+	_, err = Parse([]byte("checks: {c: {protocol: http}}\npools: [{name: p, check: c, targets_file: empty.txt}]\n"), dir, testOptions())
+	want = `pools[0].targets_file: "empty.txt" lists no targets`
+	if err == nil || err.Error() != want {
+		t.Errorf("error %v, want %q", err, want)
+	}
+}
