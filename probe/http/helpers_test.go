@@ -1,0 +1,217 @@
+package http
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sondeprobe/sonde/probe"
+)
+
+// testCert is a self-signed certificate that is its own CA.
+type testCert struct {
+	cert     tls.Certificate
+	notAfter time.Time
+	caFile   string // PEM of the certificate
+	keyFile  string // PEM of its key
+}
+
+// newCert returns a certificate for the names and 127.0.0.1, valid for d.
+func newCert(t *testing.T, d time.Duration, names ...string) testCert {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	notAfter := time.Now().Add(d).UTC().Truncate(time.Second)
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: "sonde test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              notAfter,
+		DNSNames:              names,
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tc := testCert{
+		notAfter: notAfter,
+		caFile:   filepath.Join(dir, "cert.pem"),
+		keyFile:  filepath.Join(dir, "key.pem"),
+	}
+	writePEM(t, tc.caFile, "CERTIFICATE", der)
+	writePEM(t, tc.keyFile, "EC PRIVATE KEY", keyDER)
+	tc.cert, err = tls.LoadX509KeyPair(tc.caFile, tc.keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// server is an httptest server that records what probes sent.
+type server struct {
+	*httptest.Server
+	mu       sync.Mutex
+	requests []*http.Request // cloned, without body
+	sni      []string        // ServerName of each ClientHello
+	newConns int             // connections seen in StateNew
+}
+
+// newServer starts a loopback server running h. With cert set it serves
+// HTTPS with that certificate, after applying configure to its TLS config.
+func newServer(t *testing.T, h http.HandlerFunc, cert *testCert, configure ...func(*tls.Config)) *server {
+	t.Helper()
+	s := &server{}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.requests = append(s.requests, r.Clone(context.Background()))
+		s.mu.Unlock()
+		h(w, r)
+	}))
+	s.Config.ErrorLog = log.New(io.Discard, "", 0) // handshake failures are expected
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			s.mu.Lock()
+			s.newConns++
+			s.mu.Unlock()
+		}
+	}
+	if cert == nil {
+		s.Start()
+	} else {
+		s.TLS = &tls.Config{
+			Certificates: []tls.Certificate{cert.cert},
+			GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+				s.mu.Lock()
+				s.sni = append(s.sni, hello.ServerName)
+				s.mu.Unlock()
+				return nil, nil
+			},
+		}
+		for _, f := range configure {
+			f(s.TLS)
+		}
+		s.StartTLS()
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *server) target() probe.Target {
+	return probe.Target{
+		Addr: netip.MustParseAddr("127.0.0.1"),
+		Port: s.Listener.Addr().(*net.TCPAddr).AddrPort().Port(),
+	}
+}
+
+func (s *server) lastRequest(t *testing.T) *http.Request {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.requests) == 0 {
+		t.Fatal("server saw no request")
+	}
+	return s.requests[len(s.requests)-1]
+}
+
+func (s *server) stats() (requests, newConns int, sni []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.requests), s.newConns, append([]string(nil), s.sni...)
+}
+
+// rawServer listens on 127.0.0.1:0 and runs serve for every connection.
+func rawServer(t *testing.T, serve func(c *net.TCPConn)) probe.Target {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.AcceptTCP()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				serve(c)
+			})
+		}
+	})
+	return probe.Target{Addr: netip.MustParseAddr("127.0.0.1"), Port: uint16(ln.Addr().(*net.TCPAddr).Port)}
+}
+
+// readRequest reads an HTTP request head from c.
+func readRequest(c net.Conn) (*http.Request, error) {
+	return http.ReadRequest(bufio.NewReader(c))
+}
+
+// closedPort returns a loopback port with no listener.
+func closedPort(t *testing.T) probe.Target {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	return probe.Target{Addr: netip.MustParseAddr("127.0.0.1"), Port: port}
+}
+
+// mustNew builds a prober or fails the test.
+func mustNew(t testing.TB, o Options) *Prober {
+	t.Helper()
+	p, err := New(o)
+	if err != nil {
+		t.Fatalf("New(%+v): %v", o, err)
+	}
+	return p
+}
+
+// report runs one probe with a 5 s deadline (a safety net: every test
+// that waits for a deadline sets its own, shorter one).
+func report(t *testing.T, p *Prober, tg probe.Target) probe.Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	return p.Report(ctx, tg)
+}

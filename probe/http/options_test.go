@@ -1,0 +1,85 @@
+package http
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+)
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		opts Options
+		want string // error text, "" = valid
+	}{
+		{"zero value", Options{}, ""},
+		{"full https", Options{Scheme: "https", Method: "HEAD", Path: "/h?x=1#frag", Host: "a.test:8443", SNI: "a.test",
+			Headers: http.Header{"X-A": {"b"}}, TLS: TLSOptions{CertFile: "c", KeyFile: "k"}}, ""},
+		{"scheme", Options{Scheme: "ftp"}, `invalid http probe options: scheme "ftp": want http or https`},
+		{"method", Options{Method: "POST"}, `invalid http probe options: method "POST": want GET or HEAD`},
+		{"lowercase method", Options{Method: "get"}, `invalid http probe options: method "get": want GET or HEAD`},
+		{"path without slash", Options{Path: "health"}, `invalid http probe options: path "health": want a path starting with one /, without spaces or control characters`},
+		{"path with authority", Options{Path: "//evil/x"}, `invalid http probe options: path "//evil/x": want a path starting with one /, without spaces or control characters`},
+		{"path with space", Options{Path: "/a b"}, `invalid http probe options: path "/a b": want a path starting with one /, without spaces or control characters`},
+		{"negative body bound", Options{MaxBodyBytes: -1}, `invalid http probe options: max body bytes -1: want 0 (default) or more`},
+		{"body longer than bound", Options{Body: "abcdef", MaxBodyBytes: 5}, `invalid http probe options: body match of 6 bytes is longer than max body bytes 5`},
+		{"body with HEAD", Options{Method: "HEAD", Body: "ok"}, `invalid http probe options: body match needs method GET: a HEAD response has no body`},
+		{"host with path", Options{Host: "a.test/x"}, `invalid http probe options: host "a.test/x": want host or host:port`},
+		{"host with CRLF", Options{Host: "a.test\r\nX: y"}, `invalid http probe options: host "a.test\r\nX: y": want host or host:port`},
+		{"sni is an IP", Options{Scheme: "https", SNI: "10.0.0.1"}, `invalid http probe options: sni "10.0.0.1": want a DNS name (TLS sends no IP addresses)`},
+		{"sni with port", Options{Scheme: "https", SNI: "a.test:443"}, `invalid http probe options: sni "a.test:443": want a DNS name (TLS sends no IP addresses)`},
+		{"user agent with newline", Options{UserAgent: "a\nb"}, `invalid http probe options: user agent "a\nb" contains control characters`},
+		{"tls on http", Options{TLS: TLSOptions{InsecureSkipVerify: true}}, `invalid http probe options: tls settings and sni need scheme https`},
+		{"cert without key", Options{Scheme: "https", TLS: TLSOptions{CertFile: "c"}}, `invalid http probe options: tls client certificate and key must be given together`},
+		{"bad header name", Options{Headers: http.Header{"X A": {"b"}}}, `invalid http probe options: header name "X A" is not a valid token`},
+		{"host header", Options{Headers: http.Header{"host": {"b"}}}, `invalid http probe options: header "host" has its own setting`},
+		{"token header", Options{Headers: http.Header{"X-Ms-Auth-Internal-Token": {"b"}}}, `invalid http probe options: header "X-Ms-Auth-Internal-Token" has its own setting`},
+		{"header value CRLF", Options{Headers: http.Header{"X-A": {"b\r\nc"}}}, `invalid http probe options: header "X-A" value contains control characters`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.opts.Validate()
+			got := ""
+			if err != nil {
+				got = err.Error()
+				if !errors.Is(err, ErrInvalidOptions) {
+					t.Errorf("error %v does not wrap ErrInvalidOptions", err)
+				}
+			}
+			if got != tt.want {
+				t.Errorf("Validate() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewLoadsTLSFiles(t *testing.T) {
+	tests := []struct {
+		name string
+		tls  TLSOptions
+	}{
+		{"missing ca file", TLSOptions{CAFile: "/nonexistent/ca.pem"}},
+		{"ca file without PEM", TLSOptions{CAFile: "/dev/null"}},
+		{"missing client cert", TLSOptions{CertFile: "/nonexistent/c.pem", KeyFile: "/nonexistent/k.pem"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := New(Options{Scheme: "https", TLS: tt.tls}); err == nil {
+				t.Error("New succeeded, want an error")
+			}
+		})
+	}
+}
+
+func TestWithDefaults(t *testing.T) {
+	o := Options{}.WithDefaults()
+	if o.Scheme != "http" || o.Method != "GET" || o.Path != "/" || o.MaxBodyBytes != 65536 ||
+		o.UserAgent != DefaultUserAgent || o.Healthy == nil {
+		t.Errorf("defaults %+v", o)
+	}
+	for code, want := range map[int]bool{199: false, 200: true, 299: true, 300: false} {
+		if o.Healthy.Contains(code) != want {
+			t.Errorf("default healthy set contains %d = %v, want %v", code, !want, want)
+		}
+	}
+}

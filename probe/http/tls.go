@@ -1,0 +1,94 @@
+package http
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http/httptrace"
+	"os"
+	"time"
+)
+
+// loadTLSConfig builds the client TLS configuration of o.TLS, reading its
+// files. ServerName is left for each probe to set.
+func loadTLSConfig(o TLSOptions) (*tls.Config, error) {
+	cfg := &tls.Config{
+		InsecureSkipVerify: o.InsecureSkipVerify, //nolint:gosec // a user's explicit choice
+		NextProtos:         []string{"http/1.1"},
+	}
+	if o.CAFile != "" {
+		pem, err := os.ReadFile(o.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("read ca file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("ca file %s: no PEM certificate found", o.CAFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if o.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load client certificate %s: %w", o.CertFile, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// tlsConfigFor returns the TLS configuration for server name name: the
+// shared one when the prober's name is fixed, a copy otherwise.
+func (p *Prober) tlsConfigFor(name string) *tls.Config {
+	if p.tlsFixed {
+		return p.tls
+	}
+	cfg := p.tls.Clone()
+	cfg.ServerName = name
+	return cfg
+}
+
+// handshakeError marks an error of the TLS handshake, so that classification
+// does not have to guess the phase.
+type handshakeError struct{ err error }
+
+func (e *handshakeError) Error() string { return "tls handshake: " + e.err.Error() }
+func (e *handshakeError) Unwrap() error { return e.err }
+
+// handshake runs a TLS handshake over c for server name name, calls the
+// trace's TLS hooks, and returns the TLS connection and the earliest expiry
+// of the certificates the server presented (also on a verification error).
+// c's deadline bounds the handshake.
+func (p *Prober) handshake(trace *httptrace.ClientTrace, c net.Conn, name string) (*tls.Conn, time.Time, error) {
+	tc := tls.Client(c, p.tlsConfigFor(name))
+	if trace.TLSHandshakeStart != nil {
+		trace.TLSHandshakeStart()
+	}
+	err := tc.Handshake()
+	state := tc.ConnectionState()
+	if trace.TLSHandshakeDone != nil {
+		trace.TLSHandshakeDone(state, err)
+	}
+	if err != nil {
+		var verr *tls.CertificateVerificationError
+		var expiry time.Time
+		if errors.As(err, &verr) {
+			expiry = earliestExpiry(verr.UnverifiedCertificates)
+		}
+		return nil, expiry, &handshakeError{err}
+	}
+	return tc, earliestExpiry(state.PeerCertificates), nil
+}
+
+// earliestExpiry returns the earliest NotAfter of certs, zero for none.
+func earliestExpiry(certs []*x509.Certificate) time.Time {
+	var t time.Time
+	for _, c := range certs {
+		if t.IsZero() || c.NotAfter.Before(t) {
+			t = c.NotAfter
+		}
+	}
+	return t
+}

@@ -1,0 +1,312 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultConcurrency is the number of probes [Workers] run at once when
+// [WorkersOptions.Concurrency] is zero.
+const DefaultConcurrency = 256
+
+// ErrWorkersStarted is returned by [Workers.Run] when the pool already ran.
+var ErrWorkersStarted = errors.New("workers already started")
+
+// WorkersOptions configure [NewWorkers]. Prober, Target, Sink and Now are
+// required; the other fields have defaults.
+type WorkersOptions struct {
+	// Prober runs the probes. When it is also a [Reporter], Report is called
+	// instead of Probe so that OnReport sees the detail.
+	Prober Prober
+	// Target returns the destination of the target with the given id. It is
+	// called on worker goroutines and must be safe for concurrent use.
+	Target func(id uint32) Target
+	// Sink receives one Result for every probe that ran to its end.
+	Sink Sink
+	// Now returns the scheduler's monotonic nanoseconds, the time base of
+	// Request.Sent, Request.Deadline and Result.Done.
+	Now func() int64
+	// Concurrency is the number of worker goroutines, so the largest number
+	// of probes in flight. Zero means DefaultConcurrency.
+	Concurrency int
+	// OnReport, when not nil, is called on the worker goroutine after every
+	// probe, before the Result goes to Sink. r is valid only during the call.
+	OnReport func(id uint32, r *Report)
+}
+
+// WorkerStats are the counters of a [Workers] pool. Counters only grow;
+// InFlight and Pending are current values.
+type WorkerStats struct {
+	Queued      uint64 // requests accepted by Launch
+	Started     uint64 // probes started
+	Delivered   uint64 // results handed to the Sink
+	SkippedLate uint64 // requests whose deadline had passed when a worker took them
+	Abandoned   uint64 // requests dropped because the pool stopped: still queued, launched after the stop, or cut short by it
+	InFlight    int64  // probes running now
+	Pending     int64  // requests waiting in the queue now
+}
+
+// Workers runs one-shot probes ([Prober]) for the scheduler: it is a
+// [Launcher] that queues requests and runs them on a fixed pool of
+// goroutines, so the number of goroutines depends on Concurrency, not on the
+// number of targets or probes.
+//
+// Ownership: [Workers.Launch] may be called from any goroutine (scheduler
+// shards); it only appends to the queue. [Workers.Run] owns the worker
+// goroutines: it starts them, and they live until Run's context is done.
+// Each worker owns the probe it runs and calls OnReport and Sink.Deliver.
+// [Workers.Stats] may be called from any goroutine.
+//
+// Queue policy: the queue is unbounded, so Launch never blocks on probes and
+// never loses a request. Its length is bounded in practice by the scheduler,
+// which has at most about one outstanding request per target (24 bytes
+// each); its memory is released when it drains after growing beyond
+// 65536 requests. A request whose deadline has passed when a worker takes it
+// is skipped and counted (the scheduler has timed it out already).
+type Workers struct {
+	prober   Prober
+	reporter Reporter // prober as a Reporter, or nil
+	target   func(uint32) Target
+	sink     Sink
+	now      func() int64
+	onReport func(uint32, *Report)
+	n        int
+
+	mu    sync.Mutex
+	cond  sync.Cond // signalled when the queue gains requests or the pool stops
+	q     requestRing
+	idle  int // workers waiting on cond
+	state poolState
+
+	queued, started, delivered, skippedLate, abandoned atomic.Uint64
+	inFlight, pending                                  atomic.Int64
+}
+
+type poolState uint8
+
+const (
+	poolNew poolState = iota
+	poolRunning
+	poolStopped
+)
+
+var _ Launcher = (*Workers)(nil)
+
+// NewWorkers returns a pool for o. Probes start once [Workers.Run] runs;
+// requests launched before are queued.
+func NewWorkers(o WorkersOptions) (*Workers, error) {
+	switch {
+	case o.Prober == nil:
+		return nil, errors.New("new workers: prober is nil")
+	case o.Target == nil:
+		return nil, errors.New("new workers: target function is nil")
+	case o.Sink == nil:
+		return nil, errors.New("new workers: sink is nil")
+	case o.Now == nil:
+		return nil, errors.New("new workers: now function is nil")
+	case o.Concurrency < 0:
+		return nil, fmt.Errorf("new workers: concurrency %d is negative", o.Concurrency)
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	w := &Workers{
+		prober:   o.Prober,
+		target:   o.Target,
+		sink:     o.Sink,
+		now:      o.Now,
+		onReport: o.OnReport,
+		n:        o.Concurrency,
+	}
+	w.reporter, _ = o.Prober.(Reporter)
+	w.cond.L = &w.mu
+	return w, nil
+}
+
+// Launch queues batch for the workers and returns at once. lane is not used:
+// all lanes share one queue. After the pool stopped, requests are counted as
+// abandoned and dropped.
+func (w *Workers) Launch(_ int, batch []Request) {
+	if len(batch) == 0 {
+		return
+	}
+	w.mu.Lock()
+	if w.state == poolStopped {
+		w.mu.Unlock()
+		w.abandoned.Add(uint64(len(batch)))
+		return
+	}
+	for _, r := range batch {
+		w.q.push(r)
+	}
+	w.pending.Add(int64(len(batch)))
+	wake := min(w.idle, len(batch))
+	w.mu.Unlock()
+	w.queued.Add(uint64(len(batch)))
+	for range wake {
+		w.cond.Signal()
+	}
+}
+
+// Run starts the worker goroutines and blocks until ctx is done and every
+// worker has returned. Probes in flight see ctx cancelled; their results and
+// the requests still queued are dropped and counted as abandoned. Run may be
+// called once; it returns ErrWorkersStarted after that, and nil otherwise.
+func (w *Workers) Run(ctx context.Context) error {
+	w.mu.Lock()
+	if w.state != poolNew {
+		w.mu.Unlock()
+		return ErrWorkersStarted
+	}
+	w.state = poolRunning
+	w.mu.Unlock()
+
+	stop := context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		w.state = poolStopped
+		w.mu.Unlock()
+		w.cond.Broadcast()
+	})
+	defer stop()
+
+	var wg sync.WaitGroup
+	for range w.n {
+		wg.Go(func() { w.work(ctx) })
+	}
+	wg.Wait()
+
+	w.mu.Lock()
+	w.state = poolStopped // workers may have seen ctx before the AfterFunc ran
+	left := w.q.len()
+	w.q = requestRing{}
+	w.pending.Add(-int64(left))
+	w.mu.Unlock()
+	w.abandoned.Add(uint64(left))
+	return nil
+}
+
+// Stats returns the pool's counters.
+func (w *Workers) Stats() WorkerStats {
+	return WorkerStats{
+		Queued:      w.queued.Load(),
+		Started:     w.started.Load(),
+		Delivered:   w.delivered.Load(),
+		SkippedLate: w.skippedLate.Load(),
+		Abandoned:   w.abandoned.Load(),
+		InFlight:    w.inFlight.Load(),
+		Pending:     w.pending.Load(),
+	}
+}
+
+// work is one worker goroutine's loop. rep is reused from probe to probe.
+func (w *Workers) work(ctx context.Context) {
+	var rep Report
+	for {
+		req, ok := w.next()
+		if !ok {
+			return
+		}
+		if ctx.Err() != nil { // stopping: the pool state may not say so yet
+			w.abandoned.Add(1)
+			return
+		}
+		w.run(ctx, req, &rep)
+	}
+}
+
+// next waits for a request; it returns false when the pool stops.
+func (w *Workers) next() (Request, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.q.len() == 0 && w.state == poolRunning {
+		w.idle++
+		w.cond.Wait()
+		w.idle--
+	}
+	if w.state != poolRunning {
+		return Request{}, false
+	}
+	w.pending.Add(-1)
+	return w.q.pop(), true
+}
+
+// run probes one request and delivers its result.
+func (w *Workers) run(ctx context.Context, req Request, rep *Report) {
+	now := w.now()
+	if now >= req.Deadline {
+		w.skippedLate.Add(1)
+		return
+	}
+	w.started.Add(1)
+	w.inFlight.Add(1)
+	defer w.inFlight.Add(-1)
+
+	pctx, cancel := context.WithTimeout(ctx, time.Duration(req.Deadline-now))
+	*rep = w.probe(pctx, w.target(req.ID))
+	cancel()
+	if ctx.Err() != nil && !rep.Outcome.Healthy() {
+		// The failure may be the shutdown's doing: not a verdict on the target.
+		w.abandoned.Add(1)
+		return
+	}
+	rep.ID, rep.Gen, rep.Done = req.ID, req.Gen, w.now()
+	if w.onReport != nil {
+		w.onReport(req.ID, rep)
+	}
+	w.sink.Deliver(rep.Result)
+	w.delivered.Add(1)
+}
+
+// probe runs the prober, through Report when it has one.
+func (w *Workers) probe(ctx context.Context, t Target) Report {
+	if w.reporter != nil {
+		return w.reporter.Report(ctx, t)
+	}
+	return Report{Result: w.prober.Probe(ctx, t)}
+}
+
+// shrinkAbove is the capacity beyond which an emptied queue frees its memory.
+const shrinkAbove = 1 << 16
+
+// requestRing is a growable FIFO ring of requests. Its capacity is zero or a
+// power of two. It is not safe for concurrent use.
+type requestRing struct {
+	buf  []Request
+	head int
+	n    int
+}
+
+func (r *requestRing) len() int { return r.n }
+
+func (r *requestRing) push(x Request) {
+	if r.n == len(r.buf) {
+		r.grow()
+	}
+	r.buf[(r.head+r.n)&(len(r.buf)-1)] = x
+	r.n++
+}
+
+func (r *requestRing) pop() Request {
+	x := r.buf[r.head]
+	r.head = (r.head + 1) & (len(r.buf) - 1)
+	r.n--
+	if r.n == 0 {
+		r.head = 0
+		if len(r.buf) > shrinkAbove {
+			r.buf = nil
+		}
+	}
+	return x
+}
+
+func (r *requestRing) grow() {
+	size := max(2*len(r.buf), 256)
+	buf := make([]Request, size)
+	k := copy(buf, r.buf[r.head:])
+	copy(buf[k:], r.buf[:r.head])
+	r.buf, r.head = buf, 0
+}
