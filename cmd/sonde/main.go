@@ -3,6 +3,7 @@
 // Usage:
 //
 //	sonde config check [-json] FILE
+//	sonde scan -port P[,P2…] [-rate PPS] [-timeout D] [-json] TARGET…
 //	sonde version
 package main
 
@@ -44,6 +45,7 @@ const usage = `sonde is a health prober for large fleets.
 
 Usage:
   sonde config check [-json] FILE   validate a config and print its effective settings and windows
+  sonde scan -port P[,P…] TARGET…   sweep addresses once with the SYN prober (needs CAP_NET_RAW)
   sonde version                     print version and capabilities
 
 Run "sonde COMMAND -h" for a command's flags.

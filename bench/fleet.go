@@ -1,0 +1,399 @@
+// Package bench builds private test fleets and measures sonde against them.
+//
+// A [Fleet] is two network namespaces joined by a veth pair: the prober side,
+// which has one address, no default route and a route for the fleet prefixes
+// via the veth, and the fleet side, which answers for whole prefixes through
+// AnyIP local routes (`ip route add local PREFIX dev lo`). Firewall rules on the
+// fleet side drop or reject known subsets of addresses, so the ground truth of
+// every address is known: listening port → success, Reject → refused (TCP
+// RST), Unreachable → unreachable (ICMP), Drop → timeout. Nothing leaves the
+// namespaces the fleet creates.
+//
+// Building a fleet needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the ip,
+// ethtool and nft commands.
+package bench
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrNotRoot is returned by [NewFleet] when the process lacks the privileges to
+// create network namespaces.
+var ErrNotRoot = errors.New("building a test fleet needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN)")
+
+// Default addresses of a fleet. The fleet prefix is from 198.18.0.0/15, the
+// range reserved for benchmarking (RFC 2544); the veth link uses TEST-NET-1 and
+// the IPv6 documentation prefix, so no address can be mistaken for a real one.
+var (
+	DefaultPrefix     = netip.MustParsePrefix("198.18.0.0/16")
+	DefaultPrefix6    = netip.MustParsePrefix("2001:db8:5eed::/112")
+	proberLinkAddr    = netip.MustParsePrefix("192.0.2.1/30")
+	fleetLinkAddr     = netip.MustParsePrefix("192.0.2.2/30")
+	proberLinkAddr6   = netip.MustParsePrefix("2001:db8:ffff::1/64")
+	fleetLinkAddr6    = netip.MustParsePrefix("2001:db8:ffff::2/64")
+	errEmptyNamespace = errors.New("empty namespace name")
+)
+
+// FleetConfig describes a fleet. The zero value is a fleet answering for
+// [DefaultPrefix] with no listener (every probe is refused by the kernel).
+type FleetConfig struct {
+	// Prefix is the IPv4 prefix the fleet answers for; default DefaultPrefix.
+	// It must not contain 192.0.2.0/30, the veth link's addresses.
+	Prefix netip.Prefix
+	// Prefix6 is an optional IPv6 prefix the fleet also answers for, for
+	// example DefaultPrefix6. The zero value means no IPv6 fleet.
+	Prefix6 netip.Prefix
+	// Listen are TCP ports with a listener on every fleet address.
+	Listen []uint16
+	// Drop are addresses (or prefixes) whose packets the fleet silently drops.
+	Drop []netip.Prefix
+	// Reject are addresses answered with a TCP RST by a firewall rule, on every
+	// port including the listening ones.
+	Reject []netip.Prefix
+	// Unreachable are addresses answered with ICMP host-unreachable. ICMP rate
+	// limits are lifted inside the fleet namespace so every probe gets one.
+	Unreachable []netip.Prefix
+	// KeepOffloads leaves TSO/GSO/GRO on on the prober's veth. By default they
+	// are turned off, because capture through AF_PACKET loses replies with
+	// generic segmentation offloads on a veth.
+	KeepOffloads bool
+}
+
+// Fleet is a running test fleet. Its fields are read-only. Close removes it.
+type Fleet struct {
+	ProberNS   string     // network namespace of the prober side
+	FleetNS    string     // network namespace answering for the fleet
+	ProberLink string     // veth interface name in ProberNS
+	FleetLink  string     // veth interface name in FleetNS
+	ProberAddr netip.Addr // the prober's IPv4 source address
+	// ProberAddr6 is the prober's IPv6 source address, valid when the fleet
+	// has an IPv6 prefix.
+	ProberAddr6 netip.Addr
+	Prefix      netip.Prefix // IPv4 prefix answered by the fleet
+	Prefix6     netip.Prefix // IPv6 prefix answered by the fleet, if any
+	// GatewayMAC is the MAC address of the fleet side of the veth: the next
+	// hop of every fleet address, for senders that write Ethernet frames.
+	GatewayMAC net.HardwareAddr
+
+	mu        sync.Mutex
+	listeners []net.Listener
+	wg        sync.WaitGroup
+	closed    bool
+}
+
+// NewFleet creates a fleet. On error everything created so far is removed.
+func NewFleet(cfg FleetConfig) (*Fleet, error) {
+	if os.Geteuid() != 0 {
+		return nil, ErrNotRoot
+	}
+	for _, tool := range []string{"ip", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("fleet needs the %s command: %w", tool, err)
+		}
+	}
+	if !cfg.Prefix.IsValid() {
+		cfg.Prefix = DefaultPrefix
+	}
+	if !cfg.Prefix.Addr().Is4() {
+		return nil, fmt.Errorf("fleet prefix %s is not IPv4", cfg.Prefix)
+	}
+	if cfg.Prefix.Overlaps(proberLinkAddr.Masked()) {
+		return nil, fmt.Errorf("fleet prefix %s overlaps the link network %s", cfg.Prefix, proberLinkAddr.Masked())
+	}
+	if cfg.Prefix6.IsValid() && (cfg.Prefix6.Addr().Is4() || cfg.Prefix6.Overlaps(proberLinkAddr6.Masked())) {
+		return nil, fmt.Errorf("fleet prefix6 %s must be IPv6 outside %s", cfg.Prefix6, proberLinkAddr6.Masked())
+	}
+	id := uniqueID()
+	f := &Fleet{
+		ProberNS:   "sonde-" + id + "-p",
+		FleetNS:    "sonde-" + id + "-f",
+		ProberLink: "sp" + id,
+		FleetLink:  "sf" + id,
+		ProberAddr: proberLinkAddr.Addr(),
+		Prefix:     cfg.Prefix.Masked(),
+	}
+	if cfg.Prefix6.IsValid() {
+		f.Prefix6 = cfg.Prefix6.Masked()
+		f.ProberAddr6 = proberLinkAddr6.Addr()
+	}
+	if err := f.build(cfg); err != nil {
+		return nil, errors.Join(err, f.Close())
+	}
+	return f, nil
+}
+
+// uniqueID returns 8 random hex digits; namespace and link names use it so that
+// parallel fleets never collide.
+func uniqueID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (f *Fleet) build(cfg FleetConfig) error {
+	steps := [][]string{
+		{"ip", "netns", "add", f.ProberNS},
+		{"ip", "netns", "add", f.FleetNS},
+		{"ip", "-n", f.ProberNS, "link", "add", f.ProberLink, "type", "veth", "peer", "name", f.FleetLink, "netns", f.FleetNS},
+		{"ip", "-n", f.ProberNS, "link", "set", "lo", "up"},
+		{"ip", "-n", f.FleetNS, "link", "set", "lo", "up"},
+		{"ip", "-n", f.ProberNS, "addr", "add", proberLinkAddr.String(), "dev", f.ProberLink},
+		{"ip", "-n", f.FleetNS, "addr", "add", fleetLinkAddr.String(), "dev", f.FleetLink},
+		{"ip", "-n", f.ProberNS, "link", "set", f.ProberLink, "up"},
+		{"ip", "-n", f.FleetNS, "link", "set", f.FleetLink, "up"},
+		{"ip", "-n", f.ProberNS, "route", "add", f.Prefix.String(), "via", fleetLinkAddr.Addr().String(), "dev", f.ProberLink},
+		{"ip", "-n", f.FleetNS, "route", "add", "local", f.Prefix.String(), "dev", "lo"},
+	}
+	if f.Prefix6.IsValid() {
+		steps = append(steps,
+			[]string{"ip", "-n", f.ProberNS, "-6", "addr", "add", proberLinkAddr6.String(), "dev", f.ProberLink, "nodad"},
+			[]string{"ip", "-n", f.FleetNS, "-6", "addr", "add", fleetLinkAddr6.String(), "dev", f.FleetLink, "nodad"},
+			[]string{"ip", "-n", f.ProberNS, "-6", "route", "add", f.Prefix6.String(), "via", fleetLinkAddr6.Addr().String(), "dev", f.ProberLink},
+			[]string{"ip", "-n", f.FleetNS, "-6", "route", "add", "local", f.Prefix6.String(), "dev", "lo"},
+		)
+	}
+	for _, s := range steps {
+		if err := run(nil, s...); err != nil {
+			return err
+		}
+	}
+	// A fleet answers floods of SYNs: deep accept and SYN queues, and no ICMP
+	// rate limit, so that every probe gets its answer. These are per-namespace.
+	if err := f.Run(f.FleetNS, "sysctl", "-q", "-w",
+		"net.core.somaxconn=65535", "net.ipv4.tcp_max_syn_backlog=65535",
+		"net.ipv4.icmp_ratelimit=0", "net.ipv4.icmp_msgs_per_sec=100000000",
+		"net.ipv4.icmp_msgs_burst=100000000", "net.ipv6.icmp.ratelimit=0"); err != nil {
+		return err
+	}
+	if !cfg.KeepOffloads {
+		if _, err := exec.LookPath("ethtool"); err != nil {
+			return fmt.Errorf("fleet needs the ethtool command to turn offloads off: %w", err)
+		}
+		if err := f.Run(f.ProberNS, "ethtool", "-K", f.ProberLink, "tso", "off", "gso", "off", "gro", "off"); err != nil {
+			return err
+		}
+	}
+	if err := f.firewall(cfg); err != nil {
+		return err
+	}
+	for _, port := range cfg.Listen {
+		if err := f.listen(port); err != nil {
+			return err
+		}
+	}
+	return InNamespace(f.FleetNS, func() error {
+		ifc, err := net.InterfaceByName(f.FleetLink)
+		if err != nil {
+			return fmt.Errorf("fleet link: %w", err)
+		}
+		f.GatewayMAC = ifc.HardwareAddr
+		return nil
+	})
+}
+
+// firewall loads the nftables rules that drop and reject the configured subsets.
+func (f *Fleet) firewall(cfg FleetConfig) error {
+	if len(cfg.Drop)+len(cfg.Reject)+len(cfg.Unreachable) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	var rules []string
+	b.WriteString("table inet sonde_fleet {\n")
+	sets := []struct {
+		name     string
+		prefixes []netip.Prefix
+		verdict  string
+	}{
+		{"drop", cfg.Drop, "drop"},
+		{"reject", cfg.Reject, "reject with tcp reset"},
+		{"unreach", cfg.Unreachable, "reject with icmpx type host-unreachable"},
+	}
+	for _, s := range sets {
+		// Single addresses go to hash sets (one lookup a packet), prefixes
+		// to interval sets.
+		elems := map[string][]string{}
+		for _, p := range s.prefixes {
+			fam, kind := "4", "h"
+			if !p.Addr().Is4() {
+				fam = "6"
+			}
+			elem := p.Masked().String()
+			if p.IsSingleIP() {
+				elem = p.Addr().String()
+			} else {
+				kind = "i"
+			}
+			elems[kind+fam] = append(elems[kind+fam], elem)
+		}
+		for _, set := range []struct{ key, typ, match string }{
+			{"h4", "ipv4_addr", "ip"}, {"i4", "ipv4_addr", "ip"}, {"h6", "ipv6_addr", "ip6"}, {"i6", "ipv6_addr", "ip6"},
+		} {
+			if len(elems[set.key]) == 0 {
+				continue // no set, no rule: nothing to look up per packet
+			}
+			writeSet(&b, s.name+set.key, set.typ, set.key[0] == 'i', elems[set.key])
+			proto := ""
+			if s.name == "reject" {
+				proto = "meta l4proto tcp "
+			}
+			rules = append(rules, fmt.Sprintf("    %s%s daddr @%s%s %s\n", proto, set.match, s.name, set.key, s.verdict))
+		}
+	}
+	b.WriteString("  chain input {\n    type filter hook input priority 0; policy accept;\n")
+	for _, r := range rules {
+		b.WriteString(r)
+	}
+	b.WriteString("  }\n}\n")
+	cmd := exec.Command("ip", "netns", "exec", f.FleetNS, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(b.String())
+	return runCmd(cmd)
+}
+
+func writeSet(b *strings.Builder, name, typ string, interval bool, elems []string) {
+	flags := ""
+	if interval {
+		flags = " flags interval;"
+	}
+	fmt.Fprintf(b, "  set %s {\n    type %s;%s\n", name, typ, flags)
+	fmt.Fprintf(b, "    elements = { %s }\n  }\n", strings.Join(elems, ", "))
+}
+
+// listen opens a TCP listener on port for every fleet address (IPv4 and IPv6)
+// inside the fleet namespace and accepts and closes connections until Close.
+func (f *Fleet) listen(port uint16) error {
+	var ln net.Listener
+	err := InNamespace(f.FleetNS, func() error {
+		var err error
+		network := "tcp4"
+		if f.Prefix6.IsValid() {
+			network = "tcp" // dual stack
+		}
+		ln, err = net.Listen(network, fmt.Sprintf(":%d", port))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("listen on fleet port %d: %w", port, err)
+	}
+	f.mu.Lock()
+	f.listeners = append(f.listeners, ln)
+	f.mu.Unlock()
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // closed
+			}
+			c.Close()
+		}
+	}()
+	return nil
+}
+
+// Run runs a command inside namespace ns (`ip netns exec`) and returns an
+// error with its output when it fails.
+func (f *Fleet) Run(ns string, name string, args ...string) error {
+	return runCmd(Command(ns, name, args...))
+}
+
+// Command returns a command that runs name with args inside network namespace
+// ns through `ip netns exec`. The caller sets its I/O and starts it.
+func Command(ns string, name string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
+}
+
+// Close closes the listeners and deletes both namespaces (which removes the
+// veth pair, routes and firewall rules with them). It is safe to call more
+// than once.
+func (f *Fleet) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	f.closed = true
+	lns := f.listeners
+	f.listeners = nil
+	f.mu.Unlock()
+	var errs []error
+	for _, ln := range lns {
+		if err := ln.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	f.wg.Wait()
+	for _, ns := range []string{f.ProberNS, f.FleetNS} {
+		if _, err := os.Stat("/run/netns/" + ns); err != nil {
+			continue // never created
+		}
+		if err := run(nil, "ip", "netns", "del", ns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// InNamespace runs fn with the calling goroutine locked to an OS thread that
+// has joined network namespace ns (a name under /run/netns), then moves the
+// thread back. Sockets created in fn belong to ns for their whole life;
+// goroutines started by fn do not run in ns. When the thread cannot be moved
+// back it stays locked, so the runtime retires it with the goroutine instead of
+// reusing a thread in the wrong namespace.
+func InNamespace(ns string, fn func() error) error {
+	if ns == "" {
+		return errEmptyNamespace
+	}
+	target, err := os.Open("/run/netns/" + ns)
+	if err != nil {
+		return fmt.Errorf("open namespace: %w", err)
+	}
+	defer target.Close()
+	runtime.LockOSThread()
+	orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("open current namespace: %w", err)
+	}
+	defer orig.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("enter namespace %s: %w", ns, err)
+	}
+	fnErr := fn()
+	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+		// Leave the thread locked: it dies with the goroutine.
+		return errors.Join(fnErr, fmt.Errorf("leave namespace %s: %w", ns, err))
+	}
+	runtime.UnlockOSThread()
+	return fnErr
+}
+
+func run(stdin []byte, args ...string) error {
+	cmd := exec.Command(args[0], args[1:]...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	return runCmd(cmd)
+}
+
+func runCmd(cmd *exec.Cmd) error {
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", strings.Join(cmd.Args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}

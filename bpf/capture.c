@@ -1,0 +1,314 @@
+//go:build ignore
+
+// capture.c keeps the replies to sonde's TCP SYN probes and hands them to user
+// space through a BPF ring buffer.
+//
+// It runs on the probing interface's ingress (TCX, or a clsact/cls_bpf filter
+// in direct-action mode) and looks at IPv4 and IPv6 packets without extension
+// headers or VLAN tags:
+//   - TCP SYN-ACK and RST addressed to sonde's source address and source-port
+//     range (the answers to probes);
+//   - ICMP destination unreachable and ICMPv6 destination unreachable that
+//     quote a TCP packet sent from sonde's address and port range (a probe that
+//     a router or host refused).
+// Every packet continues to the stack (TC_ACT_UNSPEC, which is TCX_NEXT for a
+// TCX program): the kernel answers a SYN-ACK with an RST, which closes the
+// half-open connection on the target.
+//
+// Records are submitted without waking the reader (BPF_RB_NO_WAKEUP), which
+// drains the ring on its own short period; once the ring holds more than
+// cfg_wakeup_bytes the reader is woken at once. A full ring is counted, never
+// silent.
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/icmpv6.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+char __license[] SEC("license") = "Dual MIT/GPL";
+
+// Kinds of reply in event.kind.
+enum reply_kind {
+	KIND_SYNACK = 1, // TCP SYN-ACK: the port is open
+	KIND_RST = 2,    // TCP RST: the port is closed
+	KIND_UNREACH = 3 // ICMP/ICMPv6 destination unreachable quoting a probe
+};
+
+// event is one reply, in the orientation of the probe: "remote" is the probed
+// target, "local" is sonde. For ICMP the addresses, ports and sequence number
+// come from the quoted probe.
+struct event {
+	__u64 ktime;       // bpf_ktime_get_ns() at ingress: CLOCK_MONOTONIC nanoseconds
+	__u8 remote[16];   // target address; IPv4 as IPv4-mapped IPv6 (::ffff:a.b.c.d)
+	__u8 local[16];    // sonde's address the probe came from, same form
+	__u32 seq;         // TCP sequence number of the reply; for ICMP the quoted probe's (host order)
+	__u32 ack;         // TCP acknowledgment number of the reply; for ICMP the quoted probe's (host order)
+	__u16 remote_port; // target port (host order)
+	__u16 local_port;  // sonde's source port of the probe (host order)
+	__u8 kind;         // enum reply_kind
+	__u8 tcp_flags;    // TCP flags of the reply, or of the quoted probe for ICMP
+	__u8 family;       // 4 or 6
+	__u8 icmp_code;    // ICMP or ICMPv6 code for KIND_UNREACH, else 0
+};
+
+// Force the event type into BTF so that bpf2go emits its Go twin.
+const struct event *unused_event __attribute__((unused));
+
+// Indexes of the per-CPU counters.
+enum counter {
+	CNT_SEEN = 0,     // packets the program looked at
+	CNT_MATCHED = 1,  // replies to sonde's probes pushed (or pushed at) the ring
+	CNT_RINGFULL = 2, // replies lost because the ring buffer was full
+	CNT_MAX = 3
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 23); // bytes; user space may resize before load
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+// Configuration, set by user space before the program is loaded.
+volatile const __u8 cfg_want4;          // 1: capture IPv4 replies to cfg_local4
+volatile const __u8 cfg_want6;          // 1: capture IPv6 replies to cfg_local6
+volatile const __u32 cfg_local4;        // sonde's IPv4 source address (network order)
+volatile const __u8 cfg_local6[16];     // sonde's IPv6 source address
+volatile const __u16 cfg_port_lo;       // first source port of sonde's range (host order)
+volatile const __u16 cfg_port_hi;       // last source port of sonde's range (host order)
+volatile const __u64 cfg_wakeup_bytes;  // wake the reader when the ring holds more than this
+
+// The ICMP header. <linux/icmp.h> pulls in libc headers that do not build for
+// the BPF target, so the eight bytes are spelled out here.
+struct icmp4hdr {
+	__u8 type;
+	__u8 code;
+	__be16 checksum;
+	__be32 rest;
+};
+
+#define ICMP_DEST_UNREACH 3
+
+#define TCP_FL_FIN 0x01
+#define TCP_FL_SYN 0x02
+#define TCP_FL_RST 0x04
+#define TCP_FL_ACK 0x10
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+	if (v)
+		*v += 1; // per-CPU: no atomic needed
+}
+
+static __always_inline int in_range(__u16 port)
+{
+	return port >= cfg_port_lo && port <= cfg_port_hi;
+}
+
+static __always_inline void map4(__u8 dst[16], __u32 addr)
+{
+	__builtin_memset(dst, 0, 10);
+	dst[10] = 0xff;
+	dst[11] = 0xff;
+	__builtin_memcpy(dst + 12, &addr, 4);
+}
+
+static __always_inline int is_local6(const struct in6_addr *a)
+{
+	const __u8 *b = (const __u8 *)a;
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		if (b[i] != cfg_local6[i])
+			return 0;
+	return 1;
+}
+
+static __always_inline void emit(struct event *ev)
+{
+	__u64 flags = BPF_RB_NO_WAKEUP;
+
+	count(CNT_MATCHED);
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > cfg_wakeup_bytes)
+		flags = BPF_RB_FORCE_WAKEUP;
+	if (bpf_ringbuf_output(&events, ev, sizeof(*ev), flags))
+		count(CNT_RINGFULL);
+}
+
+// tcp_kind classifies the flags of a reply: 0 when it is neither an RST nor a
+// SYN-ACK.
+static __always_inline __u8 tcp_kind(__u8 flags)
+{
+	if (flags & TCP_FL_RST)
+		return KIND_RST;
+	if ((flags & (TCP_FL_SYN | TCP_FL_ACK)) == (TCP_FL_SYN | TCP_FL_ACK))
+		return KIND_SYNACK;
+	return 0;
+}
+
+static __always_inline void handle4(struct __sk_buff *skb)
+{
+	struct iphdr ip;
+	struct event ev = {};
+
+	if (bpf_skb_load_bytes_relative(skb, 0, &ip, sizeof(ip), BPF_HDR_START_NET))
+		return;
+	if (ip.version != 4 || ip.ihl < 5 || (ip.frag_off & bpf_htons(0x1fff)))
+		return;
+	__u32 off = ip.ihl * 4;
+
+	if (ip.protocol == IPPROTO_TCP) {
+		struct tcphdr tcp;
+		if (ip.daddr != cfg_local4)
+			return;
+		if (bpf_skb_load_bytes_relative(skb, off, &tcp, sizeof(tcp), BPF_HDR_START_NET))
+			return;
+		__u8 flags = ((__u8 *)&tcp)[13];
+		ev.kind = tcp_kind(flags);
+		if (!ev.kind || !in_range(bpf_ntohs(tcp.dest)))
+			return;
+		ev.ktime = bpf_ktime_get_ns();
+		map4(ev.remote, ip.saddr);
+		map4(ev.local, ip.daddr);
+		ev.seq = bpf_ntohl(tcp.seq);
+		ev.ack = bpf_ntohl(tcp.ack_seq);
+		ev.remote_port = bpf_ntohs(tcp.source);
+		ev.local_port = bpf_ntohs(tcp.dest);
+		ev.tcp_flags = flags;
+		ev.family = 4;
+		emit(&ev);
+		return;
+	}
+	if (ip.protocol != IPPROTO_ICMP)
+		return;
+
+	struct icmp4hdr icmp;
+	struct iphdr inner;
+	struct {
+		__be16 source;
+		__be16 dest;
+		__be32 seq;
+	} q; // the first 8 bytes of the quoted TCP header, all that RFC 792 promises
+
+	if (bpf_skb_load_bytes_relative(skb, off, &icmp, sizeof(icmp), BPF_HDR_START_NET))
+		return;
+	if (icmp.type != ICMP_DEST_UNREACH)
+		return;
+	off += sizeof(icmp);
+	if (bpf_skb_load_bytes_relative(skb, off, &inner, sizeof(inner), BPF_HDR_START_NET))
+		return;
+	if (inner.version != 4 || inner.ihl < 5 || inner.protocol != IPPROTO_TCP || inner.saddr != cfg_local4)
+		return;
+	off += inner.ihl * 4;
+	if (bpf_skb_load_bytes_relative(skb, off, &q, sizeof(q), BPF_HDR_START_NET))
+		return;
+	if (!in_range(bpf_ntohs(q.source)))
+		return;
+	ev.ktime = bpf_ktime_get_ns();
+	map4(ev.remote, inner.daddr);
+	map4(ev.local, inner.saddr);
+	ev.seq = bpf_ntohl(q.seq);
+	ev.remote_port = bpf_ntohs(q.dest);
+	ev.local_port = bpf_ntohs(q.source);
+	ev.kind = KIND_UNREACH;
+	ev.tcp_flags = TCP_FL_SYN;
+	ev.family = 4;
+	ev.icmp_code = icmp.code;
+	emit(&ev);
+}
+
+static __always_inline void handle6(struct __sk_buff *skb)
+{
+	struct ipv6hdr ip;
+	struct event ev = {};
+	__u32 off = sizeof(ip);
+
+	if (bpf_skb_load_bytes_relative(skb, 0, &ip, sizeof(ip), BPF_HDR_START_NET))
+		return;
+	if (ip.version != 6)
+		return;
+
+	if (ip.nexthdr == IPPROTO_TCP) {
+		struct tcphdr tcp;
+		if (!is_local6(&ip.daddr))
+			return;
+		if (bpf_skb_load_bytes_relative(skb, off, &tcp, sizeof(tcp), BPF_HDR_START_NET))
+			return;
+		__u8 flags = ((__u8 *)&tcp)[13];
+		ev.kind = tcp_kind(flags);
+		if (!ev.kind || !in_range(bpf_ntohs(tcp.dest)))
+			return;
+		ev.ktime = bpf_ktime_get_ns();
+		__builtin_memcpy(ev.remote, &ip.saddr, 16);
+		__builtin_memcpy(ev.local, &ip.daddr, 16);
+		ev.seq = bpf_ntohl(tcp.seq);
+		ev.ack = bpf_ntohl(tcp.ack_seq);
+		ev.remote_port = bpf_ntohs(tcp.source);
+		ev.local_port = bpf_ntohs(tcp.dest);
+		ev.tcp_flags = flags;
+		ev.family = 6;
+		emit(&ev);
+		return;
+	}
+	if (ip.nexthdr != IPPROTO_ICMPV6)
+		return;
+
+	struct icmp6hdr icmp;
+	struct ipv6hdr inner;
+	struct {
+		__be16 source;
+		__be16 dest;
+		__be32 seq;
+	} q;
+
+	if (bpf_skb_load_bytes_relative(skb, off, &icmp, sizeof(icmp), BPF_HDR_START_NET))
+		return;
+	if (icmp.icmp6_type != ICMPV6_DEST_UNREACH)
+		return;
+	off += sizeof(icmp);
+	if (bpf_skb_load_bytes_relative(skb, off, &inner, sizeof(inner), BPF_HDR_START_NET))
+		return;
+	if (inner.version != 6 || inner.nexthdr != IPPROTO_TCP || !is_local6(&inner.saddr))
+		return;
+	off += sizeof(inner);
+	if (bpf_skb_load_bytes_relative(skb, off, &q, sizeof(q), BPF_HDR_START_NET))
+		return;
+	if (!in_range(bpf_ntohs(q.source)))
+		return;
+	ev.ktime = bpf_ktime_get_ns();
+	__builtin_memcpy(ev.remote, &inner.daddr, 16);
+	__builtin_memcpy(ev.local, &inner.saddr, 16);
+	ev.seq = bpf_ntohl(q.seq);
+	ev.remote_port = bpf_ntohs(q.dest);
+	ev.local_port = bpf_ntohs(q.source);
+	ev.kind = KIND_UNREACH;
+	ev.tcp_flags = TCP_FL_SYN;
+	ev.family = 6;
+	ev.icmp_code = icmp.icmp6_code;
+	emit(&ev);
+}
+
+SEC("tc")
+int capture_replies(struct __sk_buff *skb)
+{
+	count(CNT_SEEN);
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		if (cfg_want4)
+			handle4(skb);
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		if (cfg_want6)
+			handle6(skb);
+	}
+	return TC_ACT_UNSPEC; // TCX_NEXT for TCX; continue for cls_bpf
+}

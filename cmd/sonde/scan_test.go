@@ -1,0 +1,378 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sondeprobe/sonde/bench"
+	"github.com/sondeprobe/sonde/probe"
+)
+
+func TestParsePorts(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []uint16
+		wantErr bool
+	}{
+		{"80", []uint16{80}, false},
+		{"80,443", []uint16{80, 443}, false},
+		{"8000-8002, 1", []uint16{8000, 8001, 8002, 1}, false},
+		{"65535", []uint16{65535}, false},
+		{"", nil, true},
+		{"0", nil, true},
+		{"65536", nil, true},
+		{"90-80", nil, true},
+		{"http", nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := parsePorts(tt.in)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestScanTable(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "targets")
+	if err := os.WriteFile(file, []byte("# fleet\n10.0.0.1\n\n192.0.2.0/31 # two\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tab, err := scanTable([]string{"@" + file, "2001:db8::1", "::ffff:198.18.0.1"}, []uint16{80, 443})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for id := range tab.Len() {
+		got = append(got, tab.Endpoint(uint32(id)).String())
+	}
+	want := []string{
+		"10.0.0.1:80", "10.0.0.1:443", "192.0.2.0:80", "192.0.2.0:443", "192.0.2.1:80", "192.0.2.1:443",
+		"[2001:db8::1]:80", "[2001:db8::1]:443", "198.18.0.1:80", "198.18.0.1:443",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	for _, bad := range [][]string{{"example.com"}, {"10.0.0.0/33"}, {"2001:db8::/64"}, {"@/nonexistent"}} {
+		if _, err := scanTable(bad, []uint16{80}); err == nil {
+			t.Errorf("scanTable(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestScanUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"scan", "10.0.0.1"},               // no port
+		{"scan", "-port", "80"},            // no target
+		{"scan", "-port", "0", "10.0.0.1"}, // bad port
+		{"scan", "-port", "80", "-rate", "-1", "10.0.0.1"},
+		{"scan", "-port", "80", "-timeout", "0s", "10.0.0.1"},
+		{"scan", "-port", "80", "-capture", "pcap", "10.0.0.1"},
+		{"scan", "-port", "80", "not-an-address"},
+		{"scan", "-bogus"},
+	} {
+		var stderr bytes.Buffer
+		err := run(context.Background(), args, &bytes.Buffer{}, &stderr)
+		if code := report(err, &stderr); code != exitUsage {
+			t.Errorf("%q: exit %d, want %d (%v)", args, code, exitUsage, err)
+		}
+	}
+}
+
+func TestWriteScanResults(t *testing.T) {
+	tab := probe.NewTable(3)
+	tab.Add(netip.MustParseAddrPort("198.18.0.1:80"))
+	tab.Add(netip.MustParseAddrPort("[2001:db8::1]:443"))
+	tab.Add(netip.MustParseAddrPort("198.18.0.2:80"))
+	res := newScanResults(3, time.Second)
+	res.Deliver(probe.Result{ID: 0, Outcome: probe.Success, Latency: 1500 * time.Microsecond})
+	res.Deliver(probe.Result{ID: 1, Outcome: probe.Refused, Latency: 2 * time.Second}) // too late: timeout
+	var out bytes.Buffer
+	if err := writeScanResults(&out, tab, 3, res, true); err != nil {
+		t.Fatal(err)
+	}
+	type line struct {
+		Addr    string   `json:"addr"`
+		Port    uint16   `json:"port"`
+		Outcome string   `json:"outcome"`
+		RTT     *float64 `json:"rtt_seconds"`
+	}
+	var got []line
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		var l line
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		got = append(got, l)
+	}
+	rtt := 0.0015
+	want := []line{{"198.18.0.1", 80, "success", &rtt}, {"2001:db8::1", 443, "timeout", nil}, {"198.18.0.2", 80, "timeout", nil}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	out.Reset()
+	if err := writeScanResults(&out, tab, 3, res, false); err != nil {
+		t.Fatal(err)
+	}
+	if want := "198.18.0.1:80\tsuccess\t1.5ms\n[2001:db8::1]:443\ttimeout\t-\n198.18.0.2:80\ttimeout\t-\n"; out.String() != want {
+		t.Errorf("text output:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+// requirePriv skips the test without root, or fails it when
+// SONDE_REQUIRE_PRIV=1 says privileged tests must run.
+func requirePriv(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("SONDE_REQUIRE_PRIV") == "1" {
+		t.Fatal("test needs root (network namespaces, raw sockets, BPF) and SONDE_REQUIRE_PRIV=1 is set")
+	}
+	t.Skip("test needs root (network namespaces, raw sockets, BPF); set SONDE_REQUIRE_PRIV=1 to make this a failure")
+}
+
+// minScanPPS is the rate the fleet sweep must reach (issue 4 asks for at least
+// 100,000 probes/s over the veth fleet). The rate depends on the machine and
+// on what else runs on it: on an idle 2-core VM a sweep of 65,536 addresses
+// runs at 150,000–200,000 probes/s, most of it the kernel's own TCP work for
+// both namespaces. The test takes the best of up to three sweeps, so one
+// sweep slowed by a neighbour does not fail it; every sweep must classify
+// every address exactly.
+const minScanPPS = 100_000
+
+// TestScanFleet is integration test (b): `sonde scan` over a fleet of 65,536
+// IPv4 addresses (and 256 IPv6 ones) in its own namespaces, with known subsets
+// dropped (timeout), rejected with RST (refused) and rejected with ICMP
+// (unreachable), must classify every address correctly at ≥ minScanPPS.
+func TestScanFleet(t *testing.T) {
+	requirePriv(t)
+	if testing.Short() {
+		t.Skip("fleet sweep skipped in -short mode")
+	}
+	bin := filepath.Join(t.TempDir(), "sonde")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cfg, truth := fleetTruth()
+	f, err := bench.NewFleet(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	best := 0.0
+	for attempt := 1; attempt <= 3 && best < minScanPPS; attempt++ {
+		pps := scanOnce(t, f, bin, truth)
+		t.Logf("sweep %d: %.0f probes/s", attempt, pps)
+		best = max(best, pps)
+	}
+	if best < minScanPPS {
+		t.Errorf("best sweep rate %.0f probes/s, want at least %d", best, minScanPPS)
+	}
+}
+
+// fleetTruth returns the fleet configuration and the expected outcome of
+// every address on port 80.
+func fleetTruth() (bench.FleetConfig, map[netip.Addr]probe.Outcome) {
+	cfg := bench.FleetConfig{
+		Prefix:  netip.MustParsePrefix("198.18.0.0/16"),
+		Prefix6: netip.MustParsePrefix("2001:db8:5eed::/112"),
+		Listen:  []uint16{80},
+	}
+	truth := map[netip.Addr]probe.Outcome{}
+	for i := range 1 << 16 {
+		a := netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
+		truth[a] = probe.Success
+		switch {
+		case i>>8 == 100 || i%251 == 7: // a /24 and a scattered subset
+			truth[a] = probe.Timeout
+		case i>>8 == 101 || i%241 == 9:
+			truth[a] = probe.Refused
+		case i>>4 == 102<<4: // 198.18.102.0/28
+			truth[a] = probe.Unreachable
+		}
+	}
+	for i := range 256 {
+		b := netip.MustParseAddr("2001:db8:5eed::").As16()
+		b[15] = byte(i)
+		a := netip.AddrFrom16(b)
+		truth[a] = probe.Success
+		switch {
+		case i%16 == 7:
+			truth[a] = probe.Timeout
+		case i%16 == 9:
+			truth[a] = probe.Refused
+		case i >= 0xa0 && i < 0xb0:
+			truth[a] = probe.Unreachable
+		}
+	}
+	for a, o := range truth {
+		p := netip.PrefixFrom(a, a.BitLen())
+		switch o {
+		case probe.Timeout:
+			cfg.Drop = append(cfg.Drop, p)
+		case probe.Refused:
+			cfg.Reject = append(cfg.Reject, p)
+		case probe.Unreachable:
+			cfg.Unreachable = append(cfg.Unreachable, p)
+		}
+	}
+	return cfg, truth
+}
+
+var ppsRE = regexp.MustCompile(`\(([0-9]+) probes/s\)`)
+
+// scanOnce sweeps the fleet, checks every address against the truth and
+// returns the achieved send rate.
+func scanOnce(t *testing.T, f *bench.Fleet, bin string, truth map[netip.Addr]probe.Outcome) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "ip", "netns", "exec", f.ProberNS, bin, "scan",
+		"-port", "80", "-rate", "0", "-timeout", "2s", "-json", "198.18.0.0/16", "2001:db8:5eed::/120")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("sonde scan: %v\n%s", err, stderr.String())
+	}
+	t.Logf("summary:\n%s", stderr.String())
+	got := map[netip.Addr]probe.Outcome{}
+	sc := bufio.NewScanner(&stdout)
+	for sc.Scan() {
+		var l struct {
+			Addr    string   `json:"addr"`
+			Port    uint16   `json:"port"`
+			Outcome string   `json:"outcome"`
+			RTT     *float64 `json:"rtt_seconds"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		o, err := probe.ParseOutcome(l.Outcome)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (l.RTT != nil) != (o != probe.Timeout) {
+			t.Errorf("%s: outcome %s with rtt %v", l.Addr, o, l.RTT)
+		}
+		got[netip.MustParseAddr(l.Addr)] = o
+	}
+	var wrong []string
+	for a, want := range truth {
+		if got[a] != want {
+			wrong = append(wrong, fmt.Sprintf("%s: got %s, want %s", a, got[a], want))
+		}
+	}
+	if len(got) != len(truth) {
+		t.Errorf("%d result lines, want %d", len(got), len(truth))
+	}
+	if len(wrong) > 0 {
+		t.Errorf("%d addresses misclassified, e.g.:\n%s", len(wrong), strings.Join(wrong[:min(10, len(wrong))], "\n"))
+	}
+	m := ppsRE.FindStringSubmatch(stderr.String())
+	if m == nil {
+		t.Fatalf("no rate in the summary:\n%s", stderr.String())
+	}
+	pps, _ := strconv.ParseFloat(m[1], 64)
+	return pps
+}
+
+// TestScanNoPrivileges runs the scan without CAP_NET_RAW and expects a clear
+// error naming the capability (exit 1). It needs root to drop privileges with
+// setpriv.
+func TestScanNoPrivileges(t *testing.T) {
+	requirePriv(t)
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("setpriv not installed")
+	}
+	bin := filepath.Join(t.TempDir(), "sonde")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
+		bin, "scan", "-port", "1", "127.0.0.1")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitFailure {
+		t.Fatalf("exit: %v, want %d\n%s", err, exitFailure, out)
+	}
+	if !strings.Contains(string(out), "CAP_NET_RAW") {
+		t.Errorf("error does not name CAP_NET_RAW:\n%s", out)
+	}
+}
+
+// TestScanCapabilities runs the scan as an unprivileged user holding exactly
+// the capabilities of each path (DESIGN "Privileges and fallbacks"):
+// CAP_NET_RAW + CAP_BPF + CAP_NET_ADMIN → eBPF capture; CAP_NET_RAW alone →
+// AF_PACKET capture. Both must classify the fleet.
+func TestScanCapabilities(t *testing.T) {
+	requirePriv(t)
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("setpriv not installed")
+	}
+	bin := filepath.Join(t.TempDir(), "sonde")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := bench.NewFleet(bench.FleetConfig{
+		Listen: []uint16{80},
+		Reject: []netip.Prefix{netip.MustParsePrefix("198.18.0.128/25")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	for _, tt := range []struct {
+		caps, path string
+	}{
+		{"+net_raw,+bpf,+net_admin", "capture bpf-"}, // bpf-tcx, or bpf-tc before kernel 6.6
+		{"+net_raw", "capture af_packet"},
+	} {
+		t.Run(tt.caps, func(t *testing.T) {
+			cmd := bench.Command(f.ProberNS, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+				"--inh-caps="+tt.caps, "--ambient-caps="+tt.caps, "--bounding-set="+tt.caps,
+				bin, "scan", "-port", "80", "-timeout", "500ms", "198.18.0.0/24")
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("scan: %v\n%s", err, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tt.path) {
+				t.Errorf("summary lacks %q:\n%s", tt.path, stderr.String())
+			}
+			if s := stdout.String(); strings.Count(s, "\tsuccess\t") != 128 || strings.Count(s, "\trefused\t") != 128 {
+				t.Errorf("want 128 success and 128 refused:\n%s", s)
+			}
+		})
+	}
+}

@@ -1,0 +1,439 @@
+package syn_test
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"golang.org/x/sys/unix"
+
+	"github.com/sondeprobe/sonde/bench"
+	"github.com/sondeprobe/sonde/bpf"
+	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/syn"
+)
+
+// requirePriv skips the test without root, or fails it when
+// SONDE_REQUIRE_PRIV=1 says privileged tests must run.
+func requirePriv(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("SONDE_REQUIRE_PRIV") == "1" {
+		t.Fatal("test needs root (network namespaces, raw sockets, BPF) and SONDE_REQUIRE_PRIV=1 is set")
+	}
+	t.Skip("test needs root (network namespaces, raw sockets, BPF); set SONDE_REQUIRE_PRIV=1 to make this a failure")
+}
+
+// kernelAtLeast reports whether the running kernel is major.minor or newer.
+func kernelAtLeast(t testing.TB, major, minor int) bool {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.SplitN(unix.ByteSliceToString(u.Release[:]), ".", 3)
+	ma, _ := strconv.Atoi(parts[0])
+	mi, _ := strconv.Atoi(strings.TrimFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
+	return ma > major || ma == major && mi >= minor
+}
+
+// sink collects results by id.
+type sink struct {
+	mu  sync.Mutex
+	res map[uint32]probe.Result
+	n   int
+}
+
+func (s *sink) Deliver(r probe.Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.res == nil {
+		s.res = map[uint32]probe.Result{}
+	}
+	s.res[r.ID] = r
+	s.n++
+}
+
+func (s *sink) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+// waitFor polls cond for up to d.
+func waitFor(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+var capturePaths = []struct {
+	name string
+	mode syn.CaptureMode
+	att  bpf.Attach
+	want syn.CapturePath
+}{
+	{"bpf-tcx", syn.CaptureBPF, bpf.AttachTCX, syn.PathBPFTCX},
+	{"bpf-tc", syn.CaptureBPF, bpf.AttachTC, syn.PathBPFTC},
+	{"af_packet", syn.CapturePacket, 0, syn.PathAFPacket},
+}
+
+// TestLoopback is integration test (a): in a namespace with only lo, targets
+// with a listener are success and the others refused, over IPv4 and IPv6, on
+// every capture path.
+func TestLoopback(t *testing.T) {
+	requirePriv(t)
+	for _, cp := range capturePaths {
+		t.Run(cp.name, func(t *testing.T) {
+			if cp.want == syn.PathBPFTCX && !kernelAtLeast(t, 6, 6) {
+				t.Skip("TCX needs kernel 6.6")
+			}
+			ns := loopbackNS(t)
+			open := []uint16{9001, 9002}
+			tab := probe.NewTable(8)
+			want := map[uint32]probe.Outcome{}
+			for _, a := range []string{"127.0.0.1", "::1"} {
+				for port := uint16(9001); port <= 9004; port++ {
+					id := tab.Add(netip.AddrPortFrom(netip.MustParseAddr(a), port))
+					want[id] = probe.Refused
+					if port <= 9002 {
+						want[id] = probe.Success
+					}
+				}
+			}
+			s := &sink{}
+			var p *syn.Prober
+			err := bench.InNamespace(ns, func() error {
+				for _, port := range open {
+					ln, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
+					if err != nil {
+						return err
+					}
+					t.Cleanup(func() { ln.Close() })
+				}
+				var err error
+				p, err = syn.New(syn.Config{Table: tab, Sink: s, Capture: cp.mode, Attach: cp.att, Interface: "lo"})
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := p.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			if p.CapturePath() != cp.want {
+				t.Fatalf("capture path %s, want %s", p.CapturePath(), cp.want)
+			}
+			reqs := make([]probe.Request, tab.Len())
+			for i := range reqs {
+				reqs[i] = probe.Request{ID: uint32(i), Gen: 1}
+			}
+			p.Launch(0, reqs)
+			if !waitFor(3*time.Second, func() bool { return s.count() >= tab.Len() }) {
+				t.Errorf("only %d of %d results", s.count(), tab.Len())
+			}
+			got := map[uint32]probe.Outcome{}
+			s.mu.Lock()
+			for id, r := range s.res {
+				got[id] = r.Outcome
+				if r.Latency <= 0 || r.Latency > time.Second || r.Gen != 1 {
+					t.Errorf("%v: latency %v gen %d", tab.Endpoint(id), r.Latency, r.Gen)
+				}
+			}
+			s.mu.Unlock()
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("outcomes by id (-want +got):\n%s", diff)
+			}
+			c := p.Counters()
+			if c.Sent != uint64(tab.Len()) || c.SendErrors != 0 || c.InvalidCookie != 0 || c.RingDrops != 0 || c.SynAck != 4 || c.RST != 4 {
+				t.Errorf("counters = %+v", c)
+			}
+		})
+	}
+}
+
+func loopbackNS(t *testing.T) string {
+	t.Helper()
+	ns := fmt.Sprintf("sonde-syntest-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	if out, err := exec.Command("ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("lo up: %v: %s", err, out)
+	}
+	return ns
+}
+
+// TestForgedReplies is integration test (c): SYN-ACKs, RSTs and ICMP errors
+// crafted with gopacket on the fleet side, with cookies that are not ours, are
+// counted as invalid and never delivered, while real probes still work.
+func TestForgedReplies(t *testing.T) {
+	requirePriv(t)
+	f, err := bench.NewFleet(bench.FleetConfig{Listen: []uint16{80}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	tab := probe.NewTable(4)
+	for i := range 4 {
+		tab.Add(netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 7, byte(i + 1)}), 80))
+	}
+	s := &sink{}
+	var p *syn.Prober
+	if err := bench.InNamespace(f.ProberNS, func() error {
+		var err error
+		p, err = syn.New(syn.Config{Table: tab, Sink: s})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ports := p.Ports()
+
+	// Forge replies from the fleet side towards the prober's port range.
+	const forged = 300
+	err = bench.InNamespace(f.FleetNS, func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		for i := range forged {
+			pkt := forge(t, i, f.ProberAddr, ports)
+			sa := &unix.SockaddrInet4{Addr: f.ProberAddr.As4()}
+			if err := unix.Sendto(fd, pkt, 0, sa); err != nil {
+				return fmt.Errorf("send forged reply %d: %w", i, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(3*time.Second, func() bool { return p.Counters().InvalidCookie >= forged }) {
+		t.Errorf("invalid cookies counted: %d, want %d", p.Counters().InvalidCookie, forged)
+	}
+	if n := s.count(); n != 0 {
+		t.Fatalf("%d forged replies were delivered", n)
+	}
+	// Real probes still get through.
+	p.Launch(0, []probe.Request{{ID: 0, Gen: 1}, {ID: 1, Gen: 1}, {ID: 2, Gen: 1}, {ID: 3, Gen: 1}})
+	if !waitFor(3*time.Second, func() bool { return s.count() == 4 }) {
+		t.Fatalf("%d of 4 real probes answered", s.count())
+	}
+	c := p.Counters()
+	if c.InvalidCookie != forged || c.SynAck != 4 || c.Stale != 0 || c.Duplicate != 0 {
+		t.Errorf("counters = %+v", c)
+	}
+}
+
+// forge builds forged reply i: a SYN-ACK, an RST-ACK or an ICMP unreachable
+// quoting a SYN the prober never sent, from a fleet address to the prober.
+func forge(t *testing.T, i int, prober netip.Addr, ports syn.PortRange) []byte {
+	t.Helper()
+	from := net.IP{198, 18, 7, byte(1 + i%4)}
+	port := ports.First + uint16(i%ports.Len())
+	buf := gopacket.NewSerializeBuffer()
+	opts := gopacket.SerializeOptions{ComputeChecksums: true, FixLengths: true}
+	var err error
+	switch i % 3 {
+	case 0, 1:
+		ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: from, DstIP: prober.AsSlice()}
+		tcp := &layers.TCP{SrcPort: 80, DstPort: layers.TCPPort(port), Seq: 1, Ack: uint32(i)*2654435761 + 12345, ACK: true, SYN: i%3 == 0, RST: i%3 == 1, Window: 100}
+		_ = tcp.SetNetworkLayerForChecksum(ip)
+		err = gopacket.SerializeLayers(buf, opts, ip, tcp)
+	case 2:
+		quoted := gopacket.NewSerializeBuffer()
+		qip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: prober.AsSlice(), DstIP: from}
+		qtcp := &layers.TCP{SrcPort: layers.TCPPort(port), DstPort: 80, Seq: uint32(i) * 40503, SYN: true}
+		_ = qtcp.SetNetworkLayerForChecksum(qip)
+		if err := gopacket.SerializeLayers(quoted, opts, qip, qtcp); err != nil {
+			t.Fatal(err)
+		}
+		ip := &layers.IPv4{Version: 4, IHL: 5, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: from, DstIP: prober.AsSlice()}
+		icmp := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeDestinationUnreachable, layers.ICMPv4CodePort)}
+		err = gopacket.SerializeLayers(buf, opts, ip, icmp, gopacket.Payload(quoted.Bytes()[:28]))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestNoRawSocket checks the sentinel error without CAP_NET_RAW.
+func TestNoRawSocket(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("runs only without root: as root raw sockets always open")
+	}
+	tab := probe.NewTable(1)
+	tab.Add(netip.MustParseAddrPort("127.0.0.1:1"))
+	_, err := syn.New(syn.Config{Table: tab, Sink: &sink{}})
+	if !errors.Is(err, syn.ErrNoRawSocket) {
+		t.Errorf("err = %v, want ErrNoRawSocket", err)
+	}
+}
+
+// TestFleetPaths sweeps 1,024 fleet addresses with known outcomes through every
+// combination of sender (raw IP socket, AF_PACKET frames) and capture path,
+// over IPv4 and IPv6.
+func TestFleetPaths(t *testing.T) {
+	requirePriv(t)
+	cfg := bench.FleetConfig{Prefix6: bench.DefaultPrefix6, Listen: []uint16{80}}
+	tab := probe.NewTable(1100)
+	want := map[uint32]probe.Outcome{}
+	add := func(a netip.Addr, i int) {
+		id := tab.Add(netip.AddrPortFrom(a, 80))
+		p := netip.PrefixFrom(a, a.BitLen())
+		switch i % 10 {
+		case 3:
+			cfg.Drop = append(cfg.Drop, p) // no result: the scheduler times it out
+		case 4:
+			cfg.Reject, want[id] = append(cfg.Reject, p), probe.Refused
+		case 5:
+			cfg.Unreachable, want[id] = append(cfg.Unreachable, p), probe.Unreachable
+		default:
+			want[id] = probe.Success
+		}
+	}
+	for i := range 1024 {
+		add(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), i)
+	}
+	for i := range 64 {
+		b := bench.DefaultPrefix6.Addr().As16()
+		b[15] = byte(i)
+		add(netip.AddrFrom16(b), i)
+	}
+	f, err := bench.NewFleet(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	gen := uint32(0)
+	for _, sender := range []string{"raw", "af_packet"} {
+		for _, cp := range capturePaths {
+			t.Run(sender+"/"+cp.name, func(t *testing.T) {
+				if cp.want == syn.PathBPFTCX && !kernelAtLeast(t, 6, 6) {
+					t.Skip("TCX needs kernel 6.6")
+				}
+				c := syn.Config{Table: tab, Lanes: 2, Capture: cp.mode, Attach: cp.att}
+				if sender == "af_packet" {
+					c.NextHopMAC = f.GatewayMAC
+				}
+				s := &sink{}
+				c.Sink = s
+				var p *syn.Prober
+				if err := bench.InNamespace(f.ProberNS, func() error {
+					var err error
+					p, err = syn.New(c)
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+				defer p.Close()
+				gen++
+				reqs := make([]probe.Request, tab.Len())
+				for i := range reqs {
+					reqs[i] = probe.Request{ID: uint32(i), Gen: gen}
+				}
+				var wg sync.WaitGroup
+				for lane, part := range [][]probe.Request{reqs[:500], reqs[500:]} {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						p.Launch(lane, part)
+					}()
+				}
+				wg.Wait()
+				if !waitFor(3*time.Second, func() bool { return s.count() >= len(want) }) {
+					t.Errorf("%d of %d results", s.count(), len(want))
+				}
+				time.Sleep(50 * time.Millisecond) // anything more would be a bug
+				got := map[uint32]probe.Outcome{}
+				s.mu.Lock()
+				for id, r := range s.res {
+					got[id] = r.Outcome
+				}
+				s.mu.Unlock()
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("outcomes (-want +got):\n%s", diff)
+				}
+				if c := p.Counters(); c.Sent != uint64(tab.Len()) || c.SendErrors+c.InvalidCookie+c.Stale+c.Duplicate+c.RingDrops != 0 {
+					t.Errorf("counters = %+v", c)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkFleetSend sends real SYNs through the raw socket into a fleet (one
+// lane, batches of 256) with the eBPF capture running, and reports the send
+// rate. allocs/op is per batch of 256 probes.
+func BenchmarkFleetSend(b *testing.B) {
+	requirePriv(b)
+	f, err := bench.NewFleet(bench.FleetConfig{Listen: []uint16{80}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	const n = 1 << 16
+	tab := probe.NewTable(n)
+	for i := range n {
+		tab.Add(netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), 80))
+	}
+	var replies atomic.Int64
+	var p *syn.Prober
+	if err := bench.InNamespace(f.ProberNS, func() error {
+		var err error
+		p, err = syn.New(syn.Config{Table: tab, Sink: countSink{&replies}})
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	reqs := make([]probe.Request, 256)
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		for j := range reqs {
+			reqs[j] = probe.Request{ID: uint32((i + j) % n), Gen: uint32((i + j) / n)}
+		}
+		p.Launch(0, reqs)
+		i += len(reqs)
+	}
+	b.ReportMetric(float64(i)/b.Elapsed().Seconds(), "probes/s")
+	waitFor(2*time.Second, func() bool { return replies.Load() >= int64(i) })
+	c := p.Counters()
+	b.ReportMetric(float64(c.SynAck)/float64(i), "answered/sent")
+}
+
+type countSink struct{ n *atomic.Int64 }
+
+func (s countSink) Deliver(probe.Result) { s.n.Add(1) }
