@@ -419,12 +419,12 @@ func splitHost(h string) (name string, port uint16, ok bool) {
 	return host, uint16(n), true
 }
 
-// classKey is the part of a check that defines one probe: what goes on the
+// ProbeKey is the part of a check that defines one probe: what goes on the
 // wire and how the answer is judged. Checks with equal keys form one probe
 // class. The check's port is left out on purpose: a target's effective port
 // is part of the stream key, so two checks that differ only in their default
 // port still share the streams of targets that name the same port.
-func (c *Check) classKey() string {
+func (c *Check) ProbeKey() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s|%v|%s|%s|%s|", c.Protocol, c.Timeout, c.SourceAddress, c.IPFamily, c.TCPMode)
 	if c.Protocol == TCP {

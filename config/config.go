@@ -196,7 +196,7 @@ func resolveChecks(specs map[string]*CheckSpec, dir string, lookupEnv env) ([]*C
 		if err != nil {
 			return nil, err
 		}
-		key := c.classKey()
+		key := c.ProbeKey()
 		class, ok := classes[key]
 		if !ok {
 			class = len(classes)

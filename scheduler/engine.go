@@ -87,6 +87,7 @@ type Engine struct {
 	base       int64 // Nanotime of tick 0
 	invalid    atomic.Uint64
 	overflows  atomic.Uint64
+	started    bool // first probes filed; set by the first Step or Run
 	stopped    atomic.Bool
 }
 
@@ -242,8 +243,7 @@ func (e *Engine) placeTargets(targets []TargetSpec, active []bool, opt Options) 
 				rec.flags |= flagActive
 				slots := max(uint64(c.Interval)/uint64(e.tick), 1)
 				offset := int64(mix64(opt.Seed^uint64(id)^0x9e3779b97f4a7c15)%slots) * e.tick
-				rec.at = now + offset
-				s.wheel.add(i, e.tickCeil(now+offset))
+				rec.at = now + offset // filed by start, after any Restore
 			}
 			continue
 		}
@@ -326,10 +326,27 @@ func (e *Engine) Deliver(r probe.Result) {
 	}
 }
 
+// start files every active stream's first probe. It runs once, at the first
+// Step or Run, so that Restore can move a first probe before it is filed.
+func (e *Engine) start() {
+	if e.started {
+		return
+	}
+	e.started = true
+	for _, s := range e.shards {
+		for i := range s.rec {
+			if rec := &s.rec[i]; rec.flags&flagActive != 0 {
+				s.wheel.add(uint32(i), e.tickCeil(rec.at))
+			}
+		}
+	}
+}
+
 // Step runs every shard once at time now, in shard order on the calling
 // goroutine, and returns the Nanotime of the next timer (-1 when none). It is
 // for simulations with a [SimClock]; do not mix it with Run.
 func (e *Engine) Step(now int64) int64 {
+	e.start()
 	next := int64(-1)
 	for _, s := range e.shards {
 		s.step(now)
@@ -343,6 +360,7 @@ func (e *Engine) Step(now int64) int64 {
 // Run drives the engine in real time, one goroutine per shard, until ctx is
 // done. Results delivered after Run returns are dropped.
 func (e *Engine) Run(ctx context.Context) {
+	e.start()
 	var wg sync.WaitGroup
 	for _, s := range e.shards {
 		wg.Go(func() { s.run(ctx) })

@@ -71,8 +71,9 @@ type PoolSummary struct {
 	FailingOpen bool // the pool has unhealthy targets, none healthy, and keeps them all (P2)
 }
 
-// each calls fn for every member with whether it is disabled in this pool.
-func (p *Pool) each(fn func(id uint32, disabled bool)) {
+// Each calls fn for every member, in id order, with whether it is disabled in
+// this pool.
+func (p *Pool) Each(fn func(id uint32, disabled bool)) {
 	d := 0
 	for _, id := range p.Members {
 		for d < len(p.Disabled) && p.Disabled[d] < id {
@@ -87,7 +88,7 @@ func (p *Pool) each(fn func(id uint32, disabled bool)) {
 // million-target pool.
 func (p *Pool) Summary(e *Engine) PoolSummary {
 	var s PoolSummary
-	p.each(func(id uint32, disabled bool) {
+	p.Each(func(id uint32, disabled bool) {
 		s.Members++
 		if disabled {
 			s.Disabled++
@@ -129,7 +130,7 @@ type MemberRoute struct {
 func (p *Pool) Routes(e *Engine) ([]MemberRoute, PoolSummary) {
 	out := make([]MemberRoute, 0, len(p.Members))
 	var s PoolSummary
-	p.each(func(id uint32, disabled bool) {
+	p.Each(func(id uint32, disabled bool) {
 		m := MemberRoute{ID: id, Status: e.Status(id)}
 		s.Members++
 		switch {
