@@ -3,19 +3,19 @@
 GO        ?= go
 BIN       := bin/sonde
 # Packages with goroutines, rings and shared state: tested again under -race.
-RACE_PKGS := ./scheduler/... ./probe/...
-# Where `make run` points sonde.
-RUN_CONFIG ?= examples/sonde.yaml
+RACE_PKGS := ./scheduler/... ./probe/... ./server/...
+# Where `make run` serves metrics and the API.
+RUN_LISTEN ?= 127.0.0.1:9123
 
 .PHONY: build run test test-race bench generate lint clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/sonde
 
-# Until the daemon lands, `make run` validates the bundled example config and
-# prints every check's effective settings and detection windows.
+# `make run` starts demo backends on loopback and probes them with one check
+# per preset; states change within a minute. Ctrl-C stops it.
 run: build
-	./$(BIN) config check $(RUN_CONFIG)
+	./$(BIN) run -demo -listen $(RUN_LISTEN)
 
 test:
 	$(GO) vet ./...

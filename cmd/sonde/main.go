@@ -2,6 +2,8 @@
 //
 // Usage:
 //
+//	sonde run -config FILE [-listen ADDR] | -demo
+//	sonde probe [flags] URL...
 //	sonde config check [-json] FILE
 //	sonde scan -port P[,P2…] [-rate PPS] [-timeout D] [-json] TARGET…
 //	sonde version
@@ -44,6 +46,9 @@ func (s silentExit) Error() string { return fmt.Sprintf("exit status %d", int(s)
 const usage = `sonde is a health prober for large fleets.
 
 Usage:
+  sonde run -config FILE [-listen ADDR]   probe a fleet: metrics, JSON API, reload on SIGHUP
+  sonde run -demo                   probe built-in demo backends on loopback
+  sonde probe [flags] URL...        probe tcp://, connect://, http(s):// URLs once; exit 0 when all are healthy
   sonde config check [-json] FILE   validate a config and print its effective settings and windows
   sonde scan -port P[,P…] TARGET…   sweep addresses once with the SYN prober (needs CAP_NET_RAW)
   sonde version                     print version and capabilities
@@ -83,6 +88,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
+	case "run":
+		return runRun(ctx, rest, stdout, stderr)
+	case "probe":
+		return runProbe(ctx, rest, stdout, stderr)
 	case "config":
 		return runConfig(ctx, rest, stdout, stderr)
 	case "scan":

@@ -1,0 +1,311 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sondeprobe/sonde/scheduler"
+)
+
+// Handler returns the daemon's HTTP endpoints:
+//
+//	GET  /                 status page
+//	GET  /metrics          Prometheus metrics
+//	GET  /api/v1/pools     pools with counts and policy
+//	GET  /api/v1/targets   targets (filters pool=, state=; paging limit=, offset=)
+//	GET  /api/v1/events    recent state changes (since=SEQ, limit=)
+//	GET  /-/healthy        200 while the process runs
+//	GET  /-/ready          200 once a configuration is running
+//	POST /-/reload         reload the configuration
+func (d *Daemon) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{Registry: d.metrics.reg}))
+	mux.HandleFunc("GET /api/v1/pools", d.handlePools)
+	mux.HandleFunc("GET /api/v1/targets", d.handleTargets)
+	mux.HandleFunc("GET /api/v1/events", d.handleEvents)
+	mux.HandleFunc("GET /-/healthy", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })
+	mux.HandleFunc("GET /-/ready", d.handleReady)
+	mux.HandleFunc("POST /-/reload", d.handleReload)
+	mux.HandleFunc("GET /{$}", d.handleIndex)
+	return mux
+}
+
+func (d *Daemon) handleReady(w http.ResponseWriter, _ *http.Request) {
+	if d.cur.Load() == nil {
+		http.Error(w, "no configuration running", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "OK")
+}
+
+func (d *Daemon) handleReload(w http.ResponseWriter, _ *http.Request) {
+	if err := d.Reload(); err != nil {
+		http.Error(w, "reload rejected, previous configuration still running: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	fmt.Fprintln(w, "OK")
+}
+
+// running returns the current generation or answers 503.
+func (d *Daemon) running(w http.ResponseWriter) *generation {
+	g := d.cur.Load()
+	if g == nil {
+		http.Error(w, "no configuration running", http.StatusServiceUnavailable)
+	}
+	return g
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the client went away; nothing to do
+}
+
+// PoolJSON is a pool in /api/v1/pools.
+type PoolJSON struct {
+	Name                 string  `json:"name"`
+	Check                string  `json:"check"`
+	Protocol             string  `json:"protocol"`
+	Targets              int     `json:"targets"`
+	Disabled             int     `json:"disabled"`
+	Healthy              int     `json:"healthy"`
+	Unhealthy            int     `json:"unhealthy"`
+	Unknown              int     `json:"unknown"`
+	Removed              int     `json:"removed"`
+	Routable             int     `json:"routable"`
+	FailingOpen          bool    `json:"failing_open"`
+	MaxUnhealthyPercent  int     `json:"max_unhealthy_percent"`
+	FailOpen             bool    `json:"fail_open"`
+	LatencyMarginSeconds float64 `json:"latency_margin_seconds"`
+	FailureWindowSeconds float64 `json:"failure_window_seconds"`
+	SuccessWindowSeconds float64 `json:"success_window_seconds"`
+}
+
+func (d *Daemon) handlePools(w http.ResponseWriter, _ *http.Request) {
+	g := d.running(w)
+	if g == nil {
+		return
+	}
+	writeJSON(w, struct {
+		Pools []PoolJSON `json:"pools"`
+	}{g.poolsJSON()})
+}
+
+func (g *generation) poolsJSON() []PoolJSON {
+	out := make([]PoolJSON, 0, len(g.pools))
+	for pi, p := range g.pools {
+		s := p.Summary(g.engine)
+		cp := g.cfg.Pools[pi]
+		c := g.cfg.Checks[cp.CheckIndex]
+		sc := c.Sched()
+		out = append(out, PoolJSON{
+			Name: p.Name, Check: c.Name, Protocol: c.Protocol.String(),
+			Targets: s.Members, Disabled: s.Disabled, Healthy: s.Healthy, Unhealthy: s.Unhealthy,
+			Unknown: s.Unknown, Removed: s.Removed, Routable: s.Routable, FailingOpen: s.FailingOpen,
+			MaxUnhealthyPercent: cp.MaxUnhealthyPercent, FailOpen: cp.FailOpen,
+			LatencyMarginSeconds: cp.LatencyMargin.Seconds(),
+			FailureWindowSeconds: sc.FailureWindow().Seconds(),
+			SuccessWindowSeconds: sc.SuccessWindow(sc.Timeout).Seconds(),
+		})
+	}
+	return out
+}
+
+// TargetJSON is a target in /api/v1/targets, as a member of one pool.
+type TargetJSON struct {
+	ID                     uint32     `json:"id"`
+	Target                 string     `json:"target"`
+	Host                   string     `json:"host,omitempty"`
+	Pool                   string     `json:"pool"`
+	Check                  string     `json:"check"`
+	Protocol               string     `json:"protocol"`
+	State                  string     `json:"state"` // healthy, unhealthy, unknown or disabled
+	Route                  string     `json:"route"` // routed, removed, pending or excluded
+	Preferred              bool       `json:"preferred"`
+	LatencyRank            int        `json:"latency_rank,omitempty"`
+	LastOutcome            string     `json:"last_outcome,omitempty"`
+	LastStatus             int        `json:"last_status,omitempty"`
+	LastError              string     `json:"last_error,omitempty"`
+	Consecutive            int        `json:"consecutive"`
+	LatencySeconds         *float64   `json:"latency_seconds"`
+	SmoothedLatencySeconds *float64   `json:"smoothed_latency_seconds"`
+	StateSince             time.Time  `json:"state_since"`
+	LastProbe              *time.Time `json:"last_probe"`
+	FailureWindowSeconds   float64    `json:"failure_window_seconds"`
+	SuccessWindowSeconds   float64    `json:"success_window_seconds"` // W2 with the target's measured latency
+}
+
+// targetFilter selects targets for the API.
+type targetFilter struct {
+	pool          int // -1: every pool
+	state         string
+	offset, limit int
+}
+
+func (g *generation) parseTargetFilter(r *http.Request) (targetFilter, error) {
+	f := targetFilter{pool: -1, limit: 1000}
+	q := r.URL.Query()
+	if name := q.Get("pool"); name != "" {
+		for pi, p := range g.pools {
+			if p.Name == name {
+				f.pool = pi
+			}
+		}
+		if f.pool < 0 {
+			return f, fmt.Errorf("pool=%q: no such pool", name)
+		}
+	}
+	switch f.state = q.Get("state"); f.state {
+	case "", "healthy", "unhealthy", "unknown", "disabled":
+	default:
+		return f, fmt.Errorf("state=%q: want healthy, unhealthy, unknown or disabled", f.state)
+	}
+	for _, p := range []struct {
+		name string
+		v    *int
+	}{{"offset", &f.offset}, {"limit", &f.limit}} {
+		s := q.Get(p.name)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return f, fmt.Errorf("%s=%q: want a whole number ≥ 0", p.name, s)
+		}
+		*p.v = n
+	}
+	return f, nil
+}
+
+func (d *Daemon) handleTargets(w http.ResponseWriter, r *http.Request) {
+	g := d.running(w)
+	if g == nil {
+		return
+	}
+	f, err := g.parseTargetFilter(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	out, total := g.targetsJSON(f)
+	writeJSON(w, struct {
+		Targets []TargetJSON `json:"targets"`
+		Total   int          `json:"total"` // targets matching the filters
+		Offset  int          `json:"offset"`
+		Limit   int          `json:"limit"`
+	}{out, total, f.offset, f.limit})
+}
+
+func (g *generation) targetsJSON(f targetFilter) ([]TargetJSON, int) {
+	out := []TargetJSON{}
+	total := 0
+	clock := g.engine.Clock()
+	for pi, p := range g.pools {
+		if f.pool >= 0 && pi != f.pool {
+			continue
+		}
+		routes, _ := p.Routes(g.engine)
+		for _, m := range routes {
+			state := m.Status.State.String()
+			if m.Route == scheduler.Excluded {
+				state = "disabled"
+			}
+			if f.state != "" && f.state != state {
+				continue
+			}
+			total++
+			if total <= f.offset || (f.limit > 0 && len(out) >= f.limit) {
+				continue
+			}
+			out = append(out, g.targetJSON(pi, m, state, clock))
+		}
+	}
+	return out, total
+}
+
+func (g *generation) targetJSON(pi int, m scheduler.MemberRoute, state string, clock scheduler.Clock) TargetJSON {
+	t := g.cfg.Targets[m.ID]
+	c := g.cfg.Checks[t.Check]
+	sc := c.Sched()
+	st := m.Status
+	r := sc.Timeout
+	if st.Smoothed > 0 {
+		r = st.Smoothed
+	}
+	j := TargetJSON{
+		ID: m.ID, Target: t.AddrPort().String(), Host: g.cfg.Hostnames[m.ID],
+		Pool: g.pools[pi].Name, Check: c.Name, Protocol: c.Protocol.String(),
+		State: state, Route: m.Route.String(), Preferred: m.Preferred, LatencyRank: m.Rank,
+		Consecutive:          st.Streak,
+		StateSince:           scheduler.WallTime(clock, st.Since),
+		FailureWindowSeconds: sc.FailureWindow().Seconds(),
+		SuccessWindowSeconds: sc.SuccessWindow(r).Seconds(),
+	}
+	if st.Probed {
+		j.LastOutcome = st.LastOutcome.String()
+		j.LastStatus = int(st.LastStatus)
+		if !st.LastOutcome.Healthy() {
+			j.LastError = g.errs.get(m.ID)
+		}
+		lp := scheduler.WallTime(clock, st.LastProbe)
+		j.LastProbe = &lp
+	}
+	if st.Latency > 0 {
+		l, s := st.Latency.Seconds(), st.Smoothed.Seconds()
+		j.LatencySeconds, j.SmoothedLatencySeconds = &l, &s
+	}
+	return j
+}
+
+func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var since uint64
+	limit := 1000
+	if s := q.Get("since"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			http.Error(w, fmt.Sprintf("since=%q: want an event sequence number", s), http.StatusBadRequest)
+			return
+		}
+		since = n
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			http.Error(w, fmt.Sprintf("limit=%q: want a whole number ≥ 0", s), http.StatusBadRequest)
+			return
+		}
+		limit = n
+	}
+	evs, next := d.events.since(since, limit)
+	writeJSON(w, struct {
+		Events []Event `json:"events"`
+		Next   uint64  `json:"next"` // ask with since=next for newer events
+	}{evs, next})
+}
+
+var indexPage = template.Must(template.New("index").Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><title>sonde</title>
+<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{padding:.2em .8em;border-bottom:1px solid #ddd;text-align:right}td:first-child,th:first-child{text-align:left}</style>
+</head><body><h1>sonde</h1>
+<table><tr><th>pool</th><th>check</th><th>targets</th><th>healthy</th><th>unhealthy</th><th>unknown</th><th>routable</th><th>W1 s</th><th>W2 s</th></tr>
+{{range .}}<tr><td><a href="/api/v1/targets?pool={{.Name}}">{{.Name}}</a></td><td>{{.Check}}</td><td>{{.Targets}}</td><td>{{.Healthy}}</td><td>{{.Unhealthy}}</td><td>{{.Unknown}}</td><td>{{.Routable}}{{if .FailingOpen}} (fail open){{end}}</td><td>{{.FailureWindowSeconds}}</td><td>{{.SuccessWindowSeconds}}</td></tr>
+{{end}}</table>
+<p><a href="/metrics">/metrics</a> · <a href="/api/v1/pools">/api/v1/pools</a> · <a href="/api/v1/targets">/api/v1/targets</a> · <a href="/api/v1/events">/api/v1/events</a></p>
+</body></html>`))
+
+func (d *Daemon) handleIndex(w http.ResponseWriter, _ *http.Request) {
+	g := d.running(w)
+	if g == nil {
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_ = indexPage.Execute(w, g.poolsJSON())
+}

@@ -1,0 +1,229 @@
+package server
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/syn"
+	"github.com/sondeprobe/sonde/scheduler"
+)
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
+}
+
+var (
+	descPoolTargets  = desc("sonde_pool_targets", "Targets of a pool by state: healthy, unhealthy, unknown (not yet decided), disabled.", "pool", "state")
+	descPoolRoutable = desc("sonde_pool_routable_targets", "Targets of a pool that receive traffic after the pool policy: healthy ones and unhealthy ones kept by max_unhealthy_percent or fail-open.", "pool")
+	descPoolRemoved  = desc("sonde_pool_removed_targets", "Unhealthy targets of a pool taken out of rotation by the pool policy.", "pool")
+	descPoolOpen     = desc("sonde_pool_failing_open", "1 while a pool has no healthy target and keeps all of them in rotation (fail open).", "pool")
+	descFailWin      = desc("sonde_check_failure_window_seconds", "W1: longest time from the send of the first failing probe to unhealthy, t*k + i*(k-1).", "check")
+	descSuccessWin   = desc("sonde_check_success_window_seconds", "W2: longest time from the send of the first successful probe to healthy, with r = timeout.", "check")
+	descOnsetWin     = desc("sonde_check_failure_window_from_onset_seconds", "W3: longest time from the onset of a failure to unhealthy, W1 plus one interval.", "check")
+	descTargets      = desc("sonde_targets", "Targets: unique (address, port, check) after deduplication.")
+	descStreams      = desc("sonde_probe_streams", "Probe streams after deduplication: targets sharing a probe count once.")
+	descDispatched   = desc("sonde_scheduler_probes_dispatched_total", "Probes handed to probers.")
+	descTimeouts     = desc("sonde_scheduler_timeouts_total", "Probes that reached their timeout without an answer.")
+	descStale        = desc("sonde_scheduler_stale_answers_total", "Answers dropped because their probe was no longer in flight.")
+	descLate         = desc("sonde_scheduler_late_answers_total", "Answers dropped because they completed after the probe's timeout.")
+	descOverflow     = desc("sonde_scheduler_ring_overflows_total", "Answers that found their shard's lock-free ring full and took the slower overflow path (never dropped).")
+	descLateness     = desc("sonde_scheduler_lateness_seconds", "How long after its due time each probe was handed to its prober.")
+	descWorkPending  = desc("sonde_workers_pending_probes", "One-shot probes (HTTP, connect) queued for a worker.", "check")
+	descWorkFlight   = desc("sonde_workers_in_flight_probes", "One-shot probes running.", "check")
+	descWorkLate     = desc("sonde_workers_skipped_late_total", "One-shot probes skipped because their deadline passed while queued (workers too few).")
+	descTCPPath      = desc("sonde_tcp_probe_path", "1 for the prober that runs TCP checks: syn-bpf, syn-packet or connect.", "path")
+	descSynSent      = desc("sonde_syn_packets_sent_total", "SYN probes handed to the kernel.")
+	descSynErrors    = desc("sonde_syn_send_errors_total", "SYN probes the kernel refused or that could not be built.")
+	descSynReplies   = desc("sonde_syn_replies_total", "Valid replies to SYN probes by kind: synack, rst, unreachable.", "kind")
+	descSynInvalid   = desc("sonde_syn_invalid_cookies_total", "Replies whose cookie names no probe of ours (stray or forged), dropped.")
+	descSynStale     = desc("sonde_syn_stale_replies_total", "Replies to an older probe of a target, dropped.")
+	descSynDup       = desc("sonde_syn_duplicate_replies_total", "Second replies to an answered probe, dropped.")
+	descSynDrops     = desc("sonde_syn_ring_drops_total", "Replies lost because the capture ring was full.")
+	descTargetUp     = desc("sonde_target_healthy", "1 when the target is healthy, 0 when unhealthy; absent while undecided or disabled.", "pool", "target")
+	descTargetLat    = desc("sonde_target_latency_seconds", "Smoothed latency of the target's successful probes.", "pool", "target")
+)
+
+// counterTotals accumulates the counters of retired generations, so the
+// exported counters keep growing across reloads.
+type counterTotals struct {
+	mu    sync.Mutex
+	sched scheduler.Stats
+	late  uint64 // workers skipped late
+	syn   syn.Counters
+}
+
+func (t *counterTotals) retire(g *generation) {
+	st := g.engine.Stats()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	addStats(&t.sched, &st)
+	for _, w := range g.launch.workers {
+		t.late += w.Stats().SkippedLate
+	}
+	if g.launch.syn != nil {
+		addSyn(&t.syn, g.launch.syn.Counters())
+	}
+}
+
+func addStats(dst, src *scheduler.Stats) {
+	dst.Dispatched += src.Dispatched
+	dst.Timeouts += src.Timeouts
+	dst.Stale += src.Stale
+	dst.Late += src.Late
+	dst.Overflows += src.Overflows
+	dst.LatenessSum += src.LatenessSum
+	for i := range dst.LatenessCounts {
+		dst.LatenessCounts[i] += src.LatenessCounts[i]
+	}
+}
+
+func addSyn(dst *syn.Counters, c syn.Counters) {
+	dst.Sent += c.Sent
+	dst.SendErrors += c.SendErrors
+	dst.SynAck += c.SynAck
+	dst.RST += c.RST
+	dst.Unreachable += c.Unreachable
+	dst.InvalidCookie += c.InvalidCookie
+	dst.Stale += c.Stale
+	dst.Duplicate += c.Duplicate
+	dst.RingDrops += c.RingDrops
+}
+
+// stateCollector produces, at scrape time, everything read from the running
+// generation.
+type stateCollector struct{ d *Daemon }
+
+// Describe sends every descriptor the collector may produce.
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		descPoolTargets, descPoolRoutable, descPoolRemoved, descPoolOpen, descFailWin, descSuccessWin, descOnsetWin,
+		descTargets, descStreams, descDispatched, descTimeouts, descStale, descLate, descOverflow, descLateness,
+		descWorkPending, descWorkFlight, descWorkLate, descTCPPath, descSynSent, descSynErrors, descSynReplies,
+		descSynInvalid, descSynStale, descSynDup, descSynDrops, descTargetUp, descTargetLat,
+	} {
+		ch <- d
+	}
+}
+
+// Collect reads the current generation.
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	g := c.d.cur.Load()
+	if g == nil {
+		return
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	c.collectPools(g, gauge)
+	for _, chk := range g.cfg.Checks {
+		sc := chk.Sched()
+		gauge(descFailWin, sc.FailureWindow().Seconds(), chk.Name)
+		gauge(descSuccessWin, sc.SuccessWindow(sc.Timeout).Seconds(), chk.Name)
+		gauge(descOnsetWin, sc.FailureWindowFromOnset().Seconds(), chk.Name)
+	}
+	gauge(descTargets, float64(len(g.cfg.Targets)))
+	gauge(descStreams, float64(g.cfg.Streams()))
+
+	t := &c.d.totals
+	t.mu.Lock()
+	st, late, sc := t.sched, t.late, t.syn
+	t.mu.Unlock()
+	cur := g.engine.Stats()
+	addStats(&st, &cur)
+	counter(descDispatched, st.Dispatched)
+	counter(descTimeouts, st.Timeouts)
+	counter(descStale, st.Stale)
+	counter(descLate, st.Late)
+	counter(descOverflow, st.Overflows)
+	ch <- latenessHistogram(&st)
+
+	for ci, l := range g.launch.byCheck {
+		w, ok := l.(*probe.Workers)
+		if !ok {
+			continue
+		}
+		ws := w.Stats()
+		late += ws.SkippedLate
+		name := g.cfg.Checks[ci].Name
+		gauge(descWorkPending, float64(ws.Pending), name)
+		gauge(descWorkFlight, float64(ws.InFlight), name)
+	}
+	counter(descWorkLate, late)
+	for _, p := range []TCPPath{PathSynBPF, PathSynPacket, PathConnect} {
+		v := 0.0
+		if p == g.launch.tcpPath {
+			v = 1
+		}
+		gauge(descTCPPath, v, string(p))
+	}
+	if g.launch.syn != nil {
+		addSyn(&sc, g.launch.syn.Counters())
+	}
+	counter(descSynSent, sc.Sent)
+	counter(descSynErrors, sc.SendErrors)
+	counter(descSynReplies, sc.SynAck, "synack")
+	counter(descSynReplies, sc.RST, "rst")
+	counter(descSynReplies, sc.Unreachable, "unreachable")
+	counter(descSynInvalid, sc.InvalidCookie)
+	counter(descSynStale, sc.Stale)
+	counter(descSynDup, sc.Duplicate)
+	counter(descSynDrops, sc.RingDrops)
+
+	if g.cfg.Metrics.PerTarget {
+		c.collectTargets(g, gauge)
+	}
+}
+
+func (c *stateCollector) collectPools(g *generation, gauge func(*prometheus.Desc, float64, ...string)) {
+	for _, p := range g.pools {
+		s := p.Summary(g.engine)
+		gauge(descPoolTargets, float64(s.Healthy), p.Name, "healthy")
+		gauge(descPoolTargets, float64(s.Unhealthy), p.Name, "unhealthy")
+		gauge(descPoolTargets, float64(s.Unknown), p.Name, "unknown")
+		gauge(descPoolTargets, float64(s.Disabled), p.Name, "disabled")
+		gauge(descPoolRoutable, float64(s.Routable), p.Name)
+		gauge(descPoolRemoved, float64(s.Removed), p.Name)
+		open := 0.0
+		if s.FailingOpen {
+			open = 1
+		}
+		gauge(descPoolOpen, open, p.Name)
+	}
+}
+
+func (c *stateCollector) collectTargets(g *generation, gauge func(*prometheus.Desc, float64, ...string)) {
+	for _, p := range g.pools {
+		p.Each(func(id uint32, disabled bool) {
+			st := g.engine.Status(id)
+			if disabled || st.State == scheduler.Unknown {
+				return
+			}
+			name := g.cfg.Targets[id].AddrPort().String()
+			up := 0.0
+			if st.State == scheduler.Healthy {
+				up = 1
+			}
+			gauge(descTargetUp, up, p.Name, name)
+			if st.Smoothed > 0 {
+				gauge(descTargetLat, st.Smoothed.Seconds(), p.Name, name)
+			}
+		})
+	}
+}
+
+// latenessHistogram turns the scheduler's lateness counts into a histogram.
+func latenessHistogram(st *scheduler.Stats) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(scheduler.LatenessBuckets))
+	var cum uint64
+	for i, b := range scheduler.LatenessBuckets {
+		cum += st.LatenessCounts[i]
+		buckets[b.Seconds()] = cum
+	}
+	cum += st.LatenessCounts[len(scheduler.LatenessBuckets)]
+	return prometheus.MustNewConstHistogram(descLateness, cum, st.LatenessSum.Seconds(), buckets)
+}

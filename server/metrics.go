@@ -1,0 +1,117 @@
+package server
+
+import (
+	"runtime"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/scheduler"
+)
+
+// durationBuckets suit probe times from sub-millisecond SYN round trips on a
+// LAN to multi-second HTTP timeouts.
+var durationBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+// metrics are the daemon's instruments that live across reloads. Per-result
+// instruments are resolved once per generation (see observer), never looked
+// up by label on the probe path. Everything read from the engine (pool and
+// target state, windows, scheduler and prober counters) is produced at scrape
+// time by stateCollector, so removed targets and pools simply stop appearing.
+type metrics struct {
+	reg        *prometheus.Registry
+	probes     *prometheus.CounterVec   // pool, protocol, outcome
+	duration   *prometheus.HistogramVec // pool, protocol
+	phases     *prometheus.HistogramVec // pool, phase
+	changes    *prometheus.CounterVec   // pool, to
+	reloads    *prometheus.CounterVec   // result
+	reloadOK   prometheus.Gauge
+	reloadTime prometheus.Gauge
+}
+
+// newMetrics creates the instruments and registers them, with the state
+// collector and the Go and process collectors, on a new registry.
+func newMetrics(d *Daemon) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sonde_probes_total",
+			Help: "Probe outcomes applied to targets, by pool, protocol and outcome (success or the reason of the failure).",
+		}, []string{"pool", "protocol", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sonde_probe_duration_seconds",
+			Help:    "Probe latency: SYN round trip, connect time, or HTTP request to last byte; timeouts count as the timeout.",
+			Buckets: durationBuckets,
+		}, []string{"pool", "protocol"}),
+		phases: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sonde_http_phase_duration_seconds",
+			Help:    "Duration of the phases of HTTP probes: connect, tls, first_byte (request written to first response byte), last_byte (first to last byte).",
+			Buckets: durationBuckets,
+		}, []string{"pool", "phase"}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sonde_state_changes_total",
+			Help: "Target state changes, by pool and new state.",
+		}, []string{"pool", "to"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sonde_config_reloads_total",
+			Help: "Configuration reloads, by result (success or failure).",
+		}, []string{"result"}),
+		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sonde_config_last_reload_successful",
+			Help: "1 when the last configuration load or reload succeeded, 0 when it was rejected and the previous configuration kept running.",
+		}),
+		reloadTime: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sonde_config_last_reload_success_timestamp_seconds",
+			Help: "Time of the last successful configuration load.",
+		}),
+	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sonde_build_info",
+		Help: "sonde's version and Go version; the value is 1.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(d.opt.Version, runtime.Version()).Set(1)
+	m.reg.MustRegister(m.probes, m.duration, m.phases, m.changes, m.reloads, m.reloadOK, m.reloadTime, build,
+		&stateCollector{d: d},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// forgetPools deletes the series of pools that no longer exist.
+func (m *metrics) forgetPools(names []string) {
+	for _, name := range names {
+		l := prometheus.Labels{"pool": name}
+		m.probes.DeletePartialMatch(l)
+		m.duration.DeletePartialMatch(l)
+		m.phases.DeletePartialMatch(l)
+		m.changes.DeletePartialMatch(l)
+	}
+}
+
+// phaseNames are the label values of sonde_http_phase_duration_seconds, in
+// the order of probe.Phases.
+var phaseNames = [...]string{"connect", "tls", "first_byte", "last_byte"}
+
+// poolInstruments are one pool's per-result instruments, resolved once.
+type poolInstruments struct {
+	probes   [probe.NumOutcomes]prometheus.Counter
+	duration prometheus.Observer
+	phases   [len(phaseNames)]prometheus.Observer
+	changes  [3]prometheus.Counter // by scheduler.State
+}
+
+// instruments resolves the per-result instruments of pool with protocol.
+func (m *metrics) instruments(pool, protocol string) *poolInstruments {
+	pi := &poolInstruments{duration: m.duration.WithLabelValues(pool, protocol)}
+	for o := range probe.NumOutcomes {
+		pi.probes[o] = m.probes.WithLabelValues(pool, protocol, o.String())
+	}
+	for i, ph := range phaseNames {
+		pi.phases[i] = m.phases.WithLabelValues(pool, ph)
+	}
+	for st := scheduler.Unknown; st <= scheduler.Unhealthy; st++ {
+		pi.changes[st] = m.changes.WithLabelValues(pool, st.String())
+	}
+	return pi
+}

@@ -1,0 +1,100 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/scheduler"
+)
+
+// observer turns engine results and transitions into metrics, events and log
+// lines. One is built per generation, with its pools' instruments resolved in
+// advance: the probe path does no label lookup and no allocation.
+type observer struct {
+	d     *Daemon
+	g     *generation
+	pools []*poolInstruments
+	debug bool
+}
+
+// forGeneration returns the observer of generation g.
+func (o *observer) forGeneration(g *generation) *observer {
+	ob := &observer{d: o.d, g: g, debug: o.d.log.Enabled(context.Background(), slog.LevelDebug)}
+	for _, p := range g.cfg.Pools {
+		proto := g.cfg.Checks[p.CheckIndex].Protocol.String()
+		ob.pools = append(ob.pools, o.d.metrics.instruments(p.Name, proto))
+	}
+	return ob
+}
+
+// Result counts a probe outcome for every pool of the target.
+func (o *observer) Result(id uint32, r probe.Result) {
+	g := o.g
+	o.count(int(g.poolOf[id]), &r)
+	if len(g.morePool) > 0 {
+		for _, pi := range g.morePool[id] {
+			o.count(int(pi), &r)
+		}
+	}
+	if o.debug {
+		o.d.log.Debug("probe", "target", g.cfg.Targets[id].AddrPort(), "check", g.checkName(id),
+			"outcome", r.Outcome, "latency", r.Latency, "status", r.Status)
+	}
+}
+
+func (o *observer) count(pi int, r *probe.Result) {
+	in := o.pools[pi]
+	in.probes[r.Outcome].Inc()
+	in.duration.Observe(r.Latency.Seconds())
+}
+
+// report records the detail of a one-shot probe: the last error for the API
+// and the HTTP phase timings.
+func (o *observer) report(id uint32, r *probe.Report) {
+	g := o.g
+	g.errs.record(id, r)
+	if r.Phases == (probe.Phases{}) {
+		return
+	}
+	ph := [len(phaseNames)]float64{r.Phases.Connect.Seconds(), r.Phases.TLS.Seconds(), r.Phases.FirstByte.Seconds(), r.Phases.LastByte.Seconds()}
+	g.poolsOf(id, func(pi int) {
+		for i, v := range ph {
+			if v > 0 {
+				o.pools[pi].phases[i].Observe(v)
+			}
+		}
+	})
+}
+
+// Transition records a state change: a counter per pool, an event for the
+// API and an info log line.
+func (o *observer) Transition(e scheduler.Event) {
+	g := o.g
+	t := g.cfg.Targets[e.Target]
+	ev := Event{
+		Time:    scheduler.WallTime(g.engine.Clock(), e.At),
+		Target:  t.AddrPort().String(),
+		Host:    g.cfg.Hostnames[e.Target],
+		Check:   g.checkName(e.Target),
+		From:    e.From.String(),
+		To:      e.To.String(),
+		Reason:  e.Outcome.String(),
+		Status:  int(e.Status),
+		Streak:  e.Streak,
+		Message: g.errs.get(e.Target),
+	}
+	if e.Outcome == probe.Success {
+		ev.Message = ""
+	}
+	g.poolsOf(e.Target, func(pi int) {
+		ev.Pools = append(ev.Pools, g.cfg.Pools[pi].Name)
+		o.pools[pi].changes[e.To].Inc()
+	})
+	o.d.events.add(ev)
+	o.d.log.Info("state change", "target", ev.Target, "pool", ev.Pools, "check", ev.Check,
+		"from", ev.From, "to", ev.To, "reason", ev.Reason, "consecutive", ev.Streak)
+}
+
+// checkName returns the name of target id's check.
+func (g *generation) checkName(id uint32) string { return g.cfg.Checks[g.cfg.Targets[id].Check].Name }
