@@ -19,6 +19,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 	phttp "github.com/sondeprobe/sonde/probe/http"
+	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/probe/tcp"
 	"github.com/sondeprobe/sonde/server"
 )
@@ -33,6 +34,8 @@ given: target, protocol, outcome, latency, status and, for a failure, why.
 URL is one of
   tcp://HOST:PORT       TCP handshake (connect() prober)
   connect://HOST:PORT   TCP handshake with the connect() prober
+  syn://HOST:PORT       raw SYN, reply caught by eBPF: SYN-ACK, RST or ICMP
+                        unreachable (needs CAP_NET_RAW, CAP_BPF, CAP_NET_ADMIN)
   http://HOST[:PORT][/PATH][?QUERY]
   https://HOST[:PORT][/PATH][?QUERY]
 The URL's path and query are the request path; its host is resolved (see
@@ -134,6 +137,11 @@ func runProbeWith(ctx context.Context, args []string, stdout, stderr io.Writer, 
 	if err := newProbeProbers(jobs); err != nil {
 		return usageError(err)
 	}
+	closeSyn, err := newSynProber(ctx, jobs, res)
+	if err != nil {
+		return err
+	}
+	defer closeSyn()
 
 	out := newProbeWriter(stdout, f.json)
 	healthy := true
@@ -209,7 +217,7 @@ func parseProbeURL(arg string) (*probeJob, error) {
 	j := &probeJob{arg: arg}
 	var ok bool
 	if j.proto, j.tcpMode, ok = probeScheme(u.Scheme); !ok {
-		return nil, fmt.Errorf("probe: URL %q: scheme %q is not one of tcp, connect, http, https", arg, u.Scheme)
+		return nil, fmt.Errorf("probe: URL %q: scheme %q is not one of tcp, connect, syn, http, https", arg, u.Scheme)
 	}
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("probe: URL %q: %s", arg, fmt.Sprintf(format, args...))
@@ -257,6 +265,8 @@ func probeScheme(scheme string) (proto config.Protocol, tcpMode string, ok bool)
 		return config.TCP, "", true // auto: tcpProberFor picks the prober
 	case "connect":
 		return config.TCP, "connect", true
+	case "syn":
+		return config.TCP, "syn", true
 	case "http":
 		return config.HTTP, "", true
 	case "https":
@@ -466,10 +476,14 @@ func probeConfigError(err error, firstURL map[string]string) error {
 	return fmt.Errorf("probe: %w", err)
 }
 
-// newProbeProbers gives every job its prober, one per check.
+// newProbeProbers gives every job its prober, one per check. syn:// jobs get
+// theirs from newSynProber.
 func newProbeProbers(jobs []*probeJob) error {
 	probers := map[*config.Check]probe.Reporter{}
 	for _, j := range jobs {
+		if j.check.Protocol == config.TCP && j.check.TCPMode == config.TCPSyn {
+			continue
+		}
 		p, ok := probers[j.check]
 		if !ok {
 			var err error
@@ -495,15 +509,50 @@ func proberFor(c *config.Check) (probe.Reporter, error) {
 	return phttp.New(o)
 }
 
-// tcpProberFor returns the prober of a TCP check by its tcp_mode. Today
-// every mode probes with connect(); the SYN prober gets its case here (and
-// may take over "auto" when sonde has CAP_NET_RAW).
+// tcpProberFor returns the connect() prober of tcp:// and connect:// URLs.
+// A single probe gains nothing from the SYN prober, so tcp:// uses connect()
+// and needs no privileges; syn:// asks for raw SYNs (newSynProber).
 func tcpProberFor(c *config.Check) (probe.Reporter, error) {
 	switch c.TCPMode {
 	case config.TCPAuto, config.TCPConnect:
 		return tcp.New(tcp.Options{Source: c.SourceAddress}), nil
 	}
 	return nil, fmt.Errorf("tcp_mode %s is not supported by sonde probe", c.TCPMode)
+}
+
+// newSynProber starts one SYN prober for every syn:// job. The prober must
+// know its endpoints up front, so their host names are resolved here (a name
+// that fails to resolve fails again, with its error, when the job runs). It
+// returns a function that closes the prober.
+func newSynProber(ctx context.Context, jobs []*probeJob, res probe.Resolver) (func(), error) {
+	var synJobs []*probeJob
+	var eps []netip.AddrPort
+	for _, j := range jobs {
+		if j.check.Protocol != config.TCP || j.check.TCPMode != config.TCPSyn {
+			continue
+		}
+		synJobs = append(synJobs, j)
+		rctx, cancel := context.WithTimeout(ctx, j.check.Timeout)
+		addr, err := res.Resolve(rctx, j.host, j.check.IPFamily.String())
+		cancel()
+		if err == nil {
+			eps = append(eps, netip.AddrPortFrom(addr, j.port))
+		}
+	}
+	if len(synJobs) == 0 {
+		return func() {}, nil
+	}
+	o, err := syn.NewOneShot(eps, syn.Config{})
+	if err != nil {
+		if errors.Is(err, syn.ErrNoRawSocket) {
+			return nil, fmt.Errorf("probe: syn:// sends raw SYNs and needs CAP_NET_RAW (root, or setcap cap_net_raw,cap_bpf,cap_net_admin+ep on sonde); tcp:// probes with connect() without privileges: %w", err)
+		}
+		return nil, fmt.Errorf("probe: start the SYN prober: %w", err)
+	}
+	for _, j := range synJobs {
+		j.prober = o
+	}
+	return func() { _ = o.Close() }, nil
 }
 
 // probeAll probes every job, at most probeConcurrency at once, and yields

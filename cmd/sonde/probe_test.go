@@ -368,7 +368,7 @@ func TestProbeUsageErrors(t *testing.T) {
 		msg  string // stderr must contain it
 	}{
 		{"no URL", nil, "probe: no URL to probe"},
-		{"unknown scheme", []string{"ftp://127.0.0.1:21"}, `probe: URL "ftp://127.0.0.1:21": scheme "ftp" is not one of tcp, connect, http, https`},
+		{"unknown scheme", []string{"ftp://127.0.0.1:21"}, `probe: URL "ftp://127.0.0.1:21": scheme "ftp" is not one of tcp, connect, syn, http, https`},
 		{"tcp without port", []string{"tcp://127.0.0.1"}, `probe: URL "tcp://127.0.0.1": missing port; want tcp://HOST:PORT`},
 		{"tcp with path", []string{"tcp://127.0.0.1:80/x"}, "has no path or query"},
 		{"port out of range", []string{"http://127.0.0.1:70000/"}, `port "70000" is out of range 1..65535`},

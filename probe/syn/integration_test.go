@@ -1,6 +1,7 @@
 package syn_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -437,3 +438,46 @@ func BenchmarkFleetSend(b *testing.B) {
 type countSink struct{ n *atomic.Int64 }
 
 func (s countSink) Deliver(probe.Result) { s.n.Add(1) }
+
+// TestOneShot probes single endpoints on demand, as `sonde probe syn://`
+// does: a listener answers success, a closed port refused, and a port whose
+// SYNs are dropped times out at the caller's deadline.
+func TestOneShot(t *testing.T) {
+	requirePriv(t)
+	ns := loopbackNS(t)
+	if out, err := exec.Command("ip", "netns", "exec", ns, "nft", "add table inet sondetest; add chain inet sondetest in { type filter hook input priority 0; }; add rule inet sondetest in tcp dport 9007 drop").CombinedOutput(); err != nil {
+		t.Fatalf("nft: %v: %s", err, out)
+	}
+	lo := netip.MustParseAddr("127.0.0.1")
+	eps := []netip.AddrPort{netip.AddrPortFrom(lo, 9005), netip.AddrPortFrom(lo, 9006), netip.AddrPortFrom(lo, 9007)}
+	var o *syn.OneShot
+	err := bench.InNamespace(ns, func() error {
+		ln, err := net.Listen("tcp", "127.0.0.1:9005")
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { ln.Close() })
+		o, err = syn.NewOneShot(eps, syn.Config{Interface: "lo"})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	want := []probe.Outcome{probe.Success, probe.Refused, probe.Timeout}
+	for i, ep := range eps {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		rep := o.Report(ctx, probe.Target{Addr: ep.Addr(), Port: ep.Port()})
+		cancel()
+		if rep.Outcome != want[i] {
+			t.Errorf("%s: %v (%v), want %v", ep, rep.Outcome, rep.Err, want[i])
+		}
+		if want[i] != probe.Success && rep.Err == nil {
+			t.Errorf("%s: %v without a reason", ep, rep.Outcome)
+		}
+	}
+	rep := o.Report(context.Background(), probe.Target{Addr: lo, Port: 1})
+	if rep.Outcome != probe.Error {
+		t.Errorf("an endpoint not given to NewOneShot: %v, want error", rep.Outcome)
+	}
+}
