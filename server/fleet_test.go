@@ -1,0 +1,136 @@
+package server
+
+import (
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sondeprobe/sonde/bench"
+	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/scheduler"
+)
+
+// requirePriv skips a test that needs root, or fails it when
+// SONDE_REQUIRE_PRIV=1 says privileged tests must run.
+func requirePriv(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("SONDE_REQUIRE_PRIV") == "1" {
+		t.Fatal("test needs root (network namespaces, raw sockets, eBPF) and SONDE_REQUIRE_PRIV=1 is set")
+	}
+	t.Skip("test needs root (network namespaces, raw sockets, eBPF); SONDE_REQUIRE_PRIV=1 makes this a failure")
+}
+
+// TestDaemonDetectsDropping is issue 4's test (d): the daemon probes a fleet
+// in a network namespace with a TCP check on the SYN prober; when some
+// addresses start dropping, they turn unhealthy within the failure window
+// counted from the onset (W3 = W1 + one interval), no sooner than k timeouts,
+// and every other target stays healthy.
+func TestDaemonDetectsDropping(t *testing.T) {
+	requirePriv(t)
+	f, err := bench.NewFleet(bench.FleetConfig{Prefix: netip.MustParsePrefix("198.18.0.0/16"), Listen: []uint16{80}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	yaml := `
+checks:
+  fleet:
+    preset: globalaccelerator
+    port: 80
+    interval: 1s
+    timeout: 400ms
+    tcp_mode: syn
+pools:
+  - name: fleet
+    check: fleet
+    targets: ["198.18.0.0/25"]
+metrics: {per_target: false}
+`
+	d, err := New(Options{
+		Load:   func() (*config.Config, error) { return config.Parse([]byte(yaml), "", config.LoadOptions{}) },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Shards: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bench.InNamespace(f.ProberNS, d.Start); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Stop() })
+	if p, why := d.TCPPath(); p != PathSynBPF {
+		t.Fatalf("TCP path %s (%v), want %s", p, why, PathSynBPF)
+	}
+	g := d.cur.Load()
+	n := len(g.cfg.Targets)
+	waitState := func(ids []uint32, want scheduler.State, within time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for _, id := range ids {
+			for g.engine.Status(id).State != want {
+				if time.Now().After(deadline) {
+					t.Fatalf("target %s: %v, want %v", g.cfg.Targets[id].AddrPort(), g.engine.Status(id).State, want)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
+	all := make([]uint32, n)
+	for i := range all {
+		all[i] = uint32(i)
+	}
+	waitState(all, scheduler.Healthy, 15*time.Second)
+
+	// Two addresses start dropping every packet.
+	var drop []uint32
+	for id, tg := range g.cfg.Targets {
+		if a := tg.Addr.As4(); a[3] == 7 || a[3] == 100 {
+			drop = append(drop, uint32(id))
+		}
+	}
+	rule := "add table inet sonde_d; add chain inet sonde_d in { type filter hook input priority -10; }; " +
+		"add rule inet sonde_d in ip daddr { 198.18.0.7, 198.18.0.100 } drop"
+	if err := bench.Command(f.FleetNS, "nft", rule).Run(); err != nil {
+		t.Fatalf("nft: %v", err)
+	}
+	onset := time.Now()
+	sc := g.cfg.Checks[0].Sched()
+	w3 := sc.FailureWindowFromOnset()
+	waitState(drop, scheduler.Unhealthy, 3*w3)
+	for _, id := range drop {
+		st := g.engine.Status(id)
+		took := scheduler.WallTime(g.engine.Clock(), st.Since).Sub(onset)
+		// Slack for the shard's wake-up and the reply reader's poll period.
+		t.Logf("%s unhealthy after %v (W1 %v, W3 %v)", g.cfg.Targets[id].AddrPort(), took, sc.FailureWindow(), w3)
+		if took > w3+50*time.Millisecond || took < time.Duration(sc.FailureThreshold())*sc.Timeout {
+			t.Errorf("target %s unhealthy %v after the onset; want within W3 = %v and after %d timeouts",
+				g.cfg.Targets[id].AddrPort(), took, w3, sc.FailureThreshold())
+		}
+		if st.LastOutcome.String() != "timeout" || st.Streak != sc.FailureThreshold() {
+			t.Errorf("target %s: last outcome %v after %d, want %d timeouts", g.cfg.Targets[id].AddrPort(), st.LastOutcome, st.Streak, sc.FailureThreshold())
+		}
+	}
+	healthy := 0
+	for id := range n {
+		if g.engine.Status(uint32(id)).State == scheduler.Healthy {
+			healthy++
+		}
+	}
+	if healthy != n-len(drop) {
+		t.Errorf("%d healthy targets, want %d", healthy, n-len(drop))
+	}
+	c := g.launch.syn.Counters()
+	if c.RingDrops != 0 || c.InvalidCookie != 0 {
+		t.Errorf("SYN counters %+v: want no ring drops and no invalid cookies", c)
+	}
+}
