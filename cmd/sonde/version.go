@@ -6,6 +6,9 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; otherwise the
@@ -22,7 +25,8 @@ func buildVersion() string {
 	return "devel"
 }
 
-// runVersion prints sonde's version and the Go runtime it was built with.
+// runVersion prints sonde's version, the Go runtime it was built with, and
+// the TCP probe path its capabilities allow.
 func runVersion(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	fs.SetOutput(stdout)
@@ -30,5 +34,54 @@ func runVersion(args []string, stdout io.Writer) error {
 		return usageError(err)
 	}
 	fmt.Fprintf(stdout, "sonde %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	caps, err := effectiveCaps()
+	if err != nil {
+		fmt.Fprintf(stdout, "capabilities: unknown (%v)\n", err)
+		return nil
+	}
+	fmt.Fprintf(stdout, "capabilities: %s\n", caps)
+	fmt.Fprintf(stdout, "tcp probe path: %s\n", caps.tcpPath())
 	return nil
+}
+
+// capSet is the subset of the effective capabilities sonde cares about.
+type capSet struct{ netRaw, bpf, netAdmin bool }
+
+// effectiveCaps reads the process's effective capabilities.
+func effectiveCaps() (capSet, error) {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return capSet{}, fmt.Errorf("capget: %w", err)
+	}
+	has := func(c int) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
+	return capSet{netRaw: has(unix.CAP_NET_RAW), bpf: has(unix.CAP_BPF), netAdmin: has(unix.CAP_NET_ADMIN)}, nil
+}
+
+// String lists the capabilities present.
+func (c capSet) String() string {
+	var have []string
+	for _, x := range []struct {
+		ok   bool
+		name string
+	}{{c.netRaw, "CAP_NET_RAW"}, {c.bpf, "CAP_BPF"}, {c.netAdmin, "CAP_NET_ADMIN"}} {
+		if x.ok {
+			have = append(have, x.name)
+		}
+	}
+	if len(have) == 0 {
+		return "none of CAP_NET_RAW, CAP_BPF, CAP_NET_ADMIN"
+	}
+	return strings.Join(have, ", ")
+}
+
+// tcpPath says which prober TCP checks in tcp_mode auto would use.
+func (c capSet) tcpPath() string {
+	switch {
+	case c.netRaw && c.bpf && c.netAdmin:
+		return "syn-bpf (raw SYNs, replies caught by eBPF)"
+	case c.netRaw:
+		return "syn-packet (raw SYNs, replies read with AF_PACKET; eBPF needs CAP_BPF and CAP_NET_ADMIN)"
+	}
+	return "connect (SYN probes need CAP_NET_RAW)"
 }
