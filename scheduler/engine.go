@@ -295,9 +295,6 @@ func (e *Engine) locate(id uint32) (*shard, uint32) {
 // tickFloor returns the last tick at or before ns.
 func (e *Engine) tickFloor(ns int64) int64 { return floorDiv(ns-e.base, e.tick) }
 
-// tickCeil returns the first tick at or after ns.
-func (e *Engine) tickCeil(ns int64) int64 { return -floorDiv(e.base-ns, e.tick) }
-
 // floorDiv divides rounding towards minus infinity; b > 0.
 func floorDiv(a, b int64) int64 {
 	q := a / b
@@ -336,7 +333,7 @@ func (e *Engine) start() {
 	for _, s := range e.shards {
 		for i := range s.rec {
 			if rec := &s.rec[i]; rec.flags&flagActive != 0 {
-				s.wheel.add(uint32(i), e.tickCeil(rec.at))
+				s.wheel.add(uint32(i), e.tickFloor(rec.at))
 			}
 		}
 	}

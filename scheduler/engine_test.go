@@ -291,3 +291,42 @@ func TestRunRealTime(t *testing.T) {
 	}
 	e.Deliver(probe.Result{ID: 1}) // after Run: dropped, must not block
 }
+
+// TestTickRoundingNeverLate checks that the wheel's 1 ms resolution never
+// delays a probe: with answers at arbitrary sub-millisecond times, every
+// probe leaves within one tick before its due time (completion plus
+// interval), never after it, so detection windows are never stretched by the
+// rounding.
+func TestTickRoundingNeverLate(t *testing.T) {
+	checks := []Check{{Interval: 100 * time.Millisecond, Timeout: time.Second, Rise: 1, Fall: 1}}
+	targets := make([]TargetSpec, 50)
+	for i := range targets {
+		targets[i].Leader = uint32(i)
+	}
+	s := newSim(t, checks, targets, 2)
+	s.behave = func(req probe.Request) answer {
+		return answer{outcome: probe.Success, after: time.Duration(137+req.ID*7919%1000) * time.Microsecond}
+	}
+	s.runFor(5 * time.Second)
+	done := map[uint32]int64{} // last completion per target
+	ri := 0
+	checked := 0
+	for _, req := range s.sent {
+		for ri < len(s.result) && s.result[ri].r.Done <= req.Sent {
+			done[s.result[ri].id] = s.result[ri].r.Done
+			ri++
+		}
+		prev, ok := done[req.ID]
+		if !ok {
+			continue
+		}
+		due := prev + int64(checks[0].Interval)
+		if req.Sent > due || req.Sent <= due-int64(time.Millisecond) {
+			t.Fatalf("target %d sent at %d, due %d: want within the tick before", req.ID, req.Sent, due)
+		}
+		checked++
+	}
+	if checked < 1000 {
+		t.Fatalf("only %d sends checked", checked)
+	}
+}

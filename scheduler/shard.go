@@ -233,7 +233,10 @@ func (s *shard) complete(i uint32, r *probe.Result) {
 	}
 	due := r.Done + int64(gap)
 	s.rec[i].at = due
-	if t := s.e.tickCeil(due); t > s.wheel.now {
+	// File the send in the tick that contains its due time: the wheel's
+	// resolution may send a probe up to one tick early, never late, so it
+	// never lengthens a detection window.
+	if t := s.e.tickFloor(due); t > s.wheel.now {
 		s.wheel.add(i, t)
 		return
 	}
