@@ -43,6 +43,10 @@ type Options struct {
 	// Events is the number of recent state changes kept for the API;
 	// default 10000.
 	Events int
+	// NoMemoryLimit leaves the Go runtime's memory limit alone. By default
+	// the daemon sets it after every load to the memory in use plus an
+	// eighth (see memoryTuner), unless GOMEMLIMIT is set.
+	NoMemoryLimit bool
 }
 
 // Daemon is sonde's long-running process: one generation of probers and
@@ -55,6 +59,7 @@ type Daemon struct {
 	events  *eventLog
 	totals  counterTotals
 	obs     observer
+	mem     memoryTuner
 
 	cur      atomic.Pointer[generation]
 	reloadMu sync.Mutex // one load or reload at a time
@@ -77,7 +82,7 @@ func New(opt Options) (*Daemon, error) {
 	if opt.Version == "" {
 		opt.Version = "devel"
 	}
-	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events)}
+	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events), mem: newMemoryTuner(&opt)}
 	d.obs.d = d
 	d.metrics = newMetrics(d)
 	return d, nil
@@ -101,16 +106,19 @@ func (d *Daemon) Reload() error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
 	start := time.Now()
+	d.mem.beforeLoad()
 	next, err := d.load()
 	if err != nil {
+		d.mem.afterLoad()
 		d.metrics.reloads.WithLabelValues("failure").Inc()
 		d.metrics.reloadOK.Set(0)
 		d.log.Error("configuration rejected; the previous one keeps running", "err", err)
 		return err
 	}
 	old := d.cur.Load()
+	reload := old != nil
 	kept := 0
-	if old != nil {
+	if reload {
 		if err := old.stop(); err != nil {
 			d.log.Warn("stopping probers", "err", err)
 		}
@@ -120,10 +128,11 @@ func (d *Daemon) Reload() error {
 	}
 	next.start()
 	d.cur.Store(next)
+	limit := d.mem.afterLoad()
 	d.metrics.reloads.WithLabelValues("success").Inc()
 	d.metrics.reloadOK.Set(1)
 	d.metrics.reloadTime.Set(float64(time.Now().Unix()))
-	d.logStart(next, old != nil, kept, time.Since(start))
+	d.logStart(next, reload, kept, limit, time.Since(start))
 	return nil
 }
 
@@ -133,6 +142,7 @@ func (d *Daemon) load() (*generation, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.mem.loaded()
 	g, err := buildGeneration(cfg, &d.opt, &d.obs)
 	if err != nil {
 		return nil, fmt.Errorf("start probers: %w", err)
@@ -140,13 +150,16 @@ func (d *Daemon) load() (*generation, error) {
 	return g, nil
 }
 
-func (d *Daemon) logStart(g *generation, reload bool, kept int, took time.Duration) {
+func (d *Daemon) logStart(g *generation, reload bool, kept int, memLimit int64, took time.Duration) {
 	msg := "configuration loaded"
 	if reload {
 		msg = "configuration reloaded"
 	}
 	d.log.Info(msg, "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", len(g.cfg.Targets),
 		"streams", g.cfg.Streams(), "kept_state", kept, "tcp_path", g.launch.tcpPath, "took", took.Round(time.Millisecond))
+	if memLimit > 0 {
+		d.log.Debug("memory limit set", "bytes", memLimit)
+	}
 	if g.launch.synErr != nil {
 		d.log.Warn("TCP checks use connect(), not the SYN prober", "reason", g.launch.synErr)
 	}

@@ -48,7 +48,7 @@ func (l *eventLog) since(from uint64, limit int) ([]Event, uint64) {
 	if l.next > uint64(len(l.buf)) {
 		first = l.next - uint64(len(l.buf))
 	}
-	from = max(from, first)
+	from = min(max(from, first), l.next)
 	if limit > 0 && l.next-from > uint64(limit) {
 		from = l.next - uint64(limit)
 	}

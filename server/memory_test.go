@@ -1,0 +1,98 @@
+package server
+
+import (
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"runtime/debug"
+	"testing"
+
+	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/scheduler"
+)
+
+const memoryConfig = `
+checks:
+  web: {protocol: http, path: /, interval: 1s, timeout: 1s}
+pools:
+  - {name: api, check: web, targets: ["127.0.0.1:1"]}
+`
+
+// TestMemoryLimit checks that a load sets the runtime's memory limit to the
+// memory in use plus headroom, that a reload sets it again, and that
+// NoMemoryLimit leaves it alone.
+func TestMemoryLimit(t *testing.T) {
+	if _, ok := os.LookupEnv("GOMEMLIMIT"); ok {
+		t.Skip("GOMEMLIMIT is set: the daemon leaves the limit to it")
+	}
+	orig := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(orig) })
+
+	debug.SetMemoryLimit(math.MaxInt64)
+	td := startDaemon(t, memoryConfig)
+	limit := debug.SetMemoryLimit(-1)
+	if limit == math.MaxInt64 || limit < minMemoryHeadroom || limit > 1<<30 {
+		t.Fatalf("memory limit after a load of one target = %d, want the memory in use plus at least %d", limit, minMemoryHeadroom)
+	}
+	debug.SetMemoryLimit(math.MaxInt64)
+	if err := td.d.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := debug.SetMemoryLimit(-1); got == math.MaxInt64 {
+		t.Error("reload did not set the memory limit")
+	}
+
+	debug.SetMemoryLimit(math.MaxInt64)
+	d, err := New(Options{
+		Load:          func() (*config.Config, error) { return config.Parse([]byte(memoryConfig), "", config.LoadOptions{}) },
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		NoSyn:         true,
+		NoMemoryLimit: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer d.Stop()
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Errorf("NoMemoryLimit: limit changed to %d", got)
+	}
+}
+
+// TestTransitionAllocations bounds the garbage of a state change when state
+// changes are not logged: a million targets change state at start-up.
+func TestTransitionAllocations(t *testing.T) {
+	d, err := New(Options{
+		Load:   func() (*config.Config, error) { return config.Parse([]byte(memoryConfig), "", config.LoadOptions{}) },
+		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		NoSyn:  true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := d.opt.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := buildGeneration(cfg, &d.opt, &d.obs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.launch.close()
+	ob := d.obs.forGeneration(g)
+	if ob.info {
+		t.Fatal("observer logs state changes at level warn")
+	}
+	ev := scheduler.Event{Target: 0, From: scheduler.Unknown, To: scheduler.Healthy, Outcome: probe.Success}
+	allocs := testing.AllocsPerRun(1000, func() { ob.Transition(ev) })
+	// The event kept for the API: its target string and its pool list.
+	// Logging arguments added about a dozen more.
+	t.Logf("%v allocations per state change", allocs)
+	if allocs > 4 {
+		t.Errorf("%v allocations per state change, want at most 4", allocs)
+	}
+}
