@@ -32,11 +32,12 @@
 // With CAP_BPF and CAP_NET_ADMIN the replies are caught by the eBPF program in
 // package bpf on the probing interface's ingress (TCX, or TC on kernels before
 // 6.6) and read from a BPF ring buffer in bulk every [Config.PollInterval]
-// (or sooner, when the ring fills past its wake-up threshold). Without them
-// the prober falls back to an AF_PACKET socket with a classic BPF filter and a
-// TPACKET_V3 ring, read block by block. The path in use is reported by
-// [Prober.CapturePath] and [Counters.Capture]. Without CAP_NET_RAW, [New]
-// returns [ErrNoRawSocket] and callers use the connect() prober.
+// (or sooner, when the ring fills past half its size: see wakeupBytes).
+// Without them the prober falls back to an AF_PACKET socket with a classic BPF
+// filter and a TPACKET_V3 ring, read block by block. The path in use is
+// reported by [Prober.CapturePath] and [Counters.Capture]. Without
+// CAP_NET_RAW, [New] returns [ErrNoRawSocket] and callers use the connect()
+// prober.
 //
 // The kernel still sees every reply: it answers a SYN-ACK with an RST, which
 // closes the half-open connection on the target (T3).
@@ -470,7 +471,7 @@ func (p *Prober) openCapture(cfg Config, iface *net.Interface) error {
 		c, err := newBPFCapture(p, bpf.CaptureConfig{
 			Interface: iface.Index, Local4: l4, Local6: l6,
 			PortLo: p.ports.First, PortHi: p.ports.Last,
-			RingBytes: cfg.RingBytes, Attach: cfg.Attach,
+			RingBytes: cfg.RingBytes, WakeupBytes: wakeupBytes(cfg.RingBytes), Attach: cfg.Attach,
 		})
 		if err == nil {
 			p.cap, p.path = c, c.path
@@ -490,6 +491,25 @@ func (p *Prober) openCapture(cfg Config, iface *net.Interface) error {
 	}
 	p.cap, p.path = c, PathAFPacket
 	return nil
+}
+
+// defaultRingBytes is the capture ring's size when Config.RingBytes is 0.
+const defaultRingBytes = 8 << 20
+
+// wakeupBytes is the unread backlog past which the eBPF program wakes the
+// reader at once instead of leaving the records for its next poll: half the
+// ring. Above the threshold the program forces a wake-up with every record,
+// and each one is an interrupt (an IPI, costly in a VM) that cannot help when
+// the reader is runnable but waiting for a CPU, which is what fills the ring
+// at high rates: with the bpf package's default of 1/32 of the ring, sweeps
+// at full speed spent about a fifth of the machine's CPU in these wake-ups.
+// Half the ring still leaves the reader more than 100 ms at 500,000 replies
+// a second before anything is lost (and lost replies are counted).
+func wakeupBytes(ringBytes int) int {
+	if ringBytes <= 0 {
+		ringBytes = defaultRingBytes
+	}
+	return ringBytes / 2
 }
 
 func (p *Prober) startReader() {
