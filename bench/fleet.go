@@ -6,7 +6,8 @@
 // AnyIP local routes (`ip route add local PREFIX dev lo`). Firewall rules on the
 // fleet side drop or reject known subsets of addresses, so the ground truth of
 // every address is known: listening port → success, Reject → refused (TCP
-// RST), Unreachable → unreachable (ICMP), Drop → timeout. Nothing leaves the
+// RST), Unreachable → unreachable (ICMP), Drop → timeout. [Fleet.SetDrop]
+// makes more addresses go silent while the fleet runs. Nothing leaves the
 // namespaces the fleet creates.
 //
 // Building a fleet needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the ip,
@@ -19,13 +20,17 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -56,8 +61,13 @@ type FleetConfig struct {
 	// Prefix6 is an optional IPv6 prefix the fleet also answers for, for
 	// example DefaultPrefix6. The zero value means no IPv6 fleet.
 	Prefix6 netip.Prefix
-	// Listen are TCP ports with a listener on every fleet address.
+	// Listen are TCP ports with a listener on every fleet address, which
+	// accepts connections and closes them at once.
 	Listen []uint16
+	// HTTP are TCP ports with an HTTP server on every fleet address that
+	// answers every request with 200 and "ok\n" and closes the connection
+	// (no keep-alive).
+	HTTP []uint16
 	// Drop are addresses (or prefixes) whose packets the fleet silently drops.
 	Drop []netip.Prefix
 	// Reject are addresses answered with a TCP RST by a firewall rule, on every
@@ -90,6 +100,7 @@ type Fleet struct {
 
 	mu        sync.Mutex
 	listeners []net.Listener
+	servers   []*http.Server
 	wg        sync.WaitGroup
 	closed    bool
 }
@@ -194,6 +205,11 @@ func (f *Fleet) build(cfg FleetConfig) error {
 			return err
 		}
 	}
+	for _, port := range cfg.HTTP {
+		if err := f.serveHTTP(port); err != nil {
+			return err
+		}
+	}
 	return InNamespace(f.FleetNS, func() error {
 		ifc, err := net.InterfaceByName(f.FleetLink)
 		if err != nil {
@@ -271,9 +287,9 @@ func writeSet(b *strings.Builder, name, typ string, interval bool, elems []strin
 	fmt.Fprintf(b, "    elements = { %s }\n  }\n", strings.Join(elems, ", "))
 }
 
-// listen opens a TCP listener on port for every fleet address (IPv4 and IPv6)
-// inside the fleet namespace and accepts and closes connections until Close.
-func (f *Fleet) listen(port uint16) error {
+// listenFleet opens a TCP listener on port for every fleet address (IPv4
+// and IPv6) inside the fleet namespace.
+func (f *Fleet) listenFleet(port uint16) (net.Listener, error) {
 	var ln net.Listener
 	err := InNamespace(f.FleetNS, func() error {
 		var err error
@@ -285,22 +301,102 @@ func (f *Fleet) listen(port uint16) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("listen on fleet port %d: %w", port, err)
+		return nil, fmt.Errorf("listen on fleet port %d: %w", port, err)
+	}
+	return ln, nil
+}
+
+// listen opens a TCP listener on port for every fleet address and accepts
+// and closes connections until Close, on one goroutine per CPU so that a
+// flood of connect() probes never fills the accept queue.
+func (f *Fleet) listen(port uint16) error {
+	ln, err := f.listenFleet(port)
+	if err != nil {
+		return err
 	}
 	f.mu.Lock()
 	f.listeners = append(f.listeners, ln)
 	f.mu.Unlock()
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return // closed
+	for range runtime.GOMAXPROCS(0) {
+		f.wg.Go(func() {
+			for {
+				c, err := ln.Accept()
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				if err != nil {
+					time.Sleep(5 * time.Millisecond) // out of descriptors for a moment
+					continue
+				}
+				c.Close()
 			}
-			c.Close()
+		})
+	}
+	return nil
+}
+
+// serveHTTP starts an HTTP server on port for every fleet address; Close
+// stops it.
+func (f *Fleet) serveHTTP(port uint16) error {
+	ln, err := f.listenFleet(port)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			_, _ = io.WriteString(w, "ok\n")
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          log.New(io.Discard, "", 0), // a probe that hangs up early is no news
+	}
+	srv.SetKeepAlivesEnabled(false)
+	f.mu.Lock()
+	f.servers = append(f.servers, srv)
+	f.mu.Unlock()
+	f.wg.Go(func() { _ = srv.Serve(ln) }) // returns ErrServerClosed after Close
+	return nil
+}
+
+// SetDrop makes the fleet silently drop every packet to prefixes from now on,
+// on top of [FleetConfig.Drop], replacing the prefixes of the previous call;
+// SetDrop(nil) ends it. The change is one nftables transaction: it applies to
+// all prefixes at once.
+func (f *Fleet) SetDrop(prefixes []netip.Prefix) error {
+	var b strings.Builder
+	// Declaring the table, then deleting it, makes the delete succeed
+	// whether or not an earlier call created it.
+	b.WriteString("table inet sonde_fleet_dyn\ndelete table inet sonde_fleet_dyn\n")
+	var v4, v6 []string
+	for _, p := range prefixes {
+		if p.Addr().Is4() {
+			v4 = append(v4, p.Masked().String())
+		} else {
+			v6 = append(v6, p.Masked().String())
 		}
-	}()
+	}
+	if len(v4)+len(v6) > 0 {
+		b.WriteString("table inet sonde_fleet_dyn {\n")
+		var rules []string
+		if len(v4) > 0 {
+			writeSet(&b, "drop4", "ipv4_addr", true, v4)
+			rules = append(rules, "    ip daddr @drop4 drop\n")
+		}
+		if len(v6) > 0 {
+			writeSet(&b, "drop6", "ipv6_addr", true, v6)
+			rules = append(rules, "    ip6 daddr @drop6 drop\n")
+		}
+		b.WriteString("  chain input {\n    type filter hook input priority -10; policy accept;\n")
+		for _, r := range rules {
+			b.WriteString(r)
+		}
+		b.WriteString("  }\n}\n")
+	}
+	cmd := Command(f.FleetNS, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(b.String())
+	if err := runCmd(cmd); err != nil {
+		return fmt.Errorf("set dropped prefixes: %w", err)
+	}
 	return nil
 }
 
@@ -316,7 +412,7 @@ func Command(ns string, name string, args ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
 }
 
-// Close closes the listeners and deletes both namespaces (which removes the
+// Close closes the listeners and HTTP servers and deletes both namespaces (which removes the
 // veth pair, routes and firewall rules with them). It is safe to call more
 // than once.
 func (f *Fleet) Close() error {
@@ -326,12 +422,17 @@ func (f *Fleet) Close() error {
 		return nil
 	}
 	f.closed = true
-	lns := f.listeners
-	f.listeners = nil
+	lns, srvs := f.listeners, f.servers
+	f.listeners, f.servers = nil, nil
 	f.mu.Unlock()
 	var errs []error
 	for _, ln := range lns {
 		if err := ln.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, srv := range srvs {
+		if err := srv.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}

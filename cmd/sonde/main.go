@@ -6,6 +6,7 @@
 //	sonde probe [flags] URL...
 //	sonde config check [-json] FILE
 //	sonde scan -port P[,P2…] [-rate PPS] [-timeout D] [-json] TARGET…
+//	sonde bench [-scenario NAME…] [-json] [-keep]
 //	sonde version
 package main
 
@@ -48,10 +49,11 @@ const usage = `sonde is a health prober for large fleets.
 Usage:
   sonde run -config FILE [-listen ADDR]   probe a fleet: metrics, JSON API, reload on SIGHUP
   sonde run -demo                   probe built-in demo backends on loopback
-  sonde probe [flags] URL...        probe tcp://, connect://, http(s):// URLs once; exit 0 when all are healthy
+  sonde probe [flags] URL...        probe tcp://, connect://, syn://, http(s):// URLs once; exit 0 when all healthy
   sonde config check [-json] FILE   validate a config and print its effective settings and windows
   sonde scan -port P[,P…] TARGET…   sweep addresses once with the SYN prober (needs CAP_NET_RAW)
-  sonde version                     print version and capabilities
+  sonde bench [-scenario NAME…]     measure sweep rate, scale, detection and HTTP rate on a private fleet (root)
+  sonde version                     print version, capabilities and the TCP probe path
 
 Run "sonde COMMAND -h" for a command's flags.
 `
@@ -96,6 +98,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runConfig(ctx, rest, stdout, stderr)
 	case "scan":
 		return runScan(ctx, rest, stdout, stderr)
+	case "bench":
+		return runBench(ctx, rest, stdout, stderr)
 	case "version":
 		return runVersion(rest, stdout)
 	case "help", "-h", "-help", "--help":

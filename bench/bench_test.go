@@ -1,0 +1,383 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sondeprobe/sonde/probe"
+)
+
+func TestParseMetrics(t *testing.T) {
+	text := `# HELP sonde_probes_total Probe outcomes.
+# TYPE sonde_probes_total counter
+sonde_probes_total{outcome="success",pool="a",protocol="tcp"} 10
+sonde_probes_total{outcome="timeout",pool="a",protocol="tcp"} 2
+sonde_probes_total{outcome="success",pool="b",protocol="tcp"} 5
+sonde_build_info{goversion="go1.26",version="with \"quotes\", commas"} 1
+sonde_lat_bucket{le="0.001"} 1
+sonde_lat_bucket{le="0.01"} 3
+sonde_lat_bucket{le="+Inf"} 4
+sonde_lat_sum 0.5
+sonde_lat_count 4
+sonde_scheduler_probes_dispatched_total 1.5e+06
+`
+	sc, err := parseMetrics(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		metric string
+		labels map[string]string
+		want   float64
+	}{
+		{"all series", "sonde_probes_total", nil, 17},
+		{"one label", "sonde_probes_total", map[string]string{"pool": "a"}, 12},
+		{"two labels", "sonde_probes_total", map[string]string{"pool": "a", "outcome": "success"}, 10},
+		{"no match", "sonde_probes_total", map[string]string{"pool": "c"}, 0},
+		{"escaped label value", "sonde_build_info", map[string]string{"version": `with "quotes", commas`}, 1},
+		{"exponent", "sonde_scheduler_probes_dispatched_total", nil, 1.5e6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := sc.sum(tt.metric, tt.labels); got != tt.want {
+				t.Errorf("sum = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	h := sc.histogram("sonde_lat", nil)
+	want := []bucket{{0.001, 1}, {0.01, 3}, {math.Inf(1), 4}}
+	if diff := cmp.Diff(want, h, cmp.AllowUnexported(bucket{})); diff != "" {
+		t.Errorf("histogram (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{`x{a="b} 1`, `x{a=b} 1`, `x`, `x{a="b"} notanumber`} {
+		if _, err := parseMetrics(strings.NewReader(bad)); err == nil {
+			t.Errorf("parseMetrics(%q) succeeded", bad)
+		}
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	bs := []bucket{{0.001, 50}, {0.01, 90}, {0.1, 100}, {math.Inf(1), 100}}
+	tests := []struct {
+		q, want float64
+	}{
+		{0.5, 0.001},
+		{0.25, 0.0005},
+		{0.7, 0.0055},
+		{0.99, 0.091},
+	}
+	for _, tt := range tests {
+		if got := quantile(tt.q, bs); math.Abs(got-tt.want) > 1e-9 {
+			t.Errorf("quantile(%v) = %v, want %v", tt.q, got, tt.want)
+		}
+	}
+	if got := maxBound(bs); got != 0.1 {
+		t.Errorf("maxBound = %v, want 0.1", got)
+	}
+	if got := quantile(0.5, []bucket{{1, 0}, {math.Inf(1), 0}}); !math.IsNaN(got) {
+		t.Errorf("quantile of an empty histogram = %v, want NaN", got)
+	}
+	if got := quantile(0.99, []bucket{{1, 1}, {math.Inf(1), 10}}); got != 1 {
+		t.Errorf("quantile in the +Inf bucket = %v, want the highest bound 1", got)
+	}
+	d := histogramDelta([]bucket{{1, 5}, {math.Inf(1), 6}}, []bucket{{1, 8}, {math.Inf(1), 10}})
+	if diff := cmp.Diff([]bucket{{1, 3}, {math.Inf(1), 4}}, d, cmp.AllowUnexported(bucket{})); diff != "" {
+		t.Errorf("histogramDelta (-want +got):\n%s", diff)
+	}
+}
+
+func TestBlocks(t *testing.T) {
+	tests := []struct {
+		first, n int
+		want     []string
+	}{
+		{0, 1, []string{"198.18.0.0/32"}},
+		{0, 256, []string{"198.18.0.0/24"}},
+		{0, 125000, []string{"198.18.0.0/16", "198.19.0.0/17", "198.19.128.0/18", "198.19.192.0/19", "198.19.224.0/21", "198.19.232.0/26", "198.19.232.64/29"}},
+		{65536 + 4096, 256, []string{"198.19.16.0/24"}},
+		{3, 6, []string{"198.18.0.3/32", "198.18.0.4/30", "198.18.0.8/32"}},
+		{0, 1 << 17, []string{"198.18.0.0/15"}},
+	}
+	for _, tt := range tests {
+		var got []string
+		total := 0
+		for _, p := range blocks(tt.first, tt.n) {
+			got = append(got, p.String())
+			total += 1 << (32 - p.Bits())
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("blocks(%d, %d) (-want +got):\n%s", tt.first, tt.n, diff)
+		}
+		if total != tt.n {
+			t.Errorf("blocks(%d, %d) cover %d addresses", tt.first, tt.n, total)
+		}
+	}
+}
+
+// TestTruthMatchesFleet checks that the ground truth and the firewall sets of
+// the bench fleet agree address by address.
+func TestTruthMatchesFleet(t *testing.T) {
+	cfg := benchFleetConfig(1)
+	in := func(ps []netip.Prefix, a netip.Addr) bool {
+		for _, p := range ps {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	counts := map[probe.Outcome]int{}
+	for i := range fleetSize() {
+		a := addrAt(i)
+		if offset(a) != i {
+			t.Fatalf("offset(addrAt(%d)) = %d", i, offset(a))
+		}
+		// The fleet's chain drops first, then rejects, then answers ICMP.
+		want := probe.Success
+		switch {
+		case in(cfg.Drop, a):
+			want = probe.Timeout
+		case in(cfg.Reject, a):
+			want = probe.Refused
+		case in(cfg.Unreachable, a):
+			want = probe.Unreachable
+		}
+		if got := Truth(a); got != want {
+			t.Fatalf("Truth(%s) = %s, the fleet's firewall gives %s", a, got, want)
+		}
+		counts[want]++
+		if i >= fleetSize()/2 && want != probe.Success {
+			t.Fatalf("%s in the clean half is %s", a, want)
+		}
+	}
+	if counts[probe.Timeout] == 0 || counts[probe.Refused] == 0 || counts[probe.Unreachable] == 0 {
+		t.Errorf("the fleet lacks an outcome: %v", counts)
+	}
+	if got := Truth(netip.MustParseAddr("203.0.113.1")); got != probe.Timeout {
+		t.Errorf("Truth outside the fleet = %s, want timeout", got)
+	}
+}
+
+func TestParseNetDev(t *testing.T) {
+	text := `Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0
+spab12:  123456    1000    0    0    0     0          0         0   654321    2000    0    0    0     0       0          0
+`
+	rx, tx, err := parseNetDev([]byte(text), "spab12")
+	if err != nil || rx != 1000 || tx != 2000 {
+		t.Errorf("parseNetDev = %d, %d, %v; want 1000, 2000, nil", rx, tx, err)
+	}
+	if _, _, err := parseNetDev([]byte(text), "missing"); err == nil {
+		t.Error("parseNetDev of a missing interface succeeded")
+	}
+}
+
+func TestSendWindow(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	samples := []LinkSample{
+		{At: at(0), TxPkts: 100, RxPkts: 50, Busy: 10},
+		{At: at(2), TxPkts: 101, RxPkts: 50, Busy: 10}, // noise
+		{At: at(4), TxPkts: 101, RxPkts: 50, Busy: 10},
+		{At: at(6), TxPkts: 1101, RxPkts: 550, Busy: 11},
+		{At: at(8), TxPkts: 2101, RxPkts: 1050, Busy: 12},
+		{At: at(10), TxPkts: 2102, RxPkts: 1051, Busy: 12}, // noise
+		{At: at(12), TxPkts: 2102, RxPkts: 1051, Busy: 12},
+	}
+	w, ok := SendWindow(samples)
+	if !ok {
+		t.Fatal("no window")
+	}
+	want := WireWindow{Start: at(4), End: at(8), Tx: 2000, Rx: 1000, CPU: 0.02}
+	if diff := cmp.Diff(want, w); diff != "" {
+		t.Errorf("SendWindow (-want +got):\n%s", diff)
+	}
+	if _, ok := SendWindow(samples[:3]); ok {
+		t.Error("noise alone makes a window")
+	}
+}
+
+func TestReportOutput(t *testing.T) {
+	s := &Scenario{Name: "sweep", Measure: "a sweep"}
+	s.addRuns("sent", []float64{300000, 100000, 200000}, "probes/s")
+	s.add("recall", 99.9987, "%")
+	s.add("not measured", math.NaN(), "ms")
+	s.addText("capture", "bpf-tcx")
+	s.goal("fast", true, "%d×", 3)
+	s.goal("exact", false, "no")
+	s.finish()
+	if s.Status != StatusMissed {
+		t.Errorf("status %s, want missed", s.Status)
+	}
+	if m, _ := s.Metric("sent"); m.Value != 200000 {
+		t.Errorf("median %v, want 200000", m.Value)
+	}
+	r := &Report{Machine: Machine{CPU: "test CPU", Cores: 2}, Scenarios: []*Scenario{s}}
+	var b bytes.Buffer
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"test CPU", "sweep", "200000", "300000 100000 200000", "99.998", "n/a", "bpf-tcx", "MISSED exact", "MET    fast"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	if err := r.WriteJSON(&b); err != nil {
+		t.Fatalf("WriteJSON: %v", err)
+	}
+	var back Report
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil {
+		t.Fatalf("JSON does not read back: %v\n%s", err, b.String())
+	}
+	if m, _ := back.Scenarios[0].Metric("not measured"); m.Text != "not measured" {
+		t.Errorf("NaN metric in JSON: %+v", m)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	tests := []struct {
+		name    string
+		opt     Options
+		wantErr bool
+	}{
+		{"defaults", Options{Binary: "sonde"}, false},
+		{"no binary", Options{}, true},
+		{"unknown scenario", Options{Binary: "sonde", Scenarios: []string{"nope"}}, true},
+		{"too many targets", Options{Binary: "sonde", Steady: SteadyOptions{Targets: maxSteadyTargets + 1}}, true},
+		{"interval too short", Options{Binary: "sonde", Steady: SteadyOptions{Interval: time.Millisecond}}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.opt.defaults()
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+		})
+	}
+	o := Options{Binary: "sonde"}
+	if err := o.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	if o.Steady.Targets != 1_000_000 || o.Steady.Interval != 10*time.Second || o.Steady.Duration != time.Minute || o.Runs != 3 {
+		t.Errorf("defaults: %+v", o)
+	}
+	var unknown Options
+	unknown.Binary = "sonde"
+	unknown.Scenarios = []string{"sweep", "bogus"}
+	if err := unknown.defaults(); !errors.Is(err, ErrUnknownScenario) {
+		t.Errorf("err = %v, want ErrUnknownScenario", err)
+	}
+}
+
+func TestSteadyConfig(t *testing.T) {
+	cfg, dropped := steadyConfig(300_000, 10*time.Second)
+	if got := strings.Count(cfg, "tcp_mode: syn"); got != 3 {
+		t.Errorf("%d checks for 300,000 targets, want 3 ports", got)
+	}
+	if !strings.Contains(cfg, "per_target: false") {
+		t.Error("per-target series are not turned off")
+	}
+	if dropped == 0 {
+		t.Error("no dropped target counted")
+	}
+}
+
+// TestRunCancelled interrupts a run during its first scenario: the report
+// comes back with the fleet's names, the error says the run was interrupted,
+// and the fleet is gone.
+func TestRunCancelled(t *testing.T) {
+	requirePriv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rep, err := Run(ctx, Options{
+		Binary:    "/bin/true", // never gets to run: the scenario is cancelled first
+		Scenarios: []string{"detect"},
+		Quick:     true,
+		Progress: func(msg string, _ ...any) {
+			if msg == "scenario" {
+				cancel()
+			}
+		},
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if rep == nil || rep.Fleet.ProberNS == "" {
+		t.Fatalf("report without the fleet: %+v", rep)
+	}
+	for _, ns := range []string{rep.Fleet.ProberNS, rep.Fleet.FleetNS} {
+		if _, err := os.Stat("/run/netns/" + ns); err == nil {
+			t.Errorf("namespace %s left behind", ns)
+		}
+	}
+}
+
+// TestFleetHTTPAndSetDrop checks the fleet's HTTP server and SetDrop from the
+// prober namespace: an address answers, goes silent once dropped, and
+// answers again when the drop is lifted.
+func TestFleetHTTPAndSetDrop(t *testing.T) {
+	requirePriv(t)
+	f, err := NewFleet(FleetConfig{Listen: []uint16{80}, HTTP: []uint16{8080}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	client := nsClient(f.ProberNS, 1)
+	resp, err := client.Get("http://198.18.3.4:8080/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "ok\n" {
+		t.Errorf("GET: %s %q, want 200 \"ok\\n\"", resp.Status, body)
+	}
+	dial := func(addr string) error {
+		return InNamespace(f.ProberNS, func() error {
+			c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+	}
+	if err := dial("198.18.9.1:80"); err != nil {
+		t.Fatalf("before the drop: %v", err)
+	}
+	if err := f.SetDrop([]netip.Prefix{netip.MustParsePrefix("198.18.9.0/24")}); err != nil {
+		t.Fatal(err)
+	}
+	var ne net.Error
+	if err := dial("198.18.9.1:80"); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("dropped address: %v, want a timeout", err)
+	}
+	if err := dial("198.18.10.1:80"); err != nil {
+		t.Errorf("address outside the dropped prefix: %v", err)
+	}
+	if err := f.SetDrop(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := dial("198.18.9.1:80"); err != nil {
+		t.Errorf("after the drop is lifted: %v", err)
+	}
+}

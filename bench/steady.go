@@ -1,0 +1,157 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/sondeprobe/sonde/probe"
+)
+
+// steadyTimeout is the probe timeout of the steady scenario's checks.
+const steadyTimeout = 2 * time.Second
+
+// steadyConfig returns a daemon configuration of n TCP SYN targets over the
+// fleet at interval, spread over as few listening ports as hold them (one
+// check and pool per port), without per-target series.
+func steadyConfig(n int, interval time.Duration) (config string, dropped int) {
+	size := fleetSize()
+	ports := (n + size - 1) / size
+	var b strings.Builder
+	b.WriteString("# sonde bench: steady scenario\nchecks:\n")
+	for p := range ports {
+		fmt.Fprintf(&b, "  steady-%d: {protocol: tcp, tcp_mode: syn, port: %d, interval: %s, timeout: %s, rise: 2, fall: 3}\n",
+			FirstSteadyPort+p, FirstSteadyPort+p, interval, steadyTimeout)
+	}
+	b.WriteString("pools:\n")
+	for p := range ports {
+		count := n / ports
+		if p < n%ports {
+			count++
+		}
+		fmt.Fprintf(&b, "  - name: steady-%d\n    check: steady-%d\n    targets:\n", FirstSteadyPort+p, FirstSteadyPort+p)
+		for _, pfx := range blocks(0, count) {
+			fmt.Fprintf(&b, "      - %s\n", pfx)
+		}
+		for i := range count {
+			if Truth(addrAt(i)) == probe.Timeout {
+				dropped++
+			}
+		}
+	}
+	b.WriteString("metrics: {per_target: false}\n")
+	return b.String(), dropped
+}
+
+// steadyPort is where the steady scenario's daemon serves its metrics (in
+// the prober namespace).
+const steadyPort = 9201
+
+// runSteady runs the daemon with the configured number of targets and
+// measures, over the configured duration after a warm-up of two intervals,
+// the probe rate, scheduler lateness, CPU and memory.
+func (e *env) runSteady(ctx context.Context, s *Scenario) error {
+	o := e.opt.Steady
+	n := o.Targets
+	cfg, dropped := steadyConfig(n, o.Interval)
+	iv := o.Interval.Seconds()
+	asked := float64(n) / iv
+	// The interval is the gap after a probe's completion: a dropped
+	// target's cycle is the interval plus the timeout.
+	expected := float64(n-dropped)/iv + float64(dropped)/(iv+steadyTimeout.Seconds())
+	s.Measure = fmt.Sprintf("`sonde run` (SYN prober, eBPF capture) with %d TCP targets at %s for %s after a warm-up of two intervals; rates and lateness from its /metrics, CPU and memory from /proc", n, o.Interval, o.Duration)
+
+	d, err := e.startDaemon(ctx, "steady", cfg, steadyPort)
+	if err != nil {
+		return err
+	}
+	defer d.stop()
+	s.Command = append(s.Command, commandLine(d.cmd)+"   # config: "+fmt.Sprintf("%d pools of CIDR blocks, tcp_mode: syn, interval %s, timeout %s, metrics.per_target false", (n+fleetSize()-1)/fleetSize(), o.Interval, steadyTimeout))
+	ready, err := d.waitReady(ctx, 5*time.Minute)
+	if err != nil {
+		return err
+	}
+	// Warm up until every target has had its first probes and reached
+	// its first state (rise 2: two intervals), so the measurement sees the
+	// steady state, not the start-up.
+	warm := 2*o.Interval + time.Second
+	e.opt.Progress("steady: daemon ready; warming up", "targets", n, "ready_seconds", ready.Seconds(), "warmup", warm)
+	if err := d.sleep(ctx, warm); err != nil {
+		return err
+	}
+	m0, err := d.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	p0, err := readProc(d.pid())
+	if err != nil {
+		return err
+	}
+	c0, t0 := readMachineCPU(), time.Now()
+	maxRSS := p0.RSS
+	e.opt.Progress("steady: measuring", "seconds", o.Duration.Seconds())
+	for end := t0.Add(o.Duration); time.Now().Before(end); {
+		if err := d.sleep(ctx, min(time.Second, time.Until(end))); err != nil {
+			return err
+		}
+		if p, err := readProc(d.pid()); err == nil {
+			maxRSS = max(maxRSS, p.RSS)
+		}
+	}
+	m1, err := d.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	el := time.Since(t0).Seconds()
+	machine := c0.since()
+	p1, err := readProc(d.pid())
+	if err != nil {
+		return err
+	}
+	maxRSS = max(maxRSS, p1.RSS)
+
+	delta := func(name string) float64 { return m1.sum(name, nil) - m0.sum(name, nil) }
+	achieved := delta("sonde_scheduler_probes_dispatched_total") / el
+	late := histogramDelta(m0.histogram("sonde_scheduler_lateness_seconds", nil), m1.histogram("sonde_scheduler_lateness_seconds", nil))
+	p50, p99, lmax := quantile(0.5, late)*1e3, quantile(0.99, late)*1e3, maxBound(late)*1e3
+	drops := delta("sonde_syn_ring_drops_total")
+	overflows := delta("sonde_scheduler_ring_overflows_total")
+	sendErr := delta("sonde_syn_send_errors_total")
+	cpu := (p1.CPU - p0.CPU) / el * 100
+	const mib = 1 << 20
+
+	s.add("targets", float64(n), "")
+	s.add("ready after", ready.Seconds(), "s")
+	s.add("asked (N/I)", asked, "probes/s")
+	s.add("expected", expected, "probes/s")
+	s.add("achieved", achieved, "probes/s")
+	s.add("lateness p50", p50, "ms")
+	s.add("lateness p99", p99, "ms")
+	s.add("lateness max ≤", lmax, "ms")
+	s.add("sonde CPU", cpu, "% of a core")
+	s.add("sonde CPU per probe", (p1.CPU-p0.CPU)/(achieved*el)*1e6, "µs")
+	s.add("machine CPU", machine/el/float64(e.numCPU())*100, "% of all cores")
+	s.add("RSS", float64(maxRSS)/mib, "MiB")
+	s.add("peak RSS (VmHWM)", float64(p1.PeakRSS)/mib, "MiB")
+	s.add("bytes per target", float64(maxRSS)/float64(n), "B")
+	s.add("ring drops", drops, "replies")
+	s.add("scheduler ring overflows", overflows, "results")
+	s.add("send errors", sendErr, "probes")
+
+	s.goal("sustains N/I", achieved >= 0.99*expected, "%.0f probes/s achieved, %.0f expected (%.1f%%)", achieved, expected, 100*achieved/expected)
+	s.goal("p99 lateness < 50 ms", p99 < 50, "%.2f ms", p99)
+	s.goal("no ring-buffer drops", drops == 0, "%.0f", drops)
+	peak := max(maxRSS, p1.PeakRSS)
+	s.goal("RSS < 256 MiB", peak < 256*mib, "%.0f MiB at most while measuring, %.0f MiB peak since start (%.0f bytes per target)",
+		float64(maxRSS)/mib, float64(peak)/mib, float64(maxRSS)/float64(n))
+	s.note("expected rate: the interval is the gap after a probe's completion, so each of the %d dropped targets probes every interval + timeout (%s + %s)", dropped, o.Interval, steadyTimeout)
+	if math.IsNaN(p99) {
+		s.note("no probe was dispatched while measuring")
+	}
+	return d.stop()
+}
+
+// numCPU is the machine's number of CPUs, as the report shows it.
+func (e *env) numCPU() int { return max(DescribeMachine("").Cores, 1) }
