@@ -302,7 +302,7 @@ func TestSteadyConfig(t *testing.T) {
 // comes back with the fleet's names, the error says the run was interrupted,
 // and the fleet is gone.
 func TestRunCancelled(t *testing.T) {
-	requirePriv(t)
+	RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rep, err := Run(ctx, Options{
@@ -332,7 +332,7 @@ func TestRunCancelled(t *testing.T) {
 // prober namespace: an address answers, goes silent once dropped, and
 // answers again when the drop is lifted.
 func TestFleetHTTPAndSetDrop(t *testing.T) {
-	requirePriv(t)
+	RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
 	f, err := NewFleet(FleetConfig{Listen: []uint16{80}, HTTP: []uint16{8080}})
 	if err != nil {
 		t.Fatal(err)

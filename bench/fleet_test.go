@@ -12,17 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func requirePriv(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("SONDE_REQUIRE_PRIV") == "1" {
-		t.Fatal("test needs root (network namespaces) and SONDE_REQUIRE_PRIV=1 is set")
-	}
-	t.Skip("test needs root (network namespaces); set SONDE_REQUIRE_PRIV=1 to make this a failure")
-}
-
 func netnsInode(t *testing.T) uint64 {
 	t.Helper()
 	var st unix.Stat_t
@@ -35,7 +24,7 @@ func netnsInode(t *testing.T) uint64 {
 // TestFleet checks the fleet's ground truth with plain connect() calls from
 // the prober namespace, and that InNamespace puts the thread back.
 func TestFleet(t *testing.T) {
-	requirePriv(t)
+	RequirePrivileged(t, "network namespaces")
 	f, err := NewFleet(FleetConfig{
 		Prefix6:     DefaultPrefix6,
 		Listen:      []uint16{80},

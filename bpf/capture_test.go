@@ -10,13 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
-	"golang.org/x/sys/unix"
 
 	"github.com/sondeprobe/sonde/bench"
 	"github.com/sondeprobe/sonde/bpf"
@@ -72,36 +70,6 @@ func FuzzDecodeEvent(f *testing.F) {
 	})
 }
 
-// requirePriv skips the test without root, or fails it when
-// SONDE_REQUIRE_PRIV=1 says privileged tests must run.
-func requirePriv(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("SONDE_REQUIRE_PRIV") == "1" {
-		t.Fatal("test needs root (netns, BPF) and SONDE_REQUIRE_PRIV=1")
-	}
-	t.Skip("test needs root (network namespaces, CAP_BPF, CAP_NET_ADMIN); run as root or set SONDE_REQUIRE_PRIV=1 to make this a failure")
-}
-
-// kernelAtLeast reports whether the running kernel is major.minor or newer.
-func kernelAtLeast(t *testing.T, major, minor int) bool {
-	t.Helper()
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		t.Fatal(err)
-	}
-	rel := unix.ByteSliceToString(u.Release[:])
-	parts := strings.SplitN(rel, ".", 3)
-	if len(parts) < 2 {
-		t.Fatalf("cannot parse kernel release %q", rel)
-	}
-	ma, _ := strconv.Atoi(parts[0])
-	mi, _ := strconv.Atoi(strings.TrimFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
-	return ma > major || ma == major && mi >= minor
-}
-
 // loopbackNS creates a namespace with only lo up and removes it at cleanup.
 func loopbackNS(t *testing.T) string {
 	t.Helper()
@@ -120,10 +88,10 @@ func loopbackNS(t *testing.T) string {
 // checks that a refused connect() from a port inside the range is captured as
 // an RST and an accepted one as a SYN-ACK, through TCX and through TC.
 func TestCaptureLoopback(t *testing.T) {
-	requirePriv(t)
+	bench.RequirePrivileged(t, "network namespaces, CAP_BPF, CAP_NET_ADMIN")
 	for _, mode := range []bpf.Attach{bpf.AttachTCX, bpf.AttachTC} {
 		t.Run(mode.String(), func(t *testing.T) {
-			if mode == bpf.AttachTCX && !kernelAtLeast(t, 6, 6) {
+			if mode == bpf.AttachTCX && !bench.KernelAtLeast(t, 6, 6) {
 				t.Skip("TCX needs kernel 6.6")
 			}
 			ns := loopbackNS(t)
@@ -191,7 +159,7 @@ func TestCaptureLoopback(t *testing.T) {
 // TestCaptureRingFull fills a one-page ring without reading it: the replies
 // that do not fit are counted as ring-full, never lost silently.
 func TestCaptureRingFull(t *testing.T) {
-	requirePriv(t)
+	bench.RequirePrivileged(t, "network namespaces, CAP_BPF, CAP_NET_ADMIN")
 	ns := loopbackNS(t)
 	const dials = 200
 	var c *bpf.Capture

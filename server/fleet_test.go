@@ -4,7 +4,6 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
-	"os"
 	"testing"
 	"time"
 
@@ -13,26 +12,13 @@ import (
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
-// requirePriv skips a test that needs root, or fails it when
-// SONDE_REQUIRE_PRIV=1 says privileged tests must run.
-func requirePriv(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("SONDE_REQUIRE_PRIV") == "1" {
-		t.Fatal("test needs root (network namespaces, raw sockets, eBPF) and SONDE_REQUIRE_PRIV=1 is set")
-	}
-	t.Skip("test needs root (network namespaces, raw sockets, eBPF); SONDE_REQUIRE_PRIV=1 makes this a failure")
-}
-
 // TestDaemonDetectsDropping is issue 4's test (d): the daemon probes a fleet
 // in a network namespace with a TCP check on the SYN prober; when some
 // addresses start dropping, they turn unhealthy within the failure window
 // counted from the onset (W3 = W1 + one interval), no sooner than k timeouts,
 // and every other target stays healthy.
 func TestDaemonDetectsDropping(t *testing.T) {
-	requirePriv(t)
+	bench.RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
 	f, err := bench.NewFleet(bench.FleetConfig{Prefix: netip.MustParsePrefix("198.18.0.0/16"), Listen: []uint16{80}})
 	if err != nil {
 		t.Fatal(err)

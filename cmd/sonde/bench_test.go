@@ -35,7 +35,7 @@ func TestBenchUsage(t *testing.T) {
 // blackbox_exporter are not installed), report metrics, and leave no
 // namespace behind. Goals are not checked: a smoke run measures nothing.
 func TestBenchSmoke(t *testing.T) {
-	requirePriv(t)
+	bench.RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
 	bin := filepath.Join(t.TempDir(), "sonde")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -139,19 +139,6 @@ func TestWriteScanResults(t *testing.T) {
 	}
 }
 
-// requirePriv skips the test without root, or fails it when
-// SONDE_REQUIRE_PRIV=1 says privileged tests must run.
-func requirePriv(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("SONDE_REQUIRE_PRIV") == "1" {
-		t.Fatal("test needs root (network namespaces, raw sockets, BPF) and SONDE_REQUIRE_PRIV=1 is set")
-	}
-	t.Skip("test needs root (network namespaces, raw sockets, BPF); set SONDE_REQUIRE_PRIV=1 to make this a failure")
-}
-
 // minScanPPS is the rate the fleet sweep must reach (issue 4 asks for at least
 // 100,000 probes/s over the veth fleet). The rate depends on the machine and
 // on what else runs on it: on an idle 2-core VM a sweep of 65,536 addresses
@@ -166,7 +153,7 @@ const minScanPPS = 100_000
 // dropped (timeout), rejected with RST (refused) and rejected with ICMP
 // (unreachable), must classify every address correctly at ≥ minScanPPS.
 func TestScanFleet(t *testing.T) {
-	requirePriv(t)
+	bench.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
 	if testing.Short() {
 		t.Skip("fleet sweep skipped in -short mode")
 	}
@@ -305,7 +292,7 @@ func scanOnce(t *testing.T, f *bench.Fleet, bin string, truth map[netip.Addr]pro
 // error naming the capability (exit 1). It needs root to drop privileges with
 // setpriv.
 func TestScanNoPrivileges(t *testing.T) {
-	requirePriv(t)
+	bench.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Skip("setpriv not installed")
 	}
@@ -333,7 +320,7 @@ func TestScanNoPrivileges(t *testing.T) {
 // CAP_NET_RAW + CAP_BPF + CAP_NET_ADMIN → eBPF capture; CAP_NET_RAW alone →
 // AF_PACKET capture. Both must classify the fleet.
 func TestScanCapabilities(t *testing.T) {
-	requirePriv(t)
+	bench.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Skip("setpriv not installed")
 	}

@@ -8,8 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,32 +23,6 @@ import (
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/probe/syn"
 )
-
-// requirePriv skips the test without root, or fails it when
-// SONDE_REQUIRE_PRIV=1 says privileged tests must run.
-func requirePriv(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("SONDE_REQUIRE_PRIV") == "1" {
-		t.Fatal("test needs root (network namespaces, raw sockets, BPF) and SONDE_REQUIRE_PRIV=1 is set")
-	}
-	t.Skip("test needs root (network namespaces, raw sockets, BPF); set SONDE_REQUIRE_PRIV=1 to make this a failure")
-}
-
-// kernelAtLeast reports whether the running kernel is major.minor or newer.
-func kernelAtLeast(t testing.TB, major, minor int) bool {
-	t.Helper()
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		t.Fatal(err)
-	}
-	parts := strings.SplitN(unix.ByteSliceToString(u.Release[:]), ".", 3)
-	ma, _ := strconv.Atoi(parts[0])
-	mi, _ := strconv.Atoi(strings.TrimFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
-	return ma > major || ma == major && mi >= minor
-}
 
 // sink collects results by id.
 type sink struct {
@@ -100,10 +72,10 @@ var capturePaths = []struct {
 // with a listener are success and the others refused, over IPv4 and IPv6, on
 // every capture path.
 func TestLoopback(t *testing.T) {
-	requirePriv(t)
+	bench.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
 	for _, cp := range capturePaths {
 		t.Run(cp.name, func(t *testing.T) {
-			if cp.want == syn.PathBPFTCX && !kernelAtLeast(t, 6, 6) {
+			if cp.want == syn.PathBPFTCX && !bench.KernelAtLeast(t, 6, 6) {
 				t.Skip("TCX needs kernel 6.6")
 			}
 			ns := loopbackNS(t)
@@ -189,7 +161,7 @@ func loopbackNS(t *testing.T) string {
 // crafted with gopacket on the fleet side, with cookies that are not ours, are
 // counted as invalid and never delivered, while real probes still work.
 func TestForgedReplies(t *testing.T) {
-	requirePriv(t)
+	bench.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
 	f, err := bench.NewFleet(bench.FleetConfig{Listen: []uint16{80}})
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +274,7 @@ func TestNoRawSocket(t *testing.T) {
 // combination of sender (raw IP socket, AF_PACKET frames) and capture path,
 // over IPv4 and IPv6.
 func TestFleetPaths(t *testing.T) {
-	requirePriv(t)
+	bench.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
 	cfg := bench.FleetConfig{Prefix6: bench.DefaultPrefix6, Listen: []uint16{80}}
 	tab := probe.NewTable(1100)
 	want := map[uint32]probe.Outcome{}
@@ -341,7 +313,7 @@ func TestFleetPaths(t *testing.T) {
 	for _, sender := range []string{"raw", "af_packet"} {
 		for _, cp := range capturePaths {
 			t.Run(sender+"/"+cp.name, func(t *testing.T) {
-				if cp.want == syn.PathBPFTCX && !kernelAtLeast(t, 6, 6) {
+				if cp.want == syn.PathBPFTCX && !bench.KernelAtLeast(t, 6, 6) {
 					t.Skip("TCX needs kernel 6.6")
 				}
 				c := syn.Config{Table: tab, Lanes: 2, Capture: cp.mode, Attach: cp.att}
@@ -398,7 +370,7 @@ func TestFleetPaths(t *testing.T) {
 // lane, batches of 256) with the eBPF capture running, and reports the send
 // rate. allocs/op is per batch of 256 probes.
 func BenchmarkFleetSend(b *testing.B) {
-	requirePriv(b)
+	bench.RequirePrivileged(b, "network namespaces, raw sockets, BPF")
 	f, err := bench.NewFleet(bench.FleetConfig{Listen: []uint16{80}})
 	if err != nil {
 		b.Fatal(err)
@@ -443,7 +415,7 @@ func (s countSink) Deliver(probe.Result) { s.n.Add(1) }
 // does: a listener answers success, a closed port refused, and a port whose
 // SYNs are dropped times out at the caller's deadline.
 func TestOneShot(t *testing.T) {
-	requirePriv(t)
+	bench.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
 	ns := loopbackNS(t)
 	if out, err := exec.Command("ip", "netns", "exec", ns, "nft", "add table inet sondetest; add chain inet sondetest in { type filter hook input priority 0; }; add rule inet sondetest in tcp dport 9007 drop").CombinedOutput(); err != nil {
 		t.Fatalf("nft: %v: %s", err, out)
