@@ -163,6 +163,11 @@ func (d *Daemon) logStart(g *generation, reload bool, kept int, memLimit int64, 
 	if g.launch.synErr != nil {
 		d.log.Warn("TCP checks use connect(), not the SYN prober", "reason", g.launch.synErr)
 	}
+	if g.launch.syn != nil {
+		if err := g.launch.syn.CaptureFallback(); err != nil {
+			d.log.Warn("SYN replies are read with AF_PACKET, not eBPF", "reason", err)
+		}
+	}
 }
 
 // removedPools returns the names of old's pools that next lacks.

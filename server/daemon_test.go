@@ -263,6 +263,13 @@ pools:
   - {name: api, check: web, targets: [%q]}
 `, b.addr()))
 	td.waitEvent(t, b.addr(), "healthy", 0)
+	lint, err := testutil.CollectAndLint(&stateCollector{d: td.d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range lint {
+		t.Errorf("lint of the state collector: %s: %s", p.Metric, p.Text)
+	}
 	problems, err := testutil.GatherAndLint(td.d.metrics.reg)
 	if err != nil {
 		t.Fatal(err)
