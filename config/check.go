@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	httpprobe "github.com/sondeprobe/sonde/probe/http"
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
@@ -285,7 +286,7 @@ func (c *Check) validateProbe(p Preset) error {
 	if c.SNI != "" && !validHostName(c.SNI) {
 		return fieldErr(c.field("sni"), "%q is not a host name", c.SNI)
 	}
-	if !validHeaderValue(c.UserAgent) {
+	if !httpprobe.ValidHeaderValue(c.UserAgent) {
 		return fieldErr(c.field("user_agent"), "%q contains a control character", c.UserAgent)
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Headers)) {
@@ -307,7 +308,7 @@ var reservedHeaders = map[string]string{
 
 func (c *Check) validateHeader(name, value string) error {
 	f := c.field("headers." + name)
-	if !isToken(name) {
+	if !httpprobe.ValidHeaderName(name) {
 		return fieldErr(c.field("headers"), "%q is not a valid header name", name)
 	}
 	if why, ok := reservedHeaders[textproto.CanonicalMIMEHeaderKey(name)]; ok {
@@ -316,7 +317,7 @@ func (c *Check) validateHeader(name, value string) error {
 	if c.AuthToken != nil && textproto.CanonicalMIMEHeaderKey(name) == AuthTokenHeader {
 		return fieldErr(f, "cannot be set together with auth_token")
 	}
-	if !validHeaderValue(value) {
+	if !httpprobe.ValidHeaderValue(value) {
 		return fieldErr(f, "%q contains a control character", value)
 	}
 	return nil

@@ -159,31 +159,6 @@ func checkPath(field, p string, strict bool, preset string) error {
 	return nil
 }
 
-// isToken reports whether s is an HTTP token (RFC 9110 field name).
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !isAlnum(c) && !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
-}
-
-// validHeaderValue reports whether v can be sent as a header value: no
-// control characters other than tab.
-func validHeaderValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
 // validHostName reports whether s is a DNS host name: dot-separated labels of
 // 1..63 letters, digits, '-' or '_', not starting or ending with '-', 253
 // characters at most, an optional trailing dot, and a last label that is not

@@ -144,7 +144,7 @@ func (o Options) Validate() error {
 		return bad("host %q: want host or host:port", o.Host)
 	case o.SNI != "" && !validServerName(o.SNI):
 		return bad("sni %q: want a DNS name (TLS sends no IP addresses)", o.SNI)
-	case !validHeaderValue(o.UserAgent):
+	case !ValidHeaderValue(o.UserAgent):
 		return bad("user agent %q contains control characters", o.UserAgent)
 	case o.Scheme == "http" && (!o.TLS.isZero() || o.SNI != ""):
 		return bad("tls settings and sni need scheme https")
@@ -156,7 +156,7 @@ func (o Options) Validate() error {
 
 func validateHeaders(h http.Header, bad func(string, ...any) error) error {
 	for name, values := range h {
-		if !validToken(name) {
+		if !ValidHeaderName(name) {
 			return bad("header name %q is not a valid token", name)
 		}
 		canon := http.CanonicalHeaderKey(name)
@@ -166,7 +166,7 @@ func validateHeaders(h http.Header, bad func(string, ...any) error) error {
 			}
 		}
 		for _, v := range values {
-			if !validHeaderValue(v) {
+			if !ValidHeaderValue(v) {
 				return bad("header %q value contains control characters", name)
 			}
 		}
@@ -208,8 +208,9 @@ func validServerName(s string) bool {
 	return validHost(s) && !strings.ContainsAny(s, ":[]")
 }
 
-// validToken reports whether s is an RFC 9110 token (header field name).
-func validToken(s string) bool {
+// ValidHeaderName reports whether s can be a header field name: an RFC 9110
+// token.
+func ValidHeaderName(s string) bool {
 	if s == "" {
 		return false
 	}
@@ -223,8 +224,9 @@ func validToken(s string) bool {
 	return true
 }
 
-// validHeaderValue refuses control characters other than tab (no CR, LF, NUL).
-func validHeaderValue(v string) bool {
+// ValidHeaderValue reports whether v can be sent as a header field value: no
+// control characters other than tab (no CR, LF, NUL).
+func ValidHeaderValue(v string) bool {
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
 			return false
