@@ -157,6 +157,40 @@ static __always_inline __u8 tcp_kind(__u8 flags)
 	return 0;
 }
 
+// quoted_tcp is the start of a probe's TCP header quoted by an ICMP error:
+// the first 8 bytes, all that RFC 792 promises.
+struct quoted_tcp {
+	__be16 source;
+	__be16 dest;
+	__be32 seq;
+};
+
+// fill_reply fills ev's TCP fields, time and family from a reply's TCP header.
+// The addresses are the caller's, in their family's form.
+static __always_inline void fill_reply(struct event *ev, const struct tcphdr *tcp, __u8 flags, __u8 family)
+{
+	ev->ktime = bpf_ktime_get_ns();
+	ev->seq = bpf_ntohl(tcp->seq);
+	ev->ack = bpf_ntohl(tcp->ack_seq);
+	ev->remote_port = bpf_ntohs(tcp->source);
+	ev->local_port = bpf_ntohs(tcp->dest);
+	ev->tcp_flags = flags;
+	ev->family = family;
+}
+
+// fill_quoted fills ev from the probe quoted by an ICMP destination-unreachable.
+static __always_inline void fill_quoted(struct event *ev, const struct quoted_tcp *q, __u8 code, __u8 family)
+{
+	ev->ktime = bpf_ktime_get_ns();
+	ev->seq = bpf_ntohl(q->seq);
+	ev->remote_port = bpf_ntohs(q->dest);
+	ev->local_port = bpf_ntohs(q->source);
+	ev->kind = KIND_UNREACH;
+	ev->tcp_flags = TCP_FL_SYN;
+	ev->family = family;
+	ev->icmp_code = code;
+}
+
 static __always_inline void handle4(struct __sk_buff *skb)
 {
 	struct iphdr ip;
@@ -178,15 +212,9 @@ static __always_inline void handle4(struct __sk_buff *skb)
 		ev.kind = tcp_kind(flags);
 		if (!ev.kind || !in_range(bpf_ntohs(tcp.dest)))
 			return;
-		ev.ktime = bpf_ktime_get_ns();
 		map4(ev.remote, ip.saddr);
 		map4(ev.local, ip.daddr);
-		ev.seq = bpf_ntohl(tcp.seq);
-		ev.ack = bpf_ntohl(tcp.ack_seq);
-		ev.remote_port = bpf_ntohs(tcp.source);
-		ev.local_port = bpf_ntohs(tcp.dest);
-		ev.tcp_flags = flags;
-		ev.family = 4;
+		fill_reply(&ev, &tcp, flags, 4);
 		emit(&ev);
 		return;
 	}
@@ -195,11 +223,7 @@ static __always_inline void handle4(struct __sk_buff *skb)
 
 	struct icmp4hdr icmp;
 	struct iphdr inner;
-	struct {
-		__be16 source;
-		__be16 dest;
-		__be32 seq;
-	} q; // the first 8 bytes of the quoted TCP header, all that RFC 792 promises
+	struct quoted_tcp q;
 
 	if (bpf_skb_load_bytes_relative(skb, off, &icmp, sizeof(icmp), BPF_HDR_START_NET))
 		return;
@@ -215,16 +239,9 @@ static __always_inline void handle4(struct __sk_buff *skb)
 		return;
 	if (!in_range(bpf_ntohs(q.source)))
 		return;
-	ev.ktime = bpf_ktime_get_ns();
 	map4(ev.remote, inner.daddr);
 	map4(ev.local, inner.saddr);
-	ev.seq = bpf_ntohl(q.seq);
-	ev.remote_port = bpf_ntohs(q.dest);
-	ev.local_port = bpf_ntohs(q.source);
-	ev.kind = KIND_UNREACH;
-	ev.tcp_flags = TCP_FL_SYN;
-	ev.family = 4;
-	ev.icmp_code = icmp.code;
+	fill_quoted(&ev, &q, icmp.code, 4);
 	emit(&ev);
 }
 
@@ -249,15 +266,9 @@ static __always_inline void handle6(struct __sk_buff *skb)
 		ev.kind = tcp_kind(flags);
 		if (!ev.kind || !in_range(bpf_ntohs(tcp.dest)))
 			return;
-		ev.ktime = bpf_ktime_get_ns();
 		__builtin_memcpy(ev.remote, &ip.saddr, 16);
 		__builtin_memcpy(ev.local, &ip.daddr, 16);
-		ev.seq = bpf_ntohl(tcp.seq);
-		ev.ack = bpf_ntohl(tcp.ack_seq);
-		ev.remote_port = bpf_ntohs(tcp.source);
-		ev.local_port = bpf_ntohs(tcp.dest);
-		ev.tcp_flags = flags;
-		ev.family = 6;
+		fill_reply(&ev, &tcp, flags, 6);
 		emit(&ev);
 		return;
 	}
@@ -266,11 +277,7 @@ static __always_inline void handle6(struct __sk_buff *skb)
 
 	struct icmp6hdr icmp;
 	struct ipv6hdr inner;
-	struct {
-		__be16 source;
-		__be16 dest;
-		__be32 seq;
-	} q;
+	struct quoted_tcp q;
 
 	if (bpf_skb_load_bytes_relative(skb, off, &icmp, sizeof(icmp), BPF_HDR_START_NET))
 		return;
@@ -286,16 +293,9 @@ static __always_inline void handle6(struct __sk_buff *skb)
 		return;
 	if (!in_range(bpf_ntohs(q.source)))
 		return;
-	ev.ktime = bpf_ktime_get_ns();
 	__builtin_memcpy(ev.remote, &inner.daddr, 16);
 	__builtin_memcpy(ev.local, &inner.saddr, 16);
-	ev.seq = bpf_ntohl(q.seq);
-	ev.remote_port = bpf_ntohs(q.dest);
-	ev.local_port = bpf_ntohs(q.source);
-	ev.kind = KIND_UNREACH;
-	ev.tcp_flags = TCP_FL_SYN;
-	ev.family = 6;
-	ev.icmp_code = icmp.icmp6_code;
+	fill_quoted(&ev, &q, icmp.icmp6_code, 6);
 	emit(&ev);
 }
 
