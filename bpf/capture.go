@@ -114,8 +114,9 @@ type CaptureConfig struct {
 	// RingBytes is the ring buffer's size: a power of two, at least a page;
 	// default 8 MiB (about 150,000 records).
 	RingBytes int
-	// WakeupBytes wakes the reader at once when the ring holds more unread
-	// bytes than this; below it records wait for the reader's next poll.
+	// WakeupBytes: the record that takes the ring's unread bytes past this
+	// wakes the reader at once; other records wait for the reader's next
+	// poll.
 	// Default RingBytes/32.
 	WakeupBytes int
 	// Attach selects TCX or TC; default AttachAuto.

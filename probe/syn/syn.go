@@ -498,13 +498,14 @@ const defaultRingBytes = 8 << 20
 
 // wakeupBytes is the unread backlog past which the eBPF program wakes the
 // reader at once instead of leaving the records for its next poll: half the
-// ring. Above the threshold the program forces a wake-up with every record,
-// and each one is an interrupt (an IPI, costly in a VM) that cannot help when
-// the reader is runnable but waiting for a CPU, which is what fills the ring
-// at high rates: with the bpf package's default of 1/32 of the ring, sweeps
-// at full speed spent about a fifth of the machine's CPU in these wake-ups.
-// Half the ring still leaves the reader more than 100 ms at 500,000 replies
-// a second before anything is lost (and lost replies are counted).
+// ring. A wake-up is an interrupt (an IPI, costly in a VM) that cannot help
+// when the reader is runnable but waiting for a CPU, which is what fills the
+// ring at high rates: with the bpf package's default of 1/32 of the ring (and
+// a wake-up with every record above it, as the program once did), sweeps at
+// full speed spent about a fifth of the machine's CPU in wake-ups. The
+// program now wakes only on crossing the threshold, and half the ring still
+// leaves the reader more than 100 ms at 500,000 replies a second before
+// anything is lost (and lost replies are counted).
 func wakeupBytes(ringBytes int) int {
 	if ringBytes <= 0 {
 		ringBytes = defaultRingBytes
