@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/sondeprobe/sonde/probe"
 )
 
 // Clock tells the engine what time it is. The engine works in monotonic
@@ -26,28 +26,18 @@ func WallTime(c Clock, ns int64) time.Time {
 	return now.Add(time.Duration(ns - c.Nanotime()))
 }
 
-// RealClock is the system clock. Nanotime follows CLOCK_MONOTONIC. It is safe
-// for concurrent use.
-type RealClock struct {
-	mono0 int64     // CLOCK_MONOTONIC at creation
-	t0    time.Time // time.Now at creation, carrying Go's monotonic reading
-}
+// RealClock is the system clock. Nanotime is the kernel's CLOCK_MONOTONIC
+// ([probe.Nanotime]). It is safe for concurrent use.
+type RealClock struct{}
 
-// NewRealClock returns a clock anchored to CLOCK_MONOTONIC.
-func NewRealClock() *RealClock {
-	var ts unix.Timespec
-	// CLOCK_MONOTONIC cannot fail on Linux; should it, the anchor is zero and
-	// Nanotime is still monotonic, only not comparable with kernel timestamps.
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return &RealClock{mono0: ts.Nano(), t0: time.Now()}
-}
+// NewRealClock returns the system clock.
+func NewRealClock() *RealClock { return &RealClock{} }
 
 // Now returns time.Now().
 func (c *RealClock) Now() time.Time { return time.Now() }
 
-// Nanotime returns CLOCK_MONOTONIC nanoseconds, read through Go's vDSO-backed
-// monotonic clock.
-func (c *RealClock) Nanotime() int64 { return c.mono0 + int64(time.Since(c.t0)) }
+// Nanotime returns CLOCK_MONOTONIC nanoseconds.
+func (c *RealClock) Nanotime() int64 { return probe.Nanotime() }
 
 // SimClock is a simulated clock that moves only when told to. It is safe for
 // concurrent use; tests drive it from one goroutine.

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sondeprobe/sonde/bpf"
+	"github.com/sondeprobe/sonde/probe"
 )
 
 // bpfCapture reads replies from the eBPF capture program's ring buffer.
@@ -192,7 +193,7 @@ func (c *packetCapture) poll(deadline time.Time) error {
 // readBlock handles every packet of a block the kernel handed over.
 func (c *packetCapture) readBlock(i int, h *unix.TpacketHdrV1) {
 	blk := c.ring[i*c.blkSize : (i+1)*c.blkSize]
-	offset := int64(time.Now().UnixNano()) - monotonic() // realtime minus monotonic
+	offset := int64(time.Now().UnixNano()) - probe.Nanotime() // realtime minus monotonic
 	off := int(h.Offset_to_first_pkt)
 	for range h.Num_pkts {
 		if off <= 0 || off+int(unsafe.Sizeof(unix.Tpacket3Hdr{})) > len(blk) {

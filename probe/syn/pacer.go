@@ -1,6 +1,10 @@
 package syn
 
-import "time"
+import (
+	"time"
+
+	"github.com/sondeprobe/sonde/probe"
+)
 
 // Pacer spaces sends out to a fixed rate. It keeps an absolute schedule from
 // its first call, so sleeping late never lowers the average rate, and it
@@ -9,14 +13,17 @@ import "time"
 type Pacer struct {
 	perSec float64
 	burst  float64
-	start  time.Time
+	start  int64 // first call, in now's nanoseconds; 0 before it
 	issued float64
+
+	now   func() int64        // monotonic nanoseconds
+	sleep func(time.Duration) // blocks for a duration
 }
 
 // NewPacer returns a pacer for rate probes per second that lets up to burst
 // probes go at once. A rate of 0 or less means no limit.
 func NewPacer(rate float64, burst int) *Pacer {
-	return &Pacer{perSec: rate, burst: float64(max(burst, 1))}
+	return &Pacer{perSec: rate, burst: float64(max(burst, 1)), now: probe.Nanotime, sleep: time.Sleep}
 }
 
 // Wait blocks until n more probes may be sent and counts them as sent.
@@ -24,12 +31,13 @@ func (p *Pacer) Wait(n int) {
 	if p.perSec <= 0 {
 		return
 	}
-	if p.start.IsZero() {
-		p.start = time.Now()
+	now := p.now()
+	if p.start == 0 {
+		p.start = now
 	}
 	p.issued += float64(n)
-	ahead := p.issued - p.burst - time.Since(p.start).Seconds()*p.perSec
+	ahead := p.issued - p.burst - float64(now-p.start)/1e9*p.perSec
 	if ahead > 0 {
-		time.Sleep(time.Duration(ahead / p.perSec * float64(time.Second)))
+		p.sleep(time.Duration(ahead / p.perSec * float64(time.Second)))
 	}
 }

@@ -341,7 +341,7 @@ func newProber(cfg *Config) (*Prober, error) {
 	n := cfg.Table.Len()
 	p := &Prober{
 		table: cfg.Table, sink: cfg.Sink, key: newCookieKey(), ports: cfg.Ports,
-		batch: cfg.Batch, poll: cfg.PollInterval, now: monotonic,
+		batch: cfg.Batch, poll: cfg.PollInterval, now: probe.Nanotime,
 		sent: make([]atomic.Int64, n), gen: make([]atomic.Uint32, n), done: make([]atomic.Uint32, n),
 		path: PathNone,
 	}
@@ -755,15 +755,3 @@ func (p *Prober) closeWriters() error {
 }
 
 func isMapped(a *[16]byte) bool { return [12]byte(a[:12]) == v4InV6Prefix }
-
-// monotonic returns CLOCK_MONOTONIC in nanoseconds, the clock of
-// bpf_ktime_get_ns and of the scheduler's real clock. Go's monotonic clock is
-// CLOCK_MONOTONIC read through the vDSO; anchoring it once to a
-// clock_gettime(2) reading gives the kernel's values without a system call.
-func monotonic() int64 { return mono0 + int64(time.Since(t0)) }
-
-var mono0, t0 = func() (int64, time.Time) {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail on Linux
-	return ts.Nano(), time.Now()
-}()
