@@ -17,6 +17,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sondeprobe/sonde/bench/netns"
+	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -302,7 +304,7 @@ func TestSteadyConfig(t *testing.T) {
 // comes back with the fleet's names, the error says the run was interrupted,
 // and the fleet is gone.
 func TestRunCancelled(t *testing.T) {
-	RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
+	testenv.RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rep, err := Run(ctx, Options{
@@ -332,7 +334,7 @@ func TestRunCancelled(t *testing.T) {
 // prober namespace: an address answers, goes silent once dropped, and
 // answers again when the drop is lifted.
 func TestFleetHTTPAndSetDrop(t *testing.T) {
-	RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
+	testenv.RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
 	f, err := NewFleet(FleetConfig{Listen: []uint16{80}, HTTP: []uint16{8080}})
 	if err != nil {
 		t.Fatal(err)
@@ -353,7 +355,7 @@ func TestFleetHTTPAndSetDrop(t *testing.T) {
 		t.Errorf("GET: %s %q, want 200 \"ok\\n\"", resp.Status, body)
 	}
 	dial := func(addr string) error {
-		return InNamespace(f.ProberNS, func() error {
+		return netns.Do(f.ProberNS, func() error {
 			c, err := net.DialTimeout("tcp", addr, 300*time.Millisecond)
 			if err == nil {
 				c.Close()

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sondeprobe/sonde/bench/netns"
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -233,7 +234,7 @@ func (e *env) masscanOnce(ctx context.Context, masscan string, p netip.Prefix) (
 // proberMAC returns the MAC address of the prober's end of the veth.
 func (e *env) proberMAC() (string, error) {
 	var mac string
-	err := InNamespace(e.fleet.ProberNS, func() error {
+	err := netns.Do(e.fleet.ProberNS, func() error {
 		ifc, err := net.InterfaceByName(e.fleet.ProberLink)
 		if err != nil {
 			return err
@@ -255,7 +256,7 @@ func (e *env) trickle(ctx context.Context) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = InNamespace(e.fleet.FleetNS, func() error {
+		_ = netns.Do(e.fleet.FleetNS, func() error {
 			c, err := net.Dial("udp4", netip.AddrPortFrom(e.fleet.ProberAddr, 9).String())
 			if err != nil {
 				return err

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/sondeprobe/sonde/bench/netns"
 )
 
 // nsClient returns an HTTP client whose connections are made inside network
@@ -24,7 +26,7 @@ func nsClient(ns string, conns int) *http.Client {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var c net.Conn
-			err := InNamespace(ns, func() error {
+			err := netns.Do(ns, func() error {
 				var err error
 				c, err = d.DialContext(ctx, network, addr)
 				return err

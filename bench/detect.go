@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/sondeprobe/sonde/bench/netns"
 )
 
 // detectPort is where the detect scenario's daemon serves (prober namespace).
@@ -230,7 +232,7 @@ type canaryResult struct {
 // other, until one goes unanswered (or limit passes).
 func (e *env) canary(ap netip.AddrPort, limit time.Duration) canaryResult {
 	var r canaryResult
-	r.err = InNamespace(e.fleet.ProberNS, func() error {
+	r.err = netns.Do(e.fleet.ProberNS, func() error {
 		d := net.Dialer{Timeout: 50 * time.Millisecond}
 		end := time.Now().Add(limit)
 		for time.Now().Before(end) {

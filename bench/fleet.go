@@ -32,7 +32,7 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/sondeprobe/sonde/bench/netns"
 )
 
 // ErrNotRoot is returned by [NewFleet] when the process lacks the privileges to
@@ -43,13 +43,12 @@ var ErrNotRoot = errors.New("building a test fleet needs root (CAP_SYS_ADMIN and
 // range reserved for benchmarking (RFC 2544); the veth link uses TEST-NET-1 and
 // the IPv6 documentation prefix, so no address can be mistaken for a real one.
 var (
-	DefaultPrefix     = netip.MustParsePrefix("198.18.0.0/16")
-	DefaultPrefix6    = netip.MustParsePrefix("2001:db8:5eed::/112")
-	proberLinkAddr    = netip.MustParsePrefix("192.0.2.1/30")
-	fleetLinkAddr     = netip.MustParsePrefix("192.0.2.2/30")
-	proberLinkAddr6   = netip.MustParsePrefix("2001:db8:ffff::1/64")
-	fleetLinkAddr6    = netip.MustParsePrefix("2001:db8:ffff::2/64")
-	errEmptyNamespace = errors.New("empty namespace name")
+	DefaultPrefix   = netip.MustParsePrefix("198.18.0.0/16")
+	DefaultPrefix6  = netip.MustParsePrefix("2001:db8:5eed::/112")
+	proberLinkAddr  = netip.MustParsePrefix("192.0.2.1/30")
+	fleetLinkAddr   = netip.MustParsePrefix("192.0.2.2/30")
+	proberLinkAddr6 = netip.MustParsePrefix("2001:db8:ffff::1/64")
+	fleetLinkAddr6  = netip.MustParsePrefix("2001:db8:ffff::2/64")
 )
 
 // FleetConfig describes a fleet. The zero value is a fleet answering for
@@ -210,7 +209,7 @@ func (f *Fleet) build(cfg FleetConfig) error {
 			return err
 		}
 	}
-	return InNamespace(f.FleetNS, func() error {
+	return netns.Do(f.FleetNS, func() error {
 		ifc, err := net.InterfaceByName(f.FleetLink)
 		if err != nil {
 			return fmt.Errorf("fleet link: %w", err)
@@ -291,7 +290,7 @@ func writeSet(b *strings.Builder, name, typ string, interval bool, elems []strin
 // and IPv6) inside the fleet namespace.
 func (f *Fleet) listenFleet(port uint16) (net.Listener, error) {
 	var ln net.Listener
-	err := InNamespace(f.FleetNS, func() error {
+	err := netns.Do(f.FleetNS, func() error {
 		var err error
 		network := "tcp4"
 		if f.Prefix6.IsValid() {
@@ -392,7 +391,7 @@ func (f *Fleet) SetDrop(prefixes []netip.Prefix) error {
 		}
 		b.WriteString("  }\n}\n")
 	}
-	cmd := Command(f.FleetNS, "nft", "-f", "-")
+	cmd := netns.Command(f.FleetNS, "nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(b.String())
 	if err := runCmd(cmd); err != nil {
 		return fmt.Errorf("set dropped prefixes: %w", err)
@@ -403,13 +402,7 @@ func (f *Fleet) SetDrop(prefixes []netip.Prefix) error {
 // Run runs a command inside namespace ns (`ip netns exec`) and returns an
 // error with its output when it fails.
 func (f *Fleet) Run(ns string, name string, args ...string) error {
-	return runCmd(Command(ns, name, args...))
-}
-
-// Command returns a command that runs name with args inside network namespace
-// ns through `ip netns exec`. The caller sets its I/O and starts it.
-func Command(ns string, name string, args ...string) *exec.Cmd {
-	return exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
+	return runCmd(netns.Command(ns, name, args...))
 }
 
 // Close closes the listeners and HTTP servers and deletes both namespaces (which removes the
@@ -446,41 +439,6 @@ func (f *Fleet) Close() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// InNamespace runs fn with the calling goroutine locked to an OS thread that
-// has joined network namespace ns (a name under /run/netns), then moves the
-// thread back. Sockets created in fn belong to ns for their whole life;
-// goroutines started by fn do not run in ns. When the thread cannot be moved
-// back it stays locked, so the runtime retires it with the goroutine instead of
-// reusing a thread in the wrong namespace.
-func InNamespace(ns string, fn func() error) error {
-	if ns == "" {
-		return errEmptyNamespace
-	}
-	target, err := os.Open("/run/netns/" + ns)
-	if err != nil {
-		return fmt.Errorf("open namespace: %w", err)
-	}
-	defer target.Close()
-	runtime.LockOSThread()
-	orig, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("open current namespace: %w", err)
-	}
-	defer orig.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter namespace %s: %w", ns, err)
-	}
-	fnErr := fn()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		// Leave the thread locked: it dies with the goroutine.
-		return errors.Join(fnErr, fmt.Errorf("leave namespace %s: %w", ns, err))
-	}
-	runtime.UnlockOSThread()
-	return fnErr
 }
 
 func run(stdin []byte, args ...string) error {

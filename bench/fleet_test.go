@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sondeprobe/sonde/bench/netns"
+	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
 func netnsInode(t *testing.T) uint64 {
@@ -24,7 +27,7 @@ func netnsInode(t *testing.T) uint64 {
 // TestFleet checks the fleet's ground truth with plain connect() calls from
 // the prober namespace, and that InNamespace puts the thread back.
 func TestFleet(t *testing.T) {
-	RequirePrivileged(t, "network namespaces")
+	testenv.RequirePrivileged(t, "network namespaces")
 	f, err := NewFleet(FleetConfig{
 		Prefix6:     DefaultPrefix6,
 		Listen:      []uint16{80},
@@ -64,7 +67,7 @@ func TestFleet(t *testing.T) {
 		{"203.0.113.1:80", unix.ENETUNREACH}, // no default route on the prober side
 	}
 	before := netnsInode(t)
-	err = InNamespace(f.ProberNS, func() error {
+	err = netns.Do(f.ProberNS, func() error {
 		if netnsInode(t) == before {
 			t.Error("InNamespace did not switch namespaces")
 		}
@@ -91,7 +94,7 @@ func TestFleet(t *testing.T) {
 }
 
 func TestInNamespaceMissing(t *testing.T) {
-	if err := InNamespace("sonde-does-not-exist", func() error { return nil }); err == nil {
+	if err := netns.Do("sonde-does-not-exist", func() error { return nil }); err == nil {
 		t.Error("InNamespace of a missing namespace succeeded")
 	}
 }

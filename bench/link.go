@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sondeprobe/sonde/bench/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,7 +45,7 @@ func SampleLink(ns, ifname string, period time.Duration) (*LinkSampler, error) {
 	started := make(chan error, 1)
 	go func() {
 		defer close(s.done)
-		err := InNamespace(ns, func() error {
+		err := netns.Do(ns, func() error {
 			// /proc/thread-self/net is the namespace of this thread,
 			// which InNamespace keeps locked in ns.
 			f, err := os.Open("/proc/thread-self/net/dev")

@@ -8,15 +8,14 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sondeprobe/sonde/bench"
+	"github.com/sondeprobe/sonde/bench/netns"
+	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/bpf"
 )
 
@@ -70,34 +69,20 @@ func FuzzDecodeEvent(f *testing.F) {
 	})
 }
 
-// loopbackNS creates a namespace with only lo up and removes it at cleanup.
-func loopbackNS(t *testing.T) string {
-	t.Helper()
-	ns := "sonde-bpftest-" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + strconv.Itoa(os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
-	if out, err := exec.Command("ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		t.Fatalf("lo up: %v: %s", err, out)
-	}
-	return ns
-}
-
 // TestCaptureLoopback attaches the program to lo in a fresh namespace and
 // checks that a refused connect() from a port inside the range is captured as
 // an RST and an accepted one as a SYN-ACK, through TCX and through TC.
 func TestCaptureLoopback(t *testing.T) {
-	bench.RequirePrivileged(t, "network namespaces, CAP_BPF, CAP_NET_ADMIN")
+	testenv.RequirePrivileged(t, "network namespaces, CAP_BPF, CAP_NET_ADMIN")
 	for _, mode := range []bpf.Attach{bpf.AttachTCX, bpf.AttachTC} {
 		t.Run(mode.String(), func(t *testing.T) {
-			if mode == bpf.AttachTCX && !bench.KernelAtLeast(t, 6, 6) {
+			if mode == bpf.AttachTCX && !testenv.KernelAtLeast(t, 6, 6) {
 				t.Skip("TCX needs kernel 6.6")
 			}
-			ns := loopbackNS(t)
+			ns := testenv.LoopbackNamespace(t)
 			var c *bpf.Capture
 			var ln net.Listener
-			err := bench.InNamespace(ns, func() error {
+			err := netns.Do(ns, func() error {
 				var err error
 				c, err = bpf.NewCapture(bpf.CaptureConfig{
 					Interface: 1, Local4: netip.MustParseAddr("127.0.0.1"),
@@ -159,11 +144,11 @@ func TestCaptureLoopback(t *testing.T) {
 // TestCaptureRingFull fills a one-page ring without reading it: the replies
 // that do not fit are counted as ring-full, never lost silently.
 func TestCaptureRingFull(t *testing.T) {
-	bench.RequirePrivileged(t, "network namespaces, CAP_BPF, CAP_NET_ADMIN")
-	ns := loopbackNS(t)
+	testenv.RequirePrivileged(t, "network namespaces, CAP_BPF, CAP_NET_ADMIN")
+	ns := testenv.LoopbackNamespace(t)
 	const dials = 200
 	var c *bpf.Capture
-	err := bench.InNamespace(ns, func() error {
+	err := netns.Do(ns, func() error {
 		var err error
 		c, err = bpf.NewCapture(bpf.CaptureConfig{
 			Interface: 1, Local4: netip.MustParseAddr("127.0.0.1"),

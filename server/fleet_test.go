@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/bench"
+	"github.com/sondeprobe/sonde/bench/netns"
+	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/scheduler"
 )
@@ -18,7 +20,7 @@ import (
 // counted from the onset (W3 = W1 + one interval), no sooner than k timeouts,
 // and every other target stays healthy.
 func TestDaemonDetectsDropping(t *testing.T) {
-	bench.RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
+	testenv.RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
 	f, err := bench.NewFleet(bench.FleetConfig{Prefix: netip.MustParsePrefix("198.18.0.0/16"), Listen: []uint16{80}})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +52,7 @@ metrics: {per_target: false}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := bench.InNamespace(f.ProberNS, d.Start); err != nil {
+	if err := netns.Do(f.ProberNS, d.Start); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Stop() })
@@ -86,7 +88,7 @@ metrics: {per_target: false}
 	}
 	rule := "add table inet sonde_d; add chain inet sonde_d in { type filter hook input priority -10; }; " +
 		"add rule inet sonde_d in ip daddr { 198.18.0.7, 198.18.0.100 } drop"
-	if err := bench.Command(f.FleetNS, "nft", rule).Run(); err != nil {
+	if err := netns.Command(f.FleetNS, "nft", rule).Run(); err != nil {
 		t.Fatalf("nft: %v", err)
 	}
 	onset := time.Now()

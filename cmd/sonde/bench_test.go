@@ -5,13 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/sondeprobe/sonde/bench"
+	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
 func TestBenchUsage(t *testing.T) {
@@ -35,11 +34,8 @@ func TestBenchUsage(t *testing.T) {
 // blackbox_exporter are not installed), report metrics, and leave no
 // namespace behind. Goals are not checked: a smoke run measures nothing.
 func TestBenchSmoke(t *testing.T) {
-	bench.RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
-	bin := filepath.Join(t.TempDir(), "sonde")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	testenv.RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
+	bin := testenv.Sonde(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer

@@ -20,6 +20,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sondeprobe/sonde/bench"
+	"github.com/sondeprobe/sonde/bench/netns"
+	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -146,14 +148,11 @@ func TestWriteScanResults(t *testing.T) {
 // not asserted: speed is measured by `sonde bench`, and depends on what else
 // the machine runs.
 func TestScanFleet(t *testing.T) {
-	bench.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
+	testenv.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
 	if testing.Short() {
 		t.Skip("fleet sweep skipped in -short mode")
 	}
-	bin := filepath.Join(t.TempDir(), "sonde")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testenv.Sonde(t)
 	cfg, truth := fleetTruth()
 	f, err := bench.NewFleet(cfg)
 	if err != nil {
@@ -278,17 +277,11 @@ func scanOnce(t *testing.T, f *bench.Fleet, bin string, truth map[netip.Addr]pro
 // error naming the capability (exit 1). It needs root to drop privileges with
 // setpriv.
 func TestScanNoPrivileges(t *testing.T) {
-	bench.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
+	testenv.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Skip("setpriv not installed")
 	}
-	bin := filepath.Join(t.TempDir(), "sonde")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.Sonde(t)
 	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
 		bin, "scan", "-port", "1", "127.0.0.1")
 	out, err := cmd.CombinedOutput()
@@ -306,17 +299,11 @@ func TestScanNoPrivileges(t *testing.T) {
 // CAP_NET_RAW + CAP_BPF + CAP_NET_ADMIN → eBPF capture; CAP_NET_RAW alone →
 // AF_PACKET capture. Both must classify the fleet.
 func TestScanCapabilities(t *testing.T) {
-	bench.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
+	testenv.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Skip("setpriv not installed")
 	}
-	bin := filepath.Join(t.TempDir(), "sonde")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	bin := testenv.Sonde(t)
 	f, err := bench.NewFleet(bench.FleetConfig{
 		Listen: []uint16{80},
 		Reject: []netip.Prefix{netip.MustParsePrefix("198.18.0.128/25")},
@@ -332,7 +319,7 @@ func TestScanCapabilities(t *testing.T) {
 		{"+net_raw", "capture af_packet"},
 	} {
 		t.Run(tt.caps, func(t *testing.T) {
-			cmd := bench.Command(f.ProberNS, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+			cmd := netns.Command(f.ProberNS, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
 				"--inh-caps="+tt.caps, "--ambient-caps="+tt.caps, "--bounding-set="+tt.caps,
 				bin, "scan", "-port", "80", "-timeout", "500ms", "198.18.0.0/24")
 			var stdout, stderr bytes.Buffer

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sondeprobe/sonde/bpf"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/probetest"
 )
 
 // BenchmarkLaunch measures the send path without the system call: building,
@@ -17,7 +18,7 @@ func BenchmarkLaunch(b *testing.B) {
 	for i := range targets {
 		targets[i] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), 80)
 	}
-	p, ws := testProber(b, nopSink{}, 1, targets...)
+	p, ws := testProber(b, probetest.Discard{}, 1, targets...)
 	ws[0][0].keep = false
 	reqs := make([]probe.Request, 256)
 	b.ReportAllocs()
@@ -36,7 +37,7 @@ func BenchmarkLaunch(b *testing.B) {
 // BenchmarkReceive measures the receive path: decoding a ring-buffer record,
 // checking its cookie and the target's state, and delivering the result.
 func BenchmarkReceive(b *testing.B) {
-	p, ws := testProber(b, nopSink{}, 1, target4)
+	p, ws := testProber(b, probetest.Discard{}, 1, target4)
 	p.Launch(0, []probe.Request{{ID: 0, Gen: 1}})
 	pkt := answer(b, ws[0][0].pkts[0], bpf.KindSynAck, 0)
 	var r reply
@@ -70,7 +71,7 @@ func BenchmarkReceive(b *testing.B) {
 
 // BenchmarkDecodePacket measures the AF_PACKET path's decoder.
 func BenchmarkDecodePacket(b *testing.B) {
-	p, ws := testProber(b, nopSink{}, 1, target4)
+	p, ws := testProber(b, probetest.Discard{}, 1, target4)
 	p.Launch(0, []probe.Request{{ID: 0}})
 	pkt := answer(b, ws[0][0].pkts[0], bpf.KindSynAck, 0)
 	var r reply

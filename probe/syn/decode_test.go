@@ -12,6 +12,7 @@ import (
 
 	"github.com/sondeprobe/sonde/bpf"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/probetest"
 )
 
 var (
@@ -36,7 +37,7 @@ func sentPackets(t testing.TB, p *Prober, ws [][2]*memWriter, gens ...uint32) []
 }
 
 func TestDecodePacket(t *testing.T) {
-	p, ws := testProber(t, &memSink{}, 1, target4, target6)
+	p, ws := testProber(t, &probetest.Sink{}, 1, target4, target6)
 	syns := sentPackets(t, p, ws, 7, 9)
 	if len(syns) != 2 {
 		t.Fatalf("sent %d packets, want 2", len(syns))
@@ -61,7 +62,7 @@ func TestDecodePacket(t *testing.T) {
 }
 
 func TestDecodePacketRejects(t *testing.T) {
-	p, ws := testProber(t, &memSink{}, 1, target4, target6)
+	p, ws := testProber(t, &probetest.Sink{}, 1, target4, target6)
 	syns := sentPackets(t, p, ws, 0, 0)
 	synack := answer(t, syns[0], bpf.KindSynAck, 0)
 	noAck := append([]byte(nil), synack...)
@@ -125,7 +126,7 @@ func TestDecodeEvent(t *testing.T) {
 // back: valid ones are delivered with the right id, generation, outcome and
 // RTT; stray, stale and duplicate ones are counted and dropped.
 func TestMatch(t *testing.T) {
-	sink := &memSink{}
+	sink := &probetest.Sink{}
 	p, ws := testProber(t, sink, 1, target4, target6)
 	syns := sentPackets(t, p, ws, 3, 4)
 	feed := func(pkt []byte, ktime int64) {
@@ -143,14 +144,14 @@ func TestMatch(t *testing.T) {
 		{ID: 0, Gen: 3, Outcome: probe.Success, Latency: 250 * time.Microsecond, Done: 1_250_000},
 		{ID: 1, Gen: 4, Outcome: probe.Unreachable, Latency: 500 * time.Microsecond, Done: 1_500_000},
 	}
-	if diff := cmp.Diff(want, sink.take()); diff != "" {
+	if diff := cmp.Diff(want, sink.Take()); diff != "" {
 		t.Fatalf("delivered (-want +got):\n%s", diff)
 	}
 
 	feed(answer(t, syns[0], bpf.KindRST, 0), 2_000_000) // answered already
 	feed(answer(t, syns[0], bpf.KindSynAck, 1), 2_000_000)
 	feed(answer(t, syns[1], bpf.KindUnreachable, 0x40), 2_000_000)
-	other, _ := testProber(t, &memSink{}, 1, target4, target6) // another key
+	other, _ := testProber(t, &probetest.Sink{}, 1, target4, target6) // another key
 	var r reply
 	_ = decodePacket(answer(t, syns[0], bpf.KindSynAck, 0), &r)
 	if _, v := other.match(&r); v != verdictInvalid {
@@ -160,7 +161,7 @@ func TestMatch(t *testing.T) {
 	newer := sentPackets(t, p, ws, 5)
 	feed(answer(t, syns[0], bpf.KindSynAck, 0), 3_000_000)
 	feed(answer(t, newer[0], bpf.KindRST, 0), 3_000_000)
-	if diff := cmp.Diff([]probe.Result{{ID: 0, Gen: 5, Outcome: probe.Refused, Latency: 2 * time.Millisecond, Done: 3_000_000}}, sink.take()); diff != "" {
+	if diff := cmp.Diff([]probe.Result{{ID: 0, Gen: 5, Outcome: probe.Refused, Latency: 2 * time.Millisecond, Done: 3_000_000}}, sink.Take()); diff != "" {
 		t.Errorf("after a new generation (-want +got):\n%s", diff)
 	}
 	c := p.Counters()
@@ -174,7 +175,7 @@ func TestMatch(t *testing.T) {
 }
 
 func TestLaunchSendErrors(t *testing.T) {
-	sink := &memSink{}
+	sink := &probetest.Sink{}
 	p, ws := testProber(t, sink, 1, target4, target4, target4)
 	ws[0][0].fail = unix.ENETUNREACH
 	p.Launch(0, []probe.Request{{ID: 0, Gen: 1}, {ID: 1, Gen: 1}, {ID: 2, Gen: 1}, {ID: 99}})
@@ -182,7 +183,7 @@ func TestLaunchSendErrors(t *testing.T) {
 	if c.Sent != 2 || c.SendErrors != 2 || c.Unreachable != 1 {
 		t.Errorf("sent %d, errors %d, unreachable %d; want 2, 2, 1", c.Sent, c.SendErrors, c.Unreachable)
 	}
-	if diff := cmp.Diff([]probe.Result{{ID: 0, Gen: 1, Outcome: probe.Unreachable, Done: 1_000_000}}, sink.take()); diff != "" {
+	if diff := cmp.Diff([]probe.Result{{ID: 0, Gen: 1, Outcome: probe.Unreachable, Done: 1_000_000}}, sink.Take()); diff != "" {
 		t.Errorf("delivered (-want +got):\n%s", diff)
 	}
 	// Full queues are retried, not dropped.
@@ -198,7 +199,7 @@ func TestLaunchBatches(t *testing.T) {
 	for i := range 1000 {
 		targets = append(targets, netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), 80))
 	}
-	p, ws := testProber(t, nopSink{}, 1, targets...)
+	p, ws := testProber(t, probetest.Discard{}, 1, targets...)
 	reqs := make([]probe.Request, len(targets))
 	for i := range reqs {
 		reqs[i].ID = uint32(i)
@@ -214,7 +215,7 @@ func TestLaunchBatches(t *testing.T) {
 
 // TestZeroAlloc proves that sending and handling a reply allocate nothing.
 func TestZeroAlloc(t *testing.T) {
-	p, ws := testProber(t, nopSink{}, 1, target4, target6)
+	p, ws := testProber(t, probetest.Discard{}, 1, target4, target6)
 	ws[0][0].keep, ws[0][1].keep = false, false
 	reqs := []probe.Request{{ID: 0}, {ID: 1}}
 	if n := testing.AllocsPerRun(100, func() { p.Launch(0, reqs) }); n != 0 {
@@ -240,7 +241,7 @@ func TestZeroAlloc(t *testing.T) {
 }
 
 func FuzzDecodePacket(f *testing.F) {
-	p, ws := testProber(f, &memSink{}, 1, target4, target6)
+	p, ws := testProber(f, &probetest.Sink{}, 1, target4, target6)
 	syns := sentPackets(f, p, ws, 1, 2)
 	for _, syn := range syns {
 		f.Add(syn)
@@ -263,7 +264,7 @@ func FuzzDecodePacket(f *testing.F) {
 }
 
 func FuzzDecodeEvent(f *testing.F) {
-	p, _ := testProber(f, &memSink{}, 1, target4, target6)
+	p, _ := testProber(f, &probetest.Sink{}, 1, target4, target6)
 	f.Add(make([]byte, bpf.EventSize))
 	ev := make([]byte, bpf.EventSize)
 	ev[18], ev[19], ev[52], ev[53], ev[54] = 0xff, 0xff, 1, 0x12, 4
@@ -349,7 +350,7 @@ func runCBPF(t *testing.T, prog []unix.SockFilter, pkt []byte) uint32 {
 }
 
 func TestReplyFilter(t *testing.T) {
-	p, ws := testProber(t, &memSink{}, 1, target4, target6)
+	p, ws := testProber(t, &probetest.Sink{}, 1, target4, target6)
 	syns := sentPackets(t, p, ws, 1, 1)
 	prog, err := replyFilter(p.ports, 192)
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,33 +18,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sondeprobe/sonde/bench"
+	"github.com/sondeprobe/sonde/bench/netns"
+	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/bpf"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/probetest"
 	"github.com/sondeprobe/sonde/probe/syn"
 )
-
-// sink collects results by id.
-type sink struct {
-	mu  sync.Mutex
-	res map[uint32]probe.Result
-	n   int
-}
-
-func (s *sink) Deliver(r probe.Result) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.res == nil {
-		s.res = map[uint32]probe.Result{}
-	}
-	s.res[r.ID] = r
-	s.n++
-}
-
-func (s *sink) count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.n
-}
 
 // waitFor polls cond for up to d.
 func waitFor(d time.Duration, cond func() bool) bool {
@@ -72,13 +51,13 @@ var capturePaths = []struct {
 // with a listener are success and the others refused, over IPv4 and IPv6, on
 // every capture path.
 func TestLoopback(t *testing.T) {
-	bench.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
+	testenv.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
 	for _, cp := range capturePaths {
 		t.Run(cp.name, func(t *testing.T) {
-			if cp.want == syn.PathBPFTCX && !bench.KernelAtLeast(t, 6, 6) {
+			if cp.want == syn.PathBPFTCX && !testenv.KernelAtLeast(t, 6, 6) {
 				t.Skip("TCX needs kernel 6.6")
 			}
-			ns := loopbackNS(t)
+			ns := testenv.LoopbackNamespace(t)
 			open := []uint16{9001, 9002}
 			tab := probe.NewTable(8)
 			want := map[uint32]probe.Outcome{}
@@ -91,9 +70,9 @@ func TestLoopback(t *testing.T) {
 					}
 				}
 			}
-			s := &sink{}
+			s := &probetest.Sink{}
 			var p *syn.Prober
-			err := bench.InNamespace(ns, func() error {
+			err := netns.Do(ns, func() error {
 				for _, port := range open {
 					ln, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
 					if err != nil {
@@ -121,18 +100,16 @@ func TestLoopback(t *testing.T) {
 				reqs[i] = probe.Request{ID: uint32(i), Gen: 1}
 			}
 			p.Launch(0, reqs)
-			if !waitFor(3*time.Second, func() bool { return s.count() >= tab.Len() }) {
-				t.Errorf("only %d of %d results", s.count(), tab.Len())
+			if !waitFor(3*time.Second, func() bool { return s.Count() >= tab.Len() }) {
+				t.Errorf("only %d of %d results", s.Count(), tab.Len())
 			}
 			got := map[uint32]probe.Outcome{}
-			s.mu.Lock()
-			for id, r := range s.res {
+			for id, r := range s.ByID() {
 				got[id] = r.Outcome
 				if r.Latency <= 0 || r.Latency > time.Second || r.Gen != 1 {
 					t.Errorf("%v: latency %v gen %d", tab.Endpoint(id), r.Latency, r.Gen)
 				}
 			}
-			s.mu.Unlock()
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("outcomes by id (-want +got):\n%s", diff)
 			}
@@ -144,24 +121,11 @@ func TestLoopback(t *testing.T) {
 	}
 }
 
-func loopbackNS(t *testing.T) string {
-	t.Helper()
-	ns := fmt.Sprintf("sonde-syntest-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
-	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
-	if out, err := exec.Command("ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		t.Fatalf("lo up: %v: %s", err, out)
-	}
-	return ns
-}
-
 // TestForgedReplies is integration test (c): SYN-ACKs, RSTs and ICMP errors
 // crafted with gopacket on the fleet side, with cookies that are not ours, are
 // counted as invalid and never delivered, while real probes still work.
 func TestForgedReplies(t *testing.T) {
-	bench.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
+	testenv.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
 	f, err := bench.NewFleet(bench.FleetConfig{Listen: []uint16{80}})
 	if err != nil {
 		t.Fatal(err)
@@ -175,9 +139,9 @@ func TestForgedReplies(t *testing.T) {
 	for i := range 4 {
 		tab.Add(netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 7, byte(i + 1)}), 80))
 	}
-	s := &sink{}
+	s := &probetest.Sink{}
 	var p *syn.Prober
-	if err := bench.InNamespace(f.ProberNS, func() error {
+	if err := netns.Do(f.ProberNS, func() error {
 		var err error
 		p, err = syn.New(syn.Config{Table: tab, Sink: s})
 		return err
@@ -189,7 +153,7 @@ func TestForgedReplies(t *testing.T) {
 
 	// Forge replies from the fleet side towards the prober's port range.
 	const forged = 300
-	err = bench.InNamespace(f.FleetNS, func() error {
+	err = netns.Do(f.FleetNS, func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
 		if err != nil {
 			return err
@@ -210,13 +174,13 @@ func TestForgedReplies(t *testing.T) {
 	if !waitFor(3*time.Second, func() bool { return p.Counters().InvalidCookie >= forged }) {
 		t.Errorf("invalid cookies counted: %d, want %d", p.Counters().InvalidCookie, forged)
 	}
-	if n := s.count(); n != 0 {
+	if n := s.Count(); n != 0 {
 		t.Fatalf("%d forged replies were delivered", n)
 	}
 	// Real probes still get through.
 	p.Launch(0, []probe.Request{{ID: 0, Gen: 1}, {ID: 1, Gen: 1}, {ID: 2, Gen: 1}, {ID: 3, Gen: 1}})
-	if !waitFor(3*time.Second, func() bool { return s.count() == 4 }) {
-		t.Fatalf("%d of 4 real probes answered", s.count())
+	if !waitFor(3*time.Second, func() bool { return s.Count() == 4 }) {
+		t.Fatalf("%d of 4 real probes answered", s.Count())
 	}
 	c := p.Counters()
 	if c.InvalidCookie != forged || c.SynAck != 4 || c.Stale != 0 || c.Duplicate != 0 {
@@ -264,7 +228,7 @@ func TestNoRawSocket(t *testing.T) {
 	}
 	tab := probe.NewTable(1)
 	tab.Add(netip.MustParseAddrPort("127.0.0.1:1"))
-	_, err := syn.New(syn.Config{Table: tab, Sink: &sink{}})
+	_, err := syn.New(syn.Config{Table: tab, Sink: &probetest.Sink{}})
 	if !errors.Is(err, syn.ErrNoRawSocket) {
 		t.Errorf("err = %v, want ErrNoRawSocket", err)
 	}
@@ -274,7 +238,7 @@ func TestNoRawSocket(t *testing.T) {
 // combination of sender (raw IP socket, AF_PACKET frames) and capture path,
 // over IPv4 and IPv6.
 func TestFleetPaths(t *testing.T) {
-	bench.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
+	testenv.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
 	cfg := bench.FleetConfig{Prefix6: bench.DefaultPrefix6, Listen: []uint16{80}}
 	tab := probe.NewTable(1100)
 	want := map[uint32]probe.Outcome{}
@@ -313,17 +277,17 @@ func TestFleetPaths(t *testing.T) {
 	for _, sender := range []string{"raw", "af_packet"} {
 		for _, cp := range capturePaths {
 			t.Run(sender+"/"+cp.name, func(t *testing.T) {
-				if cp.want == syn.PathBPFTCX && !bench.KernelAtLeast(t, 6, 6) {
+				if cp.want == syn.PathBPFTCX && !testenv.KernelAtLeast(t, 6, 6) {
 					t.Skip("TCX needs kernel 6.6")
 				}
 				c := syn.Config{Table: tab, Lanes: 2, Capture: cp.mode, Attach: cp.att}
 				if sender == "af_packet" {
 					c.NextHopMAC = f.GatewayMAC
 				}
-				s := &sink{}
+				s := &probetest.Sink{}
 				c.Sink = s
 				var p *syn.Prober
-				if err := bench.InNamespace(f.ProberNS, func() error {
+				if err := netns.Do(f.ProberNS, func() error {
 					var err error
 					p, err = syn.New(c)
 					return err
@@ -345,16 +309,14 @@ func TestFleetPaths(t *testing.T) {
 					}()
 				}
 				wg.Wait()
-				if !waitFor(3*time.Second, func() bool { return s.count() >= len(want) }) {
-					t.Errorf("%d of %d results", s.count(), len(want))
+				if !waitFor(3*time.Second, func() bool { return s.Count() >= len(want) }) {
+					t.Errorf("%d of %d results", s.Count(), len(want))
 				}
 				time.Sleep(50 * time.Millisecond) // anything more would be a bug
 				got := map[uint32]probe.Outcome{}
-				s.mu.Lock()
-				for id, r := range s.res {
+				for id, r := range s.ByID() {
 					got[id] = r.Outcome
 				}
-				s.mu.Unlock()
 				if diff := cmp.Diff(want, got); diff != "" {
 					t.Errorf("outcomes (-want +got):\n%s", diff)
 				}
@@ -370,7 +332,7 @@ func TestFleetPaths(t *testing.T) {
 // lane, batches of 256) with the eBPF capture running, and reports the send
 // rate. allocs/op is per batch of 256 probes.
 func BenchmarkFleetSend(b *testing.B) {
-	bench.RequirePrivileged(b, "network namespaces, raw sockets, BPF")
+	testenv.RequirePrivileged(b, "network namespaces, raw sockets, BPF")
 	f, err := bench.NewFleet(bench.FleetConfig{Listen: []uint16{80}})
 	if err != nil {
 		b.Fatal(err)
@@ -381,11 +343,11 @@ func BenchmarkFleetSend(b *testing.B) {
 	for i := range n {
 		tab.Add(netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), 80))
 	}
-	var replies atomic.Int64
+	var replies probetest.Counter
 	var p *syn.Prober
-	if err := bench.InNamespace(f.ProberNS, func() error {
+	if err := netns.Do(f.ProberNS, func() error {
 		var err error
-		p, err = syn.New(syn.Config{Table: tab, Sink: countSink{&replies}})
+		p, err = syn.New(syn.Config{Table: tab, Sink: &replies})
 		return err
 	}); err != nil {
 		b.Fatal(err)
@@ -402,28 +364,24 @@ func BenchmarkFleetSend(b *testing.B) {
 		i += len(reqs)
 	}
 	b.ReportMetric(float64(i)/b.Elapsed().Seconds(), "probes/s")
-	waitFor(2*time.Second, func() bool { return replies.Load() >= int64(i) })
+	waitFor(2*time.Second, func() bool { return replies.Count() >= int64(i) })
 	c := p.Counters()
 	b.ReportMetric(float64(c.SynAck)/float64(i), "answered/sent")
 }
-
-type countSink struct{ n *atomic.Int64 }
-
-func (s countSink) Deliver(probe.Result) { s.n.Add(1) }
 
 // TestOneShot probes single endpoints on demand, as `sonde probe syn://`
 // does: a listener answers success, a closed port refused, and a port whose
 // SYNs are dropped times out at the caller's deadline.
 func TestOneShot(t *testing.T) {
-	bench.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
-	ns := loopbackNS(t)
+	testenv.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
+	ns := testenv.LoopbackNamespace(t)
 	if out, err := exec.Command("ip", "netns", "exec", ns, "nft", "add table inet sondetest; add chain inet sondetest in { type filter hook input priority 0; }; add rule inet sondetest in tcp dport 9007 drop").CombinedOutput(); err != nil {
 		t.Fatalf("nft: %v: %s", err, out)
 	}
 	lo := netip.MustParseAddr("127.0.0.1")
 	eps := []netip.AddrPort{netip.AddrPortFrom(lo, 9005), netip.AddrPortFrom(lo, 9006), netip.AddrPortFrom(lo, 9007)}
 	var o *syn.OneShot
-	err := bench.InNamespace(ns, func() error {
+	err := netns.Do(ns, func() error {
 		ln, err := net.Listen("tcp", "127.0.0.1:9005")
 		if err != nil {
 			return err

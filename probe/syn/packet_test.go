@@ -171,31 +171,6 @@ func (w *memWriter) close() error { return nil }
 
 func (w *memWriter) frameHeader() []byte { return nil }
 
-// memSink keeps delivered results.
-type memSink struct {
-	mu  sync.Mutex
-	res []probe.Result
-}
-
-func (s *memSink) Deliver(r probe.Result) {
-	s.mu.Lock()
-	s.res = append(s.res, r)
-	s.mu.Unlock()
-}
-
-func (s *memSink) take() []probe.Result {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.res
-	s.res = nil
-	return r
-}
-
-// nopSink drops results; benchmarks use it.
-type nopSink struct{}
-
-func (nopSink) Deliver(probe.Result) {}
-
 // testProber returns a prober with in-memory writers, no capture, and a clock
 // that returns fixed times.
 func testProber(t testing.TB, sink probe.Sink, lanes int, targets ...netip.AddrPort) (*Prober, [][2]*memWriter) {

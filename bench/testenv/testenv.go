@@ -1,0 +1,129 @@
+// Package testenv is test support: what a test needs from its environment
+// (root, a recent kernel, the sonde binary) and how it says so. Only tests
+// import it, so the sonde binary never links package testing.
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// RequirePrivileged is for tests that need root (network namespaces, raw
+// sockets, eBPF): it returns at once as root; otherwise it skips tb, or fails
+// it when the environment variable SONDE_REQUIRE_PRIV is 1 (as CI sets it), so
+// privileged tests cannot skip silently. needs says what the test needs root
+// for.
+func RequirePrivileged(tb testing.TB, needs string) {
+	tb.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("SONDE_REQUIRE_PRIV") == "1" {
+		tb.Fatalf("test needs root (%s) and SONDE_REQUIRE_PRIV=1 is set", needs)
+	}
+	tb.Skipf("test needs root (%s); run as root, or set SONDE_REQUIRE_PRIV=1 to make this a failure", needs)
+}
+
+// KernelAtLeast reports whether the running kernel's release is major.minor
+// or newer, so a test can tell a feature missing from an old kernel (skip)
+// from one missing from a kernel that has it (fail). It fails tb when the
+// release cannot be read.
+func KernelAtLeast(tb testing.TB, major, minor int) bool {
+	tb.Helper()
+	ok, err := kernelAtLeast(major, minor)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ok
+}
+
+func kernelAtLeast(major, minor int) (bool, error) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return false, fmt.Errorf("uname: %w", err)
+	}
+	rel := unix.ByteSliceToString(u.Release[:])
+	parts := strings.SplitN(rel, ".", 3)
+	if len(parts) < 2 {
+		return false, fmt.Errorf("kernel release %q: want MAJOR.MINOR…", rel)
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(strings.TrimRightFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' }))
+	if err1 != nil || err2 != nil {
+		return false, fmt.Errorf("kernel release %q: want MAJOR.MINOR…", rel)
+	}
+	return ma > major || ma == major && mi >= minor, nil
+}
+
+var sonde struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// Sonde returns the path of a sonde binary built from this checkout, built
+// once per test process. Tests that use it call [Main] from TestMain, which
+// removes the binary when they end.
+func Sonde(tb testing.TB) string {
+	tb.Helper()
+	sonde.once.Do(func() {
+		_, file, _, _ := runtime.Caller(0) // .../bench/testenv/testenv.go
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		if sonde.dir, sonde.err = os.MkdirTemp("", "sonde-test-bin-"); sonde.err != nil {
+			return
+		}
+		// Readable by all, so tests can run it as an unprivileged user.
+		if sonde.err = os.Chmod(sonde.dir, 0o755); sonde.err != nil {
+			return
+		}
+		sonde.path = filepath.Join(sonde.dir, "sonde")
+		cmd := exec.Command("go", "build", "-o", sonde.path, "./cmd/sonde")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			sonde.err = fmt.Errorf("go build ./cmd/sonde: %w\n%s", err, out)
+		}
+	})
+	if sonde.err != nil {
+		tb.Fatal(sonde.err)
+	}
+	return sonde.path
+}
+
+// Main runs a package's tests and then removes what [Sonde] built. Use it as
+// func TestMain(m *testing.M) { testenv.Main(m) }.
+func Main(m *testing.M) {
+	code := m.Run()
+	if sonde.dir != "" {
+		_ = os.RemoveAll(sonde.dir)
+	}
+	os.Exit(code)
+}
+
+// LoopbackNamespace creates a network namespace with only lo up, for a test
+// that must not touch the host's interfaces, and deletes it when tb ends. It
+// returns the namespace's name.
+func LoopbackNamespace(tb testing.TB) string {
+	tb.Helper()
+	ns := fmt.Sprintf("sonde-test-%d-%d", os.Getpid(), nsSeq.Add(1))
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		tb.Fatalf("ip netns add %s: %v: %s", ns, err, out)
+	}
+	tb.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	if out, err := exec.Command("ip", "-n", ns, "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		tb.Fatalf("ip -n %s link set lo up: %v: %s", ns, err, out)
+	}
+	return ns
+}
+
+var nsSeq atomic.Int64
