@@ -48,7 +48,7 @@ type scanFlags struct {
 	source    string
 	iface     string
 	json      bool
-	capture   string
+	path      string
 	senders   int
 	portRange string
 	nextHop   string
@@ -124,7 +124,7 @@ func parseScanFlags(args []string, stderr io.Writer) (scanFlags, []string, error
 	fs.StringVar(&sf.source, "source", "", "source `IP` address (default: the route's source towards the first target)")
 	fs.StringVar(&sf.iface, "interface", "", "interface that receives the replies (default: the one holding the source address)")
 	fs.BoolVar(&sf.json, "json", false, `print one JSON object per probe: {"addr","port","outcome","rtt_seconds"}`)
-	fs.StringVar(&sf.capture, "capture", "auto", "reply capture: auto, bpf or packet (AF_PACKET)")
+	fs.StringVar(&sf.path, "path", "auto", "TCP probe `path`: auto (syn-bpf when eBPF loads, else syn-packet), syn-bpf (replies caught by eBPF) or syn-packet (replies read with AF_PACKET)")
 	fs.IntVar(&sf.senders, "senders", runtime.GOMAXPROCS(0), "concurrent sender threads")
 	fs.StringVar(&sf.nextHop, "next-hop-mac", "", "send Ethernet frames to this `MAC` through AF_PACKET instead of a raw IP socket (every target must be behind it)")
 	fs.StringVar(&sf.portRange, "source-ports", "", "source-port `range` FIRST-LAST (default 61000-65535, outside the kernel's ephemeral range)")
@@ -154,15 +154,12 @@ func parseScanFlags(args []string, stderr io.Writer) (scanFlags, []string, error
 // proberConfig turns the flags into a prober configuration (without sink).
 func (sf scanFlags) proberConfig(tab *probe.Table) (syn.Config, error) {
 	cfg := syn.Config{Table: tab, Lanes: sf.senders, Interface: sf.iface, Batch: 256}
-	switch sf.capture {
+	switch p := probe.TCPPath(sf.path); p {
 	case "auto":
-		cfg.Capture = syn.CaptureAuto
-	case "bpf":
-		cfg.Capture = syn.CaptureBPF
-	case "packet":
-		cfg.Capture = syn.CapturePacket
+	case probe.PathSynBPF, probe.PathSynPacket:
+		cfg.Path = p
 	default:
-		return cfg, fmt.Errorf("scan: -capture %q is not auto, bpf or packet", sf.capture)
+		return cfg, fmt.Errorf("scan: -path %q is not auto, %s or %s", sf.path, probe.PathSynBPF, probe.PathSynPacket)
 	}
 	if sf.source != "" {
 		a, err := netip.ParseAddr(sf.source)
@@ -467,8 +464,12 @@ func (s scanSummary) write(w io.Writer) {
 		s.sweep.sent, s.probes, d, pps, s.res.replies.Load())
 	fmt.Fprintf(w, "  success %d, refused %d, unreachable %d, timeout %d (late replies %d)\n",
 		counts[probe.Success], counts[probe.Refused], counts[probe.Unreachable], counts[probe.Timeout], s.res.late.Load())
-	fmt.Fprintf(w, "  capture %s, source %s, ports %s; send errors %d, invalid cookies %d, stale %d, duplicates %d, ring drops %d\n",
-		s.c.Capture, src, s.p.Ports(), s.c.SendErrors, s.c.InvalidCookie, s.c.Stale, s.c.Duplicate, s.c.RingDrops)
+	path := string(s.c.Path)
+	if s.c.Path == probe.PathSynBPF {
+		path += " (" + s.p.Attachment().String() + ")"
+	}
+	fmt.Fprintf(w, "  tcp path %s, source %s, ports %s; send errors %d, invalid cookies %d, stale %d, duplicates %d, ring drops %d\n",
+		path, src, s.p.Ports(), s.c.SendErrors, s.c.InvalidCookie, s.c.Stale, s.c.Duplicate, s.c.RingDrops)
 	fmt.Fprintf(w, "  cpu %.2fs user+sys (%.2fs per million probes)\n", s.cpu, cpm)
 	if err := s.p.CaptureFallback(); err != nil {
 		fmt.Fprintf(w, "  eBPF capture unavailable, used AF_PACKET: %v\n", err)

@@ -88,7 +88,7 @@ func TestScanUsage(t *testing.T) {
 		{"scan", "-port", "0", "10.0.0.1"}, // bad port
 		{"scan", "-port", "80", "-rate", "-1", "10.0.0.1"},
 		{"scan", "-port", "80", "-timeout", "0s", "10.0.0.1"},
-		{"scan", "-port", "80", "-capture", "pcap", "10.0.0.1"},
+		{"scan", "-port", "80", "-path", "connect", "10.0.0.1"},
 		{"scan", "-port", "80", "not-an-address"},
 		{"scan", "-bogus"},
 	} {
@@ -315,8 +315,8 @@ func TestScanCapabilities(t *testing.T) {
 	for _, tt := range []struct {
 		caps, path string
 	}{
-		{"+net_raw,+bpf,+net_admin", "capture bpf-"}, // bpf-tcx, or bpf-tc before kernel 6.6
-		{"+net_raw", "capture af_packet"},
+		{"+net_raw,+bpf,+net_admin", "tcp path syn-bpf ("}, // (tcx), or (tc) before kernel 6.6
+		{"+net_raw", "tcp path syn-packet,"},
 	} {
 		t.Run(tt.caps, func(t *testing.T) {
 			cmd := netns.Command(f.ProberNS, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sondeprobe/sonde/bpf"
+	"github.com/sondeprobe/sonde/probe"
 )
 
 // capturer is a source of replies: the eBPF ring buffer or an AF_PACKET ring.
@@ -28,9 +29,9 @@ type capturer interface {
 	close() error
 }
 
-// openCapture opens the capture path that cfg asks for.
+// openCapture opens the capture of the path that cfg asks for.
 func (p *Prober) openCapture(cfg Config, iface *net.Interface) error {
-	if cfg.Capture != CapturePacket {
+	if cfg.Path != probe.PathSynPacket {
 		var l4, l6 netip.Addr
 		if p.tmpl4 != nil {
 			l4 = netip.AddrFrom16(p.tmpl4.src).Unmap()
@@ -44,10 +45,10 @@ func (p *Prober) openCapture(cfg Config, iface *net.Interface) error {
 			RingBytes: cfg.RingBytes, WakeupBytes: wakeupBytes(cfg.RingBytes), Attach: cfg.Attach,
 		})
 		if err == nil {
-			p.cap, p.path = c, c.path
+			p.cap, p.path, p.attach = c, probe.PathSynBPF, c.c.Attachment()
 			return nil
 		}
-		if cfg.Capture == CaptureBPF {
+		if cfg.Path == probe.PathSynBPF {
 			return fmt.Errorf("ebpf capture: %w", err)
 		}
 		p.fallbackErr = err
@@ -59,7 +60,7 @@ func (p *Prober) openCapture(cfg Config, iface *net.Interface) error {
 		}
 		return fmt.Errorf("af_packet capture: %w", err)
 	}
-	p.cap, p.path = c, PathAFPacket
+	p.cap, p.path = c, probe.PathSynPacket
 	return nil
 }
 

@@ -10,7 +10,6 @@ import (
 type bpfCapture struct {
 	c       *bpf.Capture
 	p       *Prober
-	path    CapturePath
 	onEvent func(*bpf.Event) // bound once, so Poll allocates nothing
 	r       reply
 }
@@ -20,10 +19,7 @@ func newBPFCapture(p *Prober, cfg bpf.CaptureConfig) (*bpfCapture, error) {
 	if err != nil {
 		return nil, err
 	}
-	bc := &bpfCapture{c: c, p: p, path: PathBPFTCX}
-	if c.Attachment() == bpf.AttachTC {
-		bc.path = PathBPFTC
-	}
+	bc := &bpfCapture{c: c, p: p}
 	bc.onEvent = bc.event
 	return bc, nil
 }

@@ -9,28 +9,6 @@ import (
 	"github.com/sondeprobe/sonde/probe"
 )
 
-// CaptureMode selects how replies are captured.
-type CaptureMode uint8
-
-// The capture modes.
-const (
-	CaptureAuto   CaptureMode = iota // eBPF when it loads, else AF_PACKET
-	CaptureBPF                       // eBPF only; New fails without it
-	CapturePacket                    // AF_PACKET with a classic BPF filter
-)
-
-// CapturePath names the capture path in use, for the startup log and the
-// capture-path metric.
-type CapturePath string
-
-// The capture paths.
-const (
-	PathBPFTCX   CapturePath = "bpf-tcx"   // eBPF attached through a TCX link
-	PathBPFTC    CapturePath = "bpf-tc"    // eBPF attached as a clsact/cls_bpf filter
-	PathAFPacket CapturePath = "af_packet" // AF_PACKET, classic BPF filter, TPACKET_V3
-	PathNone     CapturePath = "none"      // no capture (tests)
-)
-
 // Config configures a [Prober]. Table and Sink are required.
 type Config struct {
 	// Table holds the targets, addressed by id. It must be filled before New
@@ -61,8 +39,10 @@ type Config struct {
 	// Batch is the largest number of packets per system call; default 256,
 	// at least 64.
 	Batch int
-	// Capture selects the capture path; default CaptureAuto.
-	Capture CaptureMode
+	// Path selects how replies are caught: [probe.PathSynBPF] by the eBPF
+	// program (New fails without it), [probe.PathSynPacket] from an AF_PACKET
+	// socket. Empty (the default) tries eBPF and falls back to AF_PACKET.
+	Path probe.TCPPath
 	// Attach selects TCX or TC for the eBPF capture; default bpf.AttachAuto.
 	Attach bpf.Attach
 	// RingBytes is the size of the BPF ring buffer or the AF_PACKET ring;

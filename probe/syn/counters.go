@@ -4,6 +4,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sondeprobe/sonde/bpf"
+	"github.com/sondeprobe/sonde/probe"
 )
 
 // Counters are the prober's counters since New.
@@ -24,7 +25,7 @@ type Counters struct {
 	CaptureMatched uint64 // packets the capture filter kept
 	CaptureErrors  uint64 // failed reads of the capture ring
 
-	Capture CapturePath // the capture path in use
+	Path probe.TCPPath // the path in use: syn-bpf or syn-packet (empty before a capture is open)
 }
 
 // readCounters are written by the reader goroutine only.
@@ -45,7 +46,7 @@ func (p *Prober) Counters() Counters {
 		Stale:         p.rc.stale.Load(),
 		Duplicate:     p.rc.duplicate.Load(),
 		CaptureErrors: p.rc.errors.Load(),
-		Capture:       p.path,
+		Path:          p.path,
 	}
 	for _, l := range p.lanes {
 		c.Sent += l.sent.Load()

@@ -169,7 +169,7 @@ func TestMatch(t *testing.T) {
 	if want := [6]uint64{1, 1, 1, 2, 1, 1}; got != want {
 		t.Errorf("synack, rst, unreach, invalid, stale, duplicate = %v, want %v", got, want)
 	}
-	if c.Sent != 3 || c.SendErrors != 0 || c.Capture != PathNone {
+	if c.Sent != 3 || c.SendErrors != 0 || c.Path != "" {
 		t.Errorf("counters = %+v", c)
 	}
 }

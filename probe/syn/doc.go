@@ -34,8 +34,9 @@
 // 6.6) and read from a BPF ring buffer in bulk every [Config.PollInterval]
 // (or sooner, when the ring fills past half its size: see wakeupBytes).
 // Without them the prober falls back to an AF_PACKET socket with a classic BPF
-// filter and a TPACKET_V3 ring, read block by block. The path in use is
-// reported by [Prober.CapturePath] and [Counters.Capture]. Without
+// filter and a TPACKET_V3 ring, read block by block. The path in use,
+// [probe.PathSynBPF] or [probe.PathSynPacket], is reported by [Prober.Path]
+// and [Counters.Path]. Without
 // CAP_NET_RAW, [New] returns [ErrNoRawSocket] and callers use the connect()
 // prober.
 //

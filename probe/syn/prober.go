@@ -9,13 +9,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sondeprobe/sonde/bpf"
 	"github.com/sondeprobe/sonde/probe"
 )
 
 var _ probe.Launcher = (*Prober)(nil)
 
 // Prober sends SYN probes and delivers their results. Launch may be called
-// concurrently for different lanes; Counters and CapturePath from any
+// concurrently for different lanes; Counters and Path from any
 // goroutine. The reply reader runs on its own goroutine until Close.
 type Prober struct {
 	table *probe.Table
@@ -36,7 +37,8 @@ type Prober struct {
 	lanes []*lane
 
 	cap         capturer
-	path        CapturePath
+	path        probe.TCPPath
+	attach      bpf.Attach
 	fallbackErr error
 	rc          readCounters
 	readerDone  chan struct{}
@@ -102,6 +104,11 @@ func newProber(cfg *Config) (*Prober, error) {
 	if cfg.Ports.First == 0 || cfg.Ports.Last < cfg.Ports.First {
 		return nil, fmt.Errorf("bad source-port range %s", cfg.Ports)
 	}
+	switch cfg.Path {
+	case "", probe.PathSynBPF, probe.PathSynPacket:
+	default:
+		return nil, fmt.Errorf("path %q: the SYN prober runs %s or %s", cfg.Path, probe.PathSynBPF, probe.PathSynPacket)
+	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 2 * time.Millisecond
 	}
@@ -110,7 +117,6 @@ func newProber(cfg *Config) (*Prober, error) {
 		table: cfg.Table, sink: cfg.Sink, key: newCookieKey(), ports: cfg.Ports,
 		batch: cfg.Batch, poll: cfg.PollInterval, now: probe.Nanotime,
 		sent: make([]atomic.Int64, n), gen: make([]atomic.Uint32, n), done: make([]atomic.Uint32, n),
-		path: PathNone,
 	}
 	for range cfg.Lanes {
 		l := &lane{}
@@ -150,8 +156,12 @@ func (p *Prober) setSources(cfg Config) error {
 	return nil
 }
 
-// CapturePath returns the capture path in use.
-func (p *Prober) CapturePath() CapturePath { return p.path }
+// Path returns the path in use: [probe.PathSynBPF] or [probe.PathSynPacket].
+func (p *Prober) Path() probe.TCPPath { return p.path }
+
+// Attachment returns how the eBPF capture is attached ([bpf.AttachTCX] or
+// [bpf.AttachTC]) when Path is [probe.PathSynBPF], else [bpf.AttachAuto].
+func (p *Prober) Attachment() bpf.Attach { return p.attach }
 
 // CaptureFallback returns why the eBPF capture could not be used when the
 // prober fell back to AF_PACKET, or nil.
