@@ -22,6 +22,7 @@ import (
 	"github.com/sondeprobe/sonde/bench"
 	"github.com/sondeprobe/sonde/bench/netns"
 	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -35,7 +36,7 @@ func TestParsePorts(t *testing.T) {
 		{"80,443", []uint16{80, 443}, false},
 		{"8000-8002, 1", []uint16{8000, 8001, 8002, 1}, false},
 		{"65535", []uint16{65535}, false},
-		{"", nil, true},
+		{"", nil, false},
 		{"0", nil, true},
 		{"65536", nil, true},
 		{"90-80", nil, true},
@@ -59,7 +60,7 @@ func TestScanTable(t *testing.T) {
 	if err := os.WriteFile(file, []byte("# fleet\n10.0.0.1\n\n192.0.2.0/31 # two\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tab, err := scanTable([]string{"@" + file, "2001:db8::1", "::ffff:198.18.0.1"}, []uint16{80, 443})
+	tab, err := scanTable([]string{"@" + file, "2001:db8::1", "::ffff:198.18.0.1", "198.18.0.2:8080", "::ffff:10.1.0.0/127"}, []uint16{80, 443})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,16 +70,98 @@ func TestScanTable(t *testing.T) {
 	}
 	want := []string{
 		"10.0.0.1:80", "10.0.0.1:443", "192.0.2.0:80", "192.0.2.0:443", "192.0.2.1:80", "192.0.2.1:443",
-		"[2001:db8::1]:80", "[2001:db8::1]:443", "198.18.0.1:80", "198.18.0.1:443",
+		"[2001:db8::1]:80", "[2001:db8::1]:443", "198.18.0.1:80", "198.18.0.1:443", "198.18.0.2:8080",
+		"10.1.0.0:80", "10.1.0.0:443", "10.1.0.1:80", "10.1.0.1:443",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
-	for _, bad := range [][]string{{"example.com"}, {"10.0.0.0/33"}, {"2001:db8::/64"}, {"@/nonexistent"}} {
-		if _, err := scanTable(bad, []uint16{80}); err == nil {
-			t.Errorf("scanTable(%q) succeeded", bad)
+	if tab, err := scanTable([]string{"198.18.0.1:22", "[2001:db8::1]:443"}, nil); err != nil || tab.Len() != 2 {
+		t.Errorf("targets with their own ports and no -port: %v, %v", tab, err)
+	}
+	for _, tt := range []struct {
+		targets []string
+		ports   []uint16
+		want    string
+	}{
+		{[]string{"example.com"}, []uint16{80}, `"example.com" is a host name: sonde scan takes IP addresses and CIDR blocks`},
+		{[]string{"10.0.0.0/33"}, []uint16{80}, `"10.0.0.0/33" is not a valid CIDR block`},
+		{[]string{"198.18.0.1/16"}, []uint16{80}, `"198.18.0.1/16" has host bits set; did you mean 198.18.0.0/16?`},
+		{[]string{"2001:db8::/64"}, []uint16{80}, "more than 16777216 probes; split the sweep"},
+		{[]string{"10.0.0.0/8"}, []uint16{80, 443}, "more than 16777216 probes; split the sweep"},
+		{[]string{"10.0.0.1"}, nil, "10.0.0.1 has no port and -port is not set"},
+		{[]string{"10.0.0.0/30"}, nil, "10.0.0.0/30 has no port and -port is not set"},
+		{[]string{"@" + file + ".missing"}, []uint16{80}, fmt.Sprintf("%q: no such file or directory", file+".missing")},
+		{[]string{"@" + file}, nil, file + ":2: 10.0.0.1 has no port and -port is not set"},
+		{[]string{"@/dev/null"}, []uint16{80}, "no targets"},
+	} {
+		if _, err := scanTable(tt.targets, tt.ports); err == nil || err.Error() != tt.want {
+			t.Errorf("scanTable(%q, %v) = %v, want %q", tt.targets, tt.ports, err, tt.want)
 		}
 	}
+}
+
+// TestScanTargetGrammar proves that `sonde scan` and config files share one
+// target grammar: a bad target gets the same message, and exit code 2, on
+// the command line as in a config's targets, and in a file given with @FILE
+// as in a targets_file.
+func TestScanTargetGrammar(t *testing.T) {
+	t.Chdir(t.TempDir())
+	// configError loads a config whose pool has the given targets settings
+	// and returns the message of its error, without the field.
+	configError := func(t *testing.T, targets string) string {
+		t.Helper()
+		yaml := "checks: {c: {protocol: tcp, port: 80}}\npools: [{name: p, check: c, " + targets + "}]\n"
+		if err := os.WriteFile("sonde.yaml", []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := config.Load("sonde.yaml", config.LoadOptions{})
+		var fe *config.FieldError
+		if !errors.As(err, &fe) {
+			t.Fatalf("config with %s: %v, want a field error", targets, err)
+		}
+		return fe.Msg
+	}
+	// scanError runs sonde scan on target and returns what it printed,
+	// expecting exit code 2.
+	scanError := func(t *testing.T, target string) string {
+		t.Helper()
+		var stderr bytes.Buffer
+		err := run(context.Background(), []string{"scan", "-port", "80", target}, &bytes.Buffer{}, &stderr)
+		if code := report(err, &stderr); code != exitUsage {
+			t.Fatalf("scan %s: exit %d, want %d (%v)", target, code, exitUsage, err)
+		}
+		return stderr.String()
+	}
+	for _, text := range []string{
+		"198.18.0.1/16", "10.0.0.0/33", "::ffff:10.0.0.0/64", "10.0.0.300", "fe80::1%eth0",
+		"10.0.0.1:http", "10.0.0.1:65536", "[10.0.0.1]:80", "http://198.18.0.1", "@nested.txt",
+	} {
+		t.Run(text, func(t *testing.T) {
+			if !strings.HasPrefix(text, "@") { // on the command line, @FILE names a file
+				msg := configError(t, fmt.Sprintf("targets: [%q]", text))
+				if got, want := scanError(t, text), "sonde: scan: "+msg+"\n"; got != want {
+					t.Errorf("sonde scan %s printed\n%s\nconfig gets\n%s", text, got, want)
+				}
+			}
+			if err := os.WriteFile("targets.txt", []byte("# fleet\n198.18.0.0/24\n"+text+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			msg := configError(t, "targets_file: targets.txt")
+			if !strings.HasPrefix(msg, "targets.txt:3: ") {
+				t.Errorf("config error %q does not name targets.txt:3", msg)
+			}
+			if got, want := scanError(t, "@targets.txt"), "sonde: scan: "+msg+"\n"; got != want {
+				t.Errorf("sonde scan @targets.txt printed\n%s\nconfig gets\n%s", got, want)
+			}
+		})
+	}
+	t.Run("missing file", func(t *testing.T) {
+		msg := configError(t, "targets_file: missing.txt")
+		if got, want := scanError(t, "@missing.txt"), "sonde: scan: "+msg+"\n"; got != want {
+			t.Errorf("sonde scan @missing.txt printed\n%s\nconfig gets\n%s", got, want)
+		}
+	})
 }
 
 func TestScanUsage(t *testing.T) {
@@ -105,11 +188,14 @@ func TestWriteScanResults(t *testing.T) {
 	tab.Add(netip.MustParseAddrPort("198.18.0.1:80"))
 	tab.Add(netip.MustParseAddrPort("[2001:db8::1]:443"))
 	tab.Add(netip.MustParseAddrPort("198.18.0.2:80"))
-	res := newScanResults(3, time.Second)
-	res.Deliver(probe.Result{ID: 0, Outcome: probe.Success, Latency: 1500 * time.Microsecond})
-	res.Deliver(probe.Result{ID: 1, Outcome: probe.Refused, Latency: 2 * time.Second}) // too late: timeout
+	result := func(id uint32) (probe.Outcome, time.Duration, bool) {
+		if id == 0 {
+			return probe.Success, 1500 * time.Microsecond, true
+		}
+		return probe.Timeout, 0, false
+	}
 	var out bytes.Buffer
-	if err := writeScanResults(&out, tab, 3, res, true); err != nil {
+	if err := writeScanResults(&out, tab, 3, result, true); err != nil {
 		t.Fatal(err)
 	}
 	type line struct {
@@ -133,7 +219,7 @@ func TestWriteScanResults(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 	out.Reset()
-	if err := writeScanResults(&out, tab, 3, res, false); err != nil {
+	if err := writeScanResults(&out, tab, 3, result, false); err != nil {
 		t.Fatal(err)
 	}
 	if want := "198.18.0.1:80\tsuccess\t1.5ms\n[2001:db8::1]:443\ttimeout\t-\n198.18.0.2:80\ttimeout\t-\n"; out.String() != want {

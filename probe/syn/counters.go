@@ -62,3 +62,13 @@ func (p *Prober) Counters() Counters {
 	}
 	return c
 }
+
+// sentTotal returns the SYNs handed to the kernel so far, without the system
+// calls of Counters.
+func (p *Prober) sentTotal() uint64 {
+	var n uint64
+	for _, l := range p.lanes {
+		n += l.sent.Load()
+	}
+	return n
+}

@@ -42,4 +42,27 @@
 //
 // The kernel still sees every reply: it answers a SYN-ACK with an RST, which
 // closes the half-open connection on the target (T3).
+//
+// # Users
+//
+// The daemon's scheduler drives a [Prober] as a [probe.Launcher], one lane
+// per shard. [Sweep] probes every endpoint of a table once, from paced lanes,
+// and keeps one outcome each: the engine of `sonde scan`. [OneShot] probes
+// single endpoints on demand, for `sonde probe syn://`.
+//
+// # Files
+//
+//	ports.go          source-port range
+//	config.go         Config
+//	counters.go       Counters
+//	prober.go         Prober: construction, accessors, Close
+//	route.go          default source addresses and the capture interface
+//	packet.go         SYN templates; cookie.go the sequence-number cookie
+//	send.go           batch writers: raw IP socket, AF_PACKET frames
+//	launch.go         lanes, Launch and flush
+//	capture.go        capture choice and the reply reader
+//	capture_bpf.go    eBPF ring-buffer capture
+//	capture_packet.go AF_PACKET capture; filter.go its classic BPF filter
+//	decode.go         reply decoding; match.go reply matching
+//	pacer.go          rate pacing; sweep.go Sweep; oneshot.go OneShot
 package syn
