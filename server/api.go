@@ -252,7 +252,7 @@ func (g *generation) targetJSON(pi int, m scheduler.MemberRoute, state string, c
 		j.LastOutcome = st.LastOutcome.String()
 		j.LastStatus = int(st.LastStatus)
 		if !st.LastOutcome.Healthy() {
-			j.LastError = g.errs.get(m.ID)
+			j.LastError = g.lastError(m.ID)
 		}
 		lp := scheduler.WallTime(clock, st.LastProbe)
 		j.LastProbe = &lp
