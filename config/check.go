@@ -180,7 +180,7 @@ type Check struct {
 // Sched returns the check's timing and evaluation settings for the scheduler,
 // without a Launcher.
 func (c *Check) Sched() scheduler.Check {
-	return scheduler.Check{
+	return scheduler.Check{Timing: scheduler.Timing{
 		Interval:          c.Interval,
 		Timeout:           c.Timeout,
 		FastRecheck:       c.FastRecheck,
@@ -190,7 +190,7 @@ func (c *Check) Sched() scheduler.Check {
 		Fall:              c.Fall,
 		Window:            c.Window,
 		Initial:           c.Initial,
-	}
+	}}
 }
 
 // DefaultPort is the port of a target that gives none: the check's port, else
