@@ -46,8 +46,8 @@ func ParseState(s string) (State, error) {
 // Required of its last Size results succeeded. The zero Window means the
 // consecutive rise/fall evaluation (E1).
 type Window struct {
-	Size     int // number of recent results looked at, 1..MaxWindow
-	Required int // successes among them needed to be healthy, 1..Size
+	Size     int `json:"size"`     // number of recent results looked at, 1..MaxWindow
+	Required int `json:"required"` // successes among them needed to be healthy, 1..Size
 }
 
 // MaxWindow is the largest sliding window the evaluator keeps.

@@ -56,8 +56,7 @@ func buildGeneration(cfg *config.Config, opt *Options, obs *observer) (*generati
 	g.launch = ls
 	checks := make([]scheduler.Check, len(cfg.Checks))
 	for ci, c := range cfg.Checks {
-		checks[ci] = c.Sched()
-		checks[ci].Launcher = ls.byCheck[ci]
+		checks[ci] = scheduler.Check{Timing: c.Timing, Launcher: ls.byCheck[ci]}
 	}
 	specs := make([]scheduler.TargetSpec, len(cfg.Targets))
 	for id, t := range cfg.Targets {
