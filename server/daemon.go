@@ -1,6 +1,3 @@
-// Package server runs sonde as a daemon: it turns a configuration into probers
-// and a scheduler, reloads it without losing the state of unchanged targets,
-// and serves Prometheus metrics, a JSON API and sonde's own health endpoints.
 package server
 
 import (
