@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/probe"
 )
 
 // TestSharedStreamDetail checks that a target shared by two pools whose
@@ -70,4 +73,40 @@ func (td *testDaemon) waitEventOf(t *testing.T, target, check, to string) Event 
 	}
 	t.Fatalf("no event for %s (check %s) to %s", target, check, to)
 	return Event{}
+}
+
+// TestReportAllocations checks that recording the detail of a successful
+// probe of a shared stream, phases included, allocates nothing: it runs
+// once per HTTP probe.
+func TestReportAllocations(t *testing.T) {
+	yaml := `
+checks:
+  fast: {protocol: http, interval: 1s, rise: 1, fall: 1}
+  slow: {protocol: http, interval: 5s, rise: 1, fall: 2}
+pools:
+  - {name: a, check: fast, targets: ["127.0.0.1:1"]}
+  - {name: b, check: slow, targets: ["127.0.0.1:1"]}
+  - {name: c, check: slow, targets: ["127.0.0.1:1"]}
+`
+	d, err := New(Options{
+		Load:  func() (*config.Config, error) { return config.Parse([]byte(yaml), "", config.LoadOptions{}) },
+		NoSyn: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := d.opt.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := buildGeneration(cfg, &d.opt, &d.obs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.launch.close()
+	ob := d.obs.forGeneration(g)
+	rep := &probe.Report{Result: probe.Result{Outcome: probe.Success}, Phases: probe.Phases{Connect: time.Millisecond, FirstByte: time.Millisecond}}
+	if allocs := testing.AllocsPerRun(1000, func() { ob.report(0, rep) }); allocs != 0 {
+		t.Errorf("%v allocations per report, want 0", allocs)
+	}
 }
