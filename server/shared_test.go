@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -88,23 +87,7 @@ pools:
   - {name: b, check: slow, targets: ["127.0.0.1:1"]}
   - {name: c, check: slow, targets: ["127.0.0.1:1"]}
 `
-	d, err := New(Options{
-		Load:  func() (*config.Config, error) { return config.Parse([]byte(yaml), "", config.LoadOptions{}) },
-		NoSyn: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := d.opt.Load()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := buildGeneration(cfg, &d.opt, &d.obs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.launch.close()
-	ob := d.obs.forGeneration(g)
+	ob := testObserver(t, yaml)
 	rep := &probe.Report{Result: probe.Result{Outcome: probe.Success}, Phases: probe.Phases{Connect: time.Millisecond, FirstByte: time.Millisecond}}
 	if allocs := testing.AllocsPerRun(1000, func() { ob.report(0, rep) }); allocs != 0 {
 		t.Errorf("%v allocations per report, want 0", allocs)

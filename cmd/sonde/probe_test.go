@@ -126,6 +126,13 @@ func tcpListener(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	acceptAndClose(t, ln)
+	return ln.Addr().String()
+}
+
+// acceptAndClose accepts connections on ln and closes each at once, until
+// the test ends.
+func acceptAndClose(t *testing.T, ln net.Listener) {
 	t.Cleanup(func() { _ = ln.Close() })
 	go func() {
 		for {
@@ -136,7 +143,6 @@ func tcpListener(t *testing.T) string {
 			_ = c.Close()
 		}
 	}()
-	return ln.Addr().String()
 }
 
 func TestProbeHTTPHealthyJSON(t *testing.T) {
