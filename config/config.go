@@ -174,6 +174,15 @@ func resolveChecks(specs map[string]*CheckSpec, dir string, lookupEnv env) ([]*C
 	return checks, nil
 }
 
+// NewCheck resolves one check written as s, the way [Parse] resolves each
+// entry of "checks": the preset's defaults (or sonde's) with s's settings on
+// top, validated. Errors are [FieldError]s named "checks.NAME.FIELD";
+// relative paths in s are resolved against dir, and environment variables
+// are read from the process. The check's Class is 0.
+func NewCheck(name string, s *CheckSpec, dir string) (*Check, error) {
+	return resolveCheck(name, s, dir, os.LookupEnv)
+}
+
 // CheckByName returns the check called name, or nil.
 func (c *Config) CheckByName(name string) *Check {
 	i, ok := slices.BinarySearchFunc(c.Checks, name, func(ch *Check, n string) int {

@@ -11,6 +11,17 @@
 // order (each pool's settings, then its targets, targets_file and disabled
 // entries).
 //
+// Checks. A check is written as a [CheckSpec] (optional fields are
+// pointers, so "not set" differs from zero) and resolved into a [Check]
+// holding its effective settings in two structs: [Probe], what one probe
+// sends and how its answer is judged, and scheduler.Timing, how often the
+// check probes and how results decide a state. Everything else is derived
+// from those two: the probers' options ([Probe.HTTPOptions],
+// [Probe.TCPOptions]), the probe stream key ([Check.ProbeKey], every field
+// of Probe and the timeout, walked by reflection so that no setting can be
+// forgotten), the detection windows (methods of the Timing). [NewCheck]
+// resolves one check without a file, as `sonde probe` does.
+//
 // Presets. A check's preset ([LookupPreset]) gives its defaults; every value
 // can be overridden in the check, within the ranges the preset's system
 // documents. A check evaluates with rise/fall (E1) or with a window (E2):
@@ -28,10 +39,10 @@
 //
 // Deduplication (P4, P5). Each unique (address, port, check) is one
 // [Target], shared by every pool that lists it. Checks that differ only in
-// timing and evaluation form one probe class; targets of one class with the
-// same address and port share one probe stream, which the engine probes at
-// the highest rate its members want and evaluates for each member with its
-// own check. For HTTP checks without a host setting, the target's host name
-// is part of the probe (it becomes the Host header), so two names of one
-// address are two targets.
+// timing and evaluation (equal [Check.ProbeKey]) form one probe class;
+// targets of one class with the same address and port share one probe
+// stream, which the engine probes at the highest rate its members want and
+// evaluates for each member with its own check. For HTTP checks without a
+// host setting, the target's host name is part of the probe (it becomes the
+// Host header), so two names of one address are two targets.
 package config

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sondeprobe/sonde/probe"
 )
 
 // Resolver looks up the addresses of a host name. *net.Resolver implements
@@ -101,7 +103,7 @@ func ParseTargetEntry(s string) (TargetEntry, error) {
 		}
 		return TargetEntry{Addr: a.Unmap(), Port: port}, nil
 	}
-	if !validHostName(host) {
+	if !probe.ValidHostName(host) {
 		return TargetEntry{}, fmt.Errorf("%q is not an IP address, CIDR block or host name", s)
 	}
 	return TargetEntry{Host: strings.ToLower(strings.TrimSuffix(host, ".")), Port: port}, nil
