@@ -61,28 +61,19 @@ func build(t *testing.T, dir string) *kit {
 		if err := yaml.Unmarshal(doc, &tm); err != nil {
 			t.Fatal(err)
 		}
-		var obj any
 		switch tm.APIVersion + " " + tm.Kind {
 		case "v1 ConfigMap":
-			k.configMap = once(t, k.configMap, tm)
-			obj = k.configMap
+			decodeInto(t, doc, &k.configMap)
 		case "v1 Service":
-			k.service = once(t, k.service, tm)
-			obj = k.service
+			decodeInto(t, doc, &k.service)
 		case "apps/v1 StatefulSet":
-			k.sts = once(t, k.sts, tm)
-			obj = k.sts
+			decodeInto(t, doc, &k.sts)
 		case "policy/v1 PodDisruptionBudget":
-			k.pdb = once(t, k.pdb, tm)
-			obj = k.pdb
+			decodeInto(t, doc, &k.pdb)
 		case "monitoring.coreos.com/v1 PodMonitor":
-			k.monitor = once(t, k.monitor, tm)
-			obj = k.monitor
+			decodeInto(t, doc, &k.monitor)
 		default:
 			t.Fatalf("%s: unexpected object %s %s", dir, tm.APIVersion, tm.Kind)
-		}
-		if err := yaml.UnmarshalStrict(doc, obj); err != nil {
-			t.Fatalf("%s: %s: %v", dir, tm.Kind, err)
 		}
 	}
 	if k.configMap == nil || k.service == nil || k.sts == nil || k.pdb == nil || k.monitor == nil {
@@ -91,13 +82,17 @@ func build(t *testing.T, dir string) *kit {
 	return k
 }
 
-// once returns a new T, failing when the kind was seen already.
-func once[T any](t *testing.T, seen *T, tm metav1.TypeMeta) *T {
+// decodeInto decodes doc strictly into a new *dst, failing on unknown or
+// duplicate fields and on a second object of the same kind.
+func decodeInto[T any](t *testing.T, doc []byte, dst **T) {
 	t.Helper()
-	if seen != nil {
-		t.Fatalf("two objects of kind %s", tm.Kind)
+	if *dst != nil {
+		t.Fatalf("two objects of type %T", *dst)
 	}
-	return new(T)
+	*dst = new(T)
+	if err := yaml.UnmarshalStrict(doc, *dst); err != nil {
+		t.Fatalf("%T: %v", *dst, err)
+	}
 }
 
 func TestKubernetesBase(t *testing.T) {

@@ -114,12 +114,12 @@ pools:
 
 	// Per-target series appear once the targets are decided; a reload (the
 	// signal of the systemd unit's ExecReload) must count.
-	fams := d.scrapeUntil(t, func(f map[string]*dto.MetricFamily) bool { return f["sonde_target_healthy"] != nil })
+	d.scrapeUntil(t, func(f map[string]*dto.MetricFamily) bool { return f["sonde_target_healthy"] != nil })
 	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	fams = d.scrapeUntil(t, func(f map[string]*dto.MetricFamily) bool {
-		return value(f["sonde_config_reloads_total"], "result", "success") >= 2
+	fams := d.scrapeUntil(t, func(f map[string]*dto.MetricFamily) bool {
+		return value(f["sonde_config_reloads_total"], "result", "success") >= 2 && f["sonde_target_healthy"] != nil
 	})
 
 	for name, doc := range docs {

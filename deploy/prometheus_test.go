@@ -66,7 +66,7 @@ func metricNames(t *testing.T, expr string) []string {
 		}
 		name := vs.Name
 		for _, m := range vs.LabelMatchers {
-			if m.Name == labels.MetricName {
+			if m.Name == model.MetricNameLabel {
 				name = m.Value
 			}
 		}
