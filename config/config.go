@@ -54,6 +54,8 @@ type Config struct {
 	Hostnames map[uint32]string
 	// Metrics holds the metrics options.
 	Metrics Metrics
+	// Webhooks are the endpoints that receive events, in file order.
+	Webhooks []*Webhook
 }
 
 // Target is one unique (address, port, check). It is small and holds no
@@ -141,6 +143,9 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 	cfg.Targets, cfg.Hostnames = x.dedup(cfg.Pools)
 	if f.Metrics != nil && f.Metrics.PerTarget != nil {
 		cfg.Metrics.PerTarget = *f.Metrics.PerTarget
+	}
+	if cfg.Webhooks, err = resolveWebhooks(f.Webhooks, dir, cfg.Pools); err != nil {
+		return nil, err
 	}
 	return cfg, nil
 }

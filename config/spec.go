@@ -10,9 +10,10 @@ import (
 // pointers, so that "not set" (take the preset's or the default value) differs
 // from an explicit zero. [Parse] turns a File into a [Config].
 type File struct {
-	Checks  map[string]*CheckSpec `yaml:"checks"`  // checks by name
-	Pools   []*PoolSpec           `yaml:"pools"`   // pools in file order
-	Metrics *MetricsSpec          `yaml:"metrics"` // metrics options
+	Checks   map[string]*CheckSpec `yaml:"checks"`   // checks by name
+	Pools    []*PoolSpec           `yaml:"pools"`    // pools in file order
+	Metrics  *MetricsSpec          `yaml:"metrics"`  // metrics options
+	Webhooks []*WebhookSpec        `yaml:"webhooks"` // where events are posted
 }
 
 // CheckSpec is one entry of "checks" as written. See [Check] for the
