@@ -19,7 +19,8 @@ import (
 //	GET  /metrics          Prometheus metrics
 //	GET  /api/v1/pools     pools with counts and policy
 //	GET  /api/v1/targets   targets (filters pool=, state=; paging limit=, offset=)
-//	GET  /api/v1/events    recent state changes (since=SEQ, limit=)
+//	GET  /api/v1/events    recent events (since=SEQ, limit=), or a stream of them (Accept: text/event-stream)
+//	GET  /probe            one probe of target= with the check module=, answered like blackbox_exporter
 //	GET  /-/healthy        200 while the process runs
 //	GET  /-/ready          200 once a configuration is running
 //	POST /-/reload         reload the configuration
@@ -80,6 +81,7 @@ type PoolJSON struct {
 	Unknown              int     `json:"unknown"`
 	Removed              int     `json:"removed"`
 	Routable             int     `json:"routable"`
+	Preferred            int     `json:"preferred"`
 	FailingOpen          bool    `json:"failing_open"`
 	MaxUnhealthyPercent  int     `json:"max_unhealthy_percent"`
 	FailOpen             bool    `json:"fail_open"`
@@ -101,13 +103,13 @@ func (d *Daemon) handlePools(w http.ResponseWriter, _ *http.Request) {
 func (g *generation) poolsJSON() []PoolJSON {
 	out := make([]PoolJSON, 0, len(g.pools))
 	for pi, p := range g.pools {
-		s := p.Summary(g.engine)
+		s := g.router.Summary(pi)
 		cp := g.cfg.Pools[pi]
 		c := g.cfg.Checks[cp.CheckIndex]
 		out = append(out, PoolJSON{
 			Name: p.Name, Check: c.Name, Protocol: c.Protocol.String(),
 			Targets: s.Members, Disabled: s.Disabled, Healthy: s.Healthy, Unhealthy: s.Unhealthy,
-			Unknown: s.Unknown, Removed: s.Removed, Routable: s.Routable, FailingOpen: s.FailingOpen,
+			Unknown: s.Unknown, Removed: s.Removed, Routable: s.Routable, Preferred: s.Preferred, FailingOpen: s.FailingOpen,
 			MaxUnhealthyPercent: cp.MaxUnhealthyPercent, FailOpen: cp.FailOpen,
 			LatencyMarginSeconds: cp.LatencyMargin.Seconds(),
 			FailureWindowSeconds: c.FailureWindow().Seconds(),
@@ -206,11 +208,11 @@ func (g *generation) targetsJSON(f targetFilter) ([]TargetJSON, int) {
 	out := []TargetJSON{}
 	total := 0
 	clock := g.engine.Clock()
-	for pi, p := range g.pools {
+	for pi := range g.pools {
 		if f.pool >= 0 && pi != f.pool {
 			continue
 		}
-		routes, _ := p.Routes(g.engine)
+		routes := g.router.Routes(pi)
 		for _, m := range routes {
 			state := m.Status.State.String()
 			if m.Route == scheduler.Excluded {
@@ -262,7 +264,26 @@ func (g *generation) targetJSON(pi int, m scheduler.MemberRoute, state string, c
 	return j
 }
 
+// maxEventsPage is the most events one poll of /api/v1/events returns.
+const maxEventsPage = 10000
+
+// EventsPage is the answer of a poll of /api/v1/events.
+type EventsPage struct {
+	Events []Event `json:"events"` // the oldest events after since, oldest first
+	Next   uint64  `json:"next"`   // ask with since=next for the events after these
+	// Lost counts the events after since that fell out of the ring of
+	// recent events before they were asked for: a client that sees it
+	// non-zero missed them and should read the current state.
+	Lost uint64 `json:"lost"`
+}
+
+// handleEvents answers a poll with a page of events or, for a client that
+// accepts text/event-stream, streams them (see [Daemon.streamEvents]).
 func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
+	if wantsStream(r) {
+		d.streamEvents(w, r)
+		return
+	}
 	q := r.URL.Query()
 	var since uint64
 	limit := 1000
@@ -276,17 +297,17 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			http.Error(w, fmt.Sprintf("limit=%q: want a whole number ≥ 0", s), http.StatusBadRequest)
+		if err != nil || n < 0 || n > maxEventsPage {
+			http.Error(w, fmt.Sprintf("limit=%q: want a whole number 1..%d, or 0 for the most", s, maxEventsPage), http.StatusBadRequest)
 			return
 		}
 		limit = n
 	}
-	evs, next := d.events.since(since, limit)
-	writeJSON(w, struct {
-		Events []Event `json:"events"`
-		Next   uint64  `json:"next"` // ask with since=next for newer events
-	}{evs, next})
+	if limit == 0 {
+		limit = maxEventsPage
+	}
+	evs, next, lost := d.events.page(since, limit)
+	writeJSON(w, EventsPage{Events: evs, Next: next, Lost: lost})
 }
 
 var indexPage = template.Must(template.New("index").Parse(`<!doctype html>

@@ -179,8 +179,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *stateCollector) collectPools(g *generation, gauge func(*prometheus.Desc, float64, ...string)) {
-	for _, p := range g.pools {
-		s := p.Summary(g.engine)
+	for pi, p := range g.pools {
+		s := g.router.Summary(pi)
 		gauge(descPoolTargets, float64(s.Healthy), p.Name, "healthy")
 		gauge(descPoolTargets, float64(s.Unhealthy), p.Name, "unhealthy")
 		gauge(descPoolTargets, float64(s.Unknown), p.Name, "unknown")

@@ -45,6 +45,21 @@ type Options struct {
 	// the daemon sets it after every load to the memory in use plus an
 	// eighth (see memoryTuner), unless GOMEMLIMIT is set.
 	NoMemoryLimit bool
+	// WebhookMinBackoff and WebhookMaxBackoff bound the wait between
+	// delivery attempts of event webhooks, which doubles from the first;
+	// default 500 ms and 30 s.
+	WebhookMinBackoff, WebhookMaxBackoff time.Duration
+	// EventKeepAlive is the longest silence on an event stream before a
+	// keep-alive comment; default 15 s.
+	EventKeepAlive time.Duration
+	// EventWriteTimeout is how long a write to an event stream may block
+	// before the client counts as too slow and is dropped; default 10 s.
+	EventWriteTimeout time.Duration
+	// MaxEventStreams bounds the event streams served at once; default 64.
+	MaxEventStreams int
+	// ProbeConcurrency bounds the /probe requests probing at once, so they
+	// cannot crowd out scheduled probes; default 16.
+	ProbeConcurrency int
 }
 
 // Daemon is sonde's long-running process: one generation of probers and
@@ -55,6 +70,9 @@ type Daemon struct {
 	log     *slog.Logger
 	metrics *metrics
 	events  *eventLog
+	hooks   hookSet
+	streams streams
+	probes  chan struct{} // one token per /probe request probing
 	totals  counterTotals
 	obs     observer
 	mem     memoryTuner
@@ -80,8 +98,23 @@ func New(opt Options) (*Daemon, error) {
 	if opt.Version == "" {
 		opt.Version = "devel"
 	}
+	if opt.EventKeepAlive <= 0 {
+		opt.EventKeepAlive = 15 * time.Second
+	}
+	if opt.EventWriteTimeout <= 0 {
+		opt.EventWriteTimeout = 10 * time.Second
+	}
+	if opt.MaxEventStreams <= 0 {
+		opt.MaxEventStreams = 64
+	}
+	if opt.ProbeConcurrency <= 0 {
+		opt.ProbeConcurrency = 16
+	}
 	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events), mem: newMemoryTuner(&opt)}
 	d.obs.d = d
+	d.hooks = hookSet{opt: &d.opt, log: d.log, feed: d.events.setHooks}
+	d.streams.done = make(chan struct{})
+	d.probes = make(chan struct{}, opt.ProbeConcurrency)
 	d.metrics = newMetrics(d)
 	return d, nil
 }
@@ -105,6 +138,12 @@ func (d *Daemon) Reload() error {
 	d.mem.beforeLoad()
 	old := d.cur.Load()
 	next, err := d.load()
+	var hooks []*hook
+	if err == nil {
+		if hooks, err = d.hooks.prepare(next.cfg); err != nil {
+			_ = next.launch.close()
+		}
+	}
 	if err != nil {
 		d.mem.afterLoad()
 		d.metrics.reloads.WithLabelValues("failure").Inc()
@@ -124,6 +163,7 @@ func (d *Daemon) Reload() error {
 		kept = old.carryOver(next)
 		d.metrics.forgetPools(removedPools(old, next))
 	}
+	d.hooks.replace(hooks)
 	next.start()
 	d.cur.Store(next)
 	limit := d.mem.afterLoad()
@@ -187,6 +227,7 @@ func removedPools(old, next *generation) []string {
 func (d *Daemon) Stop() error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
+	defer d.hooks.stopAll()
 	g := d.cur.Load()
 	if g == nil {
 		return nil
@@ -208,6 +249,7 @@ func (d *Daemon) TCPPath() (probe.TCPPath, error) {
 // the server down gracefully.
 func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
 	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv.RegisterOnShutdown(d.streams.end) // event streams never go idle by themselves
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	select {

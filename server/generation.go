@@ -20,6 +20,8 @@ import (
 type generation struct {
 	cfg      *config.Config
 	engine   *scheduler.Engine
+	router   *scheduler.Router // built by start, after any Restore
+	obs      *observer
 	launch   *launchers
 	pools    []*scheduler.Pool
 	poolOf   []uint16            // per target, the first pool that lists it
@@ -44,6 +46,7 @@ func buildGeneration(cfg *config.Config, opt *Options, obs *observer) (*generati
 	g := &generation{cfg: cfg, loaded: opt.Clock.Now(), errs: lastErrors{m: map[uint32]string{}}}
 	g.indexPools()
 	ob := obs.forGeneration(g)
+	g.obs = ob
 	shards := opt.Shards
 	if shards <= 0 {
 		shards = runtime.GOMAXPROCS(0)
@@ -135,13 +138,16 @@ func (g *generation) poolsOf(id uint32, fn func(pi int)) {
 	}
 }
 
-// start runs the engine and the worker pools until stop.
+// start takes the pools' decisions from the targets' states and runs the
+// engine, the router and the worker pools until stop.
 func (g *generation) start() {
+	g.router = scheduler.NewRouter(g.engine, g.pools, scheduler.RouterOptions{Observer: g.obs})
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	g.done = make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { g.engine.Run(ctx) })
+	wg.Go(func() { g.router.Run(ctx) })
 	wg.Go(func() { g.launch.run(ctx) })
 	go func() {
 		wg.Wait()

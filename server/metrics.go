@@ -25,6 +25,7 @@ type metrics struct {
 	duration   *prometheus.HistogramVec // pool, protocol
 	phases     *prometheus.HistogramVec // pool, phase
 	changes    *prometheus.CounterVec   // pool, to
+	routes     *prometheus.CounterVec   // pool, to
 	reloads    *prometheus.CounterVec   // result
 	reloadOK   prometheus.Gauge
 	reloadTime prometheus.Gauge
@@ -53,6 +54,10 @@ func newMetrics(d *Daemon) *metrics {
 			Name: "sonde_state_changes_total",
 			Help: "Target state changes, by pool and new state.",
 		}, []string{"pool", "to"}),
+		routes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sonde_route_changes_total",
+			Help: "Route changes of pool members decided by the pool policy, by pool and new route: routed, removed, pending.",
+		}, []string{"pool", "to"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sonde_config_reloads_total",
 			Help: "Configuration reloads, by result (success or failure).",
@@ -71,8 +76,9 @@ func newMetrics(d *Daemon) *metrics {
 		Help: "sonde's version and Go version; the value is 1.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(d.opt.Version, runtime.Version()).Set(1)
-	m.reg.MustRegister(m.probes, m.duration, m.phases, m.changes, m.reloads, m.reloadOK, m.reloadTime, build,
+	m.reg.MustRegister(m.probes, m.duration, m.phases, m.changes, m.routes, m.reloads, m.reloadOK, m.reloadTime, build,
 		&stateCollector{d: d},
+		&eventCollector{d: d},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -86,6 +92,7 @@ func (m *metrics) forgetPools(names []string) {
 		m.duration.DeletePartialMatch(l)
 		m.phases.DeletePartialMatch(l)
 		m.changes.DeletePartialMatch(l)
+		m.routes.DeletePartialMatch(l)
 	}
 }
 
@@ -99,6 +106,7 @@ type poolInstruments struct {
 	duration prometheus.Observer
 	phases   [len(phaseNames)]prometheus.Observer
 	changes  [3]prometheus.Counter // by scheduler.State
+	routes   [3]prometheus.Counter // by scheduler.Route, up to Pending
 }
 
 // instruments resolves the per-result instruments of pool with protocol.
@@ -112,6 +120,9 @@ func (m *metrics) instruments(pool, protocol string) *poolInstruments {
 	}
 	for st := scheduler.Unknown; st <= scheduler.Unhealthy; st++ {
 		pi.changes[st] = m.changes.WithLabelValues(pool, st.String())
+	}
+	for r := scheduler.Routed; r <= scheduler.Pending; r++ {
+		pi.routes[r] = m.routes.WithLabelValues(pool, r.String())
 	}
 	return pi
 }
