@@ -30,6 +30,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/pools", d.handlePools)
 	mux.HandleFunc("GET /api/v1/targets", d.handleTargets)
 	mux.HandleFunc("GET /api/v1/events", d.handleEvents)
+	mux.HandleFunc("GET /probe", d.handleProbe)
 	mux.HandleFunc("GET /-/healthy", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })
 	mux.HandleFunc("GET /-/ready", d.handleReady)
 	mux.HandleFunc("POST /-/reload", d.handleReload)
@@ -139,6 +140,7 @@ type TargetJSON struct {
 	SmoothedLatencySeconds *float64   `json:"smoothed_latency_seconds"`
 	StateSince             time.Time  `json:"state_since"`
 	LastProbe              *time.Time `json:"last_probe"`
+	CertExpiry             *time.Time `json:"cert_expiry,omitempty"` // HTTPS: when the earliest certificate of the last handshake expires
 	FailureWindowSeconds   float64    `json:"failure_window_seconds"`
 	SuccessWindowSeconds   float64    `json:"success_window_seconds"` // W2 with the target's measured latency
 }
@@ -256,6 +258,10 @@ func (g *generation) targetJSON(pi int, m scheduler.MemberRoute, state string, c
 		}
 		lp := scheduler.WallTime(clock, st.LastProbe)
 		j.LastProbe = &lp
+	}
+	if exp := g.certExpiry(m.ID); exp != 0 {
+		t := time.Unix(exp, 0).UTC()
+		j.CertExpiry = &t
 	}
 	if st.Latency > 0 {
 		l, s := st.Latency.Seconds(), st.Smoothed.Seconds()

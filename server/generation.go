@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
@@ -28,6 +29,8 @@ type generation struct {
 	morePool map[uint32][]uint16 // targets listed by more than one pool: the others
 	members  map[uint32][]uint32 // leaders of shared streams (P4): the other enabled members
 	errs     lastErrors          // why each failing stream failed, by leader id, for the API
+	oneShots oneShotProbers      // probers of /probe requests
+	certs    []atomic.Int64      // per stream leader, Unix time of the earliest certificate expiry seen; nil without HTTPS checks
 	loaded   time.Time
 
 	cancel context.CancelFunc
@@ -45,6 +48,9 @@ func (s *sink) Deliver(r probe.Result) { s.e.Deliver(r) }
 func buildGeneration(cfg *config.Config, opt *Options, obs *observer) (*generation, error) {
 	g := &generation{cfg: cfg, loaded: opt.Clock.Now(), errs: lastErrors{m: map[uint32]string{}}}
 	g.indexPools()
+	if slices.ContainsFunc(cfg.Checks, func(c *config.Check) bool { return c.Protocol == config.HTTPS }) {
+		g.certs = make([]atomic.Int64, len(cfg.Targets))
+	}
 	ob := obs.forGeneration(g)
 	g.obs = ob
 	shards := opt.Shards
@@ -130,6 +136,15 @@ func (g *generation) lastError(id uint32) string {
 	return g.errs.get(g.cfg.Targets[id].Leader)
 }
 
+// certExpiry returns the Unix time at which the earliest certificate that
+// target id's stream last presented expires, 0 when none was seen.
+func (g *generation) certExpiry(id uint32) int64 {
+	if g.certs == nil {
+		return 0
+	}
+	return g.certs[g.cfg.Targets[id].Leader].Load()
+}
+
 // poolsOf calls fn for every pool that lists target id.
 func (g *generation) poolsOf(id uint32, fn func(pi int)) {
 	fn(int(g.poolOf[id]))
@@ -207,6 +222,9 @@ func (g *generation) carryOver(next *generation) int {
 		default:
 			if same(g.cfg.Targets[old[i]].Check, next.cfg.Targets[neu[j]].Check) {
 				next.engine.Restore(neu[j], g.engine.Save(old[i]))
+				if exp := g.certExpiry(old[i]); exp != 0 && next.certs != nil {
+					next.certs[next.cfg.Targets[neu[j]].Leader].Store(exp)
+				}
 				n++
 			}
 			i++

@@ -55,11 +55,14 @@ func (o *observer) count(pi int, r *probe.Result) {
 }
 
 // report records the detail of a one-shot probe of the stream led by id: the
-// last error for the API and the HTTP phase timings of every pool that lists
-// a member of the stream.
+// last error for the API, the earliest certificate expiry, and the HTTP
+// phase timings of every pool that lists a member of the stream.
 func (o *observer) report(id uint32, r *probe.Report) {
 	g := o.g
 	g.errs.record(id, r)
+	if g.certs != nil && !r.CertExpiry.IsZero() {
+		g.certs[id].Store(r.CertExpiry.Unix())
+	}
 	if r.Phases == (probe.Phases{}) {
 		return
 	}

@@ -34,6 +34,22 @@ func RequirePrivileged(tb testing.TB, needs string) {
 	tb.Skipf("test needs root (%s); run as root, or set SONDE_REQUIRE_PRIV=1 to make this a failure", needs)
 }
 
+// Tool returns the path of the program name, which the Debian package pkg
+// installs (.ci/run installs it for CI). When it is missing the test skips,
+// or fails when SONDE_REQUIRE_PRIV is 1, so CI cannot skip it silently.
+func Tool(tb testing.TB, name, pkg string) string {
+	tb.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	if os.Getenv("SONDE_REQUIRE_PRIV") == "1" {
+		tb.Fatalf("test needs %s (Debian package %s) and SONDE_REQUIRE_PRIV=1 is set: %v", name, pkg, err)
+	}
+	tb.Skipf("test needs %s: apt-get install %s", name, pkg)
+	return ""
+}
+
 // KernelAtLeast reports whether the running kernel's release is major.minor
 // or newer, so a test can tell a feature missing from an old kernel (skip)
 // from one missing from a kernel that has it (fail). It fails tb when the
