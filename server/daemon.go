@@ -154,23 +154,27 @@ func (d *Daemon) Reload() error {
 		return err
 	}
 	reload := old != nil
-	kept := 0
+	var pairs [][2]uint32
 	if reload {
 		if err := old.stop(); err != nil {
 			d.log.Warn("stopping probers", "err", err)
 		}
 		d.totals.retire(old)
-		kept = old.carryOver(next)
+		pairs = old.carryOver(next)
 		d.metrics.forgetPools(removedPools(old, next))
 	}
 	d.hooks.replace(hooks)
+	next.decide()
+	if reload {
+		old.routeChanges(next, pairs, d.events.add)
+	}
 	next.start()
 	d.cur.Store(next)
 	limit := d.mem.afterLoad()
 	d.metrics.reloads.WithLabelValues("success").Inc()
 	d.metrics.reloadOK.Set(1)
 	d.metrics.reloadTime.Set(float64(time.Now().Unix()))
-	d.logStart(next, reload, kept, limit, time.Since(start))
+	d.logStart(next, reload, len(pairs), limit, time.Since(start))
 	return nil
 }
 

@@ -153,10 +153,15 @@ func (g *generation) poolsOf(id uint32, fn func(pi int)) {
 	}
 }
 
-// start takes the pools' decisions from the targets' states and runs the
-// engine, the router and the worker pools until stop.
-func (g *generation) start() {
+// decide takes the pools' decisions from the targets' current states (after
+// any Restore), without events: the router that start runs.
+func (g *generation) decide() {
 	g.router = scheduler.NewRouter(g.engine, g.pools, scheduler.RouterOptions{Observer: g.obs})
+}
+
+// start runs the engine, the router and the worker pools until stop. decide
+// has run.
+func (g *generation) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	g.done = make(chan struct{})
@@ -181,9 +186,10 @@ func (g *generation) stop() error {
 
 // carryOver gives every target of next that also exists in g — same address,
 // port and check name, and the same probe definition — the state it has in
-// g. g must be stopped. Targets are matched by sorting both sides, not with a
-// map per target, so a reload of a million targets stays cheap.
-func (g *generation) carryOver(next *generation) int {
+// g, and returns the pairs (id in g, id in next). g must be stopped. Targets
+// are matched by sorting both sides, not with a map per target, so a reload
+// of a million targets stays cheap.
+func (g *generation) carryOver(next *generation) [][2]uint32 {
 	key := func(cfg *config.Config, id uint32) (t config.Target, check string) {
 		t = cfg.Targets[id]
 		return t, cfg.Checks[t.Check].Name
@@ -212,7 +218,7 @@ func (g *generation) carryOver(next *generation) int {
 		}
 		return v
 	}
-	n := 0
+	var pairs [][2]uint32
 	for i, j := 0, 0; i < len(old) && j < len(neu); {
 		switch c := compare(g.cfg, old[i], next.cfg, neu[j]); {
 		case c < 0:
@@ -225,13 +231,60 @@ func (g *generation) carryOver(next *generation) int {
 				if exp := g.certExpiry(old[i]); exp != 0 && next.certs != nil {
 					next.certs[next.cfg.Targets[neu[j]].Leader].Store(exp)
 				}
-				n++
+				pairs = append(pairs, [2]uint32{old[i], neu[j]})
 			}
 			i++
 			j++
 		}
 	}
-	return n
+	return pairs
+}
+
+// routeChanges reports, as events with reason "reload", every decision of
+// next's router that differs from g's for the same target in a pool of the
+// same name, and every pool that starts or stops failing open: a load
+// balancer that follows events learns what a new policy (or a target newly
+// disabled) changed. pairs are carryOver's; next has decided and is not
+// running yet.
+func (g *generation) routeChanges(next *generation, pairs [][2]uint32, add func(Event)) {
+	oldPool := make(map[string]int, len(g.pools))
+	for pi, p := range g.pools {
+		oldPool[p.Name] = pi
+	}
+	now := next.engine.Clock().Now()
+	for _, pr := range pairs {
+		o, n := pr[0], pr[1]
+		next.poolsOf(n, func(pi int) {
+			name := next.pools[pi].Name
+			opi, ok := oldPool[name]
+			if !ok {
+				return
+			}
+			om, found := slices.BinarySearch(g.pools[opi].Members, o)
+			if !found {
+				return
+			}
+			nm, _ := slices.BinarySearch(next.pools[pi].Members, n)
+			from, _ := g.router.Route(opi, om)
+			to, _ := next.router.Route(pi, nm)
+			if from == to {
+				return
+			}
+			add(Event{Kind: KindRoute, Time: now, Target: next.cfg.Targets[n].AddrPort().String(), Host: next.cfg.Hostnames[n],
+				Pools: []string{name}, Check: next.checkName(n), From: from.String(), To: to.String(), Reason: "reload"})
+		})
+	}
+	for pi, p := range next.pools {
+		opi, ok := oldPool[p.Name]
+		if !ok {
+			continue
+		}
+		was, is := g.router.Summary(opi).FailingOpen, next.router.Summary(pi).FailingOpen
+		if was != is {
+			from, to := pick2(failOpenNames, is)
+			add(Event{Kind: KindFailOpen, Time: now, Pools: []string{p.Name}, From: from, To: to, Reason: "reload"})
+		}
+	}
 }
 
 // lastErrors keeps the most recent failure of each failing target, for the
