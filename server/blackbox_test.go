@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -380,25 +379,8 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	listen := closedPort(t)
-	cmd := exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+listen, "--log.level=warn")
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	t.Cleanup(func() {
-		_ = syscall.Kill(pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			<-done
-		}
-	})
+	prom := testenv.Start(t, exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+listen, "--log.level=warn"))
 
 	want := map[string]string{goodURL: "1", badURL: "0"}
 	deadline := time.Now().Add(90 * time.Second)
@@ -410,7 +392,7 @@ scrape_configs:
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	t.Fatalf("Prometheus recorded probe_success %v, want %v\nprometheus log:\n%s", got, want, log.String())
+	t.Fatalf("Prometheus recorded probe_success %v, want %v\nprometheus log:\n%s", got, want, prom.Output())
 }
 
 // queryProbeSuccess asks Prometheus at addr for probe_success by instance;

@@ -2,7 +2,6 @@ package server
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -102,16 +101,8 @@ pools:
 
 func gatherText(t *testing.T, td *testDaemon) string {
 	t.Helper()
-	resp, err := http.Get(td.http.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(body)
+	_, body := td.scrape(t, "/metrics", nil)
+	return body
 }
 
 // TestReloadRouteEvents checks that a reload that changes a pool's policy

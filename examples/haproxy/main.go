@@ -227,31 +227,47 @@ func (rl *relay) server(ctx context.Context, be, target string) (string, error) 
 	if err != nil {
 		return "", fmt.Errorf("target %q: %w", target, err)
 	}
-	out, err := rl.command(ctx, "show servers state "+be)
+	servers, err := rl.servers(ctx, be)
 	if err != nil {
 		return "", err
 	}
-	// "1", then "# be_id be_name srv_id srv_name srv_addr … srv_port …",
-	// then one line per server.
-	var col map[string]int
+	for _, s := range servers {
+		if s["srv_addr"] == host && s["srv_port"] == port {
+			return s["srv_name"], nil
+		}
+	}
+	return "", nil
+}
+
+// servers returns the servers of backend be as "show servers state" lists
+// them, each a map from column name (srv_name, srv_addr, srv_port,
+// srv_admin_state, …) to value. A backend HAProxy does not have has none.
+func (rl *relay) servers(ctx context.Context, be string) ([]map[string]string, error) {
+	out, err := rl.command(ctx, "show servers state "+be)
+	if err != nil {
+		return nil, err
+	}
+	// "1", then "# be_id be_name srv_id srv_name srv_addr …", then one
+	// line per server.
+	var cols []string
+	var servers []map[string]string
 	for line := range strings.Lines(out) {
 		f := strings.Fields(line)
 		switch {
 		case len(f) > 1 && f[0] == "#":
-			col = map[string]int{}
-			for i, name := range f[1:] {
-				col[name] = i
+			cols = f[1:]
+		case cols != nil && len(f) == len(cols):
+			s := make(map[string]string, len(cols))
+			for i, c := range cols {
+				s[c] = f[i]
 			}
-		case col != nil && len(f) > max(col["srv_addr"], col["srv_port"], col["srv_name"]):
-			if f[col["srv_addr"]] == host && f[col["srv_port"]] == port {
-				return f[col["srv_name"]], nil
-			}
+			servers = append(servers, s)
 		}
 	}
-	if col == nil { // "Can't find backend."
+	if cols == nil { // "Can't find backend."
 		rl.o.log.Warn("HAProxy has no such backend", "backend", be, "answer", strings.TrimSpace(out))
 	}
-	return "", nil
+	return servers, nil
 }
 
 // command runs one runtime API command and returns HAProxy's answer.

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -83,24 +82,7 @@ backend be_api
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-f", path, "-db")
-	var log strings.Builder
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
-	t.Cleanup(func() {
-		_ = syscall.Kill(pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-			<-done
-		}
-	})
+	proc := testenv.Start(t, exec.Command(bin, "-f", path, "-db"))
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if c, err := net.Dial("unix", socket); err == nil {
@@ -108,7 +90,7 @@ backend be_api
 			return socket
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("HAProxy's runtime API socket did not appear; log:\n%s", log.String())
+			t.Fatalf("HAProxy's runtime API socket did not appear; log:\n%s", proc.Output())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -117,23 +99,13 @@ backend be_api
 // adminState returns srv_admin_state of every server of be_api by name.
 func adminState(t *testing.T, rl *relay) map[string]string {
 	t.Helper()
-	out, err := rl.command(context.Background(), "show servers state be_api")
+	servers, err := rl.servers(context.Background(), "be_api")
 	if err != nil {
 		t.Fatal(err)
 	}
 	states := map[string]string{}
-	var col map[string]int
-	for line := range strings.Lines(out) {
-		f := strings.Fields(line)
-		switch {
-		case len(f) > 1 && f[0] == "#":
-			col = map[string]int{}
-			for i, name := range f[1:] {
-				col[name] = i
-			}
-		case col != nil && len(f) > col["srv_admin_state"]:
-			states[f[col["srv_name"]]] = f[col["srv_admin_state"]]
-		}
+	for _, s := range servers {
+		states[s["srv_name"]] = s["srv_admin_state"]
 	}
 	return states
 }
