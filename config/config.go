@@ -35,6 +35,10 @@ type LoadOptions struct {
 	// LookupEnv reads environment variables (auth_token.secret_env); nil
 	// means os.LookupEnv.
 	LookupEnv func(key string) (string, bool)
+	// Shard keeps only the targets of one shard ([Shard.Owns]); the zero
+	// Shard keeps all. Whether a file is valid does not depend on it: every
+	// shard checks every listed target, and MaxTargets counts them all.
+	Shard Shard
 }
 
 // Config is a loaded, validated configuration. It is read-only once
@@ -54,6 +58,10 @@ type Config struct {
 	Hostnames map[uint32]string
 	// Metrics holds the metrics options.
 	Metrics Metrics
+	// Shard is the slice of the targets this configuration holds
+	// ([LoadOptions.Shard]): Targets, Pools' members and Hostnames are those
+	// of this shard only.
+	Shard Shard
 }
 
 // Target is one unique (address, port, check). It is small and holds no
@@ -121,8 +129,11 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 	if opt.LookupEnv == nil {
 		opt.LookupEnv = os.LookupEnv
 	}
+	if err := opt.Shard.Validate(); err != nil {
+		return nil, err
+	}
 
-	cfg := &Config{Metrics: Metrics{PerTarget: true}}
+	cfg := &Config{Metrics: Metrics{PerTarget: true}, Shard: opt.Shard}
 	var err error
 	if cfg.Checks, err = resolveChecks(f.Checks, dir, opt.LookupEnv); err != nil {
 		return nil, err
@@ -130,7 +141,8 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 	if len(f.Pools) == 0 {
 		return nil, fieldErr("pools", "missing; a config needs at least one pool")
 	}
-	x := &expander{dir: dir, limit: opt.MaxTargets, dns: resolver{r: opt.Resolver, ctx: opt.Context, timeout: opt.ResolveTimeout}}
+	x := &expander{dir: dir, limit: opt.MaxTargets, shard: opt.Shard,
+		dns: resolver{r: opt.Resolver, ctx: opt.Context, timeout: opt.ResolveTimeout}}
 	for i, ps := range f.Pools {
 		p, err := x.addPool(i, ps, cfg.Checks, cfg.Pools)
 		if err != nil {
