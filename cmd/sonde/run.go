@@ -34,6 +34,7 @@ type runFlags struct {
 	source    string
 	iface     string
 	shards    int
+	shard     config.Shard
 }
 
 // runRun runs the daemon until SIGINT or SIGTERM; SIGHUP reloads the
@@ -51,6 +52,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&f.source, "source", "", "source `address` of SYN probes (default: the route's source)")
 	fs.StringVar(&f.iface, "interface", "", "`interface` whose ingress carries SYN replies (default: the source address's)")
 	fs.IntVar(&f.shards, "shards", 0, "scheduler shards (default: one per CPU)")
+	shardFlag(fs, &f.shard, "probe only shard `i/N` of the targets: N processes with shards 0/N … N-1/N probe each target once")
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
 	}
@@ -64,7 +66,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usageError(err)
 	}
-	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion()}
+	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Shard: f.shard}
 	if opt.Syn, err = synFlags(f); err != nil {
 		return usageError(err)
 	}
@@ -74,12 +76,12 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("start demo: %w", err)
 		}
 		defer d.Close()
-		opt.Load = func() (*config.Config, error) { return config.Parse(d.Config, "", config.LoadOptions{}) }
+		opt.Load = func() (*config.Config, error) { return config.Parse(d.Config, "", config.LoadOptions{Shard: f.shard}) }
 		return serveDaemon(ctx, opt, f.listen, log, func() { d.Banner(stdout, f.listen) })
 	}
 	path := f.config
 	opt.Load = func() (*config.Config, error) {
-		cfg, err := config.Load(path, config.LoadOptions{})
+		cfg, err := config.Load(path, config.LoadOptions{Shard: f.shard})
 		if err != nil {
 			// A config that cannot be loaded is exit 2, as in "sonde config
 			// check", when it stops the start; a reload only logs it.
@@ -159,4 +161,13 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("-log-format %q: want text or json", format)
+}
+
+// shardFlag defines -shard i/N on fs, parsed into s.
+func shardFlag(fs *flag.FlagSet, s *config.Shard, usage string) {
+	fs.Func("shard", usage, func(v string) error {
+		var err error
+		*s, err = config.ParseShard(v)
+		return err
+	})
 }
