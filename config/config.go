@@ -62,6 +62,10 @@ type Config struct {
 	// ([LoadOptions.Shard]): Targets, Pools' members and Hostnames are those
 	// of this shard only.
 	Shard Shard
+	// Files are the files the configuration was read from, each once: the
+	// config file (when read by [Load]), then the targets files and the TLS
+	// and secret files its pools and checks name, as opened.
+	Files []string
 }
 
 // Target is one unique (address, port, check). It is small and holds no
@@ -98,7 +102,12 @@ func Load(path string, opt LoadOptions) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return Parse(data, filepath.Dir(path), opt)
+	cfg, err := Parse(data, filepath.Dir(path), opt)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Files = slices.Insert(cfg.Files, 0, path)
+	return cfg, nil
 }
 
 // Parse parses a config held in data; dir is the directory relative paths in
@@ -151,10 +160,26 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 		cfg.Pools = append(cfg.Pools, p)
 	}
 	cfg.Targets, cfg.Hostnames = x.dedup(cfg.Pools)
+	cfg.Files = readFiles(cfg.Checks, x.files)
 	if f.Metrics != nil && f.Metrics.PerTarget != nil {
 		cfg.Metrics.PerTarget = *f.Metrics.PerTarget
 	}
 	return cfg, nil
+}
+
+// readFiles lists, each once, the targets files and then the TLS and secret
+// files of the checks.
+func readFiles(checks []*Check, targetsFiles []string) []string {
+	files := slices.Clone(targetsFiles)
+	for _, c := range checks {
+		files = append(files, c.AuthToken.SecretFile, c.TLS.CAFile, c.TLS.CertFile, c.TLS.KeyFile)
+	}
+	seen := map[string]bool{"": true}
+	return slices.DeleteFunc(files, func(f string) bool {
+		dup := seen[f]
+		seen[f] = true
+		return dup
+	})
 }
 
 // maxChecks is the number of checks a uint16 index can address.

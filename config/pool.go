@@ -60,6 +60,7 @@ type expander struct {
 	entries     []entry           // the shard's targets
 	foreign     []entry           // the current pool's targets of other shards, when it has disabled entries
 	keepForeign bool              // the current pool has disabled entries: keep foreign
+	files       []string          // targets files read
 	names       []string          // host names, hostRef.name-1 indexes it
 	nameIdx     map[string]uint32 // host name → index+1
 	hostRefs    []hostRef

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -251,5 +252,29 @@ pools:
 		if len(cfg.Pools) != 1 || len(cfg.Targets) != wantTargets || len(cfg.Pools[0].Members) != wantTargets || len(cfg.Pools[0].Disabled) != wantTargets {
 			t.Errorf("shard %d/2 (owner %d): %d pools, %d targets, pool %+v", i, owner, len(cfg.Pools), len(cfg.Targets), cfg.Pools[0])
 		}
+	}
+}
+
+// TestLoadFiles lists the files a configuration reads, for the watcher.
+func TestLoadFiles(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "targets.txt", "198.18.4.1\n")
+	writeFile(t, dir, "secret.txt", "s\n")
+	writeFile(t, dir, "sonde.yaml", `
+checks:
+  a: {protocol: http, port: 80, auth_token: {secret_file: secret.txt}}
+  b: {protocol: http, port: 80, path: /b, auth_token: {secret_file: secret.txt}}
+pools:
+  - {name: p, check: a, targets_file: targets.txt}
+  - {name: q, check: b, targets_file: targets.txt}
+`)
+	path := filepath.Join(dir, "sonde.yaml")
+	cfg, err := Load(path, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{path, filepath.Join(dir, "targets.txt"), filepath.Join(dir, "secret.txt")}
+	if diff := cmp.Diff(want, cfg.Files); diff != "" {
+		t.Errorf("Files (-want +got):\n%s", diff)
 	}
 }
