@@ -42,6 +42,17 @@ func (m XDPMode) String() string {
 	}
 }
 
+// ParseXDPMode parses "generic" or "native".
+func ParseXDPMode(s string) (XDPMode, error) {
+	switch s {
+	case "generic":
+		return XDPGeneric, nil
+	case "native":
+		return XDPNative, nil
+	}
+	return XDPOff, fmt.Errorf("XDP mode %q: want generic or native", s)
+}
+
 // ResponderCounters are the XDP responder's counters, summed over CPUs.
 type ResponderCounters struct {
 	SynAck      uint64 // SYN-ACKs sent (open ports)
