@@ -1,17 +1,14 @@
 package config
 
 import (
-	"fmt"
 	"maps"
-	"net"
-	"net/netip"
-	"net/textproto"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/sondeprobe/sonde/probe"
 	httpprobe "github.com/sondeprobe/sonde/probe/http"
 	"github.com/sondeprobe/sonde/scheduler"
 )
@@ -39,19 +36,20 @@ func (p Protocol) String() string {
 // MarshalText encodes the protocol as its name.
 func (p Protocol) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
 
-// TCPMode chooses the prober of a TCP check.
+// TCPMode chooses the prober of a TCP check. The zero TCPMode is that of a
+// check that is not a TCP check.
 type TCPMode uint8
 
 // The TCP modes.
 const (
-	TCPAuto    TCPMode = iota // SYN prober when sonde has the privileges, connect() otherwise
-	TCPSyn                    // raw-socket SYN prober only (T1, T3)
-	TCPConnect                // connect() prober only
+	TCPAuto    TCPMode = iota + 1 // SYN prober when sonde has the privileges, connect() otherwise
+	TCPSyn                        // raw-socket SYN prober only (T1, T3)
+	TCPConnect                    // connect() prober only
 )
 
 var tcpModeNames = [...]string{TCPAuto: "auto", TCPSyn: "syn", TCPConnect: "connect"}
 
-// String returns "auto", "syn" or "connect".
+// String returns "auto", "syn" or "connect", and "" for the zero TCPMode.
 func (m TCPMode) String() string {
 	if int(m) < len(tcpModeNames) {
 		return tcpModeNames[m]
@@ -96,25 +94,13 @@ func (f IPFamily) network() string {
 	return "ip"
 }
 
-// AuthTokenHeader is the request header that carries the App Service probe
-// token, base64(SHA-256(secret)) (H10).
-const AuthTokenHeader = "X-Ms-Auth-Internal-Token"
-
-// AuthToken says where the secret of the probe token is (H10). Exactly one
-// field is set. Reading the secret is the prober's job; [Parse] only checks
-// that the file exists or the variable is set.
+// AuthToken says where the secret of the probe token is (H10): in a file or
+// in an environment variable, never in the config itself. The zero AuthToken
+// means no token. Reading the secret is the prober's job ([Probe.HTTPOptions]);
+// [Parse] only checks that the file exists or the variable is set.
 type AuthToken struct {
-	SecretFile string // path of a file holding the secret, relative paths resolved against the config's directory
-	SecretEnv  string // name of an environment variable holding the secret
-}
-
-// TLS holds the TLS settings of an HTTPS check. File paths are resolved
-// against the config's directory.
-type TLS struct {
-	CAFile             string // PEM roots that verify the server; "" means the system roots
-	CertFile, KeyFile  string // client certificate and key, both or neither
-	ServerName         string // name the server certificate must match; "" means the check's SNI
-	InsecureSkipVerify bool   // accept any server certificate
+	SecretFile string `json:"secret_file,omitempty"` // path of a file holding the secret, resolved against the config's directory
+	SecretEnv  string `json:"secret_env,omitempty"`  // name of an environment variable holding the secret
 }
 
 // Limits and defaults of check settings that hold with or without a preset.
@@ -132,65 +118,28 @@ var (
 )
 
 // Check is one check with its effective settings: the preset's values with
-// the check's own settings on top. Timing and evaluation are in the fields
-// that [Check.Sched] hands to the scheduler; the others define one probe.
+// the check's own settings on top. They come in two parts, each one struct:
+// [Probe], what one probe sends and how its answer is judged, and
+// [scheduler.Timing], how often the check probes and how its results decide
+// a target's state. For a window check, Rise and Fall hold the equivalent
+// consecutive thresholds (k of W2 and of W1).
 //
 // A Check is read-only once [Parse] returns it and safe for concurrent reads.
 type Check struct {
 	Name   string     // key under "checks"
 	Preset string     // preset name, "" for none
 	Spec   *CheckSpec // the check as written in the file
+	Port   uint16     // port of targets that give none; 0: see [Check.DefaultPort]
 
-	Protocol Protocol
-	Port     uint16   // port of targets that give none; 0: see [Check.DefaultPort]
-	TCPMode  TCPMode  // TCP checks only
-	IPFamily IPFamily // address family preferred for host-name targets
+	Probe
+	scheduler.Timing
 
-	// HTTP and HTTPS checks only (zero for TCP).
-	Method        string            // "GET" or "HEAD"
-	Path          string            // request path, starting with "/"
-	HealthyStatus StatusSet         // status codes that count as success (H3)
-	BodyContains  string            // substring the body must contain (H4); "" for no body check
-	MaxBodyBytes  int               // body bytes read when looking for BodyContains
-	Host          string            // Host header; "" means the target's host name or address
-	SNI           string            // TLS server name sent (HTTPS); "" means the target's host name
-	UserAgent     string            // User-Agent header; "" lets the prober choose
-	Headers       map[string]string // extra request headers, canonical names
-	AuthToken     *AuthToken        // signed probe token (H10), nil for none
-	TLS           *TLS              // HTTPS settings, nil for the defaults
-
-	SourceAddress netip.Addr // local address probes are sent from; invalid for the system's choice
-
-	Interval          time.Duration    // gap after a completed probe
-	Timeout           time.Duration    // per-probe timeout
-	FastRecheck       time.Duration    // gap after a first failure (E4); 0 = Interval
-	UnhealthyInterval time.Duration    // gap while unhealthy; 0 = Interval
-	Jitter            time.Duration    // random extra gap in [0, Jitter)
-	Rise, Fall        int              // consecutive thresholds (E1); for a window check the equivalent k of W2 and W1
-	Window            scheduler.Window // sliding window (E2) when Size > 0
-	Initial           scheduler.State  // state before the first decision (E3)
-
-	// Class is the check's probe class: checks with the same Class send the
-	// same probe and judge it the same way, and differ at most in timing
-	// and evaluation. Targets with the same address, port and class share
-	// one probe stream (see [Target.Leader]).
+	// Class is the check's probe class: checks with the same Class have the
+	// same [Check.ProbeKey], so they send the same probe and judge it the
+	// same way, and differ at most in timing and evaluation. Targets with the
+	// same address, port and class share one probe stream (see
+	// [Target.Leader]).
 	Class int
-}
-
-// Sched returns the check's timing and evaluation settings for the scheduler,
-// without a Launcher.
-func (c *Check) Sched() scheduler.Check {
-	return scheduler.Check{
-		Interval:          c.Interval,
-		Timeout:           c.Timeout,
-		FastRecheck:       c.FastRecheck,
-		UnhealthyInterval: c.UnhealthyInterval,
-		Jitter:            c.Jitter,
-		Rise:              c.Rise,
-		Fall:              c.Fall,
-		Window:            c.Window,
-		Initial:           c.Initial,
-	}
 }
 
 // DefaultPort is the port of a target that gives none: the check's port, else
@@ -235,8 +184,7 @@ func (c *Check) Validate() error {
 	if err := c.validateTiming(p); err != nil {
 		return err
 	}
-	sc := c.Sched()
-	if err := sc.Validate(); err != nil {
+	if err := c.Timing.Validate(); err != nil {
 		return &FieldError{Field: "checks." + c.Name, Msg: err.Error(), Err: err} // unreachable after the checks above
 	}
 	return nil
@@ -277,13 +225,13 @@ func (c *Check) validateProbe(p Preset) error {
 	if c.MaxBodyBytes < len(c.BodyContains) {
 		return fieldErr(c.field("max_body_bytes"), "%d is less than the %d bytes of body_contains", c.MaxBodyBytes, len(c.BodyContains))
 	}
-	if c.Host != "" && !validHost(c.Host) {
+	if c.Host != "" && !httpprobe.ValidHost(c.Host) {
 		return fieldErr(c.field("host"), "%q is not a host name or IP address with an optional port", c.Host)
 	}
 	if c.SNI != "" && c.Protocol != HTTPS {
 		return fieldErr(c.field("sni"), "only for protocol https, not %s", c.Protocol)
 	}
-	if c.SNI != "" && !validHostName(c.SNI) {
+	if c.SNI != "" && !probe.ValidHostName(c.SNI) {
 		return fieldErr(c.field("sni"), "%q is not a host name", c.SNI)
 	}
 	if !httpprobe.ValidHeaderValue(c.UserAgent) {
@@ -297,25 +245,13 @@ func (c *Check) validateProbe(p Preset) error {
 	return nil
 }
 
-// reservedHeaders are set by other settings or by the prober itself.
-var reservedHeaders = map[string]string{
-	"Host":              "use host",
-	"User-Agent":        "use user_agent",
-	"Connection":        "probes always use a new connection",
-	"Content-Length":    "probes have no body",
-	"Transfer-Encoding": "probes have no body",
-}
-
 func (c *Check) validateHeader(name, value string) error {
 	f := c.field("headers." + name)
 	if !httpprobe.ValidHeaderName(name) {
 		return fieldErr(c.field("headers"), "%q is not a valid header name", name)
 	}
-	if why, ok := reservedHeaders[textproto.CanonicalMIMEHeaderKey(name)]; ok {
+	if why, ok := httpprobe.ReservedHeader(name); ok {
 		return fieldErr(f, "cannot be set here; %s", why)
-	}
-	if c.AuthToken != nil && textproto.CanonicalMIMEHeaderKey(name) == AuthTokenHeader {
-		return fieldErr(f, "cannot be set together with auth_token")
 	}
 	if !httpprobe.ValidHeaderValue(value) {
 		return fieldErr(f, "%q contains a control character", value)
@@ -386,61 +322,4 @@ func protocolList(ps []Protocol) []string {
 		s[i] = p.String()
 	}
 	return s
-}
-
-// validHost reports whether h can be a Host header: a host name or IP address
-// with an optional port ("[v6]:port" for IPv6 with a port).
-func validHost(h string) bool {
-	name, _, ok := splitHost(h)
-	return ok && (validHostName(name) || isIP(name))
-}
-
-func isIP(s string) bool {
-	a, err := netip.ParseAddr(s)
-	return err == nil && a.Zone() == ""
-}
-
-// splitHost splits "name", "name:port", "1.2.3.4:port", "[v6]:port" or "v6"
-// into the name and the port (0 when absent).
-func splitHost(h string) (name string, port uint16, ok bool) {
-	if isIP(h) {
-		return h, 0, true
-	}
-	if !strings.Contains(h, ":") {
-		return h, 0, true
-	}
-	host, p, err := net.SplitHostPort(h)
-	if err != nil {
-		return "", 0, false
-	}
-	n, err := strconv.ParseUint(p, 10, 16)
-	if err != nil || n == 0 || strings.HasPrefix(p, "+") {
-		return "", 0, false
-	}
-	return host, uint16(n), true
-}
-
-// ProbeKey is the part of a check that defines one probe: what goes on the
-// wire and how the answer is judged. Checks with equal keys form one probe
-// class. The check's port is left out on purpose: a target's effective port
-// is part of the stream key, so two checks that differ only in their default
-// port still share the streams of targets that name the same port.
-func (c *Check) ProbeKey() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s|%v|%s|%s|%s|", c.Protocol, c.Timeout, c.SourceAddress, c.IPFamily, c.TCPMode)
-	if c.Protocol == TCP {
-		return b.String()
-	}
-	fmt.Fprintf(&b, "%q|%q|%s|%q|%d|%q|%q|%q|", c.Method, c.Path, c.HealthyStatus, c.BodyContains, c.MaxBodyBytes, c.Host, c.SNI, c.UserAgent)
-	for _, k := range slices.Sorted(maps.Keys(c.Headers)) {
-		fmt.Fprintf(&b, "%q=%q,", k, c.Headers[k])
-	}
-	if c.AuthToken != nil {
-		fmt.Fprintf(&b, "|auth %q %q", c.AuthToken.SecretFile, c.AuthToken.SecretEnv)
-	}
-	if c.TLS != nil {
-		t := c.TLS
-		fmt.Fprintf(&b, "|tls %q %q %q %q %t", t.CAFile, t.CertFile, t.KeyFile, t.ServerName, t.InsecureSkipVerify)
-	}
-	return b.String()
 }

@@ -1,37 +1,3 @@
-// Package config loads sonde's YAML configuration: checks with presets of the
-// health-check systems sonde models (SEMANTICS.md), pools of targets, and the
-// validation, target expansion and deduplication that turn them into the flat
-// tables the scheduler runs. examples/sonde.yaml describes the format.
-//
-// Errors. [Load] and [Parse] return the first problem found, as an error that
-// wraps [ErrInvalid] and names the field, its value and what is allowed
-// ("checks.edge.fall: 11 is out of range 2..10 for preset globalaccelerator").
-// The order is fixed: the YAML document in file order (syntax, unknown
-// fields, types, durations), then the checks by name, then the pools in file
-// order (each pool's settings, then its targets, targets_file and disabled
-// entries).
-//
-// Presets. A check's preset ([LookupPreset]) gives its defaults; every value
-// can be overridden in the check, within the ranges the preset's system
-// documents. A check evaluates with rise/fall (E1) or with a window (E2):
-// setting one replaces the preset's other, setting both is an error.
-//
-// Targets. A target entry is an IP address, an address with a port, a CIDR
-// block or a host name. A CIDR block stands for every address in it,
-// including the network and broadcast addresses of an IPv4 block: probing a
-// fleet means probing every address it owns. Host names are resolved when the
-// config is loaded, to one address chosen by the check's ip_family. A
-// target's port is its own, else its check's, else 80 for HTTP and 443 for
-// HTTPS.
-//
-// Deduplication (P4, P5). Each unique (address, port, check) is one
-// [Target], shared by every pool that lists it. Checks that differ only in
-// timing and evaluation form one probe class; targets of one class with the
-// same address and port share one probe stream, which the engine probes at
-// the highest rate its members want and evaluates for each member with its
-// own check. For HTTP checks without a host setting, the target's host name
-// is part of the probe (it becomes the Host header), so two names of one
-// address are two targets.
 package config
 
 import (
@@ -206,6 +172,15 @@ func resolveChecks(specs map[string]*CheckSpec, dir string, lookupEnv env) ([]*C
 		checks = append(checks, c)
 	}
 	return checks, nil
+}
+
+// NewCheck resolves one check written as s, the way [Parse] resolves each
+// entry of "checks": the preset's defaults (or sonde's) with s's settings on
+// top, validated. Errors are [FieldError]s named "checks.NAME.FIELD";
+// relative paths in s are resolved against dir, and environment variables
+// are read from the process. The check's Class is 0.
+func NewCheck(name string, s *CheckSpec, dir string) (*Check, error) {
+	return resolveCheck(name, s, dir, os.LookupEnv)
 }
 
 // CheckByName returns the check called name, or nil.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	httpprobe "github.com/sondeprobe/sonde/probe/http"
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
@@ -111,9 +112,8 @@ func TestPresetsDefaultsAndOverrides(t *testing.T) {
 			if diff := cmp.Diff(tt.want, effectiveOf(cfg)); diff != "" {
 				t.Errorf("effective settings (-want +got):\n%s", diff)
 			}
-			sc := cfg.Checks[0].Sched()
-			if err := sc.Validate(); err != nil {
-				t.Errorf("Sched().Validate(): %v", err)
+			if err := cfg.Checks[0].Timing.Validate(); err != nil {
+				t.Errorf("Timing.Validate(): %v", err)
 			}
 		})
 	}
@@ -140,8 +140,8 @@ func TestPresetWindows(t *testing.T) {
 	}
 	for _, tt := range tests {
 		cfg := mustParse(t, "checks:\n  c:\n"+indent(tt.check, "    ")+"\npools: [{name: p, check: c, targets: [127.0.0.1]}]\n", "")
-		sc := cfg.Checks[0].Sched()
-		if w1, w2, w3 := sc.FailureWindow(), sc.SuccessWindow(sc.Timeout), sc.FailureWindowFromOnset(); w1 != tt.w1 || w2 != tt.w2 || w3 != tt.w3 {
+		c := cfg.Checks[0]
+		if w1, w2, w3 := c.FailureWindow(), c.SuccessWindow(c.Timeout), c.FailureWindowFromOnset(); w1 != tt.w1 || w2 != tt.w2 || w3 != tt.w3 {
 			t.Errorf("%s: W1 %v W2 %v W3 %v, want %v %v %v", tt.check, w1, w2, w3, tt.w1, tt.w2, tt.w3)
 		}
 	}
@@ -219,13 +219,13 @@ pools:
 		t.Fatal(err)
 	}
 	env, file := cfg.Checks[0], cfg.Checks[1]
-	if diff := cmp.Diff(&AuthToken{SecretEnv: "SONDE_TEST_TOKEN"}, env.AuthToken); diff != "" {
+	if diff := cmp.Diff(AuthToken{SecretEnv: "SONDE_TEST_TOKEN"}, env.AuthToken); diff != "" {
 		t.Errorf("env auth token (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(&AuthToken{SecretFile: filepath.Join(dir, "secret")}, file.AuthToken); diff != "" {
+	if diff := cmp.Diff(AuthToken{SecretFile: filepath.Join(dir, "secret")}, file.AuthToken); diff != "" {
 		t.Errorf("file auth token (-want +got):\n%s", diff)
 	}
-	wantTLS := &TLS{CAFile: filepath.Join(dir, "ca.pem"), CertFile: filepath.Join(dir, "client.pem"), KeyFile: filepath.Join(dir, "client.key"), ServerName: "api.internal"}
+	wantTLS := httpprobe.TLSOptions{CAFile: filepath.Join(dir, "ca.pem"), CertFile: filepath.Join(dir, "client.pem"), KeyFile: filepath.Join(dir, "client.key")}
 	if diff := cmp.Diff(wantTLS, file.TLS); diff != "" {
 		t.Errorf("tls (-want +got):\n%s", diff)
 	}

@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -146,18 +145,14 @@ func (d *decoder) decode(n *yaml.Node, path string, v reflect.Value, depth int) 
 	return fmt.Errorf("config: cannot decode into %s", v.Type()) // a bug in the File types
 }
 
-// decodeDuration parses a Go duration string that is a whole number of
-// milliseconds.
+// decodeDuration decodes a duration with [ParseDuration].
 func decodeDuration(n *yaml.Node, path string, v reflect.Value) error {
 	if n.Kind != yaml.ScalarNode {
 		return fieldErr(path, "expected a duration such as \"5s\", got %s", kindName(n))
 	}
-	d, err := time.ParseDuration(n.Value)
+	d, err := ParseDuration(n.Value)
 	if err != nil {
-		return fieldErr(path, "%q is not a duration (want a number with a unit, such as \"5s\" or \"250ms\")", n.Value)
-	}
-	if d%time.Millisecond != 0 {
-		return fieldErr(path, "%q is not a whole number of milliseconds", n.Value)
+		return &FieldError{Field: path, Msg: err.Error()}
 	}
 	v.SetInt(int64(d))
 	return nil

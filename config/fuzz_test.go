@@ -44,8 +44,7 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 		for _, c := range cfg.Checks {
-			sc := c.Sched()
-			if err := sc.Validate(); err != nil {
+			if err := c.Timing.Validate(); err != nil {
 				t.Fatalf("check %s: %v", c.Name, err)
 			}
 		}

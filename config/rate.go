@@ -34,7 +34,7 @@ type RateSummary struct {
 
 // EndpointRates returns the probe rate of every endpoint (address and port)
 // that receives probes, sorted by endpoint. An endpoint's rate is the sum
-// over its streams of the stream's rate, the highest [scheduler.Check.ProbeRate]
+// over its streams of the stream's rate, the highest [scheduler.Timing.ProbeRate]
 // among the stream's members that are not disabled.
 func (c *Config) EndpointRates() []EndpointRate {
 	var out []EndpointRate
@@ -61,8 +61,7 @@ func (c *Config) ProbeRates() RateSummary {
 func (c *Config) eachEndpointRate(fn func(netip.AddrPort, float64)) {
 	rates := make([]float64, len(c.Checks))
 	for i, ch := range c.Checks {
-		sc := ch.Sched()
-		rates[i] = sc.ProbeRate()
+		rates[i] = ch.ProbeRate()
 	}
 	streamRate := make([]float64, len(c.Targets)) // by leader id
 	var leaders []uint32

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sondeprobe/sonde/probe"
+	httpprobe "github.com/sondeprobe/sonde/probe/http"
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
@@ -149,24 +151,24 @@ func (c *Check) resolveHTTP(s *CheckSpec, p Preset, dir string, lookupEnv env) e
 		}
 		c.AuthToken = t
 	}
+	var serverName string
 	if s.TLS != nil {
-		t, err := c.resolveTLS(s.TLS, dir)
-		if err != nil {
+		var err error
+		if c.TLS, serverName, err = c.resolveTLS(s.TLS, dir); err != nil {
 			return err
 		}
-		c.TLS = t
 	}
 	if c.Protocol == HTTPS {
 		c.SNI = pick(s.SNI, "")
-		if c.TLS != nil && c.TLS.ServerName != "" {
-			if c.SNI != "" && c.SNI != c.TLS.ServerName {
-				return fieldErr(c.field("tls.server_name"), "%q differs from sni %q; set one of them", c.TLS.ServerName, c.SNI)
+		if serverName != "" {
+			if c.SNI != "" && c.SNI != serverName {
+				return fieldErr(c.field("tls.server_name"), "%q differs from sni %q; set one of them", serverName, c.SNI)
 			}
-			c.SNI = c.TLS.ServerName
+			c.SNI = serverName
 		}
 		if c.SNI == "" && c.Host != "" {
 			// H6: the host is used for both the Host header and the SNI.
-			if name, _, ok := splitHost(c.Host); ok && validHostName(name) {
+			if name := httpprobe.HostName(c.Host); probe.ValidHostName(name) {
 				c.SNI = name
 			}
 		}
@@ -174,45 +176,48 @@ func (c *Check) resolveHTTP(s *CheckSpec, p Preset, dir string, lookupEnv env) e
 	return nil
 }
 
-func (c *Check) resolveAuthToken(s *AuthTokenSpec, dir string, lookupEnv env) (*AuthToken, error) {
+func (c *Check) resolveAuthToken(s *AuthTokenSpec, dir string, lookupEnv env) (AuthToken, error) {
 	f := c.field("auth_token")
 	switch {
 	case s.SecretFile != nil && s.SecretEnv != nil:
-		return nil, fieldErr(f, "set exactly one of secret_file and secret_env, not both")
+		return AuthToken{}, fieldErr(f, "set exactly one of secret_file and secret_env, not both")
 	case s.SecretFile != nil:
 		abs := resolvePath(dir, *s.SecretFile)
 		if err := checkFile(f+".secret_file", *s.SecretFile, abs); err != nil {
-			return nil, err
+			return AuthToken{}, err
 		}
-		return &AuthToken{SecretFile: abs}, nil
+		return AuthToken{SecretFile: abs}, nil
 	case s.SecretEnv != nil:
 		name := *s.SecretEnv
 		if name == "" || strings.ContainsAny(name, "=\x00") {
-			return nil, fieldErr(f+".secret_env", "%q is not an environment variable name", name)
+			return AuthToken{}, fieldErr(f+".secret_env", "%q is not an environment variable name", name)
 		}
 		v, ok := lookupEnv(name)
 		if !ok {
-			return nil, fieldErr(f+".secret_env", "environment variable %s is not set", name)
+			return AuthToken{}, fieldErr(f+".secret_env", "environment variable %s is not set", name)
 		}
 		if v == "" {
-			return nil, fieldErr(f+".secret_env", "environment variable %s is empty", name)
+			return AuthToken{}, fieldErr(f+".secret_env", "environment variable %s is empty", name)
 		}
-		return &AuthToken{SecretEnv: name}, nil
+		return AuthToken{SecretEnv: name}, nil
 	}
-	return nil, fieldErr(f, "set exactly one of secret_file and secret_env")
+	return AuthToken{}, fieldErr(f, "set exactly one of secret_file and secret_env")
 }
 
-func (c *Check) resolveTLS(s *TLSSpec, dir string) (*TLS, error) {
+// resolveTLS returns the TLS settings of s and its server name, which
+// becomes the check's SNI.
+func (c *Check) resolveTLS(s *TLSSpec, dir string) (httpprobe.TLSOptions, string, error) {
 	f := c.field("tls")
-	t := &TLS{ServerName: pick(s.ServerName, ""), InsecureSkipVerify: pick(s.InsecureSkipVerify, false)}
+	t := httpprobe.TLSOptions{InsecureSkipVerify: pick(s.InsecureSkipVerify, false)}
+	serverName := pick(s.ServerName, "")
 	if (s.CertFile == nil) != (s.KeyFile == nil) {
 		if s.CertFile == nil {
-			return nil, fieldErr(f+".key_file", "set without cert_file; set both or neither")
+			return t, "", fieldErr(f+".key_file", "set without cert_file; set both or neither")
 		}
-		return nil, fieldErr(f+".cert_file", "set without key_file; set both or neither")
+		return t, "", fieldErr(f+".cert_file", "set without key_file; set both or neither")
 	}
 	if s.CAFile != nil && t.InsecureSkipVerify {
-		return nil, fieldErr(f+".ca_file", "has no effect with insecure_skip_verify")
+		return t, "", fieldErr(f+".ca_file", "has no effect with insecure_skip_verify")
 	}
 	for _, x := range []struct {
 		name string
@@ -224,13 +229,13 @@ func (c *Check) resolveTLS(s *TLSSpec, dir string) (*TLS, error) {
 		}
 		*x.dst = resolvePath(dir, *x.p)
 		if err := checkFile(f+"."+x.name, *x.p, *x.dst); err != nil {
-			return nil, err
+			return t, "", err
 		}
 	}
-	if t.ServerName != "" && !validHostName(t.ServerName) {
-		return nil, fieldErr(f+".server_name", "%q is not a host name", t.ServerName)
+	if serverName != "" && !probe.ValidHostName(serverName) {
+		return t, "", fieldErr(f+".server_name", "%q is not a host name", serverName)
 	}
-	return t, nil
+	return t, serverName, nil
 }
 
 // resolveTiming fills interval, timeout, evaluation and initial state.
@@ -280,8 +285,11 @@ func (c *Check) resolveTiming(s *CheckSpec, p Preset) error {
 
 // resolveNetwork fills tcp_mode, source_address and ip_family.
 func (c *Check) resolveNetwork(s *CheckSpec) error {
+	if c.Protocol == TCP {
+		c.TCPMode = TCPAuto
+	}
 	if s.TCPMode != nil {
-		if err := checkEnum(c.field("tcp_mode"), *s.TCPMode, tcpModeNames[:], ""); err != nil {
+		if err := checkEnum(c.field("tcp_mode"), *s.TCPMode, tcpModeNames[TCPAuto:], ""); err != nil {
 			return err
 		}
 		c.TCPMode = TCPMode(slices.Index(tcpModeNames[:], *s.TCPMode))

@@ -1,6 +1,9 @@
 package config
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // File is a configuration file as written: the YAML document decoded field by
 // field, before presets and defaults are applied. Optional settings are
@@ -90,3 +93,18 @@ type Duration time.Duration
 
 // D returns d as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// ParseDuration parses a duration as a config file writes it: a Go duration
+// string that is a whole number of milliseconds. The error names the text
+// and what is allowed; commands parse their duration flags with it, so that
+// a duration is read the same way everywhere.
+func ParseDuration(s string) (Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (want a number with a unit, such as \"5s\" or \"250ms\")", s)
+	}
+	if d%time.Millisecond != 0 {
+		return 0, fmt.Errorf("%q is not a whole number of milliseconds", s)
+	}
+	return Duration(d), nil
+}

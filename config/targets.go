@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sondeprobe/sonde/probe"
 )
 
 // Resolver looks up the addresses of a host name. *net.Resolver implements
@@ -108,7 +110,7 @@ func parseTargetSpec(s string) (targetSpec, error) {
 		}
 		return targetSpec{kind: kindAddr, addr: a.Unmap(), port: port}, nil
 	}
-	if !validHostName(host) {
+	if !probe.ValidHostName(host) {
 		return targetSpec{}, fmt.Errorf("%q is not an IP address, CIDR block or host name", s)
 	}
 	return targetSpec{kind: kindHost, name: strings.ToLower(strings.TrimSuffix(host, ".")), port: port}, nil

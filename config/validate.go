@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	httpprobe "github.com/sondeprobe/sonde/probe/http"
 )
 
 // ErrInvalid is wrapped by every error that reports a problem in a
@@ -133,9 +135,9 @@ const gaPathExtra = "-/.%?#&_;~!()*[]@$^:',+"
 // maxGAPath is Global Accelerator's longest path (H2).
 const maxGAPath = 80
 
-// checkPath applies the path rules: every path starts with "/" and holds no
-// space or control character (it goes into the request line); with strict
-// (preset globalaccelerator, H2) it is also 1..80 characters from a fixed set.
+// checkPath applies the path rules: every path is a request path the HTTP
+// prober can send (httpprobe.ValidPath); with strict (preset
+// globalaccelerator, H2) it is also 1..80 characters from a fixed set.
 func checkPath(field, p string, strict bool, preset string) error {
 	if !strings.HasPrefix(p, "/") {
 		return fieldErr(field, "%q must start with \"/\"", p)
@@ -149,38 +151,11 @@ func checkPath(field, p string, strict bool, preset string) error {
 				return fieldErr(field, "%q contains %q; allowed are letters, digits and %s%s", p, string(rune(c)), gaPathExtra, forPreset(preset))
 			}
 		}
-		return nil
 	}
-	for _, c := range p {
-		if c <= ' ' || c == 0x7f {
-			return fieldErr(field, "%q contains a space or control character", p)
-		}
+	if !httpprobe.ValidPath(p) {
+		return fieldErr(field, "%q is not a request path; want printable ASCII without spaces, not starting with \"//\"", p)
 	}
 	return nil
-}
-
-// validHostName reports whether s is a DNS host name: dot-separated labels of
-// 1..63 letters, digits, '-' or '_', not starting or ending with '-', 253
-// characters at most, an optional trailing dot, and a last label that is not
-// all digits (so a malformed IPv4 address is not taken for a name).
-func validHostName(s string) bool {
-	s = strings.TrimSuffix(s, ".")
-	if s == "" || len(s) > 253 {
-		return false
-	}
-	labels := strings.Split(s, ".")
-	for _, l := range labels {
-		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
-			return false
-		}
-		for i := 0; i < len(l); i++ {
-			if c := l[i]; !isAlnum(c) && c != '-' && c != '_' {
-				return false
-			}
-		}
-	}
-	last := labels[len(labels)-1]
-	return strings.Trim(last, "0123456789") != ""
 }
 
 // resolvePath makes a path from the config relative to the config's directory.

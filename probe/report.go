@@ -44,5 +44,6 @@ type Report struct {
 // runs one probe like [Prober.Probe] and returns its Result within a Report;
 // ID, Gen and Done are the caller's to fill in.
 type Reporter interface {
+	Prober
 	Report(ctx context.Context, t Target) Report
 }

@@ -32,7 +32,7 @@ func newEchoEngine(tb testing.TB, n int) (*Engine, *SimClock) {
 	tb.Helper()
 	clock := NewSimClock(time.Unix(0, 0))
 	l := &echoLauncher{}
-	checks := []Check{{Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3, Launcher: l}}
+	checks := []Check{{Timing: Timing{Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3}, Launcher: l}}
 	targets := make([]TargetSpec, n)
 	for i := range targets {
 		targets[i].Leader = uint32(i)

@@ -46,8 +46,8 @@ func ParseState(s string) (State, error) {
 // Required of its last Size results succeeded. The zero Window means the
 // consecutive rise/fall evaluation (E1).
 type Window struct {
-	Size     int // number of recent results looked at, 1..MaxWindow
-	Required int // successes among them needed to be healthy, 1..Size
+	Size     int `json:"size"`     // number of recent results looked at, 1..MaxWindow
+	Required int `json:"required"` // successes among them needed to be healthy, 1..Size
 }
 
 // MaxWindow is the largest sliding window the evaluator keeps.
@@ -59,11 +59,12 @@ const MaxDelay = 24 * time.Hour
 // MaxThreshold is the largest rise or fall threshold the evaluator counts to.
 const MaxThreshold = 1000
 
-// Check holds the timing and evaluation settings the engine applies to every
-// target of one check. The interval is the gap between a probe's completion
-// (answer or timeout) and the next probe's send, which is what makes the
-// detection windows W1 and W2 exact.
-type Check struct {
+// Timing holds how often a check probes and how its results decide a
+// target's state: every setting of a check the engine applies, but its
+// launcher. The interval is the gap between a probe's completion (answer or
+// timeout) and the next probe's send, which is what makes the detection
+// windows W1 and W2 exact.
+type Timing struct {
 	Interval          time.Duration // gap after a completed probe
 	Timeout           time.Duration // time a probe may take before it counts as a timeout
 	FastRecheck       time.Duration // gap after a failure that has not yet made the target unhealthy (E4); 0 = Interval
@@ -73,19 +74,24 @@ type Check struct {
 	Fall              int           // consecutive failures that make a target unhealthy (E1)
 	Window            Window        // sliding window instead of Rise/Fall (E2) when Size > 0
 	Initial           State         // state before the first decision (E3)
+}
 
-	// Launcher starts the probes of this check's targets. The engine needs it;
-	// window computations do not.
+// Check is what the engine runs for every target of one check: its
+// [Timing] and the launcher of its probes.
+type Check struct {
+	Timing
+
+	// Launcher starts the probes of this check's targets.
 	Launcher probe.Launcher
 }
 
-// ErrInvalidCheck is returned (wrapped) by [Check.Validate].
+// ErrInvalidCheck is returned (wrapped) by [Timing.Validate].
 var ErrInvalidCheck = errors.New("invalid check")
 
 // Validate reports settings the engine cannot run. Configuration code checks
 // user input earlier, with messages naming the config field; this is the
 // engine's own guard.
-func (c *Check) Validate() error {
+func (c *Timing) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalidCheck, fmt.Sprintf(format, args...))
 	}
@@ -115,7 +121,7 @@ func (c *Check) Validate() error {
 
 // FailureThreshold is k of W1: the number of consecutive failed probes that turn
 // a healthy target unhealthy (fall, or Size-Required+1 for a window).
-func (c *Check) FailureThreshold() int {
+func (c *Timing) FailureThreshold() int {
 	if c.Window.Size > 0 {
 		return c.Window.Size - c.Window.Required + 1
 	}
@@ -124,7 +130,7 @@ func (c *Check) FailureThreshold() int {
 
 // SuccessThreshold is k of W2: the number of consecutive successful probes that
 // turn an unhealthy target healthy (rise, or Required for a window).
-func (c *Check) SuccessThreshold() int {
+func (c *Timing) SuccessThreshold() int {
 	if c.Window.Size > 0 {
 		return c.Window.Required
 	}
@@ -132,7 +138,7 @@ func (c *Check) SuccessThreshold() int {
 }
 
 // failureGap is the longest gap between the probes that confirm a failure.
-func (c *Check) failureGap() time.Duration {
+func (c *Timing) failureGap() time.Duration {
 	gap := c.Interval
 	if c.FastRecheck > 0 {
 		gap = c.FastRecheck
@@ -141,7 +147,7 @@ func (c *Check) failureGap() time.Duration {
 }
 
 // recoveryGap is the longest gap between probes while a target is unhealthy.
-func (c *Check) recoveryGap() time.Duration {
+func (c *Timing) recoveryGap() time.Duration {
 	gap := c.Interval
 	if c.UnhealthyInterval > 0 {
 		gap = c.UnhealthyInterval
@@ -153,7 +159,7 @@ func (c *Check) recoveryGap() time.Duration {
 // failing probe until a healthy target is declared unhealthy when every probe
 // times out. Fast failures (RST, 5xx) are detected sooner. i is the fast
 // re-check interval when one is set, and includes the maximum jitter.
-func (c *Check) FailureWindow() time.Duration {
+func (c *Timing) FailureWindow() time.Duration {
 	k := time.Duration(c.FailureThreshold())
 	return c.Timeout*k + c.failureGap()*(k-1)
 }
@@ -161,7 +167,7 @@ func (c *Check) FailureWindow() time.Duration {
 // FailureWindowFromOnset is W3: the bound counted from the moment a target
 // breaks, which adds at most one interval (plus jitter) before the first
 // failing probe is sent.
-func (c *Check) FailureWindowFromOnset() time.Duration {
+func (c *Timing) FailureWindowFromOnset() time.Duration {
 	return c.FailureWindow() + c.Interval + c.Jitter
 }
 
@@ -169,7 +175,7 @@ func (c *Check) FailureWindowFromOnset() time.Duration {
 // successful probe until an unhealthy target is declared healthy, where r is
 // the time a successful probe takes. With r = Timeout it is the worst case.
 // i is the unhealthy interval when one is set, and includes the maximum jitter.
-func (c *Check) SuccessWindow(r time.Duration) time.Duration {
+func (c *Timing) SuccessWindow(r time.Duration) time.Duration {
 	if r > c.Timeout {
 		r = c.Timeout
 	}
@@ -180,7 +186,7 @@ func (c *Check) SuccessWindow(r time.Duration) time.Duration {
 // ProbeRate is the highest rate of probes, per second, that one target of this
 // check receives: one per timeout-free cycle, at the shortest gap the check
 // can use (P6).
-func (c *Check) ProbeRate() float64 {
+func (c *Timing) ProbeRate() float64 {
 	gap := c.Interval
 	if c.FastRecheck > 0 && c.FastRecheck < gap {
 		gap = c.FastRecheck

@@ -10,44 +10,44 @@ func TestWindows(t *testing.T) {
 	s := time.Second
 	tests := []struct {
 		name             string
-		check            Check
+		check            Timing
 		failure, success time.Duration // W1, W2 with r = timeout
 		onset            time.Duration // W3
 	}{
 		{
 			// SEMANTICS W1 and W2 examples: t=3 s, i=2 s, k=3.
 			name:    "globalaccelerator",
-			check:   Check{Interval: 2 * s, Timeout: 3 * s, Rise: 3, Fall: 3},
+			check:   Timing{Interval: 2 * s, Timeout: 3 * s, Rise: 3, Fall: 3},
 			failure: 13 * s, success: 13 * s, onset: 15 * s,
 		},
 		{
 			name:    "appservice",
-			check:   Check{Interval: 60 * s, Timeout: 60 * s, Rise: 1, Fall: 10},
+			check:   Timing{Interval: 60 * s, Timeout: 60 * s, Rise: 1, Fall: 10},
 			failure: 1140 * s, success: 60 * s, onset: 1200 * s,
 		},
 		{
 			name:    "frontdoor window 4/2",
-			check:   Check{Interval: 30 * s, Timeout: 30 * s, Window: Window{Size: 4, Required: 2}},
+			check:   Timing{Interval: 30 * s, Timeout: 30 * s, Window: Window{Size: 4, Required: 2}},
 			failure: 150 * s, success: 90 * s, onset: 180 * s,
 		},
 		{
 			name:    "appgateway",
-			check:   Check{Interval: 30 * s, Timeout: 30 * s, Rise: 1, Fall: 3, Initial: Unhealthy},
+			check:   Timing{Interval: 30 * s, Timeout: 30 * s, Rise: 1, Fall: 3, Initial: Unhealthy},
 			failure: 150 * s, success: 30 * s, onset: 180 * s,
 		},
 		{
 			name:    "fast recheck shortens the failure gaps only",
-			check:   Check{Interval: 10 * s, Timeout: 2 * s, FastRecheck: s, Rise: 2, Fall: 3},
+			check:   Timing{Interval: 10 * s, Timeout: 2 * s, FastRecheck: s, Rise: 2, Fall: 3},
 			failure: 6*s + 2*s, success: 4*s + 10*s, onset: 18 * s,
 		},
 		{
 			name:    "unhealthy interval governs recovery",
-			check:   Check{Interval: 10 * s, Timeout: 2 * s, UnhealthyInterval: 30 * s, Rise: 2, Fall: 3},
+			check:   Timing{Interval: 10 * s, Timeout: 2 * s, UnhealthyInterval: 30 * s, Rise: 2, Fall: 3},
 			failure: 6*s + 20*s, success: 4*s + 30*s, onset: 36 * s,
 		},
 		{
 			name:    "jitter widens every gap",
-			check:   Check{Interval: 10 * s, Timeout: 2 * s, Jitter: s, Rise: 2, Fall: 3},
+			check:   Timing{Interval: 10 * s, Timeout: 2 * s, Jitter: s, Rise: 2, Fall: 3},
 			failure: 6*s + 22*s, success: 4*s + 11*s, onset: 28*s + 11*s,
 		},
 	}
@@ -70,7 +70,7 @@ func TestWindows(t *testing.T) {
 }
 
 func TestSuccessWindowMeasuredLatency(t *testing.T) {
-	c := Check{Interval: 2 * time.Second, Timeout: 3 * time.Second, Rise: 3, Fall: 3}
+	c := Timing{Interval: 2 * time.Second, Timeout: 3 * time.Second, Rise: 3, Fall: 3}
 	// SEMANTICS W2 example: r=1 s, i=2 s, k=3 → 7 s.
 	if got := c.SuccessWindow(time.Second); got != 7*time.Second {
 		t.Fatalf("SuccessWindow(1s) = %v, want 7s", got)
@@ -82,21 +82,21 @@ func TestSuccessWindowMeasuredLatency(t *testing.T) {
 }
 
 func TestCheckValidate(t *testing.T) {
-	ok := Check{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}
+	ok := Timing{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}
 	bad := []struct {
 		name string
-		mod  func(*Check)
+		mod  func(*Timing)
 	}{
-		{"zero interval", func(c *Check) { c.Interval = 0 }},
-		{"zero timeout", func(c *Check) { c.Timeout = 0 }},
-		{"negative jitter", func(c *Check) { c.Jitter = -1 }},
-		{"zero rise", func(c *Check) { c.Rise = 0 }},
-		{"huge fall", func(c *Check) { c.Fall = MaxThreshold + 1 }},
-		{"window required above size", func(c *Check) { c.Window = Window{Size: 2, Required: 3} }},
-		{"window too large", func(c *Check) { c.Window = Window{Size: MaxWindow + 1, Required: 1} }},
-		{"bad initial", func(c *Check) { c.Initial = 7 }},
-		{"interval beyond a day", func(c *Check) { c.Interval = MaxDelay + time.Millisecond }},
-		{"jitter beyond a day", func(c *Check) { c.Interval, c.Jitter = MaxDelay, time.Millisecond }},
+		{"zero interval", func(c *Timing) { c.Interval = 0 }},
+		{"zero timeout", func(c *Timing) { c.Timeout = 0 }},
+		{"negative jitter", func(c *Timing) { c.Jitter = -1 }},
+		{"zero rise", func(c *Timing) { c.Rise = 0 }},
+		{"huge fall", func(c *Timing) { c.Fall = MaxThreshold + 1 }},
+		{"window required above size", func(c *Timing) { c.Window = Window{Size: 2, Required: 3} }},
+		{"window too large", func(c *Timing) { c.Window = Window{Size: MaxWindow + 1, Required: 1} }},
+		{"bad initial", func(c *Timing) { c.Initial = 7 }},
+		{"interval beyond a day", func(c *Timing) { c.Interval = MaxDelay + time.Millisecond }},
+		{"jitter beyond a day", func(c *Timing) { c.Interval, c.Jitter = MaxDelay, time.Millisecond }},
 	}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid check: %v", err)
@@ -113,7 +113,7 @@ func TestCheckValidate(t *testing.T) {
 }
 
 func TestProbeRate(t *testing.T) {
-	c := Check{Interval: 2 * time.Second, FastRecheck: 500 * time.Millisecond}
+	c := Timing{Interval: 2 * time.Second, FastRecheck: 500 * time.Millisecond}
 	if got := c.ProbeRate(); got != 2 {
 		t.Fatalf("ProbeRate = %v, want 2", got)
 	}

@@ -18,8 +18,8 @@ const sec = time.Second
 // own thresholds and window.
 func TestSharedStream(t *testing.T) {
 	checks := []Check{
-		{Interval: 5 * sec, Timeout: sec, Rise: 1, Fall: 3, Initial: Healthy},
-		{Interval: 2 * sec, Timeout: sec, Rise: 1, Fall: 2, Initial: Healthy},
+		{Timing: Timing{Interval: 5 * sec, Timeout: sec, Rise: 1, Fall: 3, Initial: Healthy}},
+		{Timing: Timing{Interval: 2 * sec, Timeout: sec, Rise: 1, Fall: 2, Initial: Healthy}},
 	}
 	targets := []TargetSpec{
 		{Check: 0, Leader: 0},
@@ -61,7 +61,7 @@ func TestSharedStream(t *testing.T) {
 // TestDisabled checks E6: a target disabled everywhere is never probed and
 // keeps no state; a disabled leader still probes for its enabled follower.
 func TestDisabled(t *testing.T) {
-	checks := []Check{{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}
+	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
 	targets := []TargetSpec{
 		{Check: 0, Leader: 0, Disabled: true},
 		{Check: 0, Leader: 1, Disabled: true},
@@ -89,7 +89,7 @@ func TestDisabled(t *testing.T) {
 // unknown id, or completed after the deadline are dropped and counted, and
 // that a probe answered too late still counts as a timeout.
 func TestStaleAndLateAnswers(t *testing.T) {
-	checks := []Check{{Interval: sec, Timeout: sec, Rise: 1, Fall: 1, Initial: Healthy}}
+	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1, Initial: Healthy}}}
 	s := newSim(t, checks, []TargetSpec{{Leader: 0}}, 1)
 	s.behave = func(probe.Request) answer { return answer{silent: true} }
 	for len(s.sent) == 0 {
@@ -115,7 +115,7 @@ func TestStaleAndLateAnswers(t *testing.T) {
 // rather than sent in one burst.
 func TestFirstProbesSpread(t *testing.T) {
 	const n = 10000
-	checks := []Check{{Interval: 10 * sec, Timeout: sec, Rise: 1, Fall: 1}}
+	checks := []Check{{Timing: Timing{Interval: 10 * sec, Timeout: sec, Rise: 1, Fall: 1}}}
 	targets := make([]TargetSpec, n)
 	for i := range targets {
 		targets[i].Leader = uint32(i)
@@ -143,8 +143,8 @@ func TestFirstProbesSpread(t *testing.T) {
 func TestManyTargetsAcrossShards(t *testing.T) {
 	const n = 3000
 	checks := []Check{
-		{Interval: 2 * sec, Timeout: sec, Rise: 2, Fall: 3},
-		{Interval: 3 * sec, Timeout: 500 * time.Millisecond, Window: Window{Size: 4, Required: 2}},
+		{Timing: Timing{Interval: 2 * sec, Timeout: sec, Rise: 2, Fall: 3}},
+		{Timing: Timing{Interval: 3 * sec, Timeout: 500 * time.Millisecond, Window: Window{Size: 4, Required: 2}}},
 	}
 	targets := make([]TargetSpec, n)
 	for i := range targets {
@@ -179,7 +179,7 @@ func TestManyTargetsAcrossShards(t *testing.T) {
 
 func TestNewRejectsBadTargets(t *testing.T) {
 	l := &countingLauncher{}
-	checks := []Check{{Interval: sec, Timeout: sec, Rise: 1, Fall: 1, Launcher: l}, {Interval: sec, Timeout: 2 * sec, Rise: 1, Fall: 1, Launcher: l}}
+	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}, Launcher: l}, {Timing: Timing{Interval: sec, Timeout: 2 * sec, Rise: 1, Fall: 1}, Launcher: l}}
 	bad := map[string][]TargetSpec{
 		"unknown check":        {{Check: 9}},
 		"leader out of range":  {{Leader: 5}},
@@ -191,7 +191,7 @@ func TestNewRejectsBadTargets(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			cs := checks
 			if targets == nil {
-				cs = []Check{{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}
+				cs = []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
 				targets = []TargetSpec{{}}
 			}
 			if _, err := New(cs, targets, Options{Clock: NewSimClock(time.Time{})}); !errors.Is(err, ErrInvalidTarget) {
@@ -199,7 +199,7 @@ func TestNewRejectsBadTargets(t *testing.T) {
 			}
 		})
 	}
-	if _, err := New([]Check{{}}, nil, Options{}); !errors.Is(err, ErrInvalidCheck) {
+	if _, err := New([]Check{{Timing: Timing{}}}, nil, Options{}); !errors.Is(err, ErrInvalidCheck) {
 		t.Fatalf("New with a zero check = %v, want ErrInvalidCheck", err)
 	}
 }
@@ -249,7 +249,7 @@ func TestRunRealTime(t *testing.T) {
 	const n = 2000
 	clock := NewRealClock()
 	l := &countingLauncher{clock: clock, fail: func(id uint32) bool { return id%4 == 0 }}
-	checks := []Check{{Interval: 20 * time.Millisecond, Timeout: time.Second, Rise: 2, Fall: 2, Launcher: l}}
+	checks := []Check{{Timing: Timing{Interval: 20 * time.Millisecond, Timeout: time.Second, Rise: 2, Fall: 2}, Launcher: l}}
 	targets := make([]TargetSpec, n)
 	for i := range targets {
 		targets[i].Leader = uint32(i)
@@ -298,7 +298,7 @@ func TestRunRealTime(t *testing.T) {
 // interval), never after it, so detection windows are never stretched by the
 // rounding.
 func TestTickRoundingNeverLate(t *testing.T) {
-	checks := []Check{{Interval: 100 * time.Millisecond, Timeout: time.Second, Rise: 1, Fall: 1}}
+	checks := []Check{{Timing: Timing{Interval: 100 * time.Millisecond, Timeout: time.Second, Rise: 1, Fall: 1}}}
 	targets := make([]TargetSpec, 50)
 	for i := range targets {
 		targets[i].Leader = uint32(i)

@@ -28,7 +28,7 @@ func (st *evalState) filled() int { return int(st.info &^ infoLastOK) }
 // It implements E1 (consecutive rise/fall, rise 1 = healthy at once) and E2
 // (sliding window: healthy with at least Required successes among the last Size
 // results, unhealthy once Required successes can no longer be reached).
-func (c *Check) observe(st *evalState, ok bool) bool {
+func (c *Timing) observe(st *evalState, ok bool) bool {
 	if ok == st.lastOK() && st.streak > 0 {
 		if st.streak < ^uint16(0) {
 			st.streak++
@@ -72,7 +72,7 @@ func (c *Check) observe(st *evalState, ok bool) bool {
 // evaluator state st, before jitter: the unhealthy interval while unhealthy,
 // the fast re-check interval while a failure is being confirmed (E4), and the
 // interval otherwise.
-func (c *Check) gap(st *evalState) time.Duration {
+func (c *Timing) gap(st *evalState) time.Duration {
 	switch {
 	case st.state == Unhealthy:
 		if c.UnhealthyInterval > 0 {

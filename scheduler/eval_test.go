@@ -8,7 +8,7 @@ import (
 
 // run feeds results given as a string ('+' success, '-' failure) and returns
 // the state after each, as a string of 'U' unknown, 'H' healthy, 'X' unhealthy.
-func runEval(c Check, results string) string {
+func runEval(c Timing, results string) string {
 	st := evalState{state: c.Initial}
 	var b strings.Builder
 	for _, r := range results {
@@ -21,19 +21,19 @@ func runEval(c Check, results string) string {
 func TestObserve(t *testing.T) {
 	tests := []struct {
 		name    string
-		check   Check
+		check   Timing
 		results string
 		want    string
 	}{
-		{"E1 fall 3 rise 2 from unknown", Check{Rise: 2, Fall: 3}, "++---+-++", "UHHHXXXXH"},
-		{"E1 rise 1 is healthy at once (App Gateway)", Check{Rise: 1, Fall: 3, Initial: Unhealthy}, "-+--+", "XHHHH"},
-		{"E1 interrupted failures do not add up", Check{Rise: 1, Fall: 3, Initial: Healthy}, "--+--+---", "HHHHHHHHX"},
-		{"E1 unknown decided by failures too", Check{Rise: 3, Fall: 2}, "--", "UX"},
-		{"E2 window 4/2 from unknown", Check{Window: Window{Size: 4, Required: 2}}, "-+-+---++", "UUUHHXXXH"},
-		{"E2 window 4/2 needs 3 failures after successes", Check{Window: Window{Size: 4, Required: 2}}, "++++---", "UHHHHHX"},
-		{"E2 window 3/3 strict", Check{Window: Window{Size: 3, Required: 3}}, "+++-+++", "UUHXXXH"},
-		{"E2 window 1/1", Check{Window: Window{Size: 1, Required: 1}}, "+-+", "HXH"},
-		{"E3 initial healthy", Check{Rise: 2, Fall: 2, Initial: Healthy}, "-", "H"},
+		{"E1 fall 3 rise 2 from unknown", Timing{Rise: 2, Fall: 3}, "++---+-++", "UHHHXXXXH"},
+		{"E1 rise 1 is healthy at once (App Gateway)", Timing{Rise: 1, Fall: 3, Initial: Unhealthy}, "-+--+", "XHHHH"},
+		{"E1 interrupted failures do not add up", Timing{Rise: 1, Fall: 3, Initial: Healthy}, "--+--+---", "HHHHHHHHX"},
+		{"E1 unknown decided by failures too", Timing{Rise: 3, Fall: 2}, "--", "UX"},
+		{"E2 window 4/2 from unknown", Timing{Window: Window{Size: 4, Required: 2}}, "-+-+---++", "UUUHHXXXH"},
+		{"E2 window 4/2 needs 3 failures after successes", Timing{Window: Window{Size: 4, Required: 2}}, "++++---", "UHHHHHX"},
+		{"E2 window 3/3 strict", Timing{Window: Window{Size: 3, Required: 3}}, "+++-+++", "UUHXXXH"},
+		{"E2 window 1/1", Timing{Window: Window{Size: 1, Required: 1}}, "+-+", "HXH"},
+		{"E3 initial healthy", Timing{Rise: 2, Fall: 2, Initial: Healthy}, "-", "H"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,7 +45,7 @@ func TestObserve(t *testing.T) {
 }
 
 func TestObserveStreakSaturates(t *testing.T) {
-	c := Check{Rise: 1, Fall: 1}
+	c := Timing{Rise: 1, Fall: 1}
 	st := evalState{}
 	for range 70000 {
 		c.observe(&st, true)
@@ -57,7 +57,7 @@ func TestObserveStreakSaturates(t *testing.T) {
 
 func TestGap(t *testing.T) {
 	s := time.Second
-	c := Check{Interval: 10 * s, FastRecheck: s, UnhealthyInterval: 30 * s, Rise: 2, Fall: 3}
+	c := Timing{Interval: 10 * s, FastRecheck: s, UnhealthyInterval: 30 * s, Rise: 2, Fall: 3}
 	tests := []struct {
 		name string
 		st   evalState
@@ -77,7 +77,7 @@ func TestGap(t *testing.T) {
 			}
 		})
 	}
-	plain := Check{Interval: 10 * s, Rise: 1, Fall: 1}
+	plain := Timing{Interval: 10 * s, Rise: 1, Fall: 1}
 	if got := plain.gap(&evalState{state: Unhealthy}); got != 10*s {
 		t.Fatalf("without unhealthy interval: gap = %v, want the interval", got)
 	}

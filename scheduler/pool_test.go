@@ -39,7 +39,7 @@ func TestPolicyRemoved(t *testing.T) {
 // sick refuses from the time given, and runs it long enough to decide all.
 func poolSim(t *testing.T, n int, sickFrom map[uint32]time.Duration, latency func(id uint32) time.Duration) *sim {
 	t.Helper()
-	checks := []Check{{Interval: sec, Timeout: sec, Rise: 1, Fall: 2}}
+	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 2}}}
 	targets := make([]TargetSpec, n)
 	for i := range targets {
 		targets[i].Leader = uint32(i)
@@ -99,7 +99,7 @@ func TestPoolFailOpen(t *testing.T) {
 // TestPoolDisabledAndPending checks E6 and E3: disabled members take no part
 // and undecided members are pending.
 func TestPoolDisabledAndPending(t *testing.T) {
-	checks := []Check{{Interval: sec, Timeout: sec, Rise: 3, Fall: 3}}
+	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 3, Fall: 3}}}
 	targets := []TargetSpec{{Leader: 0}, {Leader: 1}, {Leader: 2}}
 	s := newSim(t, checks, targets, 1)
 	s.runFor(1500 * time.Millisecond) // one result each: still unknown with rise 3

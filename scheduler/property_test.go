@@ -14,11 +14,11 @@ import (
 // unhealthy interval and initial state, in whole milliseconds.
 func randomCheck(rng *rand.Rand, jitter bool) Check {
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
-	c := Check{
+	c := Check{Timing: Timing{
 		Interval: ms(1, 5000),
 		Timeout:  ms(1, 5000),
 		Initial:  State(rng.IntN(3)),
-	}
+	}}
 	if rng.IntN(3) == 0 {
 		size := 1 + rng.IntN(12)
 		c.Window = Window{Size: size, Required: 1 + rng.IntN(size)}

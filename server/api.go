@@ -104,15 +104,14 @@ func (g *generation) poolsJSON() []PoolJSON {
 		s := p.Summary(g.engine)
 		cp := g.cfg.Pools[pi]
 		c := g.cfg.Checks[cp.CheckIndex]
-		sc := c.Sched()
 		out = append(out, PoolJSON{
 			Name: p.Name, Check: c.Name, Protocol: c.Protocol.String(),
 			Targets: s.Members, Disabled: s.Disabled, Healthy: s.Healthy, Unhealthy: s.Unhealthy,
 			Unknown: s.Unknown, Removed: s.Removed, Routable: s.Routable, FailingOpen: s.FailingOpen,
 			MaxUnhealthyPercent: cp.MaxUnhealthyPercent, FailOpen: cp.FailOpen,
 			LatencyMarginSeconds: cp.LatencyMargin.Seconds(),
-			FailureWindowSeconds: sc.FailureWindow().Seconds(),
-			SuccessWindowSeconds: sc.SuccessWindow(sc.Timeout).Seconds(),
+			FailureWindowSeconds: c.FailureWindow().Seconds(),
+			SuccessWindowSeconds: c.SuccessWindow(c.Timeout).Seconds(),
 		})
 	}
 	return out
@@ -233,9 +232,8 @@ func (g *generation) targetsJSON(f targetFilter) ([]TargetJSON, int) {
 func (g *generation) targetJSON(pi int, m scheduler.MemberRoute, state string, clock scheduler.Clock) TargetJSON {
 	t := g.cfg.Targets[m.ID]
 	c := g.cfg.Checks[t.Check]
-	sc := c.Sched()
 	st := m.Status
-	r := sc.Timeout
+	r := c.Timeout
 	if st.Smoothed > 0 {
 		r = st.Smoothed
 	}
@@ -245,14 +243,14 @@ func (g *generation) targetJSON(pi int, m scheduler.MemberRoute, state string, c
 		State: state, Route: m.Route.String(), Preferred: m.Preferred, LatencyRank: m.Rank,
 		Consecutive:          st.Streak,
 		StateSince:           scheduler.WallTime(clock, st.Since),
-		FailureWindowSeconds: sc.FailureWindow().Seconds(),
-		SuccessWindowSeconds: sc.SuccessWindow(r).Seconds(),
+		FailureWindowSeconds: c.FailureWindow().Seconds(),
+		SuccessWindowSeconds: c.SuccessWindow(r).Seconds(),
 	}
 	if st.Probed {
 		j.LastOutcome = st.LastOutcome.String()
 		j.LastStatus = int(st.LastStatus)
 		if !st.LastOutcome.Healthy() {
-			j.LastError = g.errs.get(m.ID)
+			j.LastError = g.lastError(m.ID)
 		}
 		lp := scheduler.WallTime(clock, st.LastProbe)
 		j.LastProbe = &lp

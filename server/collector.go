@@ -121,10 +121,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.collectPools(g, gauge)
 	for _, chk := range g.cfg.Checks {
-		sc := chk.Sched()
-		gauge(descFailWin, sc.FailureWindow().Seconds(), chk.Name)
-		gauge(descSuccessWin, sc.SuccessWindow(sc.Timeout).Seconds(), chk.Name)
-		gauge(descOnsetWin, sc.FailureWindowFromOnset().Seconds(), chk.Name)
+		gauge(descFailWin, chk.FailureWindow().Seconds(), chk.Name)
+		gauge(descSuccessWin, chk.SuccessWindow(chk.Timeout).Seconds(), chk.Name)
+		gauge(descOnsetWin, chk.FailureWindowFromOnset().Seconds(), chk.Name)
 	}
 	gauge(descTargets, float64(len(g.cfg.Targets)))
 	gauge(descStreams, float64(g.cfg.Streams()))

@@ -1,6 +1,3 @@
-// Package server runs sonde as a daemon: it turns a configuration into probers
-// and a scheduler, reloads it without losing the state of unchanged targets,
-// and serves Prometheus metrics, a JSON API and sonde's own health endpoints.
 package server
 
 import (
@@ -89,12 +86,10 @@ func New(opt Options) (*Daemon, error) {
 }
 
 // Start loads the configuration and starts probing. It fails when the
-// configuration is invalid or its probers cannot start.
+// configuration cannot be loaded or its probers cannot start; the error is
+// returned, not logged: nothing runs, and the caller reports it.
 func (d *Daemon) Start() error {
-	if err := d.Reload(); err != nil {
-		return err
-	}
-	return nil
+	return d.Reload()
 }
 
 // Reload loads the configuration again and replaces the running generation.
@@ -107,15 +102,17 @@ func (d *Daemon) Reload() error {
 	defer d.reloadMu.Unlock()
 	start := time.Now()
 	d.mem.beforeLoad()
+	old := d.cur.Load()
 	next, err := d.load()
 	if err != nil {
 		d.mem.afterLoad()
 		d.metrics.reloads.WithLabelValues("failure").Inc()
 		d.metrics.reloadOK.Set(0)
-		d.log.Error("configuration rejected; the previous one keeps running", "err", err)
+		if old != nil {
+			d.log.Error("configuration rejected; the previous one keeps running", "err", err)
+		}
 		return err
 	}
-	old := d.cur.Load()
 	reload := old != nil
 	kept := 0
 	if reload {

@@ -92,7 +92,7 @@ metrics: {per_target: false}
 		t.Fatalf("nft: %v", err)
 	}
 	onset := time.Now()
-	sc := g.cfg.Checks[0].Sched()
+	sc := g.cfg.Checks[0]
 	w3 := sc.FailureWindowFromOnset()
 	waitState(drop, scheduler.Unhealthy, 3*w3)
 	for _, id := range drop {

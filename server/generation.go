@@ -24,7 +24,8 @@ type generation struct {
 	pools    []*scheduler.Pool
 	poolOf   []uint16            // per target, the first pool that lists it
 	morePool map[uint32][]uint16 // targets listed by more than one pool: the others
-	errs     lastErrors          // why each failing target failed, for the API
+	members  map[uint32][]uint32 // leaders of shared streams (P4): the other enabled members
+	errs     lastErrors          // why each failing stream failed, by leader id, for the API
 	loaded   time.Time
 
 	cancel context.CancelFunc
@@ -55,8 +56,7 @@ func buildGeneration(cfg *config.Config, opt *Options, obs *observer) (*generati
 	g.launch = ls
 	checks := make([]scheduler.Check, len(cfg.Checks))
 	for ci, c := range cfg.Checks {
-		checks[ci] = c.Sched()
-		checks[ci].Launcher = ls.byCheck[ci]
+		checks[ci] = scheduler.Check{Timing: c.Timing, Launcher: ls.byCheck[ci]}
 	}
 	specs := make([]scheduler.TargetSpec, len(cfg.Targets))
 	for id, t := range cfg.Targets {
@@ -103,6 +103,28 @@ func (g *generation) indexPools() {
 			g.morePool[id] = append(g.morePool[id], uint16(pi))
 		}
 	}
+	g.members = map[uint32][]uint32{}
+	for id, t := range cfg.Targets {
+		if t.Leader != uint32(id) && !t.Disabled {
+			g.members[t.Leader] = append(g.members[t.Leader], uint32(id))
+		}
+	}
+}
+
+// streamPoolsOf calls fn for every pool that lists a member of the probe
+// stream led by leader: the pools that see each of its probes.
+func (g *generation) streamPoolsOf(leader uint32, fn func(pi int)) {
+	g.poolsOf(leader, fn)
+	for _, id := range g.members[leader] {
+		g.poolsOf(id, fn)
+	}
+}
+
+// lastError returns why the last probe of target id's stream failed, "" when
+// it did not or nobody said. Probes run once per stream, so the error is
+// kept under the stream's leader.
+func (g *generation) lastError(id uint32) string {
+	return g.errs.get(g.cfg.Targets[id].Leader)
 }
 
 // poolsOf calls fn for every pool that lists target id.

@@ -66,8 +66,26 @@ func TestMemoryLimit(t *testing.T) {
 // TestTransitionAllocations bounds the garbage of a state change when state
 // changes are not logged: a million targets change state at start-up.
 func TestTransitionAllocations(t *testing.T) {
+	ob := testObserver(t, memoryConfig)
+	if ob.info {
+		t.Fatal("observer logs state changes at level warn")
+	}
+	ev := scheduler.Event{Target: 0, From: scheduler.Unknown, To: scheduler.Healthy, Outcome: probe.Success}
+	allocs := testing.AllocsPerRun(1000, func() { ob.Transition(ev) })
+	// The event kept for the API: its target string and its pool list.
+	// Logging arguments added about a dozen more.
+	t.Logf("%v allocations per state change", allocs)
+	if allocs > 4 {
+		t.Errorf("%v allocations per state change, want at most 4", allocs)
+	}
+}
+
+// testObserver returns the observer of a generation built, not started, for
+// the config text yaml, with logging at level warn.
+func testObserver(t *testing.T, yaml string) *observer {
+	t.Helper()
 	d, err := New(Options{
-		Load:   func() (*config.Config, error) { return config.Parse([]byte(memoryConfig), "", config.LoadOptions{}) },
+		Load:   func() (*config.Config, error) { return config.Parse([]byte(yaml), "", config.LoadOptions{}) },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		NoSyn:  true,
 	})
@@ -82,17 +100,6 @@ func TestTransitionAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.launch.close()
-	ob := d.obs.forGeneration(g)
-	if ob.info {
-		t.Fatal("observer logs state changes at level warn")
-	}
-	ev := scheduler.Event{Target: 0, From: scheduler.Unknown, To: scheduler.Healthy, Outcome: probe.Success}
-	allocs := testing.AllocsPerRun(1000, func() { ob.Transition(ev) })
-	// The event kept for the API: its target string and its pool list.
-	// Logging arguments added about a dozen more.
-	t.Logf("%v allocations per state change", allocs)
-	if allocs > 4 {
-		t.Errorf("%v allocations per state change, want at most 4", allocs)
-	}
+	t.Cleanup(func() { _ = g.launch.close() })
+	return d.obs.forGeneration(g)
 }

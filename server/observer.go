@@ -54,8 +54,9 @@ func (o *observer) count(pi int, r *probe.Result) {
 	in.duration.Observe(r.Latency.Seconds())
 }
 
-// report records the detail of a one-shot probe: the last error for the API
-// and the HTTP phase timings.
+// report records the detail of a one-shot probe of the stream led by id: the
+// last error for the API and the HTTP phase timings of every pool that lists
+// a member of the stream.
 func (o *observer) report(id uint32, r *probe.Report) {
 	g := o.g
 	g.errs.record(id, r)
@@ -63,7 +64,7 @@ func (o *observer) report(id uint32, r *probe.Report) {
 		return
 	}
 	ph := [len(phaseNames)]float64{r.Phases.Connect.Seconds(), r.Phases.TLS.Seconds(), r.Phases.FirstByte.Seconds(), r.Phases.LastByte.Seconds()}
-	g.poolsOf(id, func(pi int) {
+	g.streamPoolsOf(id, func(pi int) {
 		for i, v := range ph {
 			if v > 0 {
 				o.pools[pi].phases[i].Observe(v)
@@ -87,7 +88,7 @@ func (o *observer) Transition(e scheduler.Event) {
 		Reason:  e.Outcome.String(),
 		Status:  int(e.Status),
 		Streak:  e.Streak,
-		Message: g.errs.get(e.Target),
+		Message: g.lastError(e.Target),
 	}
 	if e.Outcome == probe.Success {
 		ev.Message = ""

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
@@ -14,51 +13,34 @@ import (
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
-// HTTPOptions maps an HTTP or HTTPS check's effective settings onto the HTTP
-// prober's options, reading the probe token's secret when the check has one.
-func HTTPOptions(c *config.Check) (httpprobe.Options, error) {
-	o := httpprobe.Options{
-		Scheme:       c.Protocol.String(),
-		Method:       c.Method,
-		Path:         c.Path,
-		Healthy:      &c.HealthyStatus,
-		Body:         c.BodyContains,
-		MaxBodyBytes: int64(c.MaxBodyBytes),
-		Host:         c.Host,
-		SNI:          c.SNI,
-		UserAgent:    c.UserAgent,
-		Source:       c.SourceAddress,
-	}
-	if len(c.Headers) > 0 {
-		o.Headers = make(http.Header, len(c.Headers))
-		for k, v := range c.Headers {
-			o.Headers.Set(k, v)
-		}
-	}
-	if t := c.TLS; t != nil {
-		o.TLS = httpprobe.TLSOptions{
-			CAFile:             t.CAFile,
-			CertFile:           t.CertFile,
-			KeyFile:            t.KeyFile,
-			InsecureSkipVerify: t.InsecureSkipVerify,
-		}
-		if t.ServerName != "" && o.SNI == "" {
-			o.SNI = t.ServerName
-		}
-	}
-	if a := c.AuthToken; a != nil {
-		var err error
-		switch {
-		case a.SecretFile != "":
-			o.Token, err = httpprobe.TokenFromFile(a.SecretFile)
-		default:
-			o.Token, err = httpprobe.TokenFromEnv(a.SecretEnv)
-		}
+// ErrNoSyn is returned (wrapped) by [NewProber] for a check in tcp_mode syn
+// when the caller has no SYN prober.
+var ErrNoSyn = errors.New("tcp_mode syn needs the SYN prober")
+
+// NewProber picks the prober of check c, the one choice the daemon and
+// `sonde probe` share. A TCP check runs on the caller's SYN prober when the
+// caller has one (synReady) and c's tcp_mode is not connect: then NewProber
+// returns useSyn true and no prober. Otherwise it returns c's one-shot
+// prober: the HTTP prober for HTTP and HTTPS checks, connect() for TCP
+// checks; a TCP check in tcp_mode syn without a SYN prober is an error.
+func NewProber(c *config.Check, synReady bool) (p probe.Reporter, useSyn bool, err error) {
+	switch {
+	case c.Protocol != config.TCP:
+		o, err := c.HTTPOptions()
 		if err != nil {
-			return o, fmt.Errorf("check %s: auth_token: %w", c.Name, err)
+			return nil, false, fmt.Errorf("check %s: %w", c.Name, err)
 		}
+		hp, err := httpprobe.New(o)
+		if err != nil {
+			return nil, false, fmt.Errorf("check %s: %w", c.Name, err)
+		}
+		return hp, false, nil
+	case synReady && c.TCPMode != config.TCPConnect:
+		return nil, true, nil
+	case c.TCPMode == config.TCPSyn:
+		return nil, false, fmt.Errorf("check %s: %w", c.Name, ErrNoSyn)
 	}
-	return o, nil
+	return tcp.New(c.TCPOptions()), false, nil
 }
 
 // TCPPath names the prober that runs TCP checks.
@@ -94,25 +76,14 @@ func buildLaunchers(cfg *config.Config, opt *Options, sink probe.Sink, clock sch
 	}
 	streams := streamsPerCheck(cfg)
 	for ci, c := range cfg.Checks {
-		var p probe.Prober
-		switch {
-		case c.Protocol == config.TCP && ls.useSyn(c):
+		p, useSyn, err := NewProber(c, ls.syn != nil)
+		if err != nil {
+			ls.close()
+			return nil, err
+		}
+		if useSyn {
 			ls.byCheck[ci] = ls.syn
 			continue
-		case c.Protocol == config.TCP:
-			p = tcp.New(tcp.Options{Source: c.SourceAddress})
-		default:
-			o, err := HTTPOptions(c)
-			if err != nil {
-				ls.close()
-				return nil, err
-			}
-			hp, err := httpprobe.New(o)
-			if err != nil {
-				ls.close()
-				return nil, fmt.Errorf("check %s: %w", c.Name, err)
-			}
-			p = hp
 		}
 		w, err := probe.NewWorkers(probe.WorkersOptions{
 			Prober:      p,
@@ -130,11 +101,6 @@ func buildLaunchers(cfg *config.Config, opt *Options, sink probe.Sink, clock sch
 		ls.workers = append(ls.workers, w)
 	}
 	return ls, nil
-}
-
-// useSyn reports whether TCP check c runs on the SYN prober.
-func (ls *launchers) useSyn(c *config.Check) bool {
-	return ls.syn != nil && c.TCPMode != config.TCPConnect
 }
 
 // startSyn starts the SYN prober when a TCP check wants it. A check in syn

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/scheduler"
 )
 
 const configUsage = `Usage: sonde config check [-json] [-endpoints] FILE
@@ -74,62 +75,29 @@ type configReport struct {
 	Metrics      metricsReport    `json:"metrics"`
 }
 
-// checkReport is one check's effective settings and windows. For a window
-// check, rise and fall are the equivalent consecutive thresholds: rise = k of
-// W2 (required successes), fall = k of W1 (size - required + 1).
+// checkReport is one check's effective settings and windows: its probe
+// settings as config holds them, its timing in seconds. For a window check,
+// rise and fall are the equivalent consecutive thresholds: rise = k of W2
+// (required successes), fall = k of W1 (size - required + 1).
 type checkReport struct {
-	Name                    string            `json:"name"`
-	Preset                  *string           `json:"preset"`
-	Protocol                string            `json:"protocol"`
-	Port                    *uint16           `json:"port"` // null: every target gives its own
+	Name   string  `json:"name"`
+	Preset *string `json:"preset"`
+	Port   *uint16 `json:"port"` // null: every target gives its own
+	config.Probe
 	IntervalSeconds         float64           `json:"interval_seconds"`
 	TimeoutSeconds          float64           `json:"timeout_seconds"`
 	Rise                    int               `json:"rise"`
 	Fall                    int               `json:"fall"`
-	Window                  *windowReport     `json:"window"`
+	Window                  *scheduler.Window `json:"window"`
 	FailureWindowSeconds    float64           `json:"failure_window_seconds"`            // W1
 	SuccessWindowSeconds    float64           `json:"success_window_seconds"`            // W2 with r = timeout
 	OnsetWindowSeconds      float64           `json:"failure_window_from_onset_seconds"` // W3
-	InitialState            string            `json:"initial_state"`
+	InitialState            scheduler.State   `json:"initial_state"`
 	FastRecheckSeconds      float64           `json:"fast_recheck_interval_seconds"`
 	UnhealthyIntervalSecond float64           `json:"unhealthy_interval_seconds"`
 	JitterSeconds           float64           `json:"jitter_seconds"`
 	ProbeRate               float64           `json:"probe_rate_per_target"` // highest probes/s one target receives
 	ProbeClass              int               `json:"probe_class"`
-	IPFamily                string            `json:"ip_family"`
-	SourceAddress           string            `json:"source_address,omitempty"`
-	TCPMode                 string            `json:"tcp_mode,omitempty"`
-	Method                  string            `json:"method,omitempty"`
-	Path                    string            `json:"path,omitempty"`
-	HealthyStatus           string            `json:"healthy_status,omitempty"`
-	BodyContains            string            `json:"body_contains,omitempty"`
-	MaxBodyBytes            int               `json:"max_body_bytes,omitempty"`
-	Host                    string            `json:"host,omitempty"`
-	SNI                     string            `json:"sni,omitempty"`
-	UserAgent               string            `json:"user_agent,omitempty"`
-	Headers                 map[string]string `json:"headers,omitempty"`
-	AuthToken               *authTokenReport  `json:"auth_token,omitempty"`
-	TLS                     *tlsReport        `json:"tls,omitempty"`
-}
-
-// authTokenReport says where the probe token's secret comes from, never the
-// secret itself.
-type authTokenReport struct {
-	SecretFile string `json:"secret_file,omitempty"`
-	SecretEnv  string `json:"secret_env,omitempty"`
-}
-
-type tlsReport struct {
-	CAFile             string `json:"ca_file,omitempty"`
-	CertFile           string `json:"cert_file,omitempty"`
-	KeyFile            string `json:"key_file,omitempty"`
-	ServerName         string `json:"server_name,omitempty"`
-	InsecureSkipVerify bool   `json:"insecure_skip_verify"`
-}
-
-type windowReport struct {
-	Size     int `json:"size"`
-	Required int `json:"required"`
 }
 
 type poolReport struct {
@@ -190,31 +158,22 @@ func newConfigReport(cfg *config.Config, endpoints bool) *configReport {
 }
 
 func newCheckReport(c *config.Check) checkReport {
-	sc := c.Sched()
 	r := checkReport{
 		Name:                    c.Name,
-		Protocol:                c.Protocol.String(),
+		Probe:                   c.Probe,
 		IntervalSeconds:         c.Interval.Seconds(),
 		TimeoutSeconds:          c.Timeout.Seconds(),
 		Rise:                    c.Rise,
 		Fall:                    c.Fall,
-		FailureWindowSeconds:    sc.FailureWindow().Seconds(),
-		SuccessWindowSeconds:    sc.SuccessWindow(sc.Timeout).Seconds(),
-		OnsetWindowSeconds:      sc.FailureWindowFromOnset().Seconds(),
-		InitialState:            c.Initial.String(),
+		FailureWindowSeconds:    c.FailureWindow().Seconds(),
+		SuccessWindowSeconds:    c.SuccessWindow(c.Timeout).Seconds(),
+		OnsetWindowSeconds:      c.FailureWindowFromOnset().Seconds(),
+		InitialState:            c.Initial,
 		FastRecheckSeconds:      c.FastRecheck.Seconds(),
 		UnhealthyIntervalSecond: c.UnhealthyInterval.Seconds(),
 		JitterSeconds:           c.Jitter.Seconds(),
-		ProbeRate:               sc.ProbeRate(),
+		ProbeRate:               c.ProbeRate(),
 		ProbeClass:              c.Class,
-		IPFamily:                c.IPFamily.String(),
-		Method:                  c.Method,
-		Path:                    c.Path,
-		BodyContains:            c.BodyContains,
-		Host:                    c.Host,
-		SNI:                     c.SNI,
-		UserAgent:               c.UserAgent,
-		Headers:                 c.Headers,
 	}
 	if c.Preset != "" {
 		r.Preset = &c.Preset
@@ -223,22 +182,7 @@ func newCheckReport(c *config.Check) checkReport {
 		r.Port = &p
 	}
 	if c.Window.Size > 0 {
-		r.Window = &windowReport{Size: c.Window.Size, Required: c.Window.Required}
-	}
-	if t := c.AuthToken; t != nil {
-		r.AuthToken = &authTokenReport{SecretFile: t.SecretFile, SecretEnv: t.SecretEnv}
-	}
-	if t := c.TLS; t != nil {
-		r.TLS = &tlsReport{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
-	}
-	if c.SourceAddress.IsValid() {
-		r.SourceAddress = c.SourceAddress.String()
-	}
-	if c.Protocol == config.TCP {
-		r.TCPMode = c.TCPMode.String()
-	} else {
-		r.HealthyStatus = c.HealthyStatus.String()
-		r.MaxBodyBytes = c.MaxBodyBytes
+		r.Window = &c.Window
 	}
 	return r
 }
@@ -309,11 +253,11 @@ func probeText(c checkReport) string {
 			parts = append(parts, k+" "+v)
 		}
 	}
-	if c.Protocol == "tcp" {
-		add("tcp_mode", c.TCPMode)
+	if c.Protocol == config.TCP {
+		add("tcp_mode", c.TCPMode.String())
 	} else {
 		parts = append(parts, c.Method+" "+c.Path)
-		add("healthy", c.HealthyStatus)
+		add("healthy", c.HealthyStatus.String())
 		if c.BodyContains != "" {
 			add("body_contains", strconv.Quote(c.BodyContains))
 			add("max_body_bytes", strconv.Itoa(c.MaxBodyBytes))
@@ -326,25 +270,20 @@ func probeText(c checkReport) string {
 		for _, k := range slices.Sorted(maps.Keys(c.Headers)) {
 			add("header", k+": "+strconv.Quote(c.Headers[k]))
 		}
-		if t := c.AuthToken; t != nil {
-			if t.SecretFile != "" {
-				add("auth_token from file", t.SecretFile)
-			} else {
-				add("auth_token from env", t.SecretEnv)
-			}
-		}
-		if t := c.TLS; t != nil {
-			add("tls.ca_file", t.CAFile)
-			add("tls.cert_file", t.CertFile)
-			if t.InsecureSkipVerify {
-				parts = append(parts, "tls.insecure_skip_verify")
-			}
+		add("auth_token from file", c.AuthToken.SecretFile)
+		add("auth_token from env", c.AuthToken.SecretEnv)
+		add("tls.ca_file", c.TLS.CAFile)
+		add("tls.cert_file", c.TLS.CertFile)
+		if c.TLS.InsecureSkipVerify {
+			parts = append(parts, "tls.insecure_skip_verify")
 		}
 	}
-	if c.IPFamily != "any" {
-		add("ip_family", c.IPFamily)
+	if c.IPFamily != config.IPAny {
+		add("ip_family", c.IPFamily.String())
 	}
-	add("source_address", c.SourceAddress)
+	if c.SourceAddress.IsValid() {
+		add("source_address", c.SourceAddress.String())
+	}
 	return strings.Join(parts, ", ")
 }
 

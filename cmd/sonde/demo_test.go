@@ -20,6 +20,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server"
 )
 
 // startTestDemo starts a demo with timing tm and closes it at the end of the test.
@@ -49,8 +50,8 @@ func TestDemoConfig(t *testing.T) {
 			t.Errorf("check %s probes every %s with timeout %s; want short ones", c.Name, c.Interval, c.Timeout)
 		}
 		// A failing target must turn unhealthy well within a minute (W1).
-		if sc := c.Sched(); sc.FailureWindow() > 20*time.Second {
-			t.Errorf("check %s: failure window %s, want at most 20s", c.Name, sc.FailureWindow())
+		if c.FailureWindow() > 20*time.Second {
+			t.Errorf("check %s: failure window %s, want at most 20s", c.Name, c.FailureWindow())
 		}
 		if c.Protocol == config.TCP && c.TCPMode != config.TCPConnect {
 			t.Errorf("check %s: tcp_mode %s, want connect (no privileges needed)", c.Name, c.TCPMode)
@@ -115,7 +116,7 @@ func TestDemoBackends(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, p := range cfg.Pools {
 		c := cfg.Checks[p.CheckIndex]
-		pr, err := proberFor(c)
+		pr, _, err := server.NewProber(c, false)
 		if err != nil {
 			t.Fatalf("check %s: %v", c.Name, err)
 		}
@@ -188,7 +189,7 @@ func TestDemoFlapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr, err := proberFor(cfg.CheckByName("gateway"))
+	pr, _, err := server.NewProber(cfg.CheckByName("gateway"), false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -127,6 +126,13 @@ func tcpListener(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	acceptAndClose(t, ln)
+	return ln.Addr().String()
+}
+
+// acceptAndClose accepts connections on ln and closes each at once, until
+// the test ends.
+func acceptAndClose(t *testing.T, ln net.Listener) {
 	t.Cleanup(func() { _ = ln.Close() })
 	go func() {
 		for {
@@ -137,7 +143,6 @@ func tcpListener(t *testing.T) string {
 			_ = c.Close()
 		}
 	}()
-	return ln.Addr().String()
 }
 
 func TestProbeHTTPHealthyJSON(t *testing.T) {
@@ -240,30 +245,6 @@ func TestProbePresetFrontDoor(t *testing.T) {
 	}
 }
 
-func TestProbeTCP(t *testing.T) {
-	listening := tcpListener(t)
-	refused := refusedAddr(t)
-	r := runProbeTest(t, nil, "-json", "tcp://"+listening, "connect://"+listening, "tcp://"+refused.String())
-	if r.code != exitFailure {
-		t.Fatalf("exit %d, want 1; stderr %s", r.code, r.stderr)
-	}
-	lines := r.lines(t)
-	var got []string
-	for _, l := range lines {
-		got = append(got, l["target"].(string)+" "+l["protocol"].(string)+" "+l["outcome"].(string))
-		if _, ok := l["status"]; ok {
-			t.Errorf("TCP result has a status: %v", l)
-		}
-	}
-	want := []string{"tcp://" + listening + " tcp success", "connect://" + listening + " tcp success", "tcp://" + refused.String() + " tcp refused"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("results (-want +got):\n%s", diff)
-	}
-	if e, _ := lines[2]["error"].(string); !strings.Contains(e, "refused") {
-		t.Errorf("error %q does not say the connection was refused", e)
-	}
-}
-
 // TestProbeMixedText checks the text output: one line per target in
 // argument order, the reason for each failure, and exit 1.
 func TestProbeMixedText(t *testing.T) {
@@ -358,72 +339,6 @@ func TestProbeHTTPS(t *testing.T) {
 				t.Errorf("cert_expiry missing: %v", l)
 			}
 		})
-	}
-}
-
-func TestProbeUsageErrors(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		args []string
-		msg  string // stderr must contain it
-	}{
-		{"no URL", nil, "probe: no URL to probe"},
-		{"unknown scheme", []string{"ftp://127.0.0.1:21"}, `probe: URL "ftp://127.0.0.1:21": scheme "ftp" is not one of tcp, connect, syn, http, https`},
-		{"tcp without port", []string{"tcp://127.0.0.1"}, `probe: URL "tcp://127.0.0.1": missing port; want tcp://HOST:PORT`},
-		{"tcp with path", []string{"tcp://127.0.0.1:80/x"}, "has no path or query"},
-		{"port out of range", []string{"http://127.0.0.1:70000/"}, `port "70000" is out of range 1..65535`},
-		{"no host", []string{"http:///x"}, "missing host"},
-		{"bad -status", []string{"-status", "399-200", "http://127.0.0.1/"}, `probe: -status: "399-200": element "399-200" has its start after its end`},
-		{"bad -preset", []string{"-preset", "aws", "http://127.0.0.1/"}, `probe: -preset: "aws" is not one of appservice, frontdoor, appgateway, globalaccelerator`},
-		{"preset without tcp", []string{"-preset", "frontdoor", "tcp://127.0.0.1:80"}, `probe: URL "tcp://127.0.0.1:80" (scheme): "tcp" is not one of http, https for preset frontdoor`},
-		{"bad -method", []string{"-method", "POST", "http://127.0.0.1/"}, `probe: -method: "POST" is not one of GET, HEAD`},
-		{"body with HEAD", []string{"-preset", "frontdoor", "-body", "x", "http://127.0.0.1/"}, "probe: -body: cannot be used with method HEAD"},
-		{"bad -timeout", []string{"-timeout", "0s", "tcp://127.0.0.1:1"}, "probe: -timeout: 0s is out of range 1ms..24h"},
-		{"bad -ip-family", []string{"-ip-family", "ip5", "tcp://127.0.0.1:1"}, `probe: -ip-family: "ip5" is not one of any, ip4, ip6`},
-		{"bad -source", []string{"-source", "nowhere", "tcp://127.0.0.1:1"}, `probe: -source: "nowhere" is not an IP address`},
-		{"bad -header", []string{"-header", "novalue", "http://127.0.0.1/"}, `probe: -header "novalue": want NAME:VALUE`},
-		{"reserved -header", []string{"-header", "Host: x", "http://127.0.0.1/"}, "probe: -header Host: cannot be set here; use host"},
-		{"globalaccelerator path", []string{"-preset", "globalaccelerator", "http://127.0.0.1/" + strings.Repeat("a", 80)}, `/` + strings.Repeat("a", 80) + `" (path): `},
-		{"http flag without http URL", []string{"-status", "200", "tcp://127.0.0.1:1"}, "probe: -status applies to http:// and https:// URLs, and none is given"},
-		{"tls flag without https URL", []string{"-insecure", "http://127.0.0.1/"}, "probe: -insecure applies to https:// URLs, and none is given"},
-		{"ca-file with insecure", []string{"-insecure", "-ca-file", "x.pem", "https://127.0.0.1/"}, "probe: -ca-file has no effect with -insecure"},
-		{"missing ca-file", []string{"-ca-file", "/nonexistent/ca.pem", "https://127.0.0.1/"}, "probe: -ca-file:"},
-		{"unknown flag", []string{"-bogus", "http://127.0.0.1/"}, "flag provided but not defined: -bogus"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := runProbeTest(t, nil, tc.args...)
-			if r.code != exitUsage {
-				t.Fatalf("exit %d, want 2; stdout %s stderr %s", r.code, r.stdout, r.stderr)
-			}
-			if !strings.Contains(r.stderr, tc.msg) {
-				t.Errorf("stderr %q, want it to contain %q", r.stderr, tc.msg)
-			}
-			if r.stdout != "" {
-				t.Errorf("stdout %q, want nothing", r.stdout)
-			}
-		})
-	}
-}
-
-// TestProbeConfigErrorWraps checks that a settings error still wraps the
-// config's error.
-func TestProbeConfigErrorWraps(t *testing.T) {
-	var out, errOut bytes.Buffer
-	err := runProbe(context.Background(), []string{"-status", "abc", "http://127.0.0.1/"}, &out, &errOut)
-	if !errors.Is(err, config.ErrInvalid) {
-		t.Errorf("error %v does not wrap config.ErrInvalid", err)
-	}
-	var fe *config.FieldError
-	if !errors.As(err, &fe) || fe.Field != "checks.url1.healthy_status" {
-		t.Errorf("error %v does not carry the config field error", err)
-	}
-}
-
-// TestProbeHelp checks that -h prints the usage and exits 0.
-func TestProbeHelp(t *testing.T) {
-	r := runProbeTest(t, nil, "-h")
-	if r.code != exitOK || !strings.Contains(r.stderr, "Usage: sonde probe") {
-		t.Errorf("exit %d stderr %q, want 0 and the usage", r.code, r.stderr)
 	}
 }
 

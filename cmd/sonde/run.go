@@ -81,7 +81,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	opt.Load = func() (*config.Config, error) {
 		cfg, err := config.Load(path, config.LoadOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", filepath.Clean(path), err)
+			// A config that cannot be loaded is exit 2, as in "sonde config
+			// check", when it stops the start; a reload only logs it.
+			return nil, usageError(fmt.Errorf("%s: %w", filepath.Clean(path), err))
 		}
 		return cfg, nil
 	}
@@ -96,10 +98,6 @@ func serveDaemon(ctx context.Context, opt server.Options, listen string, log *sl
 		return err
 	}
 	if err := d.Start(); err != nil {
-		var fe *config.FieldError
-		if errors.As(err, &fe) || errors.Is(err, config.ErrInvalid) {
-			return usageError(err)
-		}
 		return err
 	}
 	defer d.Stop()

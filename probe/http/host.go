@@ -2,11 +2,53 @@ package http
 
 import (
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 
 	"github.com/sondeprobe/sonde/probe"
 )
+
+// ValidHost reports whether h can be the Host header of a probe (H6): a host
+// name ([probe.ValidHostName]) or an IP address, with an optional port
+// 1..65535. An IPv6 address with a port is written in brackets
+// ("[2001:db8::1]:8443"); without one, the brackets are optional.
+func ValidHost(h string) bool {
+	if a, err := netip.ParseAddr(h); err == nil {
+		return a.Zone() == ""
+	}
+	if rest, ok := strings.CutPrefix(h, "["); ok {
+		v6, port, ok := strings.Cut(rest, "]")
+		a, err := netip.ParseAddr(v6)
+		if !ok || err != nil || !a.Is6() || a.Zone() != "" {
+			return false
+		}
+		return port == "" || strings.HasPrefix(port, ":") && validPort(port[1:])
+	}
+	if i := strings.LastIndexByte(h, ':'); i >= 0 {
+		if !validPort(h[i+1:]) {
+			return false
+		}
+		h = h[:i]
+	}
+	a, err := netip.ParseAddr(h)
+	return probe.ValidHostName(h) || err == nil && a.Is4()
+}
+
+// validPort reports whether s is a port number 1..65535 in decimal digits.
+func validPort(s string) bool {
+	n, err := strconv.ParseUint(s, 10, 16)
+	return err == nil && n > 0
+}
+
+// HostName returns the host of Host header h without its port and brackets:
+// the TLS server name the header implies.
+func HostName(h string) string {
+	if name, _, err := net.SplitHostPort(h); err == nil {
+		return name
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
+}
 
 // hostHeader returns the Host header for t (H6): Options.Host as written,
 // else the target's host name, else its address; a derived host carries
@@ -35,8 +77,5 @@ func (p *Prober) serverName(host string) string {
 	if p.opts.SNI != "" {
 		return p.opts.SNI
 	}
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		return h
-	}
-	return strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return HostName(host)
 }

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/sondeprobe/sonde/probe"
 )
 
 // Defaults applied by [Options.WithDefaults] to zero fields.
@@ -62,9 +64,9 @@ type Options struct {
 	SNI string
 	// UserAgent is the User-Agent header (H7); empty means DefaultUserAgent.
 	UserAgent string
-	// Headers are extra request headers. Host, User-Agent, Connection,
-	// Content-Length, Transfer-Encoding and the token header have their own
-	// settings and are rejected here.
+	// Headers are extra request headers. The headers of [ReservedHeader]
+	// (Host, User-Agent, the token header, Connection, Content-Length,
+	// Transfer-Encoding) are rejected here.
 	Headers http.Header
 	// Token, when set, is sent in the x-ms-auth-internal-token header (H10).
 	Token Token
@@ -75,17 +77,19 @@ type Options struct {
 	Source netip.Addr
 }
 
-// TLSOptions are the TLS settings of an HTTPS check.
+// TLSOptions are the TLS settings of an HTTPS check. JSON names are those
+// of sonde's config file.
 type TLSOptions struct {
 	// CAFile is a PEM file of the CA certificates that verify servers;
 	// empty means the system's roots.
-	CAFile string
+	CAFile string `json:"ca_file,omitempty"`
 	// CertFile and KeyFile are a PEM client certificate and its key, given
 	// together or not at all.
-	CertFile, KeyFile string
+	CertFile string `json:"cert_file,omitempty"`
+	KeyFile  string `json:"key_file,omitempty"`
 	// InsecureSkipVerify accepts any server certificate. The certificate's
 	// expiry is still reported.
-	InsecureSkipVerify bool
+	InsecureSkipVerify bool `json:"insecure_skip_verify"`
 }
 
 func (t TLSOptions) isZero() bool { return t == TLSOptions{} }
@@ -113,10 +117,23 @@ func (o Options) WithDefaults() Options {
 	return o
 }
 
-// reservedHeaders are the request headers that have a field of their own or
-// that the prober controls (canonical form).
-var reservedHeaders = []string{
-	"Host", "User-Agent", "Connection", "Content-Length", "Transfer-Encoding", TokenHeader,
+// reservedHeaders are the request headers that extra headers may not set,
+// by canonical name, with the reason: the probe sets each of them from a
+// setting of its own, or never sends it.
+var reservedHeaders = map[string]string{
+	"Host":              "set it with the host setting",
+	"User-Agent":        "set it with the user agent setting",
+	TokenHeader:         "set it with the auth token setting",
+	"Connection":        "probes always use a new connection",
+	"Content-Length":    "probes have no body",
+	"Transfer-Encoding": "probes have no body",
+}
+
+// ReservedHeader reports whether extra headers may not set the header
+// called name (in any case), and why.
+func ReservedHeader(name string) (why string, reserved bool) {
+	why, reserved = reservedHeaders[http.CanonicalHeaderKey(name)]
+	return why, reserved
 }
 
 // Validate reports the first setting a probe cannot use. Zero fields are
@@ -132,7 +149,7 @@ func (o Options) Validate() error {
 		return bad("scheme %q: want http or https", o.Scheme)
 	case o.Method != http.MethodGet && o.Method != http.MethodHead:
 		return bad("method %q: want GET or HEAD", o.Method)
-	case !validPath(o.Path):
+	case !ValidPath(o.Path):
 		return bad("path %q: want a path starting with one /, without spaces or control characters", o.Path)
 	case o.MaxBodyBytes < 0:
 		return bad("max body bytes %d: want 0 (default) or more", o.MaxBodyBytes)
@@ -140,9 +157,9 @@ func (o Options) Validate() error {
 		return bad("body match needs method GET: a HEAD response has no body")
 	case int64(len(o.Body)) > o.MaxBodyBytes:
 		return bad("body match of %d bytes is longer than max body bytes %d", len(o.Body), o.MaxBodyBytes)
-	case o.Host != "" && !validHost(o.Host):
-		return bad("host %q: want host or host:port", o.Host)
-	case o.SNI != "" && !validServerName(o.SNI):
+	case o.Host != "" && !ValidHost(o.Host):
+		return bad("host %q: want a host name or IP address with an optional port", o.Host)
+	case o.SNI != "" && !probe.ValidHostName(o.SNI):
 		return bad("sni %q: want a DNS name (TLS sends no IP addresses)", o.SNI)
 	case !ValidHeaderValue(o.UserAgent):
 		return bad("user agent %q contains control characters", o.UserAgent)
@@ -159,11 +176,8 @@ func validateHeaders(h http.Header, bad func(string, ...any) error) error {
 		if !ValidHeaderName(name) {
 			return bad("header name %q is not a valid token", name)
 		}
-		canon := http.CanonicalHeaderKey(name)
-		for _, r := range reservedHeaders {
-			if canon == r {
-				return bad("header %q has its own setting", name)
-			}
+		if why, ok := ReservedHeader(name); ok {
+			return bad("header %q cannot be set here: %s", name, why)
 		}
 		for _, v := range values {
 			if !ValidHeaderValue(v) {
@@ -174,9 +188,10 @@ func validateHeaders(h http.Header, bad func(string, ...any) error) error {
 	return nil
 }
 
-// validPath accepts "/" followed by printable ASCII other than space; "//"
-// at the start would read as an authority and is refused.
-func validPath(p string) bool {
+// ValidPath reports whether p can be the request target of a probe: "/"
+// followed by printable ASCII other than space. "//" at the start would read
+// as an authority and is refused.
+func ValidPath(p string) bool {
 	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") {
 		return false
 	}
@@ -186,26 +201,6 @@ func validPath(p string) bool {
 		}
 	}
 	return true
-}
-
-// validHost accepts a host name, IPv4 address or bracketed IPv6 address,
-// with an optional port: the characters of a URL authority without user info.
-func validHost(h string) bool {
-	for i := 0; i < len(h); i++ {
-		c := h[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`/?#@"<>\{}|^`+"`", c) >= 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// validServerName accepts a DNS name: no IP literal, port or brackets.
-func validServerName(s string) bool {
-	if _, err := netip.ParseAddr(s); err == nil {
-		return false
-	}
-	return validHost(s) && !strings.ContainsAny(s, ":[]")
 }
 
 // ValidHeaderName reports whether s can be a header field name: an RFC 9110

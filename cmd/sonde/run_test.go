@@ -1,0 +1,37 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRunBadConfig checks that a config that cannot be loaded at start ends
+// "sonde run" with exit 2, as "sonde config check" does, and its error
+// printed once, without a word about a previous configuration.
+func TestRunBadConfig(t *testing.T) {
+	invalid := writeConfig(t, "checks:\n  edge: {preset: globalaccelerator, port: 80, fall: 11}\npools: [{name: p, check: edge, targets: [127.0.0.1]}]\n")
+	missing := filepath.Join(t.TempDir(), "missing.yaml")
+	for _, tc := range []struct {
+		name, file, msg string
+	}{
+		{"invalid", invalid, invalid + ": checks.edge.fall: 11 is out of range 2..10 for preset globalaccelerator"},
+		{"missing", missing, missing + ": read config: open " + missing + ": no such file or directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			err := run(context.Background(), []string{"run", "-config", tc.file, "-listen", "127.0.0.1:0", "-syn=false"}, &out, &errOut)
+			if code := report(err, &errOut); code != exitUsage {
+				t.Errorf("exit %d, want %d (stderr %q)", code, exitUsage, errOut.String())
+			}
+			if n := strings.Count(errOut.String(), tc.msg); n != 1 {
+				t.Errorf("stderr has the error %d times, want once:\n%s", n, errOut.String())
+			}
+			if strings.Contains(errOut.String(), "previous") {
+				t.Errorf("stderr speaks of a previous configuration at start:\n%s", errOut.String())
+			}
+		})
+	}
+}

@@ -1,0 +1,155 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// receiver answers with the statuses in codes, one per request, then 200.
+type receiver struct {
+	mu     sync.Mutex
+	codes  []int
+	bodies []string
+	sigs   []string
+	hdr    http.Header
+}
+
+func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	b, _ := io.ReadAll(req.Body)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.bodies = append(r.bodies, string(b))
+	r.sigs = append(r.sigs, req.Header.Get(SignatureHeader))
+	r.hdr = req.Header.Clone()
+	code := http.StatusOK
+	if len(r.codes) > 0 {
+		code, r.codes = r.codes[0], r.codes[1:]
+	}
+	if code == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "7")
+	}
+	w.WriteHeader(code)
+}
+
+func newSender(t *testing.T, r *receiver) (*Sender, *[]time.Duration) {
+	t.Helper()
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	var waits []time.Duration
+	return &Sender{
+		URL:    srv.URL,
+		Secret: []byte("k3y"),
+		Header: http.Header{"X-Sonde-Event": {"state"}},
+		Sleep: func(_ context.Context, d time.Duration) error {
+			waits = append(waits, d)
+			return nil
+		},
+	}, &waits
+}
+
+func TestPostSignsAndRetries(t *testing.T) {
+	r := &receiver{codes: []int{503, 500, 429, 200}}
+	s, waits := newSender(t, r)
+	body := []byte(`{"seq":1}`)
+	n, err := s.Post(context.Background(), body)
+	if err != nil || n != 4 {
+		t.Fatalf("Post = %d, %v; want 4 attempts, nil", n, err)
+	}
+	// Backoff doubles from 500ms; the 429's Retry-After of 7s replaces the 2s.
+	if diff := cmp.Diff([]time.Duration{500 * time.Millisecond, time.Second, 7 * time.Second}, *waits); diff != "" {
+		t.Errorf("waits (-want +got):\n%s", diff)
+	}
+	for i, sig := range r.sigs {
+		if !Verify([]byte("k3y"), body, sig) || r.bodies[i] != string(body) {
+			t.Errorf("attempt %d: body %q signature %q does not verify", i, r.bodies[i], sig)
+		}
+	}
+	if Verify([]byte("other"), body, r.sigs[0]) || Verify([]byte("k3y"), []byte(`{"seq":2}`), r.sigs[0]) {
+		t.Error("a signature verifies under another key or body")
+	}
+	if got := r.hdr.Get("X-Sonde-Event"); got != "state" {
+		t.Errorf("extra header = %q", got)
+	}
+	if got := r.hdr.Get("Content-Type"); got != "application/json" {
+		t.Errorf("Content-Type = %q", got)
+	}
+}
+
+func TestPostGivesUp(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		codes    []int
+		attempts int
+		rejected bool
+	}{
+		{"client error is final", []int{400}, 1, true},
+		{"redirect is final", []int{302}, 1, true},
+		{"down until the last attempt", []int{503, 503, 503}, 3, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &receiver{codes: c.codes}
+			s, _ := newSender(t, r)
+			s.MaxAttempts = 3
+			n, err := s.Post(context.Background(), []byte(`{}`))
+			if n != c.attempts || err == nil || errors.Is(err, ErrRejected) != c.rejected {
+				t.Errorf("Post = %d, %v; want %d attempts, rejected %v", n, err, c.attempts, c.rejected)
+			}
+			var se *StatusError
+			if !errors.As(err, &se) || se.Code != c.codes[len(c.codes)-1] {
+				t.Errorf("error %v does not carry status %d", err, c.codes[len(c.codes)-1])
+			}
+		})
+	}
+}
+
+func TestPostStopsWithContext(t *testing.T) {
+	r := &receiver{codes: []int{503, 503, 503}}
+	s, _ := newSender(t, r)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.Sleep = func(ctx context.Context, _ time.Duration) error { cancel(); return ctx.Err() }
+	n, err := s.Post(ctx, []byte(`{}`))
+	if n != 1 || !errors.Is(err, context.Canceled) {
+		t.Errorf("Post = %d, %v; want 1 attempt and context.Canceled", n, err)
+	}
+}
+
+func TestUnsigned(t *testing.T) {
+	r := &receiver{}
+	s, _ := newSender(t, r)
+	s.Secret = nil
+	if _, err := s.Post(context.Background(), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if r.sigs[0] != "" {
+		t.Errorf("unsigned sender sent signature %q", r.sigs[0])
+	}
+}
+
+func TestReadSecret(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if b, err := ReadSecret(write("ok", "  s3cret\n")); err != nil || string(b) != "s3cret" {
+		t.Errorf("ReadSecret = %q, %v", b, err)
+	}
+	for _, p := range []string{write("empty", " \n"), write("big", string(make([]byte, 5000))), dir, filepath.Join(dir, "missing")} {
+		if _, err := ReadSecret(p); err == nil {
+			t.Errorf("ReadSecret(%s) accepted it", p)
+		}
+	}
+}
