@@ -26,7 +26,7 @@ type sweepRun struct {
 	procCPU float64       // the process's user+system seconds, start-up included
 	self    float64       // the tool's own report of its CPU seconds for the sweep, if it gives one
 	acc     accuracy
-	info    map[string]string // tool-specific facts (capture path, ring drops)
+	info    map[string]string // tool-specific facts (TCP probe path, ring drops)
 }
 
 // pps is the rate of probes on the wire.
@@ -145,9 +145,9 @@ func (e *env) measure(cmd *exec.Cmd) (WireWindow, time.Duration, float64, error)
 }
 
 var (
-	scanCPURE     = regexp.MustCompile(`cpu ([0-9.]+)s user\+sys`)
-	scanCaptureRE = regexp.MustCompile(`capture ([a-z_-]+),`)
-	scanDropsRE   = regexp.MustCompile(`ring drops ([0-9]+)`)
+	scanCPURE   = regexp.MustCompile(`cpu ([0-9.]+)s user\+sys`)
+	scanPathRE  = regexp.MustCompile(`tcp path ([a-z-]+(?: \([a-z]+\))?),`)
+	scanDropsRE = regexp.MustCompile(`ring drops ([0-9]+)`)
 )
 
 // scanOnce sweeps p with `sonde scan` at rate (0: as fast as it can).
@@ -191,8 +191,8 @@ func (e *env) sondeSweep(ctx context.Context, tool string, p netip.Prefix, args 
 	if m := scanCPURE.FindStringSubmatch(summary); m != nil {
 		r.self, _ = strconv.ParseFloat(m[1], 64)
 	}
-	if m := scanCaptureRE.FindStringSubmatch(summary); m != nil {
-		r.info["capture"] = m[1]
+	if m := scanPathRE.FindStringSubmatch(summary); m != nil {
+		r.info["tcp_path"] = m[1]
 	}
 	if m := scanDropsRE.FindStringSubmatch(summary); m != nil {
 		r.info["ring_drops"] = m[1]
@@ -266,7 +266,7 @@ func (e *env) runSweep(ctx context.Context, s *Scenario) error {
 	s.add("probes", float64(good[0].probes), "")
 	addSweepRuns(s, "sonde", good, true)
 	s.add("sonde wrong outcomes", float64(good[0].acc.wrong), "addresses")
-	s.addText("sonde capture", good[0].info["capture"])
+	s.addText("sonde tcp path", good[0].info["tcp_path"])
 	s.addText("sonde ring drops", good[0].info["ring_drops"])
 	addSweepRuns(s, "ceiling", ceil, true)
 	med := func(rs []*sweepRun, f func(*sweepRun) float64) float64 { return median(collect(rs, f)) }
