@@ -19,6 +19,12 @@ func TestBenchUsage(t *testing.T) {
 		{"-scenario", "sweep,nope"},
 		{"-bogus"},
 		{"extra-argument"},
+		{"-fleet", "bogus"},
+		{"-xdp-mode", "bogus"},
+		{"ceiling"},
+		{"ceiling", "-port", "80", "-source", "192.0.2.1", "-next-hop-mac", "02:00:00:00:00:01", "-interface", "veth0", "not-a-prefix"},
+		{"ceiling", "-port", "0", "-source", "192.0.2.1", "-next-hop-mac", "02:00:00:00:00:01", "-interface", "veth0", "198.18.0.0/16"},
+		{"ceiling", "-port", "80", "-source", "bogus", "-next-hop-mac", "02:00:00:00:00:01", "-interface", "veth0", "198.18.0.0/16"},
 	} {
 		var stderr bytes.Buffer
 		err := runBench(context.Background(), args, &bytes.Buffer{}, &stderr)
