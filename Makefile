@@ -34,7 +34,7 @@ bench:
 # Rebuilds the eBPF objects and their Go bindings (needs clang, llvm and
 # libbpf-dev from Debian). The output is committed, so builds need no clang.
 generate:
-	$(GO) generate ./bpf/...
+	$(GO) generate ./bpf/... ./bench/...
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
