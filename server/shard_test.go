@@ -4,10 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
-	"net/http/httptest"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -49,30 +46,16 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// startShard runs a daemon over the config file at path as one shard.
-func startShard(t *testing.T, path string, shard config.Shard, log *syncBuffer) *testDaemon {
+// startShard runs a daemon over the config text as one shard.
+func startShard(t *testing.T, yaml string, shard config.Shard, log *syncBuffer) *testDaemon {
 	t.Helper()
-	d, err := New(Options{
-		Load:   func() (*config.Config, error) { return config.Load(path, config.LoadOptions{Shard: shard}) },
-		Logger: slog.New(slog.NewTextHandler(log, nil)),
-		Shards: 1,
-		NoSyn:  true,
-		Shard:  shard,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	td := &testDaemon{d: d, http: httptest.NewServer(d.Handler()), path: path}
-	t.Cleanup(func() {
-		td.http.Close()
-		if err := d.Stop(); err != nil {
-			t.Error(err)
+	return startDaemonWith(t, yaml, func(o *Options) {
+		o.Load = func() (*config.Config, error) {
+			return config.Parse([]byte(yaml), "", config.LoadOptions{Shard: shard})
 		}
+		o.Logger = slog.New(slog.NewTextHandler(log, nil))
+		o.Shard = shard
 	})
-	return td
 }
 
 type poolsPage struct {
@@ -101,7 +84,6 @@ func TestDaemonShards(t *testing.T) {
 		}
 		return strings.Join(s, ", ")
 	}
-	path := filepath.Join(t.TempDir(), "sonde.yaml")
 	cfg := fmt.Sprintf(`
 checks:
   web: {protocol: http, path: /, interval: 50ms, timeout: 1s, rise: 1, fall: 1}
@@ -109,14 +91,11 @@ pools:
   - {name: mixed, check: web, targets: [%s]}
   - {name: down, check: web, targets: [%s]}
 `, list(append([]*backend{healthy0}, sick1...)...), list(down...))
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
 
 	var logs [2]syncBuffer
 	var shards [2]*testDaemon
 	for i := range shards {
-		shards[i] = startShard(t, path, config.Shard{Index: i, Count: 2}, &logs[i])
+		shards[i] = startShard(t, cfg, config.Shard{Index: i, Count: 2}, &logs[i])
 	}
 	// Wait until every target of both shards is decided.
 	pages := [2]poolsPage{}
