@@ -35,6 +35,12 @@ func TestPolicyRemoved(t *testing.T) {
 	}
 }
 
+// decide returns a router's decisions for p from e's current states.
+func decide(e *Engine, p *Pool) ([]MemberRoute, PoolSummary) {
+	r := NewRouter(e, []*Pool{p}, RouterOptions{RingSize: 1})
+	return r.Routes(0), r.Summary(0)
+}
+
 // poolSim builds a pool of n targets whose answers follow sick: a target id in
 // sick refuses from the time given, and runs it long enough to decide all.
 func poolSim(t *testing.T, n int, sickFrom map[uint32]time.Duration, latency func(id uint32) time.Duration) *sim {

@@ -182,7 +182,7 @@ pools:
 func TestProbeScrapeTimeout(t *testing.T) {
 	silent := silentServer(t)
 	good := newBackend(t)
-	td := startDaemon(t, fmt.Sprintf(`
+	td := startDaemonWith(t, fmt.Sprintf(`
 checks:
   slow: {protocol: http, path: /, interval: 1h, timeout: 60s}
 pools:

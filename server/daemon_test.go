@@ -77,8 +77,14 @@ type testDaemon struct {
 	path string
 }
 
-// startDaemon runs a daemon over the config text; tune changes its options.
-func startDaemon(t *testing.T, yaml string, tune ...func(*Options)) *testDaemon {
+// startDaemon runs a daemon over the config text.
+func startDaemon(t *testing.T, yaml string) *testDaemon {
+	t.Helper()
+	return startDaemonWith(t, yaml, nil)
+}
+
+// startDaemonWith is startDaemon with options changed by set (when not nil).
+func startDaemonWith(t *testing.T, yaml string, set func(*Options)) *testDaemon {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sonde.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
@@ -90,8 +96,8 @@ func startDaemon(t *testing.T, yaml string, tune ...func(*Options)) *testDaemon 
 		Shards: 2,
 		NoSyn:  true,
 	}
-	for _, f := range tune {
-		f(&opt)
+	if set != nil {
+		set(&opt)
 	}
 	d, err := New(opt)
 	if err != nil {

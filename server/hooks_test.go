@@ -121,7 +121,7 @@ func TestWebhookOrderAndRestart(t *testing.T) {
 	}
 	rc := newReceiver(t, secret)
 	a, b := newBackend(t), newBackend(t)
-	td := startDaemon(t, fmt.Sprintf(`
+	td := startDaemonWith(t, fmt.Sprintf(`
 checks:
   web: {protocol: http, path: /, interval: 1h, timeout: 1s, rise: 1, fall: 1}
 pools:
