@@ -16,4 +16,10 @@
 // launcher of its probes. The interval is the gap from a probe's completion
 // (answer or timeout) to the next send, which makes the detection windows of
 // [Timing.FailureWindow] (W1) and [Timing.SuccessWindow] (W2) exact.
+//
+// A [Router] applies the pool policy ([PoolPolicy]: P1 cap, P2 fail-open, E7
+// preferred set) as states change: the observer notifies it of each change
+// through a lock-free ring, and its own goroutine updates the pools'
+// decisions, publishes them for readers and reports each change as a
+// [RouteEvent]. Probes cost it nothing.
 package scheduler
