@@ -144,7 +144,9 @@ func (o *observer) Route(e scheduler.RouteEvent) {
 		if e.Cause == scheduler.CauseState {
 			ev.Reason = e.State.String()
 		}
-		o.pools[e.Pool].routes[e.To].Inc()
+		if int(e.To) < len(o.pools[e.Pool].routes) { // the router never routes to Excluded
+			o.pools[e.Pool].routes[e.To].Inc()
+		}
 	case scheduler.PreferredChanged:
 		ev.From, ev.To = pick2(preferredNames, e.On)
 		if e.Cause == scheduler.CauseState {
