@@ -27,12 +27,17 @@ func (nopObserver) Result(uint32, probe.Result) {}
 func (nopObserver) Transition(Event)            {}
 
 // newEchoEngine builds an engine of n targets at interval 1 s on one shard,
-// answered at once.
+// answered at once. Their first probes are paced over the first second, so
+// the load is even from the start.
 func newEchoEngine(tb testing.TB, n int) (*Engine, *SimClock) {
 	tb.Helper()
 	clock := NewSimClock(time.Unix(0, 0))
 	l := &echoLauncher{}
-	checks := []Check{{Timing: Timing{Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3}, Launcher: l}}
+	checks := []Check{{
+		Timing:      Timing{Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3},
+		Launcher:    l,
+		FirstProbes: Pace{Rate: float64(n), Burst: 1},
+	}}
 	targets := make([]TargetSpec, n)
 	for i := range targets {
 		targets[i].Leader = uint32(i)
