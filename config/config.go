@@ -52,6 +52,8 @@ type Config struct {
 	// Hostnames maps the ids of targets given as host names to the name (for
 	// the Host header and SNI defaults). Most targets have none.
 	Hostnames map[uint32]string
+	// Remediations are the remediation actions in file order (R1, R2).
+	Remediations []*Remediation
 	// Metrics holds the metrics options.
 	Metrics Metrics
 }
@@ -67,8 +69,9 @@ type Target struct {
 	// leader at the highest rate any member of its stream wants and feeds
 	// each result to every member.
 	Leader uint32
-	// Disabled is true when every pool that lists the target disables it:
-	// then no pool needs its health and it is not probed (E6).
+	// Disabled is true when no pool probes the target: every pool that
+	// lists it disables it (E6) or has its health checks off. Then no pool
+	// needs its health and it is not probed.
 	Disabled bool
 }
 
@@ -137,6 +140,9 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 			return nil, err
 		}
 		cfg.Pools = append(cfg.Pools, p)
+	}
+	if cfg.Remediations, err = resolveRemediations(f.Remediation, cfg.Pools, dir); err != nil {
+		return nil, err
 	}
 	cfg.Targets, cfg.Hostnames = x.dedup(cfg.Pools)
 	if f.Metrics != nil && f.Metrics.PerTarget != nil {

@@ -9,7 +9,7 @@
 // The order is fixed: the YAML document in file order (syntax, unknown
 // fields, types, durations), then the checks by name, then the pools in file
 // order (each pool's settings, then its targets, targets_file and disabled
-// entries).
+// entries), then the remediations in file order.
 //
 // Checks. A check is written as a [CheckSpec] (optional fields are
 // pointers, so "not set" differs from zero) and resolved into a [Check]
@@ -34,6 +34,10 @@
 // config is loaded, to one address chosen by the check's ip_family. A
 // target's port is its own, else its check's, else 80 for HTTP and 443 for
 // HTTPS.
+//
+// Remediation (R1, R2). Each entry of "remediation" is a [Remediation]: an
+// action and its budget over a set of pools. It is validated here; the
+// daemon's server/remediate package decides when it fires.
 //
 // Deduplication (P4, P5). Each unique (address, port, check) is one
 // [Target], shared by every pool that lists it. Checks that differ only in
