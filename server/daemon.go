@@ -14,6 +14,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/remediate"
 )
 
 // Options configure a [Daemon].
@@ -57,6 +58,9 @@ type Daemon struct {
 	totals  counterTotals
 	obs     observer
 	mem     memoryTuner
+	// rem fires remediation actions. It outlives generations: budgets and
+	// instance state are kept by remediation name and address.
+	rem *remediate.Manager
 
 	cur      atomic.Pointer[generation]
 	reloadMu sync.Mutex // one load or reload at a time
@@ -82,6 +86,7 @@ func New(opt Options) (*Daemon, error) {
 	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events), mem: newMemoryTuner(&opt)}
 	d.obs.d = d
 	d.metrics = newMetrics(d)
+	d.rem = remediate.New(remediate.Options{Logger: opt.Logger, Registerer: d.metrics.reg})
 	return d, nil
 }
 
@@ -125,6 +130,7 @@ func (d *Daemon) Reload() error {
 	}
 	next.start()
 	d.cur.Store(next)
+	d.rem.Use(next.remedies, remediate.NewView(next.cfg, d.opt.Clock, next.engine.Status, next.lastError))
 	limit := d.mem.afterLoad()
 	d.metrics.reloads.WithLabelValues("success").Inc()
 	d.metrics.reloadOK.Set(1)
@@ -140,10 +146,15 @@ func (d *Daemon) load() (*generation, error) {
 		return nil, err
 	}
 	d.mem.loaded()
+	plan, err := d.rem.Plan(cfg)
+	if err != nil {
+		return nil, err
+	}
 	g, err := buildGeneration(cfg, &d.opt, &d.obs)
 	if err != nil {
 		return nil, fmt.Errorf("start probers: %w", err)
 	}
+	g.remedies = plan
 	return g, nil
 }
 
@@ -182,10 +193,12 @@ func removedPools(old, next *generation) []string {
 	return gone
 }
 
-// Stop ends probing. The daemon cannot be started again.
+// Stop ends probing and remediation (an action in flight is cancelled).
+// The daemon cannot be started again.
 func (d *Daemon) Stop() error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
+	d.rem.Close()
 	g := d.cur.Load()
 	if g == nil {
 		return nil
