@@ -122,18 +122,8 @@ type poolReport struct {
 // when they are unhealthy in all (R2). Firings happen in `sonde run`:
 // /api/v1/remediations lists them.
 type remediationReport struct {
-	Name               string   `json:"name"`
-	Pools              []string `json:"pools"`
-	AfterSeconds       float64  `json:"after_seconds"`
-	MaxPerHour         int      `json:"max_per_hour"` // 0: no cap
-	MaxPer12h          int      `json:"max_per_12h"`
-	MaxPerDay          int      `json:"max_per_day"`
-	Command            []string `json:"command,omitempty"`
-	WebhookURL         string   `json:"webhook_url,omitempty"`
-	WebhookSigned      bool     `json:"webhook_signed,omitempty"`
-	TimeoutSeconds     float64  `json:"timeout_seconds"`
-	Instances          int      `json:"instances"`
-	MultiPoolInstances int      `json:"multi_pool_instances"`
+	remediate.Settings
+	remediate.Coverage
 }
 
 type rateReport struct {
@@ -172,13 +162,7 @@ func newConfigReport(cfg *config.Config, endpoints bool) *configReport {
 		})
 	}
 	for _, r := range cfg.Remediations {
-		cov := remediate.CoverageOf(cfg, r)
-		rep.Remediations = append(rep.Remediations, remediationReport{
-			Name: r.Name, Pools: r.Pools, AfterSeconds: r.After.Seconds(),
-			MaxPerHour: r.MaxPerHour, MaxPer12h: r.MaxPer12h, MaxPerDay: r.MaxPerDay,
-			Command: r.Command, WebhookURL: r.WebhookURL, WebhookSigned: r.WebhookSecretFile != "",
-			TimeoutSeconds: r.Timeout.Seconds(), Instances: cov.Instances, MultiPoolInstances: cov.MultiPool,
-		})
+		rep.Remediations = append(rep.Remediations, remediationReport{remediate.SettingsOf(r), remediate.CoverageOf(cfg, r)})
 	}
 	rs := cfg.ProbeRates()
 	rep.ProbeRate = rateReport{Endpoints: rs.Endpoints, MaxPerEndpoint: rs.Max, Total: rs.Total}
@@ -265,7 +249,7 @@ func (r *configReport) writeText(w io.Writer) error {
 		fmt.Fprintln(tw, "REMEDIATION\tPOOLS\tAFTER\tBUDGET\tINSTANCES\tACTION")
 		for _, m := range r.Remediations {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d (%d in several pools)\t%s\n", m.Name, strings.Join(m.Pools, ","), secs(m.AfterSeconds),
-				budgetText(m), m.Instances, m.MultiPoolInstances, actionText(m))
+				budgetText(m), m.Instances, m.MultiPool, actionText(m))
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -416,22 +416,39 @@ type Status struct {
 	Records      []Record            `json:"records"` // oldest first
 }
 
+// Settings are a remediation's settings as the API and `sonde config
+// check` show them.
+type Settings struct {
+	Name           string   `json:"name"`
+	Pools          []string `json:"pools"`
+	AfterSeconds   float64  `json:"after_seconds"`
+	MaxPerHour     int      `json:"max_per_hour"` // 0: no cap
+	MaxPer12h      int      `json:"max_per_12h"`
+	MaxPerDay      int      `json:"max_per_day"`
+	Command        []string `json:"command,omitempty"`
+	WebhookURL     string   `json:"webhook_url,omitempty"`
+	WebhookSigned  bool     `json:"webhook_signed,omitempty"` // a secret signs the webhook's body
+	TimeoutSeconds float64  `json:"timeout_seconds"`
+}
+
+// SettingsOf returns r's settings.
+func SettingsOf(r *config.Remediation) Settings {
+	return Settings{
+		Name: r.Name, Pools: r.Pools, AfterSeconds: r.After.Seconds(),
+		MaxPerHour: r.MaxPerHour, MaxPer12h: r.MaxPer12h, MaxPerDay: r.MaxPerDay,
+		Command: r.Command, WebhookURL: r.WebhookURL, WebhookSigned: r.WebhookSecretFile != "",
+		TimeoutSeconds: r.Timeout.Seconds(),
+	}
+}
+
 // RemediationStatus is one remediation: its settings, its budget's use and
 // the instances it watches.
 type RemediationStatus struct {
-	Name           string           `json:"name"`
-	Pools          []string         `json:"pools"`
-	AfterSeconds   float64          `json:"after_seconds"`
-	MaxPerHour     int              `json:"max_per_hour"` // 0: no cap
-	MaxPer12h      int              `json:"max_per_12h"`
-	MaxPerDay      int              `json:"max_per_day"`
-	FiredLastHour  int              `json:"fired_last_hour"`
-	FiredLast12h   int              `json:"fired_last_12h"`
-	FiredLastDay   int              `json:"fired_last_day"`
-	Command        []string         `json:"command,omitempty"`
-	WebhookURL     string           `json:"webhook_url,omitempty"`
-	TimeoutSeconds float64          `json:"timeout_seconds"`
-	Instances      []InstanceStatus `json:"instances"` // unhealthy in at least one of its pools
+	Settings
+	FiredLastHour int              `json:"fired_last_hour"`
+	FiredLast12h  int              `json:"fired_last_12h"`
+	FiredLastDay  int              `json:"fired_last_day"`
+	Instances     []InstanceStatus `json:"instances"` // unhealthy in at least one of its pools
 }
 
 // InstanceStatus is an instance a remediation watches.
@@ -452,15 +469,12 @@ func (m *Manager) Status(now int64) Status {
 	st := Status{Remediations: []RemediationStatus{}, Records: []Record{}}
 	for _, name := range slices.Sorted(maps.Keys(m.rules)) {
 		r := m.rules[name]
-		c := r.cfg
 		r.budget.prune(now)
 		rs := RemediationStatus{
-			Name: c.Name, Pools: c.Pools, AfterSeconds: c.After.Seconds(),
-			MaxPerHour: c.MaxPerHour, MaxPer12h: c.MaxPer12h, MaxPerDay: c.MaxPerDay,
+			Settings:      SettingsOf(r.cfg),
 			FiredLastHour: r.budget.used(now, windows[0].span), FiredLast12h: r.budget.used(now, windows[1].span),
 			FiredLastDay: r.budget.used(now, windows[2].span),
-			Command:      c.Command, WebhookURL: c.WebhookURL, TimeoutSeconds: c.Timeout.Seconds(),
-			Instances: []InstanceStatus{},
+			Instances:    []InstanceStatus{},
 		}
 		for _, addr := range slices.SortedFunc(maps.Keys(r.inst), netip.Addr.Compare) {
 			inst := r.inst[addr]

@@ -67,8 +67,8 @@ func indexRemediation(cfg *config.Config, r *config.Remediation) []entry {
 
 // Coverage is how many instances a remediation may act on.
 type Coverage struct {
-	Instances int // addresses in its health-checked pools
-	MultiPool int // of them, those in more than one of its pools: the multi-pool rule applies
+	Instances int `json:"instances"`            // addresses in its health-checked pools
+	MultiPool int `json:"multi_pool_instances"` // of them, those in more than one of its pools: the multi-pool rule applies
 }
 
 // CoverageOf counts the instances r covers in cfg, for `sonde config check`.
