@@ -57,7 +57,6 @@ type Manager struct {
 
 	mu      sync.Mutex
 	view    *View
-	plan    *Plan
 	rules   map[string]*rule
 	records []Record // ring of the most recent records
 	next    uint64   // sequence number of the next record
@@ -150,7 +149,7 @@ func (m *Manager) Use(p *Plan, v *View) {
 			m.met.forget(name)
 		}
 	}
-	m.rules, m.view, m.plan = next, v, p
+	m.rules, m.view = next, v
 	if !m.running && len(next) > 0 {
 		m.running = true
 		m.loop.Go(func() { m.evaluateEvery(v.clock) })
