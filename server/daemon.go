@@ -165,7 +165,7 @@ func (d *Daemon) logStart(g *generation, reload bool, kept int, memLimit int64, 
 		msg = "configuration reloaded"
 	}
 	d.log.Info(msg, "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", len(g.cfg.Targets),
-		"streams", g.cfg.Streams(), "kept_state", kept, "tcp_path", g.launch.tcpPath, "took", took.Round(time.Millisecond))
+		"streams", g.cfg.Streams(), "remediations", len(g.cfg.Remediations), "kept_state", kept, "tcp_path", g.launch.tcpPath, "took", took.Round(time.Millisecond))
 	if memLimit > 0 {
 		d.log.Debug("memory limit set", "bytes", memLimit)
 	}
