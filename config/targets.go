@@ -234,10 +234,10 @@ func (x *expander) expandSpec(l loc, raw string, c *Check, fn endpointFunc) erro
 		return l.errorf("block %s has %s addresses, more than the limit of %d targets", p, text, x.limit)
 	}
 	if x.adding {
-		if total := len(x.entries) + n; total > x.limit {
+		if total := x.listed + n; total > x.limit {
 			return l.errorf("block %s brings the number of targets to %d, more than the limit of %d", p, total, x.limit)
 		}
-		x.entries = slices.Grow(x.entries, n)
+		x.entries = slices.Grow(x.entries, n/x.shard.Shards()+1)
 	}
 	a := p.Addr()
 	for range n {
@@ -268,7 +268,9 @@ func family(a netip.Addr) string {
 
 // expandFile calls expandSpec for every target line of a targets file.
 func (x *expander) expandFile(field, name string, c *Check, fn endpointFunc) error {
-	err := readTargetLines(resolvePath(x.dir, name), name, func(line int, text string) error {
+	path := resolvePath(x.dir, name)
+	x.files = append(x.files, path)
+	err := readTargetLines(path, name, func(line int, text string) error {
 		return x.expandSpec(loc{field: field, prefix: linePrefix(name, line)}, text, c, fn)
 	})
 	var re *readError

@@ -42,6 +42,12 @@ type Options struct {
 	// Events is the number of recent state changes kept for the API;
 	// default 10000.
 	Events int
+	// Shard is the slice of the targets this daemon probes (sonde run
+	// -shard); the zero Shard is all of them. Load must return
+	// configurations of this shard (config.LoadOptions.Shard): one of
+	// another shard is rejected. It is reported in the start log,
+	// /api/v1/pools and sonde_shard_info.
+	Shard config.Shard
 	// NoMemoryLimit leaves the Go runtime's memory limit alone. By default
 	// the daemon sets it after every load to the memory in use plus an
 	// eighth (see memoryTuner), unless GOMEMLIMIT is set.
@@ -83,6 +89,9 @@ func New(opt Options) (*Daemon, error) {
 	}
 	if opt.Version == "" {
 		opt.Version = "devel"
+	}
+	if err := opt.Shard.Validate(); err != nil {
+		return nil, fmt.Errorf("server: Options.Shard: %w", err)
 	}
 	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events), mem: newMemoryTuner(&opt)}
 	d.obs.d = d
@@ -146,6 +155,9 @@ func (d *Daemon) load() (*generation, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Shard.String() != d.opt.Shard.String() {
+		return nil, fmt.Errorf("configuration holds the targets of shard %s, the daemon runs shard %s", cfg.Shard, d.opt.Shard)
+	}
 	d.mem.loaded()
 	plan, err := d.rem.Plan(cfg)
 	if err != nil {
@@ -164,7 +176,7 @@ func (d *Daemon) logStart(g *generation, reload bool, kept int, memLimit int64, 
 	if reload {
 		msg = "configuration reloaded"
 	}
-	d.log.Info(msg, "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", len(g.cfg.Targets),
+	d.log.Info(msg, "shard", g.cfg.Shard.String(), "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", len(g.cfg.Targets),
 		"streams", g.cfg.Streams(), "remediations", len(g.cfg.Remediations), "kept_state", kept, "tcp_path", g.launch.tcpPath, "took", took.Round(time.Millisecond))
 	if memLimit > 0 {
 		d.log.Debug("memory limit set", "bytes", memLimit)

@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/config/watch"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/server"
 )
@@ -34,10 +35,12 @@ type runFlags struct {
 	source    string
 	iface     string
 	shards    int
+	shard     config.Shard
+	watch     bool
 }
 
-// runRun runs the daemon until SIGINT or SIGTERM; SIGHUP reloads the
-// configuration.
+// runRun runs the daemon until SIGINT or SIGTERM; SIGHUP, and a change of
+// the configuration's files unless -watch=false, reload it.
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -51,6 +54,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&f.source, "source", "", "source `address` of SYN probes (default: the route's source)")
 	fs.StringVar(&f.iface, "interface", "", "`interface` whose ingress carries SYN replies (default: the source address's)")
 	fs.IntVar(&f.shards, "shards", 0, "scheduler shards (default: one per CPU)")
+	fs.BoolVar(&f.watch, "watch", true, "reload the -config file by itself when its content, or that of a file it names, changes")
+	shardFlag(fs, &f.shard, "probe only shard `i/N` of the targets: N processes with shards 0/N … N-1/N probe each target once")
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
 	}
@@ -64,7 +69,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usageError(err)
 	}
-	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion()}
+	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Shard: f.shard}
 	if opt.Syn, err = synFlags(f); err != nil {
 		return usageError(err)
 	}
@@ -74,25 +79,56 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("start demo: %w", err)
 		}
 		defer d.Close()
-		opt.Load = func() (*config.Config, error) { return config.Parse(d.Config, "", config.LoadOptions{}) }
-		return serveDaemon(ctx, opt, f.listen, log, func() { d.Banner(stdout, f.listen) })
+		opt.Load = func() (*config.Config, error) { return config.Parse(d.Config, "", config.LoadOptions{Shard: f.shard}) }
+		return serveDaemon(ctx, opt, f.listen, log, nil, func() { d.Banner(stdout, f.listen) })
 	}
 	path := f.config
+	w := watchConfig(f.watch, path, log)
 	opt.Load = func() (*config.Config, error) {
-		cfg, err := config.Load(path, config.LoadOptions{})
+		cfg, err := config.Load(path, config.LoadOptions{Shard: f.shard})
 		if err != nil {
 			// A config that cannot be loaded is exit 2, as in "sonde config
 			// check", when it stops the start; a reload only logs it.
 			return nil, usageError(fmt.Errorf("%s: %w", filepath.Clean(path), err))
 		}
+		if w != nil {
+			w.SetFiles(cfg.Files)
+		}
 		return cfg, nil
 	}
-	return serveDaemon(ctx, opt, f.listen, log, nil)
+	return serveDaemon(ctx, opt, f.listen, log, w, nil)
 }
 
-// serveDaemon starts the daemon and its HTTP server, reloads on SIGHUP, and
-// stops gracefully when ctx is done. ready is called once both run.
-func serveDaemon(ctx context.Context, opt server.Options, listen string, log *slog.Logger, ready func()) error {
+// watchConfig returns a watcher of the configuration file, or nil when
+// watching is off or impossible (logged: SIGHUP still reloads). It is made
+// before the first load, so that a change after that load is seen.
+func watchConfig(on bool, path string, log *slog.Logger) *watch.Watcher {
+	if !on {
+		return nil
+	}
+	w, err := watch.New([]string{path}, watch.Options{Error: func(err error) { log.Warn("watching the configuration", "err", err) }})
+	if err != nil {
+		log.Warn("the configuration is not watched; SIGHUP reloads it", "err", err)
+		return nil
+	}
+	return w
+}
+
+// serveDaemon starts the daemon and its HTTP server, reloads on SIGHUP and
+// on every change w (which may be nil) reports, and stops gracefully when
+// ctx is done. ready is called once both run.
+func serveDaemon(ctx context.Context, opt server.Options, listen string, log *slog.Logger, w *watch.Watcher, ready func()) error {
+	var changes <-chan struct{} // nil: never
+	if w != nil {
+		changes = w.Changes()
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go func() {
+			if err := w.Run(wctx); err != nil {
+				log.Warn("the configuration is no longer watched; SIGHUP reloads it", "err", err)
+			}
+		}()
+	}
 	d, err := server.New(opt)
 	if err != nil {
 		return err
@@ -119,6 +155,9 @@ func serveDaemon(ctx context.Context, opt server.Options, listen string, log *sl
 				return
 			case <-hup:
 				_ = d.Reload() // logged by the daemon; the old configuration keeps running
+			case <-changes:
+				log.Info("configuration changed on disk")
+				_ = d.Reload()
 			}
 		}
 	}()
@@ -159,4 +198,13 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("-log-format %q: want text or json", format)
+}
+
+// shardFlag defines -shard i/N on fs, parsed into s.
+func shardFlag(fs *flag.FlagSet, s *config.Shard, usage string) {
+	fs.Func("shard", usage, func(v string) error {
+		var err error
+		*s, err = config.ParseShard(v)
+		return err
+	})
 }

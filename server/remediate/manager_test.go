@@ -345,3 +345,16 @@ func TestBudgetReasons(t *testing.T) {
 		t.Fatalf("no caps: %q; pruned to %d firings, want the one of the last 24 h", r, len(b.fired))
 	}
 }
+
+// TestNoRemediationInAShard checks that a process holding one shard of the
+// targets refuses remediations: it sees part of every pool.
+func TestNoRemediationInAShard(t *testing.T) {
+	cfg, err := config.Parse([]byte(twoPools), "", config.LoadOptions{Shard: config.Shard{Index: 1, Count: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(Options{}).Plan(cfg)
+	if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "cannot run in shard 1/2") {
+		t.Fatalf("Plan in a shard: %v, want an invalid-configuration error naming the shard", err)
+	}
+}
