@@ -66,7 +66,7 @@ type Config struct {
 	Shard Shard
 	// Files are the files the configuration was read from, each once: the
 	// config file (when read by [Load]), then the targets files and the TLS
-	// and secret files its pools and checks name, as opened.
+	// and secret files its pools, checks and remediations name, as opened.
 	Files []string
 }
 
@@ -166,19 +166,22 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 		return nil, err
 	}
 	cfg.Targets, cfg.Hostnames = x.dedup(cfg.Pools)
-	cfg.Files = readFiles(cfg.Checks, x.files)
+	cfg.Files = readFiles(cfg.Checks, cfg.Remediations, x.files)
 	if f.Metrics != nil && f.Metrics.PerTarget != nil {
 		cfg.Metrics.PerTarget = *f.Metrics.PerTarget
 	}
 	return cfg, nil
 }
 
-// readFiles lists, each once, the targets files and then the TLS and secret
-// files of the checks.
-func readFiles(checks []*Check, targetsFiles []string) []string {
+// readFiles lists, each once, the targets files, then the TLS and secret
+// files of the checks, then the webhook secret files of the remediations.
+func readFiles(checks []*Check, rems []*Remediation, targetsFiles []string) []string {
 	files := slices.Clone(targetsFiles)
 	for _, c := range checks {
 		files = append(files, c.AuthToken.SecretFile, c.TLS.CAFile, c.TLS.CertFile, c.TLS.KeyFile)
+	}
+	for _, r := range rems {
+		files = append(files, r.WebhookSecretFile)
 	}
 	seen := map[string]bool{"": true}
 	return slices.DeleteFunc(files, func(f string) bool {

@@ -324,6 +324,10 @@ remediation:
 	if diff := cmp.Diff(want, cfg.Remediations, cmp.AllowUnexported(Remediation{})); diff != "" {
 		t.Errorf("remediations (-want +got):\n%s", diff)
 	}
+	// A reload follows the webhook's secret file.
+	if diff := cmp.Diff([]string{filepath.Join(dir, "hook.key")}, cfg.Files); diff != "" {
+		t.Errorf("files (-want +got):\n%s", diff)
+	}
 }
 
 // TestHealthChecksOff checks the switch of Front Door's disabled probes and
