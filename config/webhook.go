@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// WebhookSpec is one entry of "webhooks" as written. See [Webhook].
-type WebhookSpec struct {
+// EventWebhookSpec is one entry of "webhooks" as written. See
+// [EventWebhook].
+type EventWebhookSpec struct {
 	Name       *string          `yaml:"name"`
 	URL        *string          `yaml:"url"`
 	Events     *EventFilterSpec `yaml:"events"`
@@ -35,9 +36,9 @@ const (
 	maxURLLen             = 2048
 )
 
-// Webhook is one entry of "webhooks": an HTTP endpoint that receives the
+// EventWebhook is one entry of "webhooks": an HTTP endpoint that receives the
 // daemon's events as batches of JSON, and which of them.
-type Webhook struct {
+type EventWebhook struct {
 	// Name tells webhooks apart in metrics and logs: the name set, else the
 	// URL's host:port.
 	Name string
@@ -57,7 +58,7 @@ type Webhook struct {
 
 // Wants reports whether an event of kind for pools passes the webhook's
 // filter.
-func (w *Webhook) Wants(kind string, pools []string) bool {
+func (w *EventWebhook) Wants(kind string, pools []string) bool {
 	if len(w.Kinds) > 0 && !slices.Contains(w.Kinds, kind) {
 		return false
 	}
@@ -74,8 +75,8 @@ func (w *Webhook) Wants(kind string, pools []string) bool {
 
 // resolveWebhooks validates the "webhooks" entries against the config's
 // pools.
-func resolveWebhooks(specs []*WebhookSpec, dir string, pools []*Pool) ([]*Webhook, error) {
-	var out []*Webhook
+func resolveWebhooks(specs []*EventWebhookSpec, dir string, pools []*Pool) ([]*EventWebhook, error) {
+	var out []*EventWebhook
 	for i, s := range specs {
 		field := fmt.Sprintf("webhooks[%d]", i)
 		if s == nil {
@@ -99,15 +100,12 @@ func resolveWebhooks(specs []*WebhookSpec, dir string, pools []*Pool) ([]*Webhoo
 	return out, nil
 }
 
-func resolveWebhook(field string, s *WebhookSpec, dir string, pools []*Pool) (*Webhook, error) {
-	if s.URL == nil {
-		return nil, fieldErr(field+".url", "missing; want an http:// or https:// URL")
-	}
-	u, err := parseWebhookURL(*s.URL)
+func resolveWebhook(field string, s *EventWebhookSpec, dir string, pools []*Pool) (*EventWebhook, error) {
+	u, err := checkWebhookURL(field+".url", s.URL)
 	if err != nil {
-		return nil, fieldErr(field+".url", "%q %s", *s.URL, err.Error())
+		return nil, err
 	}
-	w := &Webhook{Name: u.Host, URL: *s.URL, Timeout: pickDur(s.Timeout, DefaultWebhookTimeout)}
+	w := &EventWebhook{Name: u.Host, URL: *s.URL, Timeout: pickDur(s.Timeout, DefaultWebhookTimeout)}
 	if s.Name != nil {
 		if !validName(*s.Name) {
 			return nil, fieldErr(field+".name", "%q is not a valid name; want %s", *s.Name, nameRule)
@@ -137,6 +135,19 @@ func resolveWebhook(field string, s *WebhookSpec, dir string, pools []*Pool) (*W
 		w.Kinds, w.Pools = s.Events.Kinds, s.Events.Pools
 	}
 	return w, nil
+}
+
+// checkWebhookURL checks the url of a webhook, an event webhook's or a
+// remediation's: one rule for both.
+func checkWebhookURL(field string, s *string) (*url.URL, error) {
+	if s == nil {
+		return nil, fieldErr(field, "missing; want an http:// or https:// URL")
+	}
+	u, err := parseWebhookURL(*s)
+	if err != nil {
+		return nil, fieldErr(field, "%q %s", *s, err.Error())
+	}
+	return u, nil
 }
 
 // parseWebhookURL checks a webhook URL; the error says what is wrong after

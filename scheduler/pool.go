@@ -57,6 +57,11 @@ type Pool struct {
 	Policy   PoolPolicy
 	Members  []uint32
 	Disabled []uint32
+	// Unprobed is set when the pool's health checks are off (Front Door's
+	// disabled probes, Global Accelerator's health checks off): its enabled
+	// members are routed whatever the engine says of them, never removed,
+	// and never make the pool fail open.
+	Unprobed bool
 }
 
 // PoolSummary counts a pool's members by state and decision.
@@ -66,8 +71,9 @@ type PoolSummary struct {
 	Healthy     int  // enabled and healthy
 	Unhealthy   int  // enabled and unhealthy
 	Unknown     int  // enabled and not yet decided
+	Unprobed    int  // enabled members of a pool with health checks off: routed, never probed
 	Removed     int  // unhealthy targets taken out of rotation (P1–P3)
-	Routable    int  // targets receiving traffic: healthy ones and unhealthy ones not removed
+	Routable    int  // targets receiving traffic: healthy ones, unhealthy ones not removed, unprobed ones
 	Preferred   int  // healthy targets within the latency margin of the fastest (E7)
 	FailingOpen bool // the pool has unhealthy targets, none healthy, and keeps them all (P2)
 }

@@ -120,7 +120,7 @@ type poolRoute struct {
 	index int
 
 	enabled, healthy, unhealthy, unknown, preferred int
-	failOpen                                        bool
+	failOpen                                        bool // never for an unprobed pool
 
 	// sick holds the unhealthy members by (since, id), oldest first, with
 	// dead entries left by members that recovered until the next
@@ -214,6 +214,10 @@ func (r *Router) initPool(pr *poolRoute) {
 			return
 		}
 		pr.enabled++
+		if pr.p.Unprobed { // routed whatever its state, never decided again
+			pr.setFlags(m, uint32(Routed))
+			return
+		}
 		switch r.state[id] {
 		case Healthy:
 			pr.healthy++
@@ -232,7 +236,9 @@ func (r *Router) initPool(pr *poolRoute) {
 	r.pending = r.pending[:0]
 	r.rebalance(pr, noEntry, CauseCap)
 	r.pending = r.pending[:0] // decisions at start are not events
-	r.rank(pr, false)
+	if !pr.p.Unprobed {
+		r.rank(pr, false)
+	}
 	pr.publish()
 }
 
@@ -277,7 +283,7 @@ func (r *Router) Step(now int64) int64 {
 		if pr.rankDirty {
 			due = min(due, pr.lastRank+int64(r.opt.RankDelay))
 		}
-		if pr.healthy > 0 || pr.preferred > 0 {
+		if !pr.p.Unprobed && (pr.healthy > 0 || pr.preferred > 0) {
 			if due <= now {
 				r.rank(pr, true)
 				due = now + int64(r.opt.RankEvery)
@@ -349,7 +355,7 @@ func (r *Router) apply(id uint32) {
 func (r *Router) change(pr *poolRoute, id uint32, from State, oldSince, since int64) {
 	m := pr.member(id)
 	old := pr.loadFlags(m)
-	if Route(old&routeMask) == Excluded {
+	if Route(old&routeMask) == Excluded || pr.p.Unprobed {
 		return
 	}
 	to := r.state[id]
@@ -593,7 +599,10 @@ func (pr *poolRoute) publish() {
 		Removed:   pr.removed,
 		Preferred: pr.preferred,
 	}
-	s.Routable = s.Healthy + s.Unhealthy - s.Removed
+	if pr.p.Unprobed {
+		s.Unprobed = pr.enabled
+	}
+	s.Routable = s.Healthy + s.Unhealthy - s.Removed + s.Unprobed
 	s.FailingOpen = pr.failOpen
 	pr.summary.Store(s)
 	pr.changed = false
@@ -617,7 +626,8 @@ func (r *Router) Route(pi, m int) (Route, bool) {
 
 // Routes returns every member of pool pi with its current status, its route
 // and preference as decided, and its latency rank among the healthy routed
-// members, computed now (E7). It allocates one slice for the answer.
+// members of a probed pool, computed now (E7). It allocates one slice for the
+// answer.
 func (r *Router) Routes(pi int) []MemberRoute {
 	p := r.pools[pi].p
 	out := make([]MemberRoute, len(p.Members))
@@ -625,7 +635,7 @@ func (r *Router) Routes(pi int) []MemberRoute {
 	for m, id := range p.Members {
 		route, pref := r.Route(pi, m)
 		out[m] = MemberRoute{ID: id, Status: r.e.Status(id), Route: route, Preferred: pref}
-		if route == Routed && out[m].Status.State == Healthy {
+		if route == Routed && !p.Unprobed && out[m].Status.State == Healthy {
 			well = append(well, &out[m])
 		}
 	}

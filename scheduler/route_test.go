@@ -37,18 +37,22 @@ func routeSim(t *testing.T, n int, policy PoolPolicy, sick func(id uint32, at ti
 }
 
 // routeLog renders the route events of kind route and fail_open as
-// "target:from>to(cause)" and "open"/"closed", in order.
-func routeLog(evs []RouteEvent) string {
+// "target:from>to(cause)" and "open"/"closed", in order, and counts the
+// first decisions (pending to routed), which it leaves out: their order is
+// the order of the first probes.
+func routeLog(evs []RouteEvent) (log string, first int) {
 	var b []string
 	for _, ev := range evs {
-		switch ev.Kind {
-		case RouteChanged:
+		switch {
+		case ev.Kind == RouteChanged && ev.From == Pending && ev.To == Routed:
+			first++
+		case ev.Kind == RouteChanged:
 			b = append(b, fmt.Sprintf("%d:%v>%v(%v)", ev.Target, ev.From, ev.To, ev.Cause))
-		case FailOpenChanged:
+		case ev.Kind == FailOpenChanged:
 			b = append(b, map[bool]string{true: "open", false: "closed"}[ev.On])
 		}
 	}
-	return strings.Join(b, " ")
+	return strings.Join(b, " "), first
 }
 
 // TestRouterEvents follows SEMANTICS P1 and P2 through their route events:
@@ -65,25 +69,22 @@ func TestRouterEvents(t *testing.T) {
 			name:   "P1 App Service example, then a recovery frees a slot",
 			policy: PoolPolicy{MaxUnhealthyPercent: 50, FailOpen: true},
 			sick:   map[uint32][2]time.Duration{1: {3 * sec, 20 * sec}, 2: {5 * sec, time.Hour}, 3: {7 * sec, time.Hour}},
-			// First decisions (in the order the spread first probes
-			// go out); 1 and 2 removed, 3 kept; 1 back, 3 takes its slot.
-			want: "3:pending>routed(state) 2:pending>routed(state) 1:pending>routed(state) 0:pending>routed(state) " +
-				"1:routed>removed(state) 2:routed>removed(state) 1:removed>routed(state) 3:routed>removed(max_unhealthy_percent)",
+			// 1 and 2 removed, 3 kept; 1 back, 3 takes its slot.
+			want: "1:routed>removed(state) 2:routed>removed(state) 1:removed>routed(state) 3:routed>removed(max_unhealthy_percent)",
 		},
 		{
 			name:   "P2 fail open and back",
 			policy: PoolPolicy{MaxUnhealthyPercent: 100, FailOpen: true},
 			sick:   map[uint32][2]time.Duration{0: {3 * sec, time.Hour}, 1: {5 * sec, time.Hour}, 2: {7 * sec, 20 * sec}},
 			// Entering fail-open puts back the youngest removal first.
-			want: "2:pending>routed(state) 1:pending>routed(state) 0:pending>routed(state) " +
-				"0:routed>removed(state) 1:routed>removed(state) open 1:removed>routed(fail_open) 0:removed>routed(fail_open) " +
+			want: "0:routed>removed(state) 1:routed>removed(state) open 1:removed>routed(fail_open) 0:removed>routed(fail_open) " +
 				"closed 0:routed>removed(fail_open) 1:routed>removed(fail_open)",
 		},
 		{
 			name:   "P3 single instance under 50 % is never removed",
 			policy: PoolPolicy{MaxUnhealthyPercent: 50},
 			sick:   map[uint32][2]time.Duration{0: {3 * sec, time.Hour}},
-			want:   "0:pending>routed(state)",
+			want:   "",
 		},
 	}
 	for _, tt := range tests {
@@ -99,8 +100,9 @@ func TestRouterEvents(t *testing.T) {
 				return ok && at >= w[0] && at < w[1]
 			}, RouterOptions{})
 			s.runFor(40 * sec)
-			if got := routeLog(s.routes); got != tt.want {
-				t.Fatalf("route events:\n got %s\nwant %s", got, tt.want)
+			got, first := routeLog(s.routes)
+			if got != tt.want || first != n {
+				t.Fatalf("route events after %d first decisions (want %d):\n got %s\nwant %s", first, n, got, tt.want)
 			}
 			checkReplay(t, s, 0)
 		})
@@ -310,5 +312,28 @@ func TestRouterNotifyAllocations(t *testing.T) {
 	allocs := testing.AllocsPerRun(1000, func() { s.router.Notify(1) })
 	if allocs != 0 {
 		t.Fatalf("Notify: %v allocations, want 0", allocs)
+	}
+}
+
+// TestRouterUnprobed: the members of a pool with health checks off stay
+// routed whatever their states do, and no event is reported for them.
+func TestRouterUnprobed(t *testing.T) {
+	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
+	targets := []TargetSpec{{Leader: 0}, {Leader: 1}}
+	s := newSim(t, checks, targets, 1)
+	s.behave = func(req probe.Request) answer {
+		if req.ID == 0 && req.Sent > int64(3*sec) {
+			return answer{outcome: probe.Refused, after: time.Millisecond}
+		}
+		return answer{outcome: probe.Success, after: time.Millisecond}
+	}
+	p := &Pool{Policy: PoolPolicy{MaxUnhealthyPercent: 100}, Members: []uint32{0, 1}, Unprobed: true}
+	s.route([]*Pool{p}, RouterOptions{})
+	s.runFor(10 * sec)
+	if len(s.events) == 0 || len(s.routes) != 0 {
+		t.Fatalf("%d state changes, %d route events; want some and none", len(s.events), len(s.routes))
+	}
+	if sum := s.router.Summary(0); sum != (PoolSummary{Members: 2, Unprobed: 2, Routable: 2}) {
+		t.Fatalf("summary %+v", sum)
 	}
 }

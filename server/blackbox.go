@@ -147,18 +147,17 @@ func (g *generation) newOneShot(module, target string) (oneShot, error) {
 			shot.check.Path = pt.Path
 		}
 	}
-	if pt.Port == 0 {
-		switch {
-		case pt.Scheme == "http":
-			shot.target.Port = 80
-		case pt.Scheme == "https":
-			shot.target.Port = 443
-		default:
-			shot.target.Port = c.DefaultPort()
-		}
-		if shot.target.Port == 0 {
-			return oneShot{}, fmt.Errorf("target=%q has no port and check %s has none", target, c.Name)
-		}
+	switch {
+	case pt.Scheme == "":
+		shot.target.Port = c.TargetPort(pt.Port) // as for a target of the check in the configuration
+	case pt.Port != 0: // a URL says where it goes
+	case pt.Scheme == "http":
+		shot.target.Port = 80
+	default:
+		shot.target.Port = 443
+	}
+	if shot.target.Port == 0 {
+		return oneShot{}, fmt.Errorf("target=%q has no port and check %s has none", target, c.Name)
 	}
 	return shot, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/remediate"
 )
 
 // generation is one loaded configuration at work: its probers, its engine and
@@ -31,6 +32,7 @@ type generation struct {
 	errs     lastErrors          // why each failing stream failed, by leader id, for the API
 	oneShots oneShotProbers      // probers of /probe requests
 	certs    []atomic.Int64      // per stream leader, Unix time of the earliest certificate expiry seen; nil without HTTPS checks
+	remedies *remediate.Plan     // the configuration's remediations, for the daemon's manager
 	loaded   time.Time
 
 	cancel context.CancelFunc
@@ -65,7 +67,7 @@ func buildGeneration(cfg *config.Config, opt *Options, obs *observer) (*generati
 	g.launch = ls
 	checks := make([]scheduler.Check, len(cfg.Checks))
 	for ci, c := range cfg.Checks {
-		checks[ci] = scheduler.Check{Timing: c.Timing, Launcher: ls.byCheck[ci]}
+		checks[ci] = scheduler.Check{Timing: c.Timing, Launcher: ls.byCheck[ci], FirstProbes: ls.firstProbes[ci]}
 	}
 	specs := make([]scheduler.TargetSpec, len(cfg.Targets))
 	for id, t := range cfg.Targets {
@@ -102,6 +104,7 @@ func (g *generation) indexPools() {
 			},
 			Members:  p.Members,
 			Disabled: p.Disabled,
+			Unprobed: !p.HealthChecks,
 		})
 		for _, id := range p.Members {
 			if !seen[id] {

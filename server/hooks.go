@@ -43,7 +43,7 @@ type HookBatch struct {
 // accepted, then takes the next. [hook.offer] only queues, so the engine
 // and the router never wait for a receiver.
 type hook struct {
-	cfg    *config.Webhook
+	cfg    *config.EventWebhook
 	key    string // the settings that make two hooks the same
 	sender *webhook.Sender
 	log    *slog.Logger
@@ -63,7 +63,7 @@ type hook struct {
 }
 
 // newHook prepares the delivery of w, reading its secret.
-func newHook(w *config.Webhook, opt *Options, log *slog.Logger) (*hook, error) {
+func newHook(w *config.EventWebhook, opt *Options, log *slog.Logger) (*hook, error) {
 	var secret []byte
 	if w.SecretFile != "" {
 		var err error
@@ -72,7 +72,7 @@ func newHook(w *config.Webhook, opt *Options, log *slog.Logger) (*hook, error) {
 		}
 	}
 	key, err := json.Marshal(struct {
-		W      *config.Webhook
+		W      *config.EventWebhook
 		Secret []byte
 	}{w, secret})
 	if err != nil {
