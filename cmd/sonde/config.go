@@ -7,14 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/sondeprobe/sonde/config"
-	"github.com/sondeprobe/sonde/scheduler"
 	"github.com/sondeprobe/sonde/server/remediate"
 )
 
@@ -71,17 +68,17 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // configReport is the output of "sonde config check"; its JSON form is the
 // -json output.
 type configReport struct {
-	Shard        int                 `json:"shard"`  // the shard shown, i of…
-	Shards       int                 `json:"shards"` // …N: targets, streams and rates are the shard's
-	Checks       []checkReport       `json:"checks"`
-	Pools        []poolReport        `json:"pools"`
-	Remediations []remediationReport `json:"remediations"`
-	Targets      int                 `json:"targets"`       // unique (address, port, check)
-	ProbeStreams int                 `json:"probe_streams"` // streams after deduplication
-	ProbeRate    rateReport          `json:"probe_rate"`
-	Endpoints    []endpointReport    `json:"endpoints,omitempty"` // with -endpoints
-	Metrics      metricsReport       `json:"metrics"`
-	Webhooks     []webhookReport     `json:"webhooks,omitempty"`
+	Shard        int                    `json:"shard"`  // the shard shown, i of…
+	Shards       int                    `json:"shards"` // …N: targets, streams and rates are the shard's
+	Checks       []config.CheckSettings `json:"checks"`
+	Pools        []poolReport           `json:"pools"`
+	Remediations []remediationReport    `json:"remediations"`
+	Targets      int                    `json:"targets"`       // unique (address, port, check)
+	ProbeStreams int                    `json:"probe_streams"` // streams after deduplication
+	ProbeRate    rateReport             `json:"probe_rate"`
+	Endpoints    []endpointReport       `json:"endpoints,omitempty"` // with -endpoints
+	Metrics      metricsReport          `json:"metrics"`
+	Webhooks     []webhookReport        `json:"webhooks,omitempty"`
 }
 
 // webhookReport is one webhook: where events go and which.
@@ -92,33 +89,6 @@ type webhookReport struct {
 	Pools          []string `json:"pools"` // empty: every pool
 	Signed         bool     `json:"signed"`
 	TimeoutSeconds float64  `json:"timeout_seconds"`
-}
-
-// checkReport is one check's effective settings and windows: its probe
-// settings as config holds them, its timing in seconds. For a window check,
-// rise and fall are the equivalent consecutive thresholds: rise = k of W2
-// (required successes), fall = k of W1 (size - required + 1).
-type checkReport struct {
-	Name     string  `json:"name"`
-	Preset   *string `json:"preset"`
-	Port     *uint16 `json:"port"`      // null: every target gives its own
-	PortWins bool    `json:"port_wins"` // the check's port overrides the targets' own (App Gateway)
-	config.Probe
-	Cadence                 scheduler.Cadence `json:"cadence"` // fixed_rate or after_completion
-	IntervalSeconds         float64           `json:"interval_seconds"`
-	TimeoutSeconds          float64           `json:"timeout_seconds"`
-	Rise                    int               `json:"rise"`
-	Fall                    int               `json:"fall"`
-	Window                  *scheduler.Window `json:"window"`
-	FailureWindowSeconds    float64           `json:"failure_window_seconds"`            // W1
-	SuccessWindowSeconds    float64           `json:"success_window_seconds"`            // W2 with r = timeout
-	OnsetWindowSeconds      float64           `json:"failure_window_from_onset_seconds"` // W3
-	InitialState            scheduler.State   `json:"initial_state"`
-	FastRecheckSeconds      float64           `json:"fast_recheck_interval_seconds"`
-	UnhealthyIntervalSecond float64           `json:"unhealthy_interval_seconds"`
-	JitterSeconds           float64           `json:"jitter_seconds"`
-	ProbeRate               float64           `json:"probe_rate_per_target"` // highest probes/s one target receives
-	ProbeClass              int               `json:"probe_class"`
 }
 
 type poolReport struct {
@@ -165,12 +135,12 @@ func newConfigReport(cfg *config.Config, endpoints bool) *configReport {
 		Targets:      len(cfg.Targets),
 		ProbeStreams: cfg.Streams(),
 		Metrics:      metricsReport{PerTarget: cfg.Metrics.PerTarget},
-		Checks:       make([]checkReport, 0, len(cfg.Checks)),
+		Checks:       make([]config.CheckSettings, 0, len(cfg.Checks)),
 		Pools:        make([]poolReport, 0, len(cfg.Pools)),
 		Remediations: make([]remediationReport, 0, len(cfg.Remediations)),
 	}
 	for _, c := range cfg.Checks {
-		rep.Checks = append(rep.Checks, newCheckReport(c))
+		rep.Checks = append(rep.Checks, c.Settings())
 	}
 	for _, p := range cfg.Pools {
 		rep.Pools = append(rep.Pools, poolReport{
@@ -199,65 +169,20 @@ func newConfigReport(cfg *config.Config, endpoints bool) *configReport {
 	return rep
 }
 
-func newCheckReport(c *config.Check) checkReport {
-	r := checkReport{
-		Name:                    c.Name,
-		PortWins:                c.PortWins,
-		Probe:                   c.Probe,
-		Cadence:                 c.Cadence,
-		IntervalSeconds:         c.Interval.Seconds(),
-		TimeoutSeconds:          c.Timeout.Seconds(),
-		Rise:                    c.Rise,
-		Fall:                    c.Fall,
-		FailureWindowSeconds:    c.FailureWindow().Seconds(),
-		SuccessWindowSeconds:    c.SuccessWindow(c.Timeout).Seconds(),
-		OnsetWindowSeconds:      c.FailureWindowFromOnset().Seconds(),
-		InitialState:            c.Initial,
-		FastRecheckSeconds:      c.FastRecheck.Seconds(),
-		UnhealthyIntervalSecond: c.UnhealthyInterval.Seconds(),
-		JitterSeconds:           c.Jitter.Seconds(),
-		ProbeRate:               c.ProbeRate(),
-		ProbeClass:              c.Class,
-	}
-	if c.Preset != "" {
-		r.Preset = &c.Preset
-	}
-	if p := c.DefaultPort(); p != 0 {
-		r.Port = &p
-	}
-	if c.Window.Size > 0 {
-		r.Window = &c.Window
-	}
-	return r
-}
-
 // writeText prints the report as aligned tables.
 func (r *configReport) writeText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CHECK\tPRESET\tPROTOCOL\tPORT\tCADENCE\tINTERVAL\tTIMEOUT\tEVALUATION\tINITIAL\tW1 FAIL\tW2 RECOVER\tW3 ONSET\tRATE/TARGET\tCLASS")
 	for _, c := range r.Checks {
-		eval := fmt.Sprintf("rise %d fall %d", c.Rise, c.Fall)
-		if c.Window != nil {
-			eval = fmt.Sprintf("window %d of %d", c.Window.Required, c.Window.Size)
-		}
-		if c.FastRecheckSeconds > 0 {
-			eval += ", recheck " + secs(c.FastRecheckSeconds)
-		}
-		if c.UnhealthyIntervalSecond > 0 {
-			eval += ", unhealthy every " + secs(c.UnhealthyIntervalSecond)
-		}
-		if c.JitterSeconds > 0 {
-			eval += ", jitter " + secs(c.JitterSeconds)
-		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/s\t%d\n",
 			c.Name, orDash(deref(c.Preset)), c.Protocol, portText(c.Port, c.PortWins), c.Cadence, secs(c.IntervalSeconds), secs(c.TimeoutSeconds),
-			eval, c.InitialState, secs(c.FailureWindowSeconds), secs(c.SuccessWindowSeconds), secs(c.OnsetWindowSeconds),
+			c.EvaluationText(), c.InitialState, secs(c.FailureWindowSeconds), secs(c.SuccessWindowSeconds), secs(c.OnsetWindowSeconds),
 			rate(c.ProbeRate), c.ProbeClass)
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "CHECK\tPROBE")
 	for _, c := range r.Checks {
-		fmt.Fprintf(tw, "%s\t%s\n", c.Name, probeText(c))
+		fmt.Fprintf(tw, "%s\t%s\n", c.Name, c.ProbeText(true))
 	}
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "POOL\tCHECK\tTARGETS\tDISABLED\tHEALTH CHECKS\tMAX UNHEALTHY\tFAIL OPEN\tLATENCY MARGIN")
@@ -320,54 +245,7 @@ func orAll(names []string) string {
 	return strings.Join(names, ",")
 }
 
-// probeText describes what one probe of the check sends and accepts.
-func probeText(c checkReport) string {
-	var parts []string
-	add := func(k, v string) {
-		if v != "" {
-			parts = append(parts, k+" "+v)
-		}
-	}
-	if c.Protocol == config.TCP {
-		add("tcp_mode", c.TCPMode.String())
-	} else {
-		parts = append(parts, c.Method+" "+c.Path)
-		add("healthy", c.HealthyStatus.String())
-		if c.BodyContains != "" {
-			add("body_contains", strconv.Quote(c.BodyContains))
-			add("max_body_bytes", strconv.Itoa(c.MaxBodyBytes))
-		}
-		add("host", c.Host)
-		if c.DefaultHost != "" {
-			add("host", c.DefaultHost+"[:port]")
-		}
-		add("sni", c.SNI)
-		if c.UserAgent != "" {
-			add("user_agent", strconv.Quote(c.UserAgent))
-		}
-		for _, k := range slices.Sorted(maps.Keys(c.Headers)) {
-			add("header", k+": "+strconv.Quote(c.Headers[k]))
-		}
-		add("auth_token from file", c.AuthToken.SecretFile)
-		add("auth_token from env", c.AuthToken.SecretEnv)
-		add("tls.ca_file", c.TLS.CAFile)
-		add("tls.cert_file", c.TLS.CertFile)
-		if c.TLS.InsecureSkipVerify {
-			parts = append(parts, "tls.insecure_skip_verify")
-		}
-	}
-	if c.IPFamily != config.IPAny {
-		add("ip_family", c.IPFamily.String())
-	}
-	if c.SourceAddress.IsValid() {
-		add("source_address", c.SourceAddress.String())
-	}
-	return strings.Join(parts, ", ")
-}
-
-func secs(s float64) string {
-	return strconv.FormatFloat(s, 'f', -1, 64) + "s"
-}
+func secs(s float64) string { return config.Seconds(s) }
 
 func rate(r float64) string {
 	return strconv.FormatFloat(r, 'g', 4, 64)
