@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/json"
 	"fmt"
-	"html/template"
 	"net/http"
 	"strconv"
 	"time"
@@ -15,7 +14,8 @@ import (
 
 // Handler returns the daemon's HTTP endpoints:
 //
-//	GET  /                 status page
+//	GET  /                 status page: overview; /pool, /target and /events pages (see status.go)
+//	GET  /api/v1/history   a target's recent results (pool=, target=)
 //	GET  /metrics          Prometheus metrics
 //	GET  /api/v1/pools     pools with counts and policy
 //	GET  /api/v1/targets   targets (filters pool=, state=; paging limit=, offset=)
@@ -25,6 +25,8 @@ import (
 //	GET  /-/healthy        200 while the process runs
 //	GET  /-/ready          200 once a configuration is running
 //	POST /-/reload         reload the configuration
+//
+// With Options.RoutePrefix, every path is under the prefix.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{Registry: d.metrics.reg}))
@@ -36,7 +38,10 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /-/healthy", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })
 	mux.HandleFunc("GET /-/ready", d.handleReady)
 	mux.HandleFunc("POST /-/reload", d.handleReload)
-	mux.HandleFunc("GET /{$}", d.handleIndex)
+	d.statusRoutes(mux)
+	if d.opt.RoutePrefix != "" {
+		return withPrefix(d.opt.RoutePrefix, mux)
+	}
 	return mux
 }
 
@@ -226,13 +231,7 @@ func (g *generation) targetsJSON(f targetFilter) ([]TargetJSON, int) {
 		}
 		routes := g.router.Routes(pi)
 		for _, m := range routes {
-			state := m.Status.State.String()
-			switch {
-			case m.Route == scheduler.Excluded:
-				state = "disabled"
-			case p.Unprobed:
-				state = "unprobed"
-			}
+			state := memberState(p, m.Route, m.Status)
 			if f.state != "" && f.state != state {
 				continue
 			}
@@ -333,23 +332,4 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 // instances they watch, and the recent firings and withheld firings.
 func (d *Daemon) handleRemediations(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, d.rem.Status(d.opt.Clock.Nanotime()))
-}
-
-var indexPage = template.Must(template.New("index").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><title>sonde</title>
-<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{padding:.2em .8em;border-bottom:1px solid #ddd;text-align:right}td:first-child,th:first-child{text-align:left}</style>
-</head><body><h1>sonde</h1>
-<table><tr><th>pool</th><th>check</th><th>targets</th><th>healthy</th><th>unhealthy</th><th>unknown</th><th>routable</th><th>W1 s</th><th>W2 s</th></tr>
-{{range .}}<tr><td><a href="/api/v1/targets?pool={{.Name}}">{{.Name}}</a></td><td>{{.Check}}</td><td>{{.Targets}}</td><td>{{.Healthy}}</td><td>{{.Unhealthy}}</td><td>{{.Unknown}}</td><td>{{.Routable}}{{if .FailingOpen}} (fail open){{end}}{{if not .HealthChecks}} (not probed){{end}}</td><td>{{.FailureWindowSeconds}}</td><td>{{.SuccessWindowSeconds}}</td></tr>
-{{end}}</table>
-<p><a href="/metrics">/metrics</a> · <a href="/api/v1/pools">/api/v1/pools</a> · <a href="/api/v1/targets">/api/v1/targets</a> · <a href="/api/v1/events">/api/v1/events</a> · <a href="/api/v1/remediations">/api/v1/remediations</a></p>
-</body></html>`))
-
-func (d *Daemon) handleIndex(w http.ResponseWriter, _ *http.Request) {
-	g := d.running(w)
-	if g == nil {
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_ = indexPage.Execute(w, g.poolsJSON())
 }

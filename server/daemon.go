@@ -67,6 +67,14 @@ type Options struct {
 	// ProbeConcurrency bounds the /probe requests probing at once, so they
 	// cannot crowd out scheduled probes; default 16.
 	ProbeConcurrency int
+	// HistoryTargets is how many targets keep their recent results for the
+	// status page's timelines (see history.go); default 1024.
+	// HistoryResults is how many results each keeps; default 240.
+	HistoryTargets, HistoryResults int
+	// RoutePrefix is the path every endpoint is served under ("/sonde"
+	// serves /sonde/, /sonde/metrics...), for a reverse proxy that forwards
+	// a path of its own; "" or "/" for none.
+	RoutePrefix string
 }
 
 // Daemon is sonde's long-running process: one generation of probers and
@@ -83,6 +91,7 @@ type Daemon struct {
 	totals  counterTotals
 	obs     observer
 	mem     memoryTuner
+	hist    *history // recent results of some targets, for the status page
 	// rem fires remediation actions. It outlives generations: budgets and
 	// instance state are kept by remediation name and address.
 	rem *remediate.Manager
@@ -123,7 +132,13 @@ func New(opt Options) (*Daemon, error) {
 	if opt.ProbeConcurrency <= 0 {
 		opt.ProbeConcurrency = 16
 	}
-	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events), mem: newMemoryTuner(&opt)}
+	prefix, err := routePrefix(opt.RoutePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("server: Options.RoutePrefix: %w", err)
+	}
+	opt.RoutePrefix = prefix
+	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events), mem: newMemoryTuner(&opt),
+		hist: newHistory(opt.HistoryTargets, opt.HistoryResults)}
 	d.obs.d = d
 	d.hooks = hookSet{opt: &d.opt, log: d.log, feed: d.events.setHooks}
 	d.streams.done = make(chan struct{})
@@ -169,6 +184,7 @@ func (d *Daemon) Reload() error {
 	}
 	reload := old != nil
 	var pairs [][2]uint32
+	var oldHist *histIndex
 	if reload {
 		if err := old.stop(); err != nil {
 			d.log.Warn("stopping probers", "err", err)
@@ -176,7 +192,9 @@ func (d *Daemon) Reload() error {
 		d.totals.retire(old)
 		pairs = old.carryOver(next)
 		d.metrics.forgetPools(removedPools(old, next))
+		oldHist = old.hist
 	}
+	d.hist.adopt(oldHist, next.hist, pairs)
 	d.hooks.replace(hooks)
 	next.decide()
 	if reload {

@@ -143,3 +143,18 @@ func (l *eventLog) read(after uint64, buf []Event) (evs []Event, lost uint64, wa
 	}
 	return evs, lost, wait
 }
+
+// newest returns the newest events that keep selects (every one when keep
+// is nil), at most n, newest first.
+func (l *eventLog) newest(n int, keep func(*Event) bool) []Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Event
+	for s := l.next - 1; s >= l.oldest() && s > 0 && len(out) < n; s-- {
+		e := &l.buf[s%uint64(len(l.buf))]
+		if keep == nil || keep(e) {
+			out = append(out, *e)
+		}
+	}
+	return out
+}

@@ -33,6 +33,7 @@ type generation struct {
 	oneShots oneShotProbers      // probers of /probe requests
 	certs    []atomic.Int64      // per stream leader, Unix time of the earliest certificate expiry seen; nil without HTTPS checks
 	remedies *remediate.Plan     // the configuration's remediations, for the daemon's manager
+	hist     *histIndex          // which targets have a ring in the daemon's history
 	loaded   time.Time
 
 	cancel context.CancelFunc
@@ -48,7 +49,7 @@ func (s *sink) Deliver(r probe.Result) { s.e.Deliver(r) }
 // buildGeneration builds probers, pools and an engine for cfg. obs receives
 // the engine's results and transitions.
 func buildGeneration(cfg *config.Config, opt *Options, obs *observer) (*generation, error) {
-	g := &generation{cfg: cfg, loaded: opt.Clock.Now(), errs: lastErrors{m: map[uint32]string{}}}
+	g := &generation{cfg: cfg, loaded: opt.Clock.Now(), errs: lastErrors{m: map[uint32]string{}}, hist: newHistIndex(len(cfg.Targets))}
 	g.indexPools()
 	if slices.ContainsFunc(cfg.Checks, func(c *config.Check) bool { return c.Protocol == config.HTTPS }) {
 		g.certs = make([]atomic.Int64, len(cfg.Targets))

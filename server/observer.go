@@ -33,9 +33,11 @@ func (o *observer) forGeneration(g *generation) *observer {
 	return ob
 }
 
-// Result counts a probe outcome for every pool of the target.
+// Result counts a probe outcome for every pool of the target and keeps it
+// in the target's history when it has one.
 func (o *observer) Result(id uint32, r probe.Result) {
 	g := o.g
+	o.d.hist.record(g.hist, id, &r, g.engine)
 	o.count(int(g.poolOf[id]), &r)
 	if len(g.morePool) > 0 {
 		for _, pi := range g.morePool[id] {

@@ -201,8 +201,9 @@ func (d *demo) config() []byte {
 }
 
 // Banner prints what runs where and the URLs to look at, for a server
-// listening on listen (host:port, as given to -listen).
-func (d *demo) Banner(w io.Writer, listen string) {
+// listening on listen (host:port, as given to -listen) under the route
+// prefix prefix ("" for none).
+func (d *demo) Banner(w io.Writer, listen, prefix string) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "sonde demo: backends on loopback, probed by one check per preset")
 	fmt.Fprintln(tw)
@@ -222,9 +223,10 @@ func (d *demo) Banner(w io.Writer, listen string) {
 		fmt.Fprintf(tw, "  %s\t%s (%s)\t%s\t%s\n", p.name, p.check, preset, strings.Join(p.members, ", "), p.expect)
 	}
 	_ = tw.Flush()
-	base := "http://" + browseAddr(listen)
+	base := "http://" + browseAddr(listen) + strings.TrimSuffix(prefix, "/")
 	fmt.Fprintf(w, "\nEvery check probes every %s with a %s timeout. Look at:\n", demoInterval, demoTimeout)
 	for _, p := range []struct{ path, what string }{
+		{"/", "the status page: pools, targets, timelines, live events"},
 		{"/metrics", "Prometheus metrics"},
 		{"/api/v1/pools", "pools: targets by state, routable count"},
 		{"/api/v1/targets", "every target's state, last outcome and latency"},

@@ -261,18 +261,19 @@ func TestDemoClose(t *testing.T) {
 
 func TestDemoBanner(t *testing.T) {
 	d := startTestDemo(t, demoTiming{slowDelay: demoSlowDelay, flapPeriod: demoFlapPeriod, now: time.Now})
-	for _, tc := range []struct{ listen, base string }{
-		{"127.0.0.1:9090", "http://127.0.0.1:9090"},
-		{":9090", "http://127.0.0.1:9090"},
-		{"0.0.0.0:9090", "http://127.0.0.1:9090"},
-		{"[::]:9090", "http://127.0.0.1:9090"},
-		{"[::1]:9090", "http://[::1]:9090"},
-		{"localhost:8080", "http://localhost:8080"},
+	for _, tc := range []struct{ listen, prefix, base string }{
+		{"127.0.0.1:9090", "", "http://127.0.0.1:9090"},
+		{":9090", "", "http://127.0.0.1:9090"},
+		{"0.0.0.0:9090", "", "http://127.0.0.1:9090"},
+		{"[::]:9090", "", "http://127.0.0.1:9090"},
+		{"[::1]:9090", "", "http://[::1]:9090"},
+		{"localhost:8080", "", "http://localhost:8080"},
+		{"127.0.0.1:9090", "/sonde/", "http://127.0.0.1:9090/sonde"},
 	} {
 		var b bytes.Buffer
-		d.Banner(&b, tc.listen)
+		d.Banner(&b, tc.listen, tc.prefix)
 		out := b.String()
-		for _, want := range []string{"/metrics", "/api/v1/pools", "/api/v1/targets", "/api/v1/events"} {
+		for _, want := range []string{"/ ", "/metrics", "/api/v1/pools", "/api/v1/targets", "/api/v1/events"} {
 			if !strings.Contains(out, tc.base+want) {
 				t.Errorf("listen %s: banner lacks %s:\n%s", tc.listen, tc.base+want, out)
 			}

@@ -37,6 +37,8 @@ type runFlags struct {
 	shards    int
 	shard     config.Shard
 	watch     bool
+	prefix    string
+	history   int
 }
 
 // runRun runs the daemon until SIGINT or SIGTERM; SIGHUP, and a change of
@@ -55,6 +57,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&f.iface, "interface", "", "`interface` whose ingress carries SYN replies (default: the source address's)")
 	fs.IntVar(&f.shards, "shards", 0, "scheduler shards (default: one per CPU)")
 	fs.BoolVar(&f.watch, "watch", true, "reload the -config file by itself when its content, or that of a file it names, changes")
+	fs.StringVar(&f.prefix, "web.route-prefix", "", "serve every endpoint under this `path` (/sonde: the status page at /sonde/), for a reverse proxy that forwards one")
+	fs.IntVar(&f.history, "web.history-targets", 0, "how many `targets` keep their recent results for the status page's timelines (default 1024)")
 	shardFlag(fs, &f.shard, "probe only shard `i/N` of the targets: N processes with shards 0/N … N-1/N probe each target once")
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
@@ -69,7 +73,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usageError(err)
 	}
-	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Shard: f.shard}
+	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Shard: f.shard,
+		RoutePrefix: f.prefix, HistoryTargets: f.history}
+	if f.history < 0 {
+		return usageError(fmt.Errorf("run: -web.history-targets %d: want a number of targets ≥ 1, or 0 for the default", f.history))
+	}
 	if opt.Syn, err = synFlags(f); err != nil {
 		return usageError(err)
 	}
@@ -80,7 +88,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		defer d.Close()
 		opt.Load = func() (*config.Config, error) { return config.Parse(d.Config, "", config.LoadOptions{Shard: f.shard}) }
-		return serveDaemon(ctx, opt, f.listen, log, nil, func() { d.Banner(stdout, f.listen) })
+		return serveDaemon(ctx, opt, f.listen, log, nil, func() { d.Banner(stdout, f.listen, opt.RoutePrefix) })
 	}
 	path := f.config
 	w := watchConfig(f.watch, path, log)

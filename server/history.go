@@ -1,0 +1,323 @@
+package server
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/scheduler"
+)
+
+// Per-target history for the status page's timelines.
+//
+// A ring of results per target would cost a million targets hundreds of
+// megabytes for pages nobody opens, so the daemon keeps rings for a fixed
+// number of targets (Options.HistoryTargets) and hands them out by need:
+//
+//   - while rings are free, to every target that reports a result: a fleet
+//     no larger than the budget has the history of every target;
+//   - then to a target whose probe fails, in place of a target that has
+//     neither failed nor been viewed for historyKeep (the targets people
+//     look at in an incident are the failing ones);
+//   - and to a target whose page is opened, in place of the one kept the
+//     shortest, so an operator always gets a timeline from then on.
+//
+// A probe result costs a target without a ring one atomic load (plus one
+// when it failed); a target with one, a few atomic stores into its ring.
+// Neither takes a lock or allocates: a ring is claimed under a mutex that
+// the probe path only tries, and allocated once, at its first claim.
+const (
+	// defaultHistoryTargets and defaultHistoryResults are the budget:
+	// 1,024 rings of 240 results, at most 6 MiB.
+	defaultHistoryTargets = 1024
+	defaultHistoryResults = 240
+	// historyKeep is how long a ring stays with a target after its last
+	// failure or view, against failing targets that want one.
+	historyKeep = 10 * time.Minute
+	// historyScan bounds the rings a failing target looks at for one it
+	// may take; historyBackoff is how long failing targets stop looking
+	// after a search found none.
+	historyScan    = 64
+	historyBackoff = time.Second
+)
+
+// history holds the rings. Claims and releases take mu; recording and
+// reading take no lock (see histEntry). It is safe for concurrent use.
+type history struct {
+	slots   []histSlot
+	results int // entries per ring
+
+	mu      sync.Mutex
+	free    []int32    // free slot indexes, guarded by mu
+	hand    int        // next slot an eviction scan looks at, guarded by mu
+	epoch   uint32     // owners so far, guarded by mu
+	current *histIndex // the running generation's index, guarded by mu
+
+	nfree         atomic.Int32
+	noVictimUntil atomic.Int64 // Nanotime before which failing targets do not search
+}
+
+// histSlot is one ring and the target it belongs to.
+type histSlot struct {
+	// owner is epoch<<32 | id+1 of the target the ring records, 0 while
+	// free. Written under history.mu; ring is set before the first owner.
+	owner atomic.Uint64
+	head  atomic.Uint64 // results written into the ring, all owners together
+	keep  atomic.Int64  // Nanotime until which a failing target may not take the ring
+	ring  []histEntry
+}
+
+// histEntry is one result. Its words are written one by one, so tag works
+// as a sequence lock: the writer clears it, writes the others, and sets it
+// to the owner's epoch and the entry's position; a reader that sees the
+// same expected tag before and after reading the others has a whole entry.
+type histEntry struct {
+	tag  atomic.Uint64 // epoch<<40 | position+1; 0 while being written
+	at   atomic.Int64  // Nanotime the probe completed
+	data atomic.Uint64 // see packHist
+}
+
+// histIndex maps a generation's target ids to their slot (index + 1, 0 for
+// none). Each generation has its own, as ids are per generation.
+type histIndex struct{ slot []atomic.Int32 }
+
+// HistoryResult is one probe result of a target's history.
+type HistoryResult struct {
+	Time           time.Time `json:"time"`
+	Outcome        string    `json:"outcome"`
+	Status         int       `json:"status,omitempty"` // HTTP status
+	LatencySeconds float64   `json:"latency_seconds"`  // how long the probe took, whatever its outcome
+	State          string    `json:"state"`            // the target's state after this result
+}
+
+func newHistory(targets, results int) *history {
+	if targets <= 0 {
+		targets = defaultHistoryTargets
+	}
+	if results <= 0 {
+		results = defaultHistoryResults
+	}
+	h := &history{slots: make([]histSlot, targets), results: results, free: make([]int32, targets)}
+	for i := range h.free {
+		h.free[i] = int32(targets - 1 - i) // slot 0 is handed out first
+	}
+	h.nfree.Store(int32(targets))
+	return h
+}
+
+// Bit layout of histEntry.data.
+const (
+	histLatencyBits = 32 // µs
+	histStatusShift = 32 // 16 bits
+	histOutcomeShft = 48 // 8 bits
+	histStateShift  = 56 // 8 bits
+)
+
+func packHist(r *probe.Result, state scheduler.State) uint64 {
+	us := uint64(r.Latency / time.Microsecond)
+	if us >= 1<<histLatencyBits {
+		us = 1<<histLatencyBits - 1
+	}
+	return us | uint64(r.Status)<<histStatusShift | uint64(r.Outcome)<<histOutcomeShft | uint64(state)<<histStateShift
+}
+
+func tagOf(owner, pos uint64) uint64 { return owner>>32<<40 | (pos+1)&(1<<40-1) }
+
+// record keeps result r of target id with its state after it (read from e),
+// when the target has a ring or may take one. It runs on the shard that
+// owns id, after the shard applied r.
+func (h *history) record(ix *histIndex, id uint32, r *probe.Result, e *scheduler.Engine) {
+	s := ix.slot[id].Load()
+	failed := r.Outcome != probe.Success
+	if s == 0 {
+		if h.nfree.Load() == 0 && (!failed || r.Done < h.noVictimUntil.Load()) {
+			return
+		}
+		if s = h.claim(ix, id, r.Done, false); s == 0 {
+			return
+		}
+	}
+	sl := &h.slots[s-1]
+	own := sl.owner.Load()
+	if uint32(own) != id+1 { // taken by another target
+		ix.slot[id].CompareAndSwap(s, 0)
+		return
+	}
+	if failed {
+		if keep := r.Done + int64(historyKeep); sl.keep.Load() < keep {
+			sl.keep.Store(keep)
+		}
+	}
+	pos := sl.head.Add(1) - 1
+	data := packHist(r, e.Status(id).State)
+	en := &sl.ring[pos%uint64(len(sl.ring))]
+	en.tag.Store(0)
+	en.at.Store(r.Done)
+	en.data.Store(data)
+	en.tag.Store(tagOf(own, pos))
+}
+
+// view marks target id as looked at, at Nanotime now: it gets a ring if it
+// has none, and keeps it for historyKeep. It reports whether the target
+// had one before.
+func (h *history) view(ix *histIndex, id uint32, now int64) bool {
+	if s := ix.slot[id].Load(); s != 0 {
+		sl := &h.slots[s-1]
+		if uint32(sl.owner.Load()) == id+1 {
+			if keep := now + int64(historyKeep); sl.keep.Load() < keep {
+				sl.keep.Store(keep)
+			}
+			return true
+		}
+	}
+	h.claim(ix, id, now, true)
+	return false
+}
+
+// claim gives target id a ring and returns its slot + 1, or 0 when it gets
+// none. A claim for a probe result (viewed false) never waits for the
+// mutex, takes a free ring or one not kept past now, and looks at no more
+// than historyScan rings; a claim for a view takes a free ring or the one
+// kept the shortest.
+func (h *history) claim(ix *histIndex, id uint32, now int64, viewed bool) int32 {
+	if viewed {
+		h.mu.Lock()
+	} else if !h.mu.TryLock() {
+		return 0
+	}
+	defer h.mu.Unlock()
+	if ix != h.current {
+		return 0 // a reload replaced the index
+	}
+	if s := ix.slot[id].Load(); s != 0 && uint32(h.slots[s-1].owner.Load()) == id+1 {
+		return s
+	}
+	si := int32(-1)
+	switch {
+	case len(h.free) > 0:
+		si = h.free[len(h.free)-1]
+		h.free = h.free[:len(h.free)-1]
+		h.nfree.Add(-1)
+	case viewed:
+		for i := range h.slots {
+			if si < 0 || h.slots[i].keep.Load() < h.slots[si].keep.Load() {
+				si = int32(i)
+			}
+		}
+	default:
+		for range min(historyScan, len(h.slots)) {
+			i := h.hand
+			h.hand = (h.hand + 1) % len(h.slots)
+			if h.slots[i].keep.Load() < now {
+				si = int32(i)
+				break
+			}
+		}
+		if si < 0 {
+			h.noVictimUntil.Store(now + int64(historyBackoff))
+			return 0
+		}
+	}
+	sl := &h.slots[si]
+	if old := sl.owner.Load(); old != 0 {
+		ix.slot[uint32(old)-1].CompareAndSwap(si+1, 0)
+	}
+	if sl.ring == nil {
+		sl.ring = make([]histEntry, h.results)
+	}
+	keep := int64(0)
+	if viewed {
+		keep = now + int64(historyKeep)
+	}
+	sl.keep.Store(keep)
+	h.epoch++
+	sl.owner.Store(uint64(h.epoch)<<32 | uint64(id+1))
+	ix.slot[id].Store(si + 1)
+	return si + 1
+}
+
+// read appends the results kept for target id to buf, oldest first.
+func (h *history) read(ix *histIndex, id uint32, buf []histRead) []histRead {
+	s := ix.slot[id].Load()
+	if s == 0 {
+		return buf
+	}
+	sl := &h.slots[s-1]
+	own := sl.owner.Load()
+	if uint32(own) != id+1 {
+		return buf
+	}
+	head := sl.head.Load()
+	n := uint64(len(sl.ring))
+	for pos := head - min(head, n); pos < head; pos++ {
+		e := &sl.ring[pos%n]
+		want := tagOf(own, pos)
+		if e.tag.Load() != want {
+			continue
+		}
+		at, data := e.at.Load(), e.data.Load()
+		if e.tag.Load() != want {
+			continue
+		}
+		buf = append(buf, histRead{at: at, data: data})
+	}
+	return buf
+}
+
+// histRead is an entry as read.
+type histRead struct {
+	at   int64
+	data uint64
+}
+
+// result decodes the entry, with times on clock.
+func (r histRead) result(clock scheduler.Clock) HistoryResult {
+	o := probe.Outcome(r.data >> histOutcomeShft & 0xff)
+	return HistoryResult{
+		Time:           scheduler.WallTime(clock, r.at),
+		Outcome:        o.String(),
+		Status:         int(uint16(r.data >> histStatusShift)),
+		LatencySeconds: (time.Duration(r.data&(1<<histLatencyBits-1)) * time.Microsecond).Seconds(),
+		State:          scheduler.State(r.data >> histStateShift & 0xff).String(),
+	}
+}
+
+// newHistIndex returns an index of n targets without rings.
+func newHistIndex(n int) *histIndex { return &histIndex{slot: make([]atomic.Int32, n)} }
+
+// adopt makes ix, a new generation's index, the one rings are claimed for:
+// the targets of pairs (id in the old generation, id in the new) keep their
+// rings, and every other ring is freed. old is the previous generation's
+// index (nil at the first load); neither generation runs.
+func (h *history) adopt(old, ix *histIndex, pairs [][2]uint32) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	kept := make([]bool, len(h.slots))
+	if old != nil {
+		for _, p := range pairs {
+			s := old.slot[p[0]].Load()
+			if s == 0 {
+				continue
+			}
+			sl := &h.slots[s-1]
+			own := sl.owner.Load()
+			if uint32(own) != p[0]+1 {
+				continue
+			}
+			sl.owner.Store(own&^(1<<32-1) | uint64(p[1]+1)) // same epoch: its entries stay valid
+			ix.slot[p[1]].Store(s)
+			kept[s-1] = true
+		}
+	}
+	for i := range h.slots {
+		if !kept[i] && h.slots[i].owner.Load() != 0 {
+			h.slots[i].owner.Store(0)
+			h.slots[i].keep.Store(0)
+			h.free = append(h.free, int32(i))
+			h.nfree.Add(1)
+		}
+	}
+	h.noVictimUntil.Store(0)
+	h.current = ix
+}

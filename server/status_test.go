@@ -1,0 +1,362 @@
+package server
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sondeprobe/sonde/server/ui"
+)
+
+// get fetches path from the test daemon and returns the status and body.
+func (td *testDaemon) get(t *testing.T, path string) (int, http.Header, string) {
+	t.Helper()
+	resp, err := http.Get(td.http.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+// markupBackend accepts TCP connections and answers each with a first line
+// of markup instead of HTTP: the HTTP prober's error quotes it.
+func markupBackend(t *testing.T, line string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				_, _ = c.Read(buf)
+				_, _ = io.WriteString(c, line+"\r\n\r\n")
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// xssLine is what a hostile backend answers: markup that would add an
+// element with id "sonde-xss" if a page let it through.
+// It has no space: the HTTP parser quotes the whole line in its error.
+const xssLine = `<b/id=sonde-xss>pwned</b><img/src=/xss-fetched><script>document.title='xss'</script>`
+
+// TestStatusPagesEscape checks that every page shows an error text full of
+// markup as text: escaped, never as elements.
+func TestStatusPagesEscape(t *testing.T) {
+	bad := markupBackend(t, xssLine)
+	td := startDaemon(t, fmt.Sprintf(`
+checks:
+  web: {protocol: http, path: /, interval: 50ms, timeout: 1s, rise: 1, fall: 1}
+pools:
+  - {name: api, check: web, targets: [%q]}
+`, bad))
+	td.waitEvent(t, bad, "unhealthy", 0)
+	for _, path := range []string{"/", "/pool?name=api", "/pool?name=api&sort=error&q=sonde-xss", "/target?" + url.Values{"pool": {"api"}, "target": {bad}}.Encode(), "/events"} {
+		code, h, body := td.get(t, path)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: %d\n%s", path, code, body)
+		}
+		if h.Get("Content-Security-Policy") != ui.ContentSecurityPolicy {
+			t.Errorf("GET %s: Content-Security-Policy %q", path, h.Get("Content-Security-Policy"))
+		}
+		if strings.Contains(body, "<b/id") || strings.Contains(body, "<img") || strings.Contains(body, "<script>document") {
+			t.Errorf("GET %s: markup from the backend is in the page:\n%s", path, body)
+		}
+		if path != "/" && !strings.Contains(body, "&lt;b/id=sonde-xss&gt;pwned&lt;/b&gt;&lt;img/src=/xss-fetched&gt;&lt;script&gt;document.title=&#39;xss&#39;&lt;/script&gt;") {
+			t.Errorf("GET %s: the error text is not shown (escaped):\n%s", path, body)
+		}
+		if regexp.MustCompile(`(?i)<script>|\son\w+=|style=`).MatchString(body) {
+			t.Errorf("GET %s: inline script, handler or style, which the policy forbids:\n%s", path, body)
+		}
+	}
+}
+
+// TestPoolListing pages through a pool of 1,024 unprobed targets forwards
+// and backwards, sorted and filtered, and checks that every member shows
+// once, in order, with the counts the page states.
+func TestPoolListing(t *testing.T) {
+	td := startDaemon(t, `
+checks:
+  web: {protocol: http, path: /, interval: 1s, timeout: 1s}
+pools:
+  - {name: big, check: web, targets: ["198.18.0.0/22"], health_checks: false}
+`)
+	g := td.d.cur.Load()
+	pi, err := g.poolIndex("big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := func(q poolQuery) []string {
+		var seen []string
+		for page := 0; ; page++ {
+			l := g.listPool(pi, &q)
+			if len(l.Rows) > q.Limit || page > 100 {
+				t.Fatalf("page of %d rows for limit %d (page %d)", len(l.Rows), q.Limit, page)
+			}
+			if l.First != len(seen)+1 {
+				t.Fatalf("page %d starts at %d, want %d", page, l.First, len(seen)+1)
+			}
+			for _, r := range l.Rows {
+				seen = append(seen, r.Target)
+			}
+			if l.Next == nil {
+				if len(seen) != l.Total {
+					t.Fatalf("paged through %d of %d", len(seen), l.Total)
+				}
+				return seen
+			}
+			q.After, q.Before = l.Next, nil
+		}
+	}
+	fwd := all(poolQuery{Sort: "target", Limit: 100})
+	if len(fwd) != 1024 || fwd[0] != "198.18.0.0:80" || fwd[1023] != "198.18.3.255:80" {
+		t.Fatalf("forward listing: %d rows from %s to %s", len(fwd), fwd[0], fwd[len(fwd)-1])
+	}
+	for i := 1; i < len(fwd); i++ {
+		if fwd[i] == fwd[i-1] {
+			t.Fatalf("row %d repeats %s", i, fwd[i])
+		}
+	}
+	desc := all(poolQuery{Sort: "target", Desc: true, Limit: 300})
+	rev := slices.Clone(fwd)
+	slices.Reverse(rev)
+	if !slices.Equal(desc, rev) {
+		t.Error("descending listing is not the ascending one reversed")
+	}
+	// Backwards from the end, page by page.
+	q := poolQuery{Sort: "target", Limit: 100}
+	key := rowKey{addr: addrKey(g.cfg.Targets[g.pools[pi].Members[1023]].AddrPort())}
+	q.Before = &key
+	var back []string
+	for {
+		l := g.listPool(pi, &q)
+		var page []string
+		for _, r := range l.Rows {
+			page = append(page, r.Target)
+		}
+		back = append(page, back...)
+		if l.First != 1024-len(back) {
+			t.Fatalf("backward page starts at %d, want %d", l.First, 1024-len(back))
+		}
+		if l.Prev == nil {
+			break
+		}
+		q.Before = l.Prev
+	}
+	if !slices.Equal(back, fwd[:1023]) {
+		t.Errorf("backward listing (%d rows) differs from the forward one", len(back))
+	}
+	// A text filter.
+	sub := all(poolQuery{Sort: "target", Text: "198.18.2.", Limit: 100})
+	if len(sub) != 256 || sub[0] != "198.18.2.0:80" {
+		t.Errorf("text 198.18.2.: %d rows from %v", len(sub), sub[:min(1, len(sub))])
+	}
+	if l := g.listPool(pi, &poolQuery{Sort: "target", State: "healthy", Limit: 10}); l.Total != 0 || l.States["unprobed"] != 1024 {
+		t.Errorf("state filter healthy: total %d, states %v; want none of 1024 unprobed", l.Total, l.States)
+	}
+}
+
+// TestPoolPageSortsByState checks the pool view's order by state with
+// probed targets: unhealthy first, and their error text shown.
+func TestPoolPageSortsByState(t *testing.T) {
+	ok, bad := newBackend(t), newBackend(t)
+	bad.failing.Store(true)
+	td := startDaemon(t, fmt.Sprintf(`
+checks:
+  web: {protocol: http, path: /, interval: 50ms, timeout: 1s, rise: 1, fall: 1}
+pools:
+  - {name: api, check: web, targets: [%q, %q]}
+`, ok.addr(), bad.addr()))
+	td.waitEvent(t, bad.addr(), "unhealthy", 0)
+	td.waitEvent(t, ok.addr(), "healthy", 0)
+	for _, c := range []struct {
+		query string
+		first string
+	}{
+		{"sort=state", bad.addr()},
+		{"sort=state&desc=1", ok.addr()},
+		{"state=unhealthy", bad.addr()},
+		{"outcome=success", ok.addr()},
+		{"q=" + url.QueryEscape("status code"), bad.addr()},
+	} {
+		code, _, body := td.get(t, "/pool?name=api&"+c.query)
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d\n%s", c.query, code, body)
+		}
+		rows := regexp.MustCompile(`data-target-row="([^"]+)"`).FindAllStringSubmatch(body, -1)
+		if len(rows) == 0 || rows[0][1] != c.first {
+			t.Errorf("%s: rows %v, want %s first", c.query, rows, c.first)
+		}
+	}
+	_, _, body := td.get(t, "/pool?name=api&state=unhealthy")
+	if !strings.Contains(body, "status code not in the healthy set: 500") {
+		t.Errorf("the unhealthy row lacks its error text:\n%s", body)
+	}
+}
+
+// TestStatusPageErrors checks that a page asked for something that does
+// not exist or with a bad parameter says what, with 404 or 400.
+func TestStatusPageErrors(t *testing.T) {
+	td := startDaemon(t, `
+checks:
+  web: {protocol: http, path: /, interval: 1s, timeout: 1s}
+pools:
+  - {name: api, check: web, targets: ["198.18.0.1:80"], health_checks: false}
+`)
+	for _, c := range []struct {
+		path string
+		code int
+		want string
+	}{
+		{"/pool?name=nope", 404, `no pool &#34;nope&#34;`},
+		{"/pool?name=api&sort=colour", 400, `sort=&#34;colour&#34;: want one of target, state`},
+		{"/pool?name=api&state=sick", 400, `state=&#34;sick&#34;: want one of`},
+		{"/pool?name=api&limit=0", 400, `limit=&#34;0&#34;: want a whole number 1..1000`},
+		{"/pool?name=api&after=x", 400, `after=&#34;x&#34;: want the cursor of a page link`},
+		{"/target?pool=api&target=198.18.0.2:80", 404, `pool &#34;api&#34; has no target 198.18.0.2:80`},
+		{"/target?pool=api&target=junk", 404, `target=&#34;junk&#34;: want an address:port`},
+		{"/api/v1/history?pool=api&target=junk", 404, `target="junk": want an address:port`},
+		{"/static/nope.js", 404, ""},
+	} {
+		code, _, body := td.get(t, c.path)
+		if code != c.code || !strings.Contains(body, c.want) {
+			t.Errorf("GET %s: %d, want %d with %q:\n%s", c.path, code, c.code, c.want, body)
+		}
+	}
+}
+
+// TestRoutePrefix checks that with a route prefix every endpoint moves
+// under it, the bare prefix redirects, and the page links relatively.
+func TestRoutePrefix(t *testing.T) {
+	td := startDaemonWith(t, `
+checks:
+  web: {protocol: http, path: /, interval: 1s, timeout: 1s}
+pools:
+  - {name: api, check: web, targets: ["198.18.0.1:80"], health_checks: false}
+`, func(o *Options) { o.RoutePrefix = "/ops/sonde/" })
+	for _, c := range []struct {
+		path string
+		code int
+	}{
+		{"/ops/sonde/", 200}, {"/ops/sonde/pool?name=api", 200}, {"/ops/sonde/api/v1/pools", 200},
+		{"/ops/sonde/metrics", 200}, {"/ops/sonde/static/sonde.js", 200}, {"/ops/sonde/-/healthy", 200},
+		{"/", 404}, {"/api/v1/pools", 404}, {"/ops/sondex", 404},
+	} {
+		if code, _, body := td.get(t, c.path); code != c.code {
+			t.Errorf("GET %s: %d, want %d\n%s", c.path, code, c.code, body)
+		}
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Get(td.http.URL + "/ops/sonde")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ops/sonde/" {
+		t.Errorf("GET /ops/sonde: %s to %q, want 302 to /ops/sonde/", resp.Status, resp.Header.Get("Location"))
+	}
+	_, _, body := td.get(t, "/ops/sonde/")
+	for _, href := range regexp.MustCompile(`(?:href|src)="([^"]*)"`).FindAllStringSubmatch(body, -1) {
+		if strings.HasPrefix(href[1], "/") || strings.Contains(href[1], "://") {
+			t.Errorf("link %q is not relative: it would leave the prefix", href[1])
+		}
+	}
+	for _, bad := range []string{"ops", "/a?b", "/a/../b", "//x"} {
+		if _, err := New(Options{Load: td.d.opt.Load, RoutePrefix: bad}); err == nil {
+			t.Errorf("RoutePrefix %q accepted", bad)
+		}
+	}
+}
+
+// TestStatic checks the assets' types, security headers and revalidation.
+func TestStatic(t *testing.T) {
+	td := startDaemon(t, `
+checks:
+  web: {protocol: http, path: /, interval: 1s, timeout: 1s}
+pools:
+  - {name: api, check: web, targets: ["198.18.0.1:80"], health_checks: false}
+`)
+	for name, ctype := range map[string]string{"sonde.js": "javascript", "sonde.css": "text/css", "favicon.svg": "image/svg+xml"} {
+		resp, err := http.Get(td.http.URL + "/static/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if !strings.Contains(resp.Header.Get("Content-Type"), ctype) || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: Content-Type %q, nosniff %q", name, resp.Header.Get("Content-Type"), resp.Header.Get("X-Content-Type-Options"))
+		}
+		req, _ := http.NewRequest("GET", td.http.URL+"/static/"+name, nil)
+		req.Header.Set("If-None-Match", resp.Header.Get("ETag"))
+		again, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again.Body.Close()
+		if again.StatusCode != http.StatusNotModified {
+			t.Errorf("%s with its ETag: %s, want 304", name, again.Status)
+		}
+	}
+}
+
+// BenchmarkPoolPage measures one page of the pool view of a pool of
+// 131,072 targets (health checks off: nothing is probed): the pass over the
+// pool that every page costs, by the default order, by state, and with a
+// text filter.
+func BenchmarkPoolPage(b *testing.B) {
+	t := &testing.T{}
+	td := startDaemon(t, `
+checks:
+  web: {protocol: http, path: /, interval: 1s, timeout: 1s}
+pools:
+  - {name: big, check: web, targets: ["198.18.0.0/15"], health_checks: false}
+`)
+	defer td.http.Close()
+	g := td.d.cur.Load()
+	for _, c := range []struct {
+		name string
+		q    poolQuery
+	}{
+		{"target", poolQuery{Sort: "target", Limit: defaultPoolPage}},
+		{"state", poolQuery{Sort: "state", Limit: defaultPoolPage}},
+		{"text", poolQuery{Sort: "target", Text: "198.19.7", Limit: defaultPoolPage}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if l := g.listPool(0, &c.q); len(l.Rows) == 0 {
+					b.Fatal("empty page")
+				}
+			}
+		})
+	}
+	b.Run("http", func(b *testing.B) {
+		for b.Loop() {
+			resp, err := http.Get(td.http.URL + "/pool?name=big&sort=latency")
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+}

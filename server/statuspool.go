@@ -1,0 +1,479 @@
+package server
+
+import (
+	"bytes"
+	"cmp"
+	"container/heap"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/scheduler"
+)
+
+// The pool view's listing: its members filtered, sorted by one column and
+// cut into pages with cursors (the key of the row a page ends at), so a
+// page costs one pass over the pool, no allocation per member, and memory
+// for one page, whatever the pool's size; and a cursor stays right while
+// members change state, unlike an offset.
+
+// Limits of a pool view page.
+const (
+	defaultPoolPage = 100
+	maxPoolPage     = 1000
+)
+
+// memberState is the state of a pool member as the API and the status page
+// name it: its health state, or disabled (excluded in this pool) or
+// unprobed (the pool's health checks are off).
+func memberState(p *scheduler.Pool, route scheduler.Route, st scheduler.TargetStatus) string {
+	return memberStates[stateIndex(p, route, st)]
+}
+
+// stateIndex is memberState as an index of memberStates, which is also the
+// order of states in a sort: the troubled first.
+func stateIndex(p *scheduler.Pool, route scheduler.Route, st scheduler.TargetStatus) int {
+	switch {
+	case route == scheduler.Excluded:
+		return 3
+	case p.Unprobed:
+		return 4
+	case st.State == scheduler.Unhealthy:
+		return 0
+	case st.State == scheduler.Healthy:
+		return 2
+	}
+	return 1
+}
+
+// memberStates and memberRoutes are the values of the pool view's filters,
+// in the order its menus list them.
+var (
+	memberStates = []string{"unhealthy", "unknown", "healthy", "disabled", "unprobed"}
+	memberRoutes = []string{"removed", "pending", "routed", "excluded"}
+	notProbed    = "none" // the outcome filter's value for members without a result
+)
+
+// routeNames returns the routes' names indexed by scheduler.Route.
+func routeNames() []string {
+	out := make([]string, scheduler.Excluded+1)
+	for r := range out {
+		out[r] = scheduler.Route(r).String()
+	}
+	return out
+}
+
+// sortColumns are the columns the pool view sorts by; the first is the
+// default.
+var sortColumns = []string{"target", "state", "route", "outcome", "status", "error", "streak", "latency", "since"}
+
+// poolQuery is what the pool view asks for: filters, order and page.
+type poolQuery struct {
+	State, Outcome, Route string // "" for any
+	Text                  string // in the address, host name or error text, ignoring case
+	Sort                  string // one of sortColumns
+	Desc                  bool
+	After, Before         *rowKey // a page after or before this row; nil for the first
+	Limit                 int
+}
+
+// parsePoolQuery reads a pool view's query parameters: state=, outcome=,
+// route=, q=, sort=, desc=1, after=, before=, limit=.
+func parsePoolQuery(v url.Values) (poolQuery, error) {
+	q := poolQuery{State: v.Get("state"), Outcome: v.Get("outcome"), Route: v.Get("route"),
+		Text: strings.TrimSpace(v.Get("q")), Sort: v.Get("sort"), Desc: v.Get("desc") == "1", Limit: defaultPoolPage}
+	if q.State != "" && !slices.Contains(memberStates, q.State) {
+		return q, fmt.Errorf("state=%q: want one of %s", q.State, strings.Join(memberStates, ", "))
+	}
+	if q.Route != "" && !slices.Contains(memberRoutes, q.Route) {
+		return q, fmt.Errorf("route=%q: want one of %s", q.Route, strings.Join(memberRoutes, ", "))
+	}
+	if q.Outcome != "" && q.Outcome != notProbed {
+		if _, err := probe.ParseOutcome(q.Outcome); err != nil {
+			return q, fmt.Errorf("outcome=%q: want a probe outcome (success, timeout, refused…) or %s", q.Outcome, notProbed)
+		}
+	}
+	if q.Sort == "" {
+		q.Sort = sortColumns[0]
+	} else if !slices.Contains(sortColumns, q.Sort) {
+		return q, fmt.Errorf("sort=%q: want one of %s", q.Sort, strings.Join(sortColumns, ", "))
+	}
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxPoolPage {
+			return q, fmt.Errorf("limit=%q: want a whole number 1..%d", s, maxPoolPage)
+		}
+		q.Limit = n
+	}
+	for _, c := range []struct {
+		name string
+		to   **rowKey
+	}{{"after", &q.After}, {"before", &q.Before}} {
+		s := v.Get(c.name)
+		if s == "" {
+			continue
+		}
+		k, err := parseRowKey(s)
+		if err != nil {
+			return q, fmt.Errorf("%s=%q: want the cursor of a page link", c.name, s)
+		}
+		*c.to = &k
+	}
+	if q.After != nil && q.Before != nil {
+		return q, errors.New("after= and before= together: give one")
+	}
+	return q, nil
+}
+
+// values returns the query's parameters, without the page cursors.
+func (q *poolQuery) values() url.Values {
+	v := url.Values{}
+	for _, p := range [][2]string{{"state", q.State}, {"outcome", q.Outcome}, {"route", q.Route}, {"q", q.Text}} {
+		if p[1] != "" {
+			v.Set(p[0], p[1])
+		}
+	}
+	if q.Sort != sortColumns[0] {
+		v.Set("sort", q.Sort)
+	}
+	if q.Desc {
+		v.Set("desc", "1")
+	}
+	if q.Limit != defaultPoolPage {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	return v
+}
+
+// rowKey orders a pool's members for one sort column: by n, then s, then
+// address and port (unique in a pool), so the order is total.
+type rowKey struct {
+	n    int64
+	s    string
+	addr [18]byte // address (16 bytes, IPv4 mapped) and port, big-endian
+}
+
+func compareRowKeys(a, b *rowKey) int {
+	return cmp.Or(cmp.Compare(a.n, b.n), strings.Compare(a.s, b.s), bytes.Compare(a.addr[:], b.addr[:]))
+}
+
+// String encodes the key as a cursor: "N.S.ADDR", S and ADDR in base64url.
+func (k *rowKey) String() string {
+	return strconv.FormatInt(k.n, 10) + "." + base64.RawURLEncoding.EncodeToString([]byte(k.s)) + "." +
+		base64.RawURLEncoding.EncodeToString(k.addr[:])
+}
+
+func parseRowKey(c string) (rowKey, error) {
+	var k rowKey
+	parts := strings.Split(c, ".")
+	if len(parts) != 3 {
+		return k, errors.New("want three parts")
+	}
+	n, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil {
+		return k, err
+	}
+	s, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return k, err
+	}
+	a, err := base64.RawURLEncoding.DecodeString(parts[2])
+	if err != nil || len(a) != len(k.addr) {
+		return k, errors.New("bad address")
+	}
+	k.n, k.s = n, string(s)
+	copy(k.addr[:], a)
+	return k, nil
+}
+
+func addrKey(ap netip.AddrPort) (k [18]byte) {
+	a := ap.Addr().As16()
+	copy(k[:], a[:])
+	k[16], k[17] = byte(ap.Port()>>8), byte(ap.Port())
+	return k
+}
+
+// routeRank orders routes in a sort: the troubled first.
+var routeRank = [...]int64{scheduler.Removed: 0, scheduler.Pending: 1, scheduler.Routed: 2, scheduler.Excluded: 3}
+
+// member is what a pass over a pool reads of one member.
+type member struct {
+	m     int // index in the pool's members
+	id    uint32
+	route scheduler.Route
+	pref  bool
+	st    scheduler.TargetStatus
+	state int    // index of memberStates
+	err   string // read only when a filter or the order needs it
+}
+
+// key returns m's key for column col.
+func (m *member) key(col string, ap netip.AddrPort) rowKey {
+	k := rowKey{addr: addrKey(ap)}
+	switch col {
+	case "state":
+		k.n = int64(m.state)
+	case "route":
+		k.n = routeRank[m.route]
+	case "outcome":
+		k.n = -1
+		if m.st.Probed {
+			k.n = int64(m.st.LastOutcome)
+		}
+	case "status":
+		k.n = int64(m.st.LastStatus)
+	case "error":
+		k.s = m.err
+	case "streak":
+		k.n = int64(m.st.Streak)
+	case "latency":
+		k.n = int64(m.st.Latency)
+		if m.st.Latency == 0 {
+			k.n = 1<<63 - 1 // no latency: last
+		}
+	case "since":
+		k.n = m.st.Since
+	}
+	return k
+}
+
+// poolListing is one page of a pool view.
+type poolListing struct {
+	Rows     []memberView
+	First    int // position of the first row among the matching members, from 1
+	Total    int // members matching the filters
+	Prev     *rowKey
+	Next     *rowKey
+	States   map[string]int // members by state, before filtering
+	Routes   map[string]int // members by route, before filtering
+	Outcomes map[string]int // members by last outcome (notProbed for none), before filtering
+}
+
+// listPool returns the page of pool pi's members that q asks for.
+func (g *generation) listPool(pi int, q *poolQuery) poolListing {
+	p := g.pools[pi]
+	out := poolListing{States: map[string]int{}, Routes: map[string]int{}, Outcomes: map[string]int{}}
+	state, route, outcome := -1, -1, -1 // the filters, as indexes; -1 for any
+	if q.State != "" {
+		state = slices.Index(memberStates, q.State)
+	}
+	if q.Route != "" {
+		route = slices.Index(routeNames(), q.Route)
+	}
+	if q.Outcome != "" && q.Outcome != notProbed {
+		o, _ := probe.ParseOutcome(q.Outcome) // checked by parsePoolQuery
+		outcome = int(o)
+	} else if q.Outcome == notProbed {
+		outcome = int(probe.NumOutcomes)
+	}
+	var states [5]int
+	var routes [scheduler.Excluded + 1]int
+	var outcomes [probe.NumOutcomes + 1]int // the last: not probed
+	back := q.Before != nil
+	cursor := q.After
+	if back {
+		cursor = q.Before
+	}
+	// A page before the cursor holds the rows nearest to it: walk backwards.
+	best := &pageHeap{reverse: q.Desc != back}
+	needErr := q.Text != "" || q.Sort == "error"
+	text := strings.ToLower(q.Text)
+	var buf []byte
+	skipped := 0 // matching members on the other side of the cursor
+	for m, id := range p.Members {
+		rt, pref := g.router.Route(pi, m)
+		mb := member{m: m, id: id, route: rt, pref: pref, st: g.engine.Status(id)}
+		mb.state = stateIndex(p, rt, mb.st)
+		o := int(probe.NumOutcomes)
+		if mb.st.Probed {
+			o = int(mb.st.LastOutcome)
+		}
+		states[mb.state]++
+		routes[rt]++
+		outcomes[o]++
+		if state >= 0 && state != mb.state || route >= 0 && route != int(rt) || outcome >= 0 && outcome != o {
+			continue
+		}
+		ap := g.cfg.Targets[id].AddrPort()
+		if needErr && mb.st.Probed && !mb.st.LastOutcome.Healthy() {
+			mb.err = g.lastError(id)
+		}
+		if text != "" {
+			buf = ap.AppendTo(buf[:0])
+			if !containsFold(string(buf), text) && !containsFold(g.cfg.Hostnames[id], text) && !containsFold(mb.err, text) {
+				continue
+			}
+		}
+		out.Total++
+		k := mb.key(q.Sort, ap)
+		if cursor != nil && best.order(&k, cursor) <= 0 {
+			skipped++
+			continue
+		}
+		row := pageRow{key: k, mb: mb}
+		best.offer(&row, q.Limit)
+	}
+	for i, n := range states {
+		out.States[memberStates[i]] = n
+	}
+	for r, n := range routes {
+		out.Routes[scheduler.Route(r).String()] = n
+	}
+	for o, n := range outcomes {
+		name := notProbed
+		if o < int(probe.NumOutcomes) {
+			name = probe.Outcome(o).String()
+		}
+		out.Outcomes[name] = n
+	}
+	rows := best.sorted()
+	if back {
+		slices.Reverse(rows)
+	}
+	clock := g.engine.Clock()
+	off := clock.Now().Sub(time.Unix(0, 0)) - time.Duration(clock.Nanotime()) // wall = Unix(0, ns) + off
+	for i := range rows {
+		out.Rows = append(out.Rows, g.memberView(pi, &rows[i].mb, off))
+	}
+	if back {
+		out.First = out.Total - skipped - len(rows) + 1
+	} else {
+		out.First = skipped + 1
+	}
+	if len(rows) > 0 {
+		if out.First > 1 {
+			out.Prev = &rows[0].key
+		}
+		if out.First-1+len(rows) < out.Total {
+			out.Next = &rows[len(rows)-1].key
+		}
+	}
+	return out
+}
+
+// containsFold reports whether s contains lower, a lower-case string,
+// ignoring the case of ASCII letters in s, without allocating.
+func containsFold(s, lower string) bool {
+	if lower == "" {
+		return true
+	}
+	for i := 0; i+len(lower) <= len(s); i++ {
+		j := 0
+		for j < len(lower) {
+			c := s[i+j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			if c != lower[j] {
+				break
+			}
+			j++
+		}
+		if j == len(lower) {
+			return true
+		}
+	}
+	return false
+}
+
+// pageRow is a candidate row of a page.
+type pageRow struct {
+	key rowKey
+	mb  member
+}
+
+// pageHeap keeps the limit rows that come first in order: a heap whose
+// root is the last of them, replaced when a row that comes before it is
+// offered.
+type pageHeap struct {
+	rows    []pageRow
+	reverse bool // order by descending keys
+}
+
+// order compares keys in the heap's order.
+func (h *pageHeap) order(a, b *rowKey) int {
+	if h.reverse {
+		return compareRowKeys(b, a)
+	}
+	return compareRowKeys(a, b)
+}
+
+func (h *pageHeap) Len() int           { return len(h.rows) }
+func (h *pageHeap) Less(i, j int) bool { return h.order(&h.rows[i].key, &h.rows[j].key) > 0 }
+func (h *pageHeap) Swap(i, j int)      { h.rows[i], h.rows[j] = h.rows[j], h.rows[i] }
+func (h *pageHeap) Push(any)           { panic("pageHeap: rows are added by offer") }
+func (h *pageHeap) Pop() any           { panic("pageHeap: rows are never removed") }
+
+func (h *pageHeap) offer(r *pageRow, limit int) {
+	switch {
+	case len(h.rows) < limit:
+		h.rows = append(h.rows, *r)
+		heap.Fix(h, len(h.rows)-1) // sifts the new row up, without boxing it as Push would
+	case h.order(&r.key, &h.rows[0].key) < 0:
+		h.rows[0] = *r
+		heap.Fix(h, 0)
+	}
+}
+
+// sorted returns the rows kept, first in order first.
+func (h *pageHeap) sorted() []pageRow {
+	slices.SortFunc(h.rows, func(a, b pageRow) int { return h.order(&a.key, &b.key) })
+	return h.rows
+}
+
+// memberView is one pool member as the status page shows it.
+type memberView struct {
+	Target    string // address:port
+	Host      string
+	Pool      string
+	URL       string // of its target view
+	State     string
+	Route     string
+	Preferred bool
+	Probed    bool
+	Outcome   string
+	Status    int
+	Error     string
+	Streak    int
+	Latency   time.Duration // of the last successful probe; 0 for none
+	Smoothed  time.Duration
+	Since     time.Time
+	LastProbe time.Time
+}
+
+// memberView fills the view of mb, a member of pool pi; off turns the
+// engine's Nanotime into wall time.
+func (g *generation) memberView(pi int, mb *member, off time.Duration) memberView {
+	t := g.cfg.Targets[mb.id]
+	v := memberView{
+		Target: t.AddrPort().String(), Host: g.cfg.Hostnames[mb.id], Pool: g.pools[pi].Name,
+		State: memberStates[mb.state], Route: mb.route.String(), Preferred: mb.pref, Probed: mb.st.Probed,
+		Streak: mb.st.Streak, Latency: mb.st.Latency, Smoothed: mb.st.Smoothed,
+		Since: time.Unix(0, mb.st.Since).Add(off),
+	}
+	v.URL = targetURL(v.Pool, v.Target)
+	if mb.st.Probed {
+		v.Outcome = mb.st.LastOutcome.String()
+		v.Status = int(mb.st.LastStatus)
+		v.LastProbe = time.Unix(0, mb.st.LastProbe).Add(off)
+		if !mb.st.LastOutcome.Healthy() {
+			v.Error = mb.err
+			if v.Error == "" {
+				v.Error = g.lastError(mb.id)
+			}
+		}
+	}
+	return v
+}
+
+// targetURL is the address of a target's view, relative to the page root.
+func targetURL(pool, target string) string {
+	return "target?" + url.Values{"pool": {pool}, "target": {target}}.Encode()
+}
