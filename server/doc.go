@@ -19,4 +19,10 @@
 // slow stream is dropped, a full webhook queue drops its oldest events, and
 // both are counted. /probe answers one-off probes the way blackbox_exporter
 // does, with probers of their own and bounded concurrency.
+//
+// The status page (status.go, its assets in server/ui) reads the same state
+// as the API and renders it on the server; its pool view lists members a
+// page at a time in one pass (statuspool.go), and its timelines come from a
+// fixed budget of per-target result rings (history.go) that the probe path
+// fills without locks.
 package server

@@ -116,7 +116,7 @@
     }
     tr.appendChild(target);
     tr.appendChild(el("td", "wide", (e.pools || []).join(", ")));
-    var change = el("td");
+    var change = el("td", "chg");
     change.appendChild(el("span", "st st-" + e.from, e.from));
     change.appendChild(document.createTextNode(" → "));
     change.appendChild(el("span", "st st-" + e.to, e.to));

@@ -1,0 +1,573 @@
+package ui_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	goruntime "runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/sondeprobe/sonde/bench/testenv"
+)
+
+// These tests run `sonde run` and look at its status page in a real
+// headless Chromium (Debian's chromium, which .ci/run installs), asserting
+// what a person would see. Every request the browser makes is recorded and
+// must go to loopback; the browser also resolves no name but 127.0.0.1, so
+// nothing could leave the machine if the page tried.
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// browser is one headless Chromium with a tab, and what the tab did.
+type browser struct {
+	t   *testing.T
+	ctx context.Context
+
+	mu       sync.Mutex
+	requests []string // every URL the page requested
+	problems []string // console errors, uncaught exceptions, error log entries
+}
+
+// newBrowser starts Chromium with a fresh profile; it is stopped when t ends.
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	path := testenv.Tool(t, "chromium", "chromium")
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		// Names resolve to nothing: no request can leave the machine.
+		chromedp.Flag("host-resolver-rules", "MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		cancel()
+		cancelAlloc()
+	})
+	b := &browser{t: t, ctx: ctx}
+	b.listen(ctx)
+	return b
+}
+
+// listen records the requests and problems of the tab of ctx.
+func (b *browser) listen(ctx context.Context) {
+	b.t.Helper()
+	err := chromedp.Listen(ctx, func(ev any) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		switch ev := ev.(type) {
+		case *network.EventRequestWillBeSent:
+			b.requests = append(b.requests, ev.Request.URL)
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeAssert {
+				var args []string
+				for _, a := range ev.Args {
+					args = append(args, string(a.Value))
+				}
+				b.problems = append(b.problems, "console."+string(ev.Type)+": "+strings.Join(args, " "))
+			}
+		case *runtime.EventExceptionThrown:
+			b.problems = append(b.problems, "exception: "+(&chromedp.ExceptionError{ExceptionDetails: ev.ExceptionDetails}).Error())
+		case *cdplog.EventEntryAdded:
+			if ev.Entry.Level == cdplog.EntryLevelError {
+				b.problems = append(b.problems, fmt.Sprintf("log %s: %s (%s)", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL))
+			}
+		}
+	})
+	if err != nil {
+		b.t.Fatalf("listen to the browser: %v", err)
+	}
+}
+
+func (b *browser) do(steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+func (b *browser) open(url string) {
+	b.t.Helper()
+	b.do(chromedp.Navigate(url))
+}
+
+// eval evaluates a JavaScript expression in the tab.
+func eval[T any](b *browser, expr string) T {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		b.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// wait polls a JavaScript expression until it is true; it fails after
+// timeout, saying what it waited for and, from describe (an expression
+// whose value is shown), what the page showed.
+func (b *browser) wait(what, expr, describe string, timeout time.Duration) {
+	b.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !eval[bool](b, "!!("+expr+")") {
+		if time.Now().After(deadline) {
+			b.t.Fatalf("after %s, still waiting for %s; the page shows: %s", timeout, what, eval[string](b, describe))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// check fails the test for every problem the page logged and every request
+// that did not go to loopback, and checks that the page asked for each of
+// want (parts of URLs) at least once: a capture that saw nothing proves
+// nothing.
+func (b *browser) check(want ...string) {
+	b.t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range b.problems {
+		b.t.Errorf("the page logged a problem: %s", p)
+	}
+	for _, r := range b.requests {
+		u, err := url.Parse(r)
+		if err != nil {
+			b.t.Errorf("request to %q: %v", r, err)
+			continue
+		}
+		switch u.Scheme {
+		case "data", "about", "blob":
+			continue
+		}
+		host := u.Hostname()
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			b.t.Errorf("request to %s leaves loopback", r)
+		}
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(b.requests, func(r string) bool { return strings.Contains(r, w) }) {
+			b.t.Errorf("the page never requested %s; requests: %v", w, b.requests)
+		}
+	}
+}
+
+// startSonde runs `sonde run` with args on a free loopback port and returns
+// the process and the status page's address.
+func startSonde(t *testing.T, args ...string) (*testenv.Process, string) {
+	t.Helper()
+	bin := testenv.Sonde(t)
+	p := testenv.Start(t, exec.Command(bin, append([]string{"run", "-listen", "127.0.0.1:0", "-log-level", "info"}, args...)...))
+	re := regexp.MustCompile(`msg=serving listen=(127\.0\.0\.1:\d+)`)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if m := re.FindStringSubmatch(p.Output()); m != nil {
+			return p, "http://" + m[1] + "/"
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sonde did not start serving:\n%s", p.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// demoBackends reads the demo's backends (name → address) from its banner.
+func demoBackends(t *testing.T, p *testenv.Process) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	deadline := time.Now().Add(10 * time.Second)
+	re := regexp.MustCompile(`(?m)^\s+(healthy|failing|slow|redirecting|flapping|refusing|tcp)\s+(127\.0\.0\.1:\d+)\s`)
+	for len(out) < 7 {
+		for _, m := range re.FindAllStringSubmatch(p.Output(), -1) {
+			out[m[1]] = m[2]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("demo banner lists %v:\n%s", out, p.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return out
+}
+
+// memberRows reads the member table of a pool view.
+const memberRows = `Array.from(document.querySelectorAll("#members tbody tr")).map(tr => ({
+	target: tr.dataset.targetRow,
+	state: tr.querySelector(".col-state").textContent.trim(),
+	outcome: tr.querySelector(".col-outcome").textContent.trim(),
+	error: tr.querySelector(".col-error").textContent.trim(),
+}))`
+
+type memberRow struct{ Target, State, Outcome, Error string }
+
+// TestStatusPageDemo looks at `sonde run -demo` as an operator would: the
+// four pools on the overview, every target of every pool with its state
+// and reason, a failing target's timeline, a new event within seconds of a
+// backend's flip, the overview without JavaScript and at phone width.
+func TestStatusPageDemo(t *testing.T) {
+	b := newBrowser(t)
+	p, base := startSonde(t, "-demo")
+	backends := demoBackends(t, p)
+	name := map[string]string{}
+	for n, a := range backends {
+		name[a] = n
+	}
+
+	b.open(base)
+	b.wait("the four demo pools, edge failing open",
+		`["app","edge","gateway","fleet"].every(n => document.querySelector('[data-pool-card="' + n + '"]')) &&
+		 /Failing open/.test(document.querySelector('[data-pool-card="edge"]').textContent)`,
+		`document.querySelector("#pools").innerText`, 60*time.Second)
+
+	// Every target of every pool, with its state and why.
+	type want struct{ state, outcome, error string }
+	pools := map[string]map[string]want{
+		"app":     {"healthy": {"healthy", "success", ""}, "failing": {"unhealthy", "http_status", "500"}, "redirecting": {"unhealthy", "http_status", "302"}, "flapping": {}},
+		"edge":    {"failing": {"unhealthy", "http_status", "500"}, "slow": {"unhealthy", "timeout", "?"}, "refusing": {"unhealthy", "refused", "refused"}},
+		"gateway": {"healthy": {"healthy", "success", ""}, "redirecting": {"healthy", "success", ""}, "flapping": {}},
+		"fleet":   {"tcp": {"healthy", "success", ""}, "refusing": {"unhealthy", "refused", "refused"}},
+	}
+	for pool, members := range pools {
+		b.open(base + "pool?name=" + pool)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			rows := eval[[]memberRow](b, memberRows)
+			var wrong []string
+			seen := map[string]bool{}
+			for _, r := range rows {
+				n := name[r.Target]
+				w, ok := members[n]
+				seen[n] = true
+				switch {
+				case !ok:
+					wrong = append(wrong, fmt.Sprintf("%s (%s) is not a member", r.Target, n))
+				case w.state == "":
+					if r.State != "healthy" && r.State != "unhealthy" {
+						wrong = append(wrong, fmt.Sprintf("%s: %+v, want healthy or unhealthy", n, r))
+					}
+				case r.State != w.state || r.Outcome != w.outcome || (w.error == "") != (r.Error == "") ||
+					w.error != "?" && !strings.Contains(r.Error, w.error):
+					wrong = append(wrong, fmt.Sprintf("%s: %+v, want %+v", n, r, w))
+				}
+			}
+			for n := range members {
+				if !seen[n] {
+					wrong = append(wrong, n+" is missing")
+				}
+			}
+			if len(wrong) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pool %s: %s", pool, strings.Join(wrong, "; "))
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+
+	// A failing target: its timeline, its error, its events, its check.
+	b.open(base + "target?" + url.Values{"pool": {"edge"}, "target": {backends["refusing"]}}.Encode())
+	b.wait("a timeline of at least 3 results with an unhealthy band and failures",
+		`(s => s && +s.dataset.results >= 3 && s.querySelector("rect.band.unhealthy") && s.querySelectorAll("rect.fail").length >= 3)(document.querySelector("#timeline svg"))`,
+		`document.querySelector("#timeline").innerText`, 60*time.Second)
+	for _, c := range []struct{ what, expr string }{
+		{"the error", `/refused/.test(document.getElementById("target-error").textContent)`},
+		{"the state", `document.querySelector(".headline .st").textContent === "unhealthy"`},
+		{"its event to unhealthy", `!!document.querySelector("#recent tr.ev.k-state.to-unhealthy")`},
+		{"its check's preset", `/globalaccelerator|frontdoor/.test(document.querySelector("dl.settings").textContent)`},
+	} {
+		b.wait(c.what, c.expr, `document.querySelector("main").innerText`, 10*time.Second)
+	}
+
+	// A backend flips; its state change shows in the live event list within
+	// its check's detection window (plus a margin for a loaded machine),
+	// brought by the event stream: the page is not reloaded.
+	b.open(base + "events")
+	b.wait("the event stream", `document.getElementById("live").textContent === "live"`, `document.getElementById("live").textContent`, 20*time.Second)
+	since := eval[int](b, `+document.body.dataset.since`)
+	flipAt, to := waitFlip(t, "http://"+backends["flapping"]+"/")
+	bound := detectionWindow(t, base, to) + 5*time.Second
+	row := fmt.Sprintf(`Array.from(document.querySelectorAll("#recent tr.ev.k-state.to-%s")).some(tr => +tr.dataset.seq > %d && tr.cells[2].textContent.startsWith(%q))`,
+		to, since, backends["flapping"])
+	b.wait(fmt.Sprintf("the flapping backend's change to %s", to), row, `document.querySelector("#recent").innerText`, bound+10*time.Second)
+	delay := time.Since(flipAt)
+	t.Logf("the flip to %s showed in the event list %s after the backend flipped (bound %s)", to, delay.Round(10*time.Millisecond), bound)
+	if delay > bound {
+		t.Errorf("the event showed %s after the flip; want at most %s", delay, bound)
+	}
+	if n := eval[int](b, `performance.getEntriesByType("navigation").length`); n != 1 {
+		t.Errorf("%d navigations: the event list was reloaded", n)
+	}
+
+	// The flapping target's timeline shows both states it went through.
+	b.open(base + "target?" + url.Values{"pool": {"app"}, "target": {backends["flapping"]}}.Encode())
+	b.wait("healthy and unhealthy bands and latencies on the flapping target's timeline",
+		`(s => s && s.querySelector("rect.band.healthy") && s.querySelector("rect.band.unhealthy") && s.querySelectorAll("circle.ok").length >= 2)(document.querySelector("#timeline svg"))`,
+		`document.querySelector("#timeline").innerText`, 30*time.Second)
+	shot(t, b, "status-target.png")
+
+	// The overview at phone width: nothing wider than the screen.
+	b.do(chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2)))
+	b.open(base)
+	b.wait("pools at phone width", `document.querySelectorAll("[data-pool-card]").length === 4`, `document.body.innerText`, 20*time.Second)
+	if w := eval[[]int](b, `[document.documentElement.scrollWidth, window.innerWidth]`); w[0] > w[1] {
+		t.Errorf("at phone width the page is %d px wide on a %d px screen", w[0], w[1])
+	}
+	b.do(chromedp.EmulateViewport(1280, 900))
+	b.open(base)
+	b.wait("the overview settled", `document.querySelectorAll("[data-pool-card]").length === 4 && document.querySelectorAll("#recent tr.ev").length >= 5`,
+		`document.body.innerText`, 20*time.Second)
+	time.Sleep(time.Second) // the capacity bars and times after one refresh
+	shot(t, b, "status.png")
+	b.check("static/sonde.js", "static/sonde.css", "static/favicon.svg", "api/v1/events", "api/v1/history")
+
+	// Without JavaScript the overview still shows every pool.
+	noJS, cancel := chromedp.NewContext(b.ctx)
+	defer cancel()
+	nb := &browser{t: t, ctx: noJS}
+	nb.listen(noJS)
+	nb.do(chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
+		return err
+	}))
+	nb.open(base)
+	text := eval[string](nb, `document.body.innerText`)
+	for _, want := range []string{"app", "edge", "gateway", "fleet", "routable", "Failing open", "W1", "Recent events"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("without JavaScript the overview lacks %q:\n%s", want, text)
+		}
+	}
+	if eval[bool](nb, `!document.getElementById("live").hidden`) {
+		t.Error("without JavaScript the page claims to be live")
+	}
+	nb.check("static/sonde.css")
+}
+
+// waitFlip polls a demo backend until its answer changes between 200 and
+// 500, and returns when it saw the change and the state the change leads to.
+func waitFlip(t *testing.T, url string) (time.Time, string) {
+	t.Helper()
+	client := &http.Client{Timeout: 2 * time.Second}
+	code := func() int {
+		resp, err := client.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	first := code()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		if c := code(); c != first {
+			if c == http.StatusOK {
+				return time.Now(), "healthy"
+			}
+			return time.Now(), "unhealthy"
+		}
+	}
+	t.Fatalf("%s answered %d for 30 s: it does not flap", url, first)
+	return time.Time{}, ""
+}
+
+// detectionWindow returns the shortest window of the demo's pools that
+// list the flapping backend (app and gateway) for a change to state to:
+// W1 for unhealthy, W2 for healthy.
+func detectionWindow(t *testing.T, base, to string) time.Duration {
+	t.Helper()
+	resp, err := http.Get(base + "api/v1/pools")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	field := "failure_window_seconds"
+	if to == "healthy" {
+		field = "success_window_seconds"
+	}
+	var shortest time.Duration
+	for _, pool := range []string{"app", "gateway"} {
+		re := regexp.MustCompile(`"name": "` + pool + `"[^}]*"` + field + `": ([0-9.]+)`)
+		m := re.FindSubmatch(body)
+		if m == nil {
+			t.Fatalf("no %s of pool %s in %s", field, pool, body)
+		}
+		var s float64
+		fmt.Sscan(string(m[1]), &s)
+		if d := time.Duration(s * float64(time.Second)); shortest == 0 || d < shortest {
+			shortest = d
+		}
+	}
+	return shortest
+}
+
+// shot writes a screenshot of the page into docs/ of the repository when
+// SONDE_UPDATE_SCREENSHOT=1, so ordinary runs leave the tree alone.
+func shot(t *testing.T, b *browser, name string) {
+	t.Helper()
+	if os.Getenv("SONDE_UPDATE_SCREENSHOT") != "1" {
+		return
+	}
+	png := func() []byte {
+		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+		defer cancel()
+		v, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}()
+	_, file, _, _ := goruntime.Caller(0) // .../server/ui/browser_test.go
+	path := filepath.Join(filepath.Dir(file), "..", "..", "docs", name)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", path)
+}
+
+// hostileBackend answers HTTP 200 until told otherwise, then a first line
+// of markup instead of HTTP, which the HTTP prober quotes in its error.
+type hostileBackend struct {
+	addr    string
+	hostile atomic.Bool
+}
+
+// hostileLine would add an element with id sonde-xss, fetch /xss-fetched
+// and set the title if a page let it through. It has no space, so the HTTP
+// parser quotes it whole.
+const hostileLine = `<b/id=sonde-xss>pwned</b><img/src=/xss-fetched><script>document.title='xss'</script>`
+
+func newHostileBackend(t *testing.T) *hostileBackend {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	hb := &hostileBackend{addr: l.Addr().String()}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+				buf := make([]byte, 4096)
+				_, _ = c.Read(buf)
+				if hb.hostile.Load() {
+					_, _ = io.WriteString(c, hostileLine+"\r\n\r\n")
+					return
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+			}()
+		}
+	}()
+	return hb
+}
+
+// TestStatusPageHostileTarget shows an error text full of markup, from a
+// backend, on every page (the live event list builds its row in the
+// browser, the other pages on the server) and checks that it is text: no
+// element, no request, no script. It also pages, filters and sorts a pool
+// of 131,072 targets (health checks off, so nothing is probed).
+func TestStatusPageHostileTarget(t *testing.T) {
+	b := newBrowser(t)
+	hb := newHostileBackend(t)
+	cfg := filepath.Join(t.TempDir(), "sonde.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `
+checks:
+  web: {protocol: http, path: /, interval: 300ms, timeout: 1s, rise: 1, fall: 2}
+pools:
+  - {name: hostile, check: web, targets: [%q]}
+  - {name: big, check: web, targets: ["198.18.0.0/15"], health_checks: false}
+`, hb.addr), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, base := startSonde(t, "-config", cfg)
+	target := "target?" + url.Values{"pool": {"hostile"}, "target": {hb.addr}}.Encode()
+	inert := `document.getElementById("sonde-xss") === null && !/xss/.test(document.title)`
+
+	b.open(base + "events")
+	b.wait("the event stream", `document.getElementById("live").textContent === "live"`, `document.getElementById("live").textContent`, 20*time.Second)
+	hb.hostile.Store(true)
+	b.wait("the hostile error text, as text, in a row the page built",
+		fmt.Sprintf(`Array.from(document.querySelectorAll("#recent tr.ev.fresh.to-unhealthy td.err")).some(td => td.textContent.includes(%q))`, hostileLine),
+		`document.querySelector("#recent").innerText`, 30*time.Second)
+	if !eval[bool](b, inert) {
+		t.Error("the live event list let markup through")
+	}
+	for _, page := range []struct{ path, cell string }{
+		{"pool?name=hostile", "#members td.col-error"},
+		{"pool?name=hostile&sort=error&q=sonde-xss", "#members td.col-error"},
+		{target, "#target-error"},
+		{"events", "#recent td.err"},
+		{"", "#recent td.err"},
+	} {
+		b.open(base + page.path)
+		b.wait("the hostile error text on "+page.path,
+			fmt.Sprintf(`Array.from(document.querySelectorAll(%q)).some(e => e.textContent.includes(%q))`, page.cell, hostileLine),
+			`document.querySelector("main").innerText`, 20*time.Second)
+		if !eval[bool](b, inert) {
+			t.Errorf("%s let markup through", page.path)
+		}
+	}
+
+	// A pool of 131,072 targets: a page at a time.
+	paging := `document.querySelector("#members .paging").textContent.trim()`
+	b.open(base + "pool?name=big")
+	b.wait("the first page", `document.querySelectorAll("#members tbody tr").length === 100 && /targets 1–100 of 131072/.test(`+paging+`)`, paging, 20*time.Second)
+	b.do(chromedp.Click(`a[rel="next"]`))
+	b.wait("the second page", `/targets 101–200 of 131072/.test(`+paging+`) && location.search.includes("after=")`, paging, 20*time.Second)
+	if first := eval[string](b, `document.querySelector("#members tbody tr").dataset.targetRow`); first != "198.18.0.100:80" {
+		t.Errorf("the second page starts with %s, want 198.18.0.100:80", first)
+	}
+	b.do(chromedp.Click(`a[rel="prev"]`))
+	b.wait("the first page again", `/targets 1–100 of 131072/.test(`+paging+`)`, paging, 20*time.Second)
+	b.do(chromedp.SendKeys(`input[name="q"]`, "198.19.255."))
+	b.wait("the text filter", `/targets 1–100 of 256/.test(`+paging+`)`, paging, 20*time.Second)
+	b.do(chromedp.Click(`th.col-target a`))
+	b.wait("descending order", `document.querySelector("#members tbody tr").dataset.targetRow === "198.19.255.255:80"`,
+		`document.querySelector("#members tbody tr").dataset.targetRow`, 20*time.Second)
+	if !eval[bool](b, `document.querySelector('#filters input[name="q"]').value === "198.19.255."`) {
+		t.Error("the filter's text was lost")
+	}
+	b.check("static/sonde.js", "api/v1/events", "api/v1/history", "pool?name=big")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, r := range b.requests {
+		if strings.Contains(r, "xss-fetched") {
+			t.Errorf("the page requested %s: markup from the backend ran", r)
+		}
+	}
+}
