@@ -57,6 +57,7 @@ type Daemon struct {
 	totals  counterTotals
 	obs     observer
 	mem     memoryTuner
+	local   rateLimit // logs of local errors
 
 	cur      atomic.Pointer[generation]
 	reloadMu sync.Mutex // one load or reload at a time
@@ -80,6 +81,7 @@ func New(opt Options) (*Daemon, error) {
 		opt.Version = "devel"
 	}
 	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events), mem: newMemoryTuner(&opt)}
+	d.local.period = localLogEvery
 	d.obs.d = d
 	d.metrics = newMetrics(d)
 	return d, nil

@@ -28,6 +28,8 @@ type metrics struct {
 	reloads    *prometheus.CounterVec   // result
 	reloadOK   prometheus.Gauge
 	reloadTime prometheus.Gauge
+
+	local [probe.NumLocalCauses]prometheus.Counter // sonde_probe_local_errors_total by cause
 }
 
 // newMetrics creates the instruments and registers them, with the state
@@ -66,12 +68,19 @@ func newMetrics(d *Daemon) *metrics {
 			Help: "Time of the last successful configuration load.",
 		}),
 	}
+	local := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sonde_probe_local_errors_total",
+		Help: "Probes this host could not run, by cause: descriptors, ports, buffers, permissions. They are no verdict on their targets.",
+	}, []string{"cause"})
+	for c := probe.CauseNone + 1; c < probe.NumLocalCauses; c++ {
+		m.local[c] = local.WithLabelValues(c.String())
+	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sonde_build_info",
 		Help: "sonde's version and Go version; the value is 1.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(d.opt.Version, runtime.Version()).Set(1)
-	m.reg.MustRegister(m.probes, m.duration, m.phases, m.changes, m.reloads, m.reloadOK, m.reloadTime, build,
+	m.reg.MustRegister(m.probes, m.duration, m.phases, m.changes, local, m.reloads, m.reloadOK, m.reloadTime, build,
 		&stateCollector{d: d},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
