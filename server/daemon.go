@@ -123,7 +123,7 @@ func (d *Daemon) Reload() error {
 		}
 		d.totals.retire(old)
 		kept = old.carryOver(next)
-		d.metrics.forgetPools(removedPools(old, next))
+		d.metrics.forget(staleSeries(old.cfg, next.cfg))
 	}
 	next.start()
 	d.cur.Store(next)
@@ -169,19 +169,24 @@ func (d *Daemon) logStart(g *generation, reload bool, kept int, memLimit int64, 
 	}
 }
 
-// removedPools returns the names of old's pools that next lacks.
-func removedPools(old, next *generation) []string {
-	keep := map[string]bool{}
-	for _, p := range next.cfg.Pools {
-		keep[p.Name] = true
+// staleSeries returns the names of old's pools that next lacks, and the
+// pool and protocol of those next keeps with another protocol: their series
+// by protocol are stale.
+func staleSeries(old, next *config.Config) (gone []string, moved []poolProtocol) {
+	now := map[string]string{}
+	for _, p := range next.Pools {
+		now[p.Name] = next.Checks[p.CheckIndex].Protocol.String()
 	}
-	var gone []string
-	for _, p := range old.cfg.Pools {
-		if !keep[p.Name] {
+	for _, p := range old.Pools {
+		proto := old.Checks[p.CheckIndex].Protocol.String()
+		switch np, ok := now[p.Name]; {
+		case !ok:
 			gone = append(gone, p.Name)
+		case np != proto:
+			moved = append(moved, poolProtocol{p.Name, proto})
 		}
 	}
-	return gone
+	return gone, moved
 }
 
 // Stop ends probing. The daemon cannot be started again.

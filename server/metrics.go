@@ -87,14 +87,23 @@ func newMetrics(d *Daemon) *metrics {
 	return m
 }
 
-// forgetPools deletes the series of pools that no longer exist.
-func (m *metrics) forgetPools(names []string) {
-	for _, name := range names {
+// poolProtocol names a pool's series of one protocol.
+type poolProtocol struct{ pool, protocol string }
+
+// forget deletes the series of pools that no longer exist, and those of the
+// protocols pools no longer probe with.
+func (m *metrics) forget(gone []string, moved []poolProtocol) {
+	for _, name := range gone {
 		l := prometheus.Labels{"pool": name}
 		m.probes.DeletePartialMatch(l)
 		m.duration.DeletePartialMatch(l)
 		m.phases.DeletePartialMatch(l)
 		m.changes.DeletePartialMatch(l)
+	}
+	for _, pp := range moved {
+		l := prometheus.Labels{"pool": pp.pool, "protocol": pp.protocol}
+		m.probes.DeletePartialMatch(l)
+		m.duration.DeletePartialMatch(l)
 	}
 }
 
