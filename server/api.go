@@ -22,7 +22,11 @@ import (
 //	GET  /api/v1/events    recent state changes (since=SEQ, limit=)
 //	GET  /-/healthy        200 while the process runs
 //	GET  /-/ready          200 once a configuration is running
-//	POST /-/reload         reload the configuration
+//	POST /-/reload         reload the configuration (see [Daemon.lifecycle])
+//
+// State-changing endpoints answer 403 unless Options.Web.EnableLifecycle is
+// set, and refuse cross-site browser requests; new ones must be wrapped in
+// lifecycle too.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{Registry: d.metrics.reg}))
@@ -31,7 +35,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/events", d.handleEvents)
 	mux.HandleFunc("GET /-/healthy", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })
 	mux.HandleFunc("GET /-/ready", d.handleReady)
-	mux.HandleFunc("POST /-/reload", d.handleReload)
+	mux.Handle("POST /-/reload", d.lifecycle(d.handleReload))
 	mux.HandleFunc("GET /{$}", d.handleIndex)
 	return mux
 }

@@ -1,12 +1,9 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +37,9 @@ type Options struct {
 	// Events is the number of recent state changes kept for the API;
 	// default 10000.
 	Events int
+	// Web configures the HTTP server: lifecycle endpoints, allowed hosts,
+	// connection limit.
+	Web WebOptions
 	// NoMemoryLimit leaves the Go runtime's memory limit alone. By default
 	// the daemon sets it after every load to the memory in use plus an
 	// eighth (see memoryTuner), unless GOMEMLIMIT is set.
@@ -57,7 +57,8 @@ type Daemon struct {
 	totals  counterTotals
 	obs     observer
 	mem     memoryTuner
-	local   rateLimit // logs of local errors
+	local   rateLimit                   // logs of local errors
+	conns   atomic.Pointer[connLimiter] // the HTTP server's, once it serves
 
 	cur      atomic.Pointer[generation]
 	reloadMu sync.Mutex // one load or reload at a time
@@ -208,23 +209,4 @@ func (d *Daemon) TCPPath() (TCPPath, error) {
 		return "", nil
 	}
 	return g.launch.tcpPath, g.launch.synErr
-}
-
-// Serve serves the daemon's HTTP endpoints on l until ctx is done, then shuts
-// the server down gracefully.
-func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
-	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve http: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shut down http: %w", err)
-	}
-	return nil
 }

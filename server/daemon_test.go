@@ -94,6 +94,7 @@ func startDaemonWith(t *testing.T, yaml string, set func(*Options)) *testDaemon 
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Shards: 2,
 		NoSyn:  true,
+		Web:    WebOptions{EnableLifecycle: true},
 	}
 	if set != nil {
 		set(&opt)

@@ -12,7 +12,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe/syn"
@@ -34,11 +37,16 @@ type runFlags struct {
 	source    string
 	iface     string
 	shards    int
+	web       server.WebOptions
 }
 
 // runRun runs the daemon until SIGINT or SIGTERM; SIGHUP reloads the
-// configuration.
+// configuration. SIGHUP is caught from the first instruction: one that
+// arrives while the daemon starts reloads once it has started.
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var f runFlags
@@ -51,6 +59,16 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&f.source, "source", "", "source `address` of SYN probes (default: the route's source)")
 	fs.StringVar(&f.iface, "interface", "", "`interface` whose ingress carries SYN replies (default: the source address's)")
 	fs.IntVar(&f.shards, "shards", 0, "scheduler shards (default: one per CPU)")
+	fs.BoolVar(&f.web.EnableLifecycle, "web.enable-lifecycle", false, "allow POST /-/reload (otherwise 403)")
+	fs.Func("web.allowed-hosts", "comma-separated host `names` requests may name in Host when -listen is on loopback (besides IP addresses and localhost)", func(v string) error {
+		for h := range strings.SplitSeq(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				f.web.AllowedHosts = append(f.web.AllowedHosts, h)
+			}
+		}
+		return nil
+	})
+	fs.IntVar(&f.web.MaxConnections, "web.max-connections", 512, "most open HTTP `connections` (at most a quarter of the file descriptor limit)")
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
 	}
@@ -64,7 +82,13 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usageError(err)
 	}
-	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion()}
+	if f.web.MaxConnections < 1 {
+		return usageError(fmt.Errorf("run: -web.max-connections %d: want 1 or more", f.web.MaxConnections))
+	}
+	if host, _, err := net.SplitHostPort(f.listen); err == nil && host != "" {
+		f.web.AllowedHosts = append(f.web.AllowedHosts, host) // the name the operator listens on
+	}
+	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Web: f.web}
 	if opt.Syn, err = synFlags(f); err != nil {
 		return usageError(err)
 	}
@@ -75,7 +99,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		defer d.Close()
 		opt.Load = func() (*config.Config, error) { return config.Parse(d.Config, "", config.LoadOptions{}) }
-		return serveDaemon(ctx, opt, f.listen, log, func() { d.Banner(stdout, f.listen) })
+		return serveDaemon(ctx, opt, f.listen, hup, func() { d.Banner(stdout, f.listen) })
 	}
 	path := f.config
 	opt.Load = func() (*config.Config, error) {
@@ -87,44 +111,72 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return cfg, nil
 	}
-	return serveDaemon(ctx, opt, f.listen, log, nil)
+	return serveDaemon(ctx, opt, f.listen, hup, nil)
 }
 
-// serveDaemon starts the daemon and its HTTP server, reloads on SIGHUP, and
-// stops gracefully when ctx is done. ready is called once both run.
-func serveDaemon(ctx context.Context, opt server.Options, listen string, log *slog.Logger, ready func()) error {
+// serveDaemon listens, starts the daemon, reloads it on every signal from
+// hup, and stops gracefully when ctx is done. The HTTP server runs from the
+// start (/-/ready answers 503 until a configuration runs); ready is called
+// once the daemon has started. A ctx done during the start ends it as soon
+// as the start completes, with no error.
+func serveDaemon(ctx context.Context, opt server.Options, listen string, hup <-chan os.Signal, ready func()) error {
+	log := opt.Logger
+	if n, err := raiseFileLimit(); err != nil {
+		log.Warn("raising the file descriptor limit", "err", err)
+	} else {
+		log.Debug("file descriptor limit", "nofile", n)
+	}
 	d, err := server.New(opt)
 	if err != nil {
 		return err
 	}
-	if err := d.Start(); err != nil {
-		return err
-	}
-	defer d.Stop()
 	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	log.Info("serving", "listen", l.Addr().String())
-	if ready != nil {
+	httpCtx, stopHTTP := context.WithCancel(context.Background())
+	defer stopHTTP()
+	served := make(chan error, 1)
+	go func() { served <- d.Serve(httpCtx, l) }()
+	stop := func() error {
+		stopHTTP()
+		return <-served
+	}
+	if err := d.Start(); err != nil {
+		return errors.Join(err, stop())
+	}
+	defer d.Stop()
+	if ready != nil && ctx.Err() == nil {
 		ready()
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				_ = d.Reload() // logged by the daemon; the old configuration keeps running
-			}
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("stopping")
+			return stop()
+		case err := <-served:
+			return err
+		case <-hup:
+			_ = d.Reload() // logged by the daemon; the old configuration keeps running
 		}
-	}()
-	err = d.Serve(ctx, l)
-	log.Info("stopping")
-	return err
+	}
+}
+
+// raiseFileLimit raises the soft RLIMIT_NOFILE to the hard limit (the Go
+// runtime does too, on most versions) and returns it: every probe and API
+// connection takes a descriptor.
+func raiseFileLimit() (uint64, error) {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return 0, fmt.Errorf("getrlimit: %w", err)
+	}
+	if rl.Cur < rl.Max {
+		rl.Cur = rl.Max
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+			return 0, fmt.Errorf("setrlimit: %w", err)
+		}
+	}
+	return rl.Cur, nil
 }
 
 // synFlags turns the SYN prober flags into its settings.
