@@ -57,8 +57,11 @@ type Daemon struct {
 	totals  counterTotals
 	obs     observer
 	mem     memoryTuner
-	local   rateLimit                   // logs of local errors
-	conns   atomic.Pointer[connLimiter] // the HTTP server's, once it serves
+
+	local      rateLimit                   // logs of local errors
+	conns      atomic.Pointer[connLimiter] // the HTTP server's, once it serves
+	heavySlots chan struct{}               // slots of list requests running (see heavy)
+	loads      atomic.Uint64               // configurations built
 
 	cur      atomic.Pointer[generation]
 	reloadMu sync.Mutex // one load or reload at a time
@@ -83,6 +86,7 @@ func New(opt Options) (*Daemon, error) {
 	}
 	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events), mem: newMemoryTuner(&opt)}
 	d.local.period = localLogEvery
+	d.heavySlots = make(chan struct{}, heavyRequests)
 	d.obs.d = d
 	d.metrics = newMetrics(d)
 	return d, nil
@@ -147,6 +151,7 @@ func (d *Daemon) load() (*generation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start probers: %w", err)
 	}
+	g.seq = d.loads.Add(1)
 	return g, nil
 }
 

@@ -28,6 +28,9 @@ type generation struct {
 	errs     lastErrors          // why each failing stream failed, by leader id, for the API
 	loaded   time.Time
 
+	seq        uint64       // the daemon's count of loads when this one was built: cursors name it
+	routeCache []routeCache // per pool, the latest route snapshot for the API
+
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -43,6 +46,7 @@ func (s *sink) Deliver(r probe.Result) { s.e.Deliver(r) }
 func buildGeneration(cfg *config.Config, opt *Options, obs *observer) (*generation, error) {
 	g := &generation{cfg: cfg, loaded: opt.Clock.Now(), errs: lastErrors{m: map[uint32]string{}}}
 	g.indexPools()
+	g.routeCache = make([]routeCache, len(g.pools))
 	ob := obs.forGeneration(g)
 	shards := opt.Shards
 	if shards <= 0 {

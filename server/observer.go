@@ -140,6 +140,7 @@ func (o *observer) Transition(e scheduler.Event) {
 	g.poolsOf(e.Target, func(pi int) {
 		ev.Pools = append(ev.Pools, g.cfg.Pools[pi].Name)
 		o.pools[pi].changes[e.To].Inc()
+		g.routeCache[pi].changes.Add(1)
 	})
 	o.d.events.add(ev)
 	if o.info {
