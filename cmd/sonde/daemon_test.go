@@ -2,10 +2,12 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -189,5 +191,67 @@ func TestRunShutdownSlowClient(t *testing.T) {
 	// client's 5 s header timeout plus the old unbounded wait.
 	if took := time.Since(start); took > 20*time.Second {
 		t.Errorf("shutdown took %v", took)
+	}
+}
+
+// TestRunIdleConnectionsNofile1024 runs the daemon with 1024 file
+// descriptors and opens 1,100 idle connections to it: the API must keep
+// answering, and the target it probes meanwhile must stay healthy.
+func TestRunIdleConnectionsNofile1024(t *testing.T) {
+	if _, err := exec.LookPath("prlimit"); err != nil {
+		t.Skip("prlimit (util-linux) not installed")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	acceptAndClose(t, ln)
+	backend := ln.Addr().String()
+	file := writeConfig(t, fmt.Sprintf(`
+checks:
+  web: {protocol: tcp, tcp_mode: connect, interval: 100ms, timeout: 1s, rise: 1, fall: 1}
+pools:
+  - {name: p, check: web, targets: [%q]}
+`, backend))
+	p := startSonde(t, []string{"prlimit", "--nofile=1024:1024", "--"}, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false")
+	addr := p.waitLog(t, servingRE, 30*time.Second)[1]
+	if m := p.waitLog(t, regexp.MustCompile(`max_connections=(\d+) nofile=(\d+)`), 30*time.Second); m[1] != "256" || m[2] != "1024" {
+		t.Fatalf("max_connections %s with nofile %s, want 256 with 1024", m[1], m[2])
+	}
+	p.waitLog(t, regexp.MustCompile(`msg="state change" target=`+regexp.QuoteMeta(backend)+` .*to=healthy`), 30*time.Second)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 1100 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("connection %d: %v", len(conns), err)
+		}
+		conns = append(conns, c)
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	for i := range 20 { // two seconds of probes at 100 ms
+		resp, err := client.Get("http://" + addr + "/api/v1/targets")
+		if err != nil {
+			t.Fatalf("request %d with 1,100 idle connections: %v", i, err)
+		}
+		var page struct {
+			Targets []struct {
+				State       string `json:"state"`
+				LastOutcome string `json:"last_outcome"`
+			} `json:"targets"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		if err != nil || len(page.Targets) != 1 || page.Targets[0].State != "healthy" {
+			t.Fatalf("request %d: %+v (%v), want the target healthy", i, page, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if strings.Contains(p.logText(), "to=unhealthy") || strings.Contains(p.logText(), "too many open files") {
+		t.Fatal("the daemon ran out of descriptors or marked the target unhealthy")
 	}
 }
