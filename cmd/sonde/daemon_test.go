@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -253,5 +255,96 @@ pools:
 	}
 	if strings.Contains(p.logText(), "to=unhealthy") || strings.Contains(p.logText(), "too many open files") {
 		t.Fatal("the daemon ran out of descriptors or marked the target unhealthy")
+	}
+}
+
+// capLines returns, for every thread of process pid, its Cap* and
+// NoNewPrivs lines from /proc, as "field value" pairs by thread.
+func capLines(t *testing.T, pid int) map[string]map[string]string {
+	t.Helper()
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("threads of %d: %v", pid, err)
+	}
+	out := map[string]map[string]string{}
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && (strings.HasPrefix(k, "Cap") || k == "NoNewPrivs") {
+				m[k] = strings.TrimSpace(v)
+			}
+		}
+		out[f] = m
+	}
+	return out
+}
+
+// TestRunDropsCapabilities starts the daemon with a TCP check on the SYN
+// prober in a namespace of its own, as root, as root with -syn=false, and as
+// an unprivileged user given exactly CAP_NET_RAW, CAP_BPF and CAP_NET_ADMIN
+// (setpriv): once started, every thread holds only what reloads need (the
+// three, or none without the SYN prober), no_new_privs is set, and a reload
+// still runs the SYN prober with eBPF.
+func TestRunDropsCapabilities(t *testing.T) {
+	testenv.RequirePrivileged(t, "network namespaces, raw sockets, eBPF, setpriv")
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("setpriv not installed")
+	}
+	const three = "0000008000003000" // CAP_NET_ADMIN (12), CAP_NET_RAW (13), CAP_BPF (39)
+	file := writeConfig(t, "checks:\n  t: {protocol: tcp, port: 1, interval: 200ms, timeout: 500ms}\npools:\n  - {name: lo, check: t, targets: [127.0.0.1]}\n")
+	for _, p := range []string{filepath.Dir(filepath.Dir(file)), filepath.Dir(file)} { // readable by nobody
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unprivileged := []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+		"--inh-caps=+net_raw,+bpf,+net_admin", "--ambient-caps=+net_raw,+bpf,+net_admin", "--bounding-set=+net_raw,+bpf,+net_admin"}
+	for _, tt := range []struct {
+		name   string
+		prefix []string
+		flags  []string
+		want   map[string]string
+		path   string
+	}{
+		{"root", nil, nil, map[string]string{"CapEff": three, "CapPrm": three, "CapBnd": three, "CapInh": "0000000000000000", "CapAmb": "0000000000000000", "NoNewPrivs": "1"}, "syn-bpf"},
+		{"root without the SYN prober", nil, []string{"-syn=false"}, map[string]string{"CapEff": "0000000000000000", "CapPrm": "0000000000000000", "CapBnd": "0000000000000000", "NoNewPrivs": "1"}, "connect"},
+		{"unprivileged with three capabilities", unprivileged, nil, map[string]string{"CapEff": three, "CapPrm": three, "CapAmb": "0000000000000000", "CapInh": "0000000000000000", "NoNewPrivs": "1"}, "syn-bpf"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ns := testenv.LoopbackNamespace(t)
+			prefix := append([]string{"ip", "netns", "exec", ns}, tt.prefix...)
+			args := append([]string{"run", "-config", file, "-listen", "127.0.0.1:0"}, tt.flags...)
+			p := startSonde(t, prefix, args...)
+			p.waitLog(t, regexp.MustCompile(`msg="capabilities dropped"`), 30*time.Second)
+			if !strings.Contains(p.logText(), "tcp_path="+tt.path) {
+				t.Fatalf("tcp_path is not %s", tt.path)
+			}
+			for task, got := range capLines(t, p.cmd.Process.Pid) {
+				for k, v := range tt.want {
+					if got[k] != v {
+						t.Errorf("%s: %s %s, want %s", task, k, got[k], v)
+					}
+				}
+			}
+			p.signal(t, syscall.SIGHUP)
+			m := p.waitLog(t, regexp.MustCompile(`msg="configuration reloaded".* tcp_path=(\S+)`), 30*time.Second)
+			if m[1] != tt.path {
+				t.Errorf("after a reload: tcp_path %s, want %s", m[1], tt.path)
+			}
+			if strings.Contains(p.logText(), "AF_PACKET") {
+				t.Error("a reload fell back to AF_PACKET")
+			}
+			p.signal(t, syscall.SIGTERM)
+			if code := p.exitCode(t, 30*time.Second); code != 0 {
+				t.Fatalf("exit %d", code)
+			}
+		})
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/server"
+	"github.com/sondeprobe/sonde/server/privilege"
 )
 
 // defaultListen is where the daemon serves metrics and the API unless told
@@ -146,6 +147,7 @@ func serveDaemon(ctx context.Context, opt server.Options, listen string, hup <-c
 		return errors.Join(err, stop())
 	}
 	defer d.Stop()
+	dropPrivileges(log, opt.NoSyn)
 	if ready != nil && ctx.Err() == nil {
 		ready()
 	}
@@ -160,6 +162,25 @@ func serveDaemon(ctx context.Context, opt server.Options, listen string, hup <-c
 			_ = d.Reload() // logged by the daemon; the old configuration keeps running
 		}
 	}
+}
+
+// dropPrivileges drops the capabilities the daemon no longer needs once its
+// raw sockets, eBPF program and listener are open, and sets no_new_privs.
+// It keeps CAP_NET_RAW, CAP_BPF and CAP_NET_ADMIN (those the process has)
+// unless the SYN prober is off: a reload builds a new SYN prober, which
+// opens raw sockets and loads and attaches its eBPF program again.
+func dropPrivileges(log *slog.Logger, noSyn bool) {
+	var keep privilege.Set
+	if !noSyn {
+		keep = privilege.Of(unix.CAP_NET_RAW, unix.CAP_BPF, unix.CAP_NET_ADMIN)
+	}
+	res, err := privilege.Drop(keep)
+	if err != nil {
+		log.Warn("capabilities not dropped", "err", err)
+		return
+	}
+	log.Info("capabilities dropped", "kept", res.Kept, "kept_for", "reloads: the SYN prober's raw sockets and eBPF program",
+		"dropped", res.Dropped, "bounding_set", res.Bounding, "no_new_privs", true)
 }
 
 // raiseFileLimit raises the soft RLIMIT_NOFILE to the hard limit (the Go
