@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -278,9 +277,9 @@ func family(a netip.Addr) string {
 // expandFile calls expandSpec for every target line of a targets file: one
 // target per line; "#" starts a comment; blank lines are ignored.
 func (x *expander) expandFile(field, name string, c *Check, fn endpointFunc) error {
-	f, err := os.Open(resolvePath(x.dir, name))
+	f, err := openRegular(field, name, resolvePath(x.dir, name))
 	if err != nil {
-		return &FieldError{Field: field, Msg: fmt.Sprintf("%q: %s", name, errText(err)), Err: err}
+		return err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	httpprobe "github.com/sondeprobe/sonde/probe/http"
@@ -177,6 +178,27 @@ func checkFile(field, p, abs string) error {
 		return fieldErr(field, "%q is not a regular file", p)
 	}
 	return nil
+}
+
+// openRegular opens the file at abs (p as the config names it) for field,
+// and refuses anything but a regular file without waiting: opening a FIFO
+// for reading would block until a writer came.
+func openRegular(field, p, abs string) (*os.File, error) {
+	f, err := os.OpenFile(abs, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, &FieldError{Field: field, Msg: fmt.Sprintf("%q: %s", p, errText(err)), Err: err}
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = fieldErr(field, "%q is not a regular file", p)
+	} else if err != nil {
+		err = &FieldError{Field: field, Msg: fmt.Sprintf("%q: %s", p, errText(err)), Err: err}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // errText returns the innermost message of a file error ("no such file or
