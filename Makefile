@@ -3,7 +3,7 @@
 GO        ?= go
 BIN       := bin/sonde
 # Packages with goroutines, rings and shared state: tested again under -race.
-RACE_PKGS := ./scheduler/... ./probe/... ./server/... ./bench/...
+RACE_PKGS := ./scheduler/... ./probe/... ./server/... ./bench/... ./config/watch/...
 # Where `make run` serves metrics and the API.
 RUN_LISTEN ?= 127.0.0.1:9123
 
@@ -19,10 +19,13 @@ build:
 run: build
 	./$(BIN) run -demo -listen $(RUN_LISTEN)
 
+# deploy/ is a module of its own: its tests check the operator kit with
+# Kubernetes and Prometheus libraries that sonde itself does not link.
 test:
 	$(GO) vet ./...
 	$(GO) test ./...
 	$(GO) test -race $(RACE_PKGS)
+	cd deploy && $(GO) vet ./... && $(GO) test ./...
 
 test-race:
 	$(GO) test -race $(RACE_PKGS)
@@ -33,12 +36,13 @@ bench:
 # Rebuilds the eBPF objects and their Go bindings (needs clang, llvm and
 # libbpf-dev from Debian). The output is committed, so builds need no clang.
 generate:
-	$(GO) generate ./bpf/...
+	$(GO) generate ./bpf/... ./bench/...
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	cd deploy && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 clean:
 	rm -rf bin

@@ -35,6 +35,10 @@ type LoadOptions struct {
 	// LookupEnv reads environment variables (auth_token.secret_env); nil
 	// means os.LookupEnv.
 	LookupEnv func(key string) (string, bool)
+	// Shard keeps only the targets of one shard ([Shard.Owns]); the zero
+	// Shard keeps all. Whether a file is valid does not depend on it: every
+	// shard checks every listed target, and MaxTargets counts them all.
+	Shard Shard
 }
 
 // Config is a loaded, validated configuration. It is read-only once
@@ -54,6 +58,14 @@ type Config struct {
 	Hostnames map[uint32]string
 	// Metrics holds the metrics options.
 	Metrics Metrics
+	// Shard is the slice of the targets this configuration holds
+	// ([LoadOptions.Shard]): Targets, Pools' members and Hostnames are those
+	// of this shard only.
+	Shard Shard
+	// Files are the files the configuration was read from, each once: the
+	// config file (when read by [Load]), then the targets files and the TLS
+	// and secret files its pools and checks name, as opened.
+	Files []string
 }
 
 // Target is one unique (address, port, check). It is small and holds no
@@ -90,7 +102,12 @@ func Load(path string, opt LoadOptions) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return Parse(data, filepath.Dir(path), opt)
+	cfg, err := Parse(data, filepath.Dir(path), opt)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Files = slices.Insert(cfg.Files, 0, path)
+	return cfg, nil
 }
 
 // Parse parses a config held in data; dir is the directory relative paths in
@@ -121,8 +138,11 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 	if opt.LookupEnv == nil {
 		opt.LookupEnv = os.LookupEnv
 	}
+	if err := opt.Shard.Validate(); err != nil {
+		return nil, err
+	}
 
-	cfg := &Config{Metrics: Metrics{PerTarget: true}}
+	cfg := &Config{Metrics: Metrics{PerTarget: true}, Shard: opt.Shard}
 	var err error
 	if cfg.Checks, err = resolveChecks(f.Checks, dir, opt.LookupEnv); err != nil {
 		return nil, err
@@ -130,7 +150,8 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 	if len(f.Pools) == 0 {
 		return nil, fieldErr("pools", "missing; a config needs at least one pool")
 	}
-	x := &expander{dir: dir, limit: opt.MaxTargets, dns: resolver{r: opt.Resolver, ctx: opt.Context, timeout: opt.ResolveTimeout}}
+	x := &expander{dir: dir, limit: opt.MaxTargets, shard: opt.Shard,
+		dns: resolver{r: opt.Resolver, ctx: opt.Context, timeout: opt.ResolveTimeout}}
 	for i, ps := range f.Pools {
 		p, err := x.addPool(i, ps, cfg.Checks, cfg.Pools)
 		if err != nil {
@@ -139,10 +160,26 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 		cfg.Pools = append(cfg.Pools, p)
 	}
 	cfg.Targets, cfg.Hostnames = x.dedup(cfg.Pools)
+	cfg.Files = readFiles(cfg.Checks, x.files)
 	if f.Metrics != nil && f.Metrics.PerTarget != nil {
 		cfg.Metrics.PerTarget = *f.Metrics.PerTarget
 	}
 	return cfg, nil
+}
+
+// readFiles lists, each once, the targets files and then the TLS and secret
+// files of the checks.
+func readFiles(checks []*Check, targetsFiles []string) []string {
+	files := slices.Clone(targetsFiles)
+	for _, c := range checks {
+		files = append(files, c.AuthToken.SecretFile, c.TLS.CAFile, c.TLS.CertFile, c.TLS.KeyFile)
+	}
+	seen := map[string]bool{"": true}
+	return slices.DeleteFunc(files, func(f string) bool {
+		dup := seen[f]
+		seen[f] = true
+		return dup
+	})
 }
 
 // maxChecks is the number of checks a uint16 index can address.

@@ -180,19 +180,21 @@ func checkFile(field, p, abs string) error {
 	return nil
 }
 
-// openRegular opens the file at abs (p as the config names it) for field,
-// and refuses anything but a regular file without waiting: opening a FIFO
-// for reading would block until a writer came.
-func openRegular(field, p, abs string) (*os.File, error) {
-	f, err := os.OpenFile(abs, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+// errNotRegular is returned by openRegular for a file that is not a
+// regular file.
+var errNotRegular = errors.New("not a regular file")
+
+// openRegular opens the file at path for reading, and refuses anything but a
+// regular file without waiting: opening a FIFO for reading would block until
+// a writer came.
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, &FieldError{Field: field, Msg: fmt.Sprintf("%q: %s", p, errText(err)), Err: err}
+		return nil, err
 	}
 	fi, err := f.Stat()
 	if err == nil && !fi.Mode().IsRegular() {
-		err = fieldErr(field, "%q is not a regular file", p)
-	} else if err != nil {
-		err = &FieldError{Field: field, Msg: fmt.Sprintf("%q: %s", p, errText(err)), Err: err}
+		err = errNotRegular
 	}
 	if err != nil {
 		f.Close()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/scheduler"
 )
@@ -37,6 +38,12 @@ type Options struct {
 	// Events is the number of recent state changes kept for the API;
 	// default 10000.
 	Events int
+	// Shard is the slice of the targets this daemon probes (sonde run
+	// -shard); the zero Shard is all of them. Load must return
+	// configurations of this shard (config.LoadOptions.Shard): one of
+	// another shard is rejected. It is reported in the start log,
+	// /api/v1/pools and sonde_shard_info.
+	Shard config.Shard
 	// Web configures the HTTP server: lifecycle endpoints, allowed hosts,
 	// connection limit.
 	Web WebOptions
@@ -83,6 +90,9 @@ func New(opt Options) (*Daemon, error) {
 	}
 	if opt.Version == "" {
 		opt.Version = "devel"
+	}
+	if err := opt.Shard.Validate(); err != nil {
+		return nil, fmt.Errorf("server: Options.Shard: %w", err)
 	}
 	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events), mem: newMemoryTuner(&opt)}
 	d.local.period = localLogEvery
@@ -146,6 +156,9 @@ func (d *Daemon) load() (*generation, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Shard.String() != d.opt.Shard.String() {
+		return nil, fmt.Errorf("configuration holds the targets of shard %s, the daemon runs shard %s", cfg.Shard, d.opt.Shard)
+	}
 	d.mem.loaded()
 	g, err := buildGeneration(cfg, &d.opt, &d.obs)
 	if err != nil {
@@ -160,7 +173,7 @@ func (d *Daemon) logStart(g *generation, reload bool, kept int, memLimit int64, 
 	if reload {
 		msg = "configuration reloaded"
 	}
-	d.log.Info(msg, "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", len(g.cfg.Targets),
+	d.log.Info(msg, "shard", g.cfg.Shard.String(), "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", len(g.cfg.Targets),
 		"streams", g.cfg.Streams(), "kept_state", kept, "tcp_path", g.launch.tcpPath, "took", took.Round(time.Millisecond))
 	if memLimit > 0 {
 		d.log.Debug("memory limit set", "bytes", memLimit)
@@ -208,7 +221,7 @@ func (d *Daemon) Stop() error {
 
 // TCPPath tells which prober runs TCP checks, and why it is not the SYN
 // prober when it is not.
-func (d *Daemon) TCPPath() (TCPPath, error) {
+func (d *Daemon) TCPPath() (probe.TCPPath, error) {
 	g := d.cur.Load()
 	if g == nil {
 		return "", nil

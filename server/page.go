@@ -395,6 +395,12 @@ func (d *Daemon) handlePools(w http.ResponseWriter, r *http.Request) {
 		}
 		return nil
 	}, func(field func(string, any) error) error {
+		if err := field("shard", g.cfg.Shard.Index); err != nil { // this process's shard i (sonde run -shard i/N)
+			return err
+		}
+		if err := field("shards", g.cfg.Shard.Shards()); err != nil { // N; each pool's numbers are those of this shard's slice
+			return err
+		}
 		if end < len(g.pools) {
 			return field("next", cursor{seq: g.seq, pool: end}.String())
 		}

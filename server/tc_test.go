@@ -15,6 +15,7 @@ import (
 	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/bpf"
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/probe/syn"
 )
 
@@ -58,7 +59,7 @@ pools:
 			}
 		}
 		g := d.cur.Load()
-		if g.launch.syn == nil || g.launch.syn.CapturePath() != syn.PathBPFTC {
+		if g.launch.syn == nil || g.launch.syn.Path() != probe.PathSynBPF || g.launch.syn.Attachment() != bpf.AttachTC {
 			t.Fatalf("generation %d: TCP path %s, capture fallback %v; want eBPF through TC", i, g.launch.tcpPath, g.launch.syn.CaptureFallback())
 		}
 		before := testutil.ToFloat64(refused)

@@ -33,7 +33,7 @@ type daemonProc struct {
 
 // startSonde runs the sonde binary with args (prefix, if any, runs it: a
 // wrapper such as prlimit) and kills it when the test ends.
-func startSonde(t *testing.T, prefix []string, args ...string) *daemonProc {
+func startDaemonProc(t *testing.T, prefix []string, args ...string) *daemonProc {
 	t.Helper()
 	argv := append(append(prefix, testenv.Sonde(t)), args...)
 	p := &daemonProc{cmd: exec.Command(argv[0], argv[1:]...), more: make(chan struct{}, 1), done: make(chan struct{})}
@@ -141,7 +141,7 @@ pools:
 // SIGTERM stops it with exit 0.
 func TestRunSignalsDuringStart(t *testing.T) {
 	file := writeConfig(t, slowStartConfig)
-	p := startSonde(t, nil, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false")
+	p := startDaemonProc(t, nil, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false")
 	p.waitLog(t, servingRE, 30*time.Second) // logged just before the load
 	for range 3 {
 		p.signal(t, syscall.SIGHUP)
@@ -162,7 +162,7 @@ func TestRunSignalsDuringStart(t *testing.T) {
 // the load completes, without running.
 func TestRunTermDuringStart(t *testing.T) {
 	file := writeConfig(t, slowStartConfig)
-	p := startSonde(t, nil, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false")
+	p := startDaemonProc(t, nil, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false")
 	p.waitLog(t, servingRE, 30*time.Second)
 	p.signal(t, syscall.SIGTERM)
 	if code := p.exitCode(t, 60*time.Second); code != 0 {
@@ -174,7 +174,7 @@ func TestRunTermDuringStart(t *testing.T) {
 // middle of a request: it still exits 0, within the shutdown grace.
 func TestRunShutdownSlowClient(t *testing.T) {
 	file := writeConfig(t, "checks:\n  web: {protocol: tcp, tcp_mode: connect, port: 9}\npools:\n  - {name: p, check: web, targets: [127.0.0.1]}\n")
-	p := startSonde(t, nil, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false")
+	p := startDaemonProc(t, nil, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false")
 	addr := p.waitLog(t, servingRE, 30*time.Second)[1]
 	p.waitLog(t, loadedRE, 30*time.Second)
 	c, err := net.Dial("tcp", addr)
@@ -215,7 +215,7 @@ checks:
 pools:
   - {name: p, check: web, targets: [%q]}
 `, backend))
-	p := startSonde(t, []string{"prlimit", "--nofile=1024:1024", "--"}, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false")
+	p := startDaemonProc(t, []string{"prlimit", "--nofile=1024:1024", "--"}, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false")
 	addr := p.waitLog(t, servingRE, 30*time.Second)[1]
 	if m := p.waitLog(t, regexp.MustCompile(`max_connections=(\d+) nofile=(\d+)`), 30*time.Second); m[1] != "256" || m[2] != "1024" {
 		t.Fatalf("max_connections %s with nofile %s, want 256 with 1024", m[1], m[2])
@@ -321,7 +321,7 @@ func TestRunDropsCapabilities(t *testing.T) {
 			ns := testenv.LoopbackNamespace(t)
 			prefix := append([]string{"ip", "netns", "exec", ns}, tt.prefix...)
 			args := append([]string{"run", "-config", file, "-listen", "127.0.0.1:0"}, tt.flags...)
-			p := startSonde(t, prefix, args...)
+			p := startDaemonProc(t, prefix, args...)
 			p.waitLog(t, regexp.MustCompile(`msg="capabilities dropped"`), 30*time.Second)
 			if !strings.Contains(p.logText(), "tcp_path="+tt.path) {
 				t.Fatalf("tcp_path is not %s", tt.path)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/config/watch"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/server"
 	"github.com/sondeprobe/sonde/server/privilege"
@@ -38,12 +39,15 @@ type runFlags struct {
 	source    string
 	iface     string
 	shards    int
+	shard     config.Shard
+	watch     bool
 	web       server.WebOptions
 }
 
-// runRun runs the daemon until SIGINT or SIGTERM; SIGHUP reloads the
-// configuration. SIGHUP is caught from the first instruction: one that
-// arrives while the daemon starts reloads once it has started.
+// runRun runs the daemon until SIGINT or SIGTERM; SIGHUP, and a change of
+// the configuration's files unless -watch=false, reload it. SIGHUP is caught
+// from the first instruction: one that arrives while the daemon starts
+// reloads once it has started.
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -60,6 +64,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&f.source, "source", "", "source `address` of SYN probes (default: the route's source)")
 	fs.StringVar(&f.iface, "interface", "", "`interface` whose ingress carries SYN replies (default: the source address's)")
 	fs.IntVar(&f.shards, "shards", 0, "scheduler shards (default: one per CPU)")
+	fs.BoolVar(&f.watch, "watch", true, "reload the -config file by itself when its content, or that of a file it names, changes")
+	shardFlag(fs, &f.shard, "probe only shard `i/N` of the targets: N processes with shards 0/N … N-1/N probe each target once")
 	fs.BoolVar(&f.web.EnableLifecycle, "web.enable-lifecycle", false, "allow POST /-/reload (otherwise 403)")
 	fs.Func("web.allowed-hosts", "comma-separated host `names` requests may name in Host when -listen is on loopback (besides IP addresses and localhost)", func(v string) error {
 		for h := range strings.SplitSeq(v, ",") {
@@ -89,7 +95,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if host, _, err := net.SplitHostPort(f.listen); err == nil && host != "" {
 		f.web.AllowedHosts = append(f.web.AllowedHosts, host) // the name the operator listens on
 	}
-	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Web: f.web}
+	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Shard: f.shard, Web: f.web}
 	if opt.Syn, err = synFlags(f); err != nil {
 		return usageError(err)
 	}
@@ -99,33 +105,64 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("start demo: %w", err)
 		}
 		defer d.Close()
-		opt.Load = func() (*config.Config, error) { return config.Parse(d.Config, "", config.LoadOptions{}) }
-		return serveDaemon(ctx, opt, f.listen, hup, func() { d.Banner(stdout, f.listen) })
+		opt.Load = func() (*config.Config, error) { return config.Parse(d.Config, "", config.LoadOptions{Shard: f.shard}) }
+		return serveDaemon(ctx, opt, f.listen, hup, nil, func() { d.Banner(stdout, f.listen) })
 	}
 	path := f.config
+	w := watchConfig(f.watch, path, log)
 	opt.Load = func() (*config.Config, error) {
-		cfg, err := config.Load(path, config.LoadOptions{})
+		cfg, err := config.Load(path, config.LoadOptions{Shard: f.shard})
 		if err != nil {
 			// A config that cannot be loaded is exit 2, as in "sonde config
 			// check", when it stops the start; a reload only logs it.
 			return nil, usageError(fmt.Errorf("%s: %w", filepath.Clean(path), err))
 		}
+		if w != nil {
+			w.SetFiles(cfg.Files)
+		}
 		return cfg, nil
 	}
-	return serveDaemon(ctx, opt, f.listen, hup, nil)
+	return serveDaemon(ctx, opt, f.listen, hup, w, nil)
+}
+
+// watchConfig returns a watcher of the configuration file, or nil when
+// watching is off or impossible (logged: SIGHUP still reloads). It is made
+// before the first load, so that a change after that load is seen.
+func watchConfig(on bool, path string, log *slog.Logger) *watch.Watcher {
+	if !on {
+		return nil
+	}
+	w, err := watch.New([]string{path}, watch.Options{Error: func(err error) { log.Warn("watching the configuration", "err", err) }})
+	if err != nil {
+		log.Warn("the configuration is not watched; SIGHUP reloads it", "err", err)
+		return nil
+	}
+	return w
 }
 
 // serveDaemon listens, starts the daemon, reloads it on every signal from
-// hup, and stops gracefully when ctx is done. The HTTP server runs from the
-// start (/-/ready answers 503 until a configuration runs); ready is called
-// once the daemon has started. A ctx done during the start ends it as soon
-// as the start completes, with no error.
-func serveDaemon(ctx context.Context, opt server.Options, listen string, hup <-chan os.Signal, ready func()) error {
+// hup and every change w (which may be nil) reports, and stops gracefully
+// when ctx is done. The HTTP server runs from the start (/-/ready answers
+// 503 until a configuration runs); ready is called once the daemon has
+// started. A ctx done during the start ends it as soon as the start
+// completes, with no error.
+func serveDaemon(ctx context.Context, opt server.Options, listen string, hup <-chan os.Signal, w *watch.Watcher, ready func()) error {
 	log := opt.Logger
 	if n, err := raiseFileLimit(); err != nil {
 		log.Warn("raising the file descriptor limit", "err", err)
 	} else {
 		log.Debug("file descriptor limit", "nofile", n)
+	}
+	var changes <-chan struct{} // nil: never
+	if w != nil {
+		changes = w.Changes()
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go func() {
+			if err := w.Run(wctx); err != nil {
+				log.Warn("the configuration is no longer watched; SIGHUP reloads it", "err", err)
+			}
+		}()
 	}
 	d, err := server.New(opt)
 	if err != nil {
@@ -160,6 +197,9 @@ func serveDaemon(ctx context.Context, opt server.Options, listen string, hup <-c
 			return err
 		case <-hup:
 			_ = d.Reload() // logged by the daemon; the old configuration keeps running
+		case <-changes:
+			log.Info("configuration changed on disk")
+			_ = d.Reload()
 		}
 	}
 }
@@ -232,4 +272,13 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("-log-format %q: want text or json", format)
+}
+
+// shardFlag defines -shard i/N on fs, parsed into s.
+func shardFlag(fs *flag.FlagSet, s *config.Shard, usage string) {
+	fs.Func("shard", usage, func(v string) error {
+		var err error
+		*s, err = config.ParseShard(v)
+		return err
+	})
 }
