@@ -259,7 +259,7 @@ func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
 	nofile := fileLimit()
 	lim := newConnLimiter(l, connectionCap(w.MaxConnections, nofile))
 	d.conns.Store(lim)
-	d.log.Info("serving", "listen", l.Addr().String(), "max_connections", lim.max, "nofile", nofile,
+	d.log.Info("listening", "listen", l.Addr().String(), "max_connections", lim.max, "nofile", nofile,
 		"lifecycle", w.EnableLifecycle, "host_check", isLoopback(l.Addr()))
 	srv := &http.Server{
 		Handler:           h,

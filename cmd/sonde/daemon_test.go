@@ -123,8 +123,9 @@ func (p *daemonProc) signal(t *testing.T, s syscall.Signal) {
 }
 
 var (
-	servingRE = regexp.MustCompile(`msg=serving listen=(\S+)`)
-	loadedRE  = regexp.MustCompile(`msg="configuration loaded"`)
+	listeningRE = regexp.MustCompile(`msg=listening listen=(\S+)`) // before the load
+	servingRE   = regexp.MustCompile(`msg=serving listen=(\S+)`)   // after it
+	loadedRE    = regexp.MustCompile(`msg="configuration loaded"`)
 )
 
 // slowStartConfig is a config whose load takes a while (a quarter of a
@@ -142,7 +143,7 @@ pools:
 func TestRunSignalsDuringStart(t *testing.T) {
 	file := writeConfig(t, slowStartConfig)
 	p := startDaemonProc(t, nil, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false")
-	p.waitLog(t, servingRE, 30*time.Second) // logged just before the load
+	p.waitLog(t, listeningRE, 30*time.Second) // logged just before the load
 	for range 3 {
 		p.signal(t, syscall.SIGHUP)
 		time.Sleep(5 * time.Millisecond)
@@ -163,7 +164,7 @@ func TestRunSignalsDuringStart(t *testing.T) {
 func TestRunTermDuringStart(t *testing.T) {
 	file := writeConfig(t, slowStartConfig)
 	p := startDaemonProc(t, nil, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false")
-	p.waitLog(t, servingRE, 30*time.Second)
+	p.waitLog(t, listeningRE, 30*time.Second)
 	p.signal(t, syscall.SIGTERM)
 	if code := p.exitCode(t, 60*time.Second); code != 0 {
 		t.Fatalf("exit %d after SIGTERM during the start, want 0", code)

@@ -185,6 +185,7 @@ func serveDaemon(ctx context.Context, opt server.Options, listen string, hup <-c
 	}
 	defer d.Stop()
 	dropPrivileges(log, opt.NoSyn)
+	log.Info("serving", "listen", l.Addr().String()) // a configuration runs
 	if ready != nil && ctx.Err() == nil {
 		ready()
 	}
