@@ -95,14 +95,20 @@ func TestTCGenerations(t *testing.T) {
 		t.Fatalf("after closing the first: %d filters, clsact %v; want the second's filter and the qdisc", n, hasClsact(t, ns))
 	}
 	third := attachIn(t, ns) // and the next reload
-	if err := second.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := third.Close(); err != nil {
-		t.Fatal(err)
+	closeLeavesNothing(t, ns, second, third)
+}
+
+// closeLeavesNothing closes cs and expects no sonde filter and no clsact
+// qdisc left in ns.
+func closeLeavesNothing(t *testing.T, ns string, cs ...*bpf.Capture) {
+	t.Helper()
+	for _, c := range cs {
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if n := sondeFilters(t, ns); n != 0 || hasClsact(t, ns) {
-		t.Fatalf("after closing all: %d filters, clsact %v; want none", n, hasClsact(t, ns))
+		t.Fatalf("after close: %d filters, clsact %v; want nothing left", n, hasClsact(t, ns))
 	}
 }
 
@@ -148,12 +154,7 @@ func TestTCLeftovers(t *testing.T) {
 	if n := sondeFilters(t, ns); n != 1 {
 		t.Fatalf("%d sonde filters after a new start, want only the new one", n)
 	}
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if n := sondeFilters(t, ns); n != 0 || hasClsact(t, ns) {
-		t.Fatalf("after close: %d filters, clsact %v; want nothing left", n, hasClsact(t, ns))
-	}
+	closeLeavesNothing(t, ns, c)
 }
 
 // TestTCForeignQdisc checks that a clsact qdisc someone else added, and

@@ -1,12 +1,11 @@
 package server
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,24 +13,6 @@ import (
 
 	"github.com/sondeprobe/sonde/probe"
 )
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestLocalErrorKeepsState probes a healthy backend from a source address
 // this host does not have: every probe is a local_error, which must leave
@@ -42,13 +23,17 @@ func TestLocalErrorKeepsState(t *testing.T) {
 		t.Skip("net.ipv4.ip_nonlocal_bind is 1: any source address binds")
 	}
 	b := newBackend(t)
-	var logs lockedBuffer
+	logs, err := os.Create(filepath.Join(t.TempDir(), "log")) // the handler serialises writes
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Close()
 	td := startDaemonWith(t, fmt.Sprintf(`
 checks:
   web: {protocol: http, interval: 20ms, timeout: 1s, rise: 1, fall: 1, initial_state: healthy, source_address: 192.0.2.1}
 pools:
   - {name: api, check: web, targets: [%q]}
-`, b.addr()), func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+`, b.addr()), func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
 	deadline := time.Now().Add(20 * time.Second)
 	ports := td.d.metrics.local[probe.CausePorts]
 	for testutil.ToFloat64(ports) < 5 {
@@ -71,10 +56,14 @@ pools:
 	if n := testutil.ToFloat64(td.d.metrics.probes.WithLabelValues("api", "http", "local_error")); n < 5 {
 		t.Errorf("sonde_probes_total{outcome=\"local_error\"} = %v, want ≥ 5", n)
 	}
-	if n := strings.Count(logs.String(), "probe could not run on this host"); n != 1 {
-		t.Errorf("%d log lines about local errors within one period, want 1:\n%s", n, logs.String())
+	text, err := os.ReadFile(logs.Name())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(logs.String(), "cause=ports") {
-		t.Errorf("log lacks the cause:\n%s", logs.String())
+	if n := strings.Count(string(text), "probe could not run on this host"); n != 1 {
+		t.Errorf("%d log lines about local errors within one period, want 1:\n%s", n, text)
+	}
+	if !strings.Contains(string(text), "cause=ports") {
+		t.Errorf("log lacks the cause:\n%s", text)
 	}
 }

@@ -145,6 +145,22 @@ func (g *generation) routes(pi int) *scheduler.RouteIndex {
 	return x
 }
 
+// admitList answers a list request whose parameters are wrong (err: 410 for
+// a cursor of an earlier configuration, 400 otherwise), or admits it among
+// the heavy requests. It returns the release function, or nil when the
+// request was answered.
+func (d *Daemon) admitList(w http.ResponseWriter, r *http.Request, err error) func() {
+	switch {
+	case errors.Is(err, errGone):
+		http.Error(w, err.Error(), http.StatusGone)
+		return nil
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return nil
+	}
+	return d.heavy(w, r)
+}
+
 // heavy admits a list request, or answers 503 when heavyRequests are
 // running for longer than heavyWait. It returns the release function, or
 // nil when the request was answered.
@@ -330,15 +346,7 @@ func (d *Daemon) handleTargets(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f, err := g.parseTargetFilter(r)
-	if errors.Is(err, errGone) {
-		http.Error(w, err.Error(), http.StatusGone)
-		return
-	}
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	release := d.heavy(w, r)
+	release := d.admitList(w, r, err)
 	if release == nil {
 		return
 	}
@@ -373,15 +381,7 @@ func (d *Daemon) handlePools(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		from, err = g.parseCursor(q.Get("after"))
 	}
-	if errors.Is(err, errGone) {
-		http.Error(w, err.Error(), http.StatusGone)
-		return
-	}
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	release := d.heavy(w, r)
+	release := d.admitList(w, r, err)
 	if release == nil {
 		return
 	}

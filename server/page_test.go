@@ -1,7 +1,6 @@
 package server
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -28,24 +27,6 @@ pools:
   - {name: big, check: web, targets: ["198.18.0.0/%d"], disabled: ["198.18.0.0/%d"]}
   - {name: small, check: web, targets: ["127.0.0.1"], disabled: ["127.0.0.1"]}
 `, bits, bits)
-}
-
-// get fetches path and decodes it into v; it returns the status.
-func (td *testDaemon) get(t *testing.T, path string, v any) int {
-	t.Helper()
-	resp, err := http.Get(td.http.URL + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode
-	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	return resp.StatusCode
 }
 
 // TestTargetsPaging checks the page size cap (limit=0 and huge limits give
@@ -143,14 +124,14 @@ func TestListErrors(t *testing.T) {
 		{"/api/v1/pools?after=x", http.StatusBadRequest},
 		{"/api/v1/pools?limit=-5", http.StatusBadRequest},
 	} {
-		if got := td.get(t, tt.path, new(any)); got != tt.want {
+		if got, _ := td.get(t, tt.path, new(any)); got != tt.want {
 			t.Errorf("GET %s: status %d, want %d", tt.path, got, tt.want)
 		}
 	}
 	if code := td.postReload(t); code != http.StatusOK {
 		t.Fatalf("reload: %d", code)
 	}
-	if got := td.get(t, "/api/v1/targets?after="+p.Next, new(any)); got != http.StatusGone {
+	if got, _ := td.get(t, "/api/v1/targets?after="+p.Next, new(any)); got != http.StatusGone {
 		t.Errorf("cursor from before a reload: status %d, want 410", got)
 	}
 }
@@ -204,7 +185,7 @@ func TestListConcurrencyLimit(t *testing.T) {
 		}
 	}
 	<-td.d.heavySlots
-	if got := td.get(t, "/api/v1/targets", new(any)); got != http.StatusOK {
+	if got, _ := td.get(t, "/api/v1/targets", new(any)); got != http.StatusOK {
 		t.Errorf("with a free slot: status %d", got)
 	}
 }
