@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"runtime"
 	"sync"
@@ -50,7 +51,7 @@ type Options struct {
 	RingSize int           // results a shard can queue; default 65536
 	Clock    Clock         // default a RealClock
 	Observer Observer      // may be nil
-	Seed     uint64        // seeds jitter and spreads first probes; same seed, same schedule
+	Seed     uint64        // seeds jitter and the placement of targets on shards; same seed, same schedule
 }
 
 // Engine schedules probes and evaluates their results. Build it with [New],
@@ -79,9 +80,8 @@ type Engine struct {
 var ErrInvalidTarget = errors.New("invalid target")
 
 // New builds an engine for targets evaluated by checks. Each check of an
-// enabled target needs a Launcher. The first probe of every stream is placed
-// at a pseudo-random offset (a hash of its id) within its interval from now,
-// so load is smooth from the start.
+// enabled target needs a Launcher. The first probe of every stream leaves
+// when the engine starts, paced only by its check's [Check.FirstProbes].
 func New(checks []Check, targets []TargetSpec, opt Options) (*Engine, error) {
 	if opt.Shards <= 0 {
 		opt.Shards = runtime.GOMAXPROCS(0)
@@ -225,9 +225,7 @@ func (e *Engine) placeTargets(targets []TargetSpec, active []bool, opt Options) 
 			rec.flags |= flagLeader
 			if active[id] {
 				rec.flags |= flagActive
-				slots := max(uint64(c.Interval)/uint64(e.tick), 1)
-				offset := int64(mix64(opt.Seed^uint64(id)^0x9e3779b97f4a7c15)%slots) * e.tick
-				rec.at = now + offset // filed by start, after any Restore
+				rec.at = unfiled // filed by start, after any Restore
 			}
 			continue
 		}
@@ -257,6 +255,10 @@ func (e *Engine) newShard(idx, n int, opt Options) *shard {
 		batches: make([][]probe.Request, len(e.launchers)),
 		rng:     mix64(opt.Seed+uint64(idx)) | 1,
 		wake:    make(chan struct{}, 1),
+		first:   make([]pacer, len(e.checks)),
+	}
+	for ci := range e.checks {
+		s.first[ci] = newPacer(e.checks[ci].FirstProbes, opt.Shards)
 	}
 	for i := range s.batches {
 		s.batches[i] = make([]probe.Request, 0, maxBatch)
@@ -307,16 +309,28 @@ func (e *Engine) Deliver(r probe.Result) {
 	}
 }
 
-// start files every active stream's first probe. It runs once, at the first
-// Step or Run, so that Restore can move a first probe before it is filed.
-func (e *Engine) start() {
+// unfiled marks in record.at an active stream whose first probe is not
+// filed yet.
+const unfiled = math.MinInt64
+
+// start files every active stream's next probe at time now: the time a
+// Restore gave it, or a first probe paced by [shard.fileFirst]. It runs
+// once, at the first Step or Run, so that Restore can set a stream's next
+// probe before it is filed.
+func (e *Engine) start(now int64) {
 	if e.started {
 		return
 	}
 	e.started = true
 	for _, s := range e.shards {
+		s.now = now
 		for i := range s.rec {
-			if rec := &s.rec[i]; rec.flags&flagActive != 0 {
+			rec := &s.rec[i]
+			switch {
+			case rec.flags&flagActive == 0:
+			case rec.at == unfiled:
+				s.fileFirst(uint32(i))
+			default:
 				s.wheel.add(uint32(i), e.tickFloor(rec.at))
 			}
 		}
@@ -327,7 +341,7 @@ func (e *Engine) start() {
 // goroutine, and returns the Nanotime of the next timer (-1 when none). It is
 // for simulations with a [SimClock]; do not mix it with Run.
 func (e *Engine) Step(now int64) int64 {
-	e.start()
+	e.start(now)
 	next := int64(-1)
 	for _, s := range e.shards {
 		s.step(now)
@@ -341,7 +355,7 @@ func (e *Engine) Step(now int64) int64 {
 // Run drives the engine in real time, one goroutine per shard, until ctx is
 // done. Results delivered after Run returns are dropped.
 func (e *Engine) Run(ctx context.Context) {
-	e.start()
+	e.start(e.clock.Nanotime())
 	var wg sync.WaitGroup
 	for _, s := range e.shards {
 		wg.Go(func() { s.run(ctx) })

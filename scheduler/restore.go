@@ -36,9 +36,10 @@ func (e *Engine) Save(id uint32) Saved {
 
 // Restore gives target id a state saved from another engine: its evaluator
 // state, latency and timestamps, and, for a stream leader, the time of its
-// next probe (a probe that was in flight is sent again at once). Call it after
-// New and before the first Step or Run; later calls are ignored. A disabled
-// target keeps no state and ignores Restore.
+// next probe, at most one interval ahead (a probe that was in flight, or due
+// less than an interval ago, is sent again at once; one due longer ago gets a
+// first probe). Call it after New and before the first Step or Run; later
+// calls are ignored. A disabled target keeps no state and ignores Restore.
 func (e *Engine) Restore(id uint32, sv Saved) {
 	if e.started {
 		return
@@ -64,9 +65,9 @@ func (e *Engine) Restore(id uint32, sv Saved) {
 	switch {
 	case sv.next == 0:
 		rec.at = now
-	case sv.next < rec.at && sv.next > now-int64(c.Interval):
-		rec.at = max(sv.next, now)
 	case sv.next >= now:
 		rec.at = min(sv.next, now+int64(c.Interval))
+	case sv.next > now-int64(c.Interval):
+		rec.at = now
 	}
 }

@@ -14,10 +14,11 @@ type RouteIndex struct {
 	// Summary counts the members by state and decision at the snapshot.
 	Summary PoolSummary
 
-	removed []uint64 // bit per member position: unhealthy and out of rotation
-	rank    []uint32 // per member position: 1-based latency rank among healthy members, 0 otherwise
-	fastest time.Duration
-	margin  time.Duration
+	removed  []uint64 // bit per member position: unhealthy and out of rotation
+	rank     []uint32 // per member position: 1-based latency rank among healthy members, 0 otherwise
+	fastest  time.Duration
+	margin   time.Duration
+	unprobed bool // Pool.Unprobed: every enabled member is routed
 }
 
 // noLatency sorts members without a latency sample after every other one:
@@ -31,7 +32,7 @@ const noLatency = 1<<32 - 1
 // ones), and keeps about 4 bytes per member.
 func (p *Pool) Index(e *Engine) *RouteIndex {
 	n := len(p.Members)
-	x := &RouteIndex{removed: make([]uint64, (n+63)/64), rank: make([]uint32, n), margin: p.Policy.LatencyMargin}
+	x := &RouteIndex{removed: make([]uint64, (n+63)/64), rank: make([]uint32, n), margin: p.Policy.LatencyMargin, unprobed: p.Unprobed}
 	type sickKey struct {
 		since int64
 		pos   uint32
@@ -41,8 +42,12 @@ func (p *Pool) Index(e *Engine) *RouteIndex {
 	s := &x.Summary
 	p.eachPos(0, func(pos int, id uint32, disabled bool) bool {
 		s.Members++
-		if disabled {
+		switch {
+		case disabled:
 			s.Disabled++
+			return true
+		case p.Unprobed:
+			s.Unprobed++
 			return true
 		}
 		st := e.Status(id)
@@ -93,6 +98,8 @@ func (x *RouteIndex) Route(pos int, id uint32, disabled bool, st TargetStatus) M
 	switch {
 	case disabled:
 		m.Route = Excluded
+	case x.unprobed:
+		// routed whatever the engine says
 	case st.State == Unhealthy:
 		if x.removed[pos/64]&(1<<(pos%64)) != 0 {
 			m.Route = Removed

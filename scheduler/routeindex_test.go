@@ -33,7 +33,7 @@ func TestRouteIndexMatchesRoutes(t *testing.T) {
 			MaxUnhealthyPercent: 1 + rng.IntN(100),
 			FailOpen:            rng.IntN(2) == 0,
 			LatencyMargin:       time.Duration(rng.IntN(3)) * time.Millisecond,
-		}}
+		}, Unprobed: rng.IntN(8) == 0}
 		for id := range n {
 			if rng.IntN(3) > 0 { // a subset of the targets, in id order
 				p.Members = append(p.Members, uint32(id))

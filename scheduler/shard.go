@@ -59,6 +59,7 @@ type shard struct {
 	batches   [][]probe.Request // per launcher
 	now       int64             // time of the step in progress
 	rng       uint64            // jitter random state
+	first     []pacer           // per check: the pace of its first probes
 	fire      func(t timer)     // s.onTimer, bound once
 	touched   uint8             // keeps touch's loads from being optimised away
 	rx        [64]probe.Result  // batch of results being applied
@@ -188,6 +189,20 @@ func (s *shard) timeout(i uint32, timeout int64) {
 	s.complete(i, &r)
 }
 
+// fileFirst files target i's first probe: at once, or as soon as its check's
+// first-probe pace allows. Every first probe is filed here, at the engine's
+// start and for a target added later, so none waits for a slot inside its
+// interval.
+func (s *shard) fileFirst(i uint32) {
+	rec := &s.rec[i]
+	rec.at = s.first[rec.check].slot(s.now)
+	if t := s.e.tickFloor(rec.at); t > s.wheel.now {
+		s.wheel.add(i, t)
+		return
+	}
+	s.dispatch(i) // due now; the step in progress (or the next) flushes it
+}
+
 // dispatch sends target i's next probe.
 func (s *shard) dispatch(i uint32) {
 	now := s.now
@@ -209,11 +224,15 @@ func (s *shard) dispatch(i uint32) {
 }
 
 // complete applies a finished probe of leader i to every member of its stream
-// and schedules the stream's next probe.
+// and schedules the stream's next probe: the earliest any member wants, each
+// counting its gap from the probe's completion or, at a fixed rate, from its
+// send.
 func (s *shard) complete(i uint32, r *probe.Result) {
-	s.rec[i].flags &^= flagInFlight
+	rec := &s.rec[i]
+	rec.flags &^= flagInFlight
 	s.count.results++
-	gap, jitter := time.Duration(-1), time.Duration(0)
+	sent := rec.at
+	due, jitter, first := int64(0), time.Duration(0), true
 	for m := i; m != noEntry; m = s.nextMember(m) {
 		mr := &s.rec[m]
 		if mr.flags&flagDisabled != 0 {
@@ -221,18 +240,22 @@ func (s *shard) complete(i uint32, r *probe.Result) {
 		}
 		c := &s.e.checks[mr.check]
 		s.apply(m, c, r)
-		if g := c.gap(&mr.ev); gap < 0 || g < gap {
-			gap = g
+		from := r.Done
+		if c.Cadence == FixedRate {
+			from = sent
 		}
-		if jitter == 0 || c.Jitter < jitter {
+		if d := from + int64(c.gap(&mr.ev)); first || d < due {
+			due = d
+		}
+		if first || c.Jitter < jitter {
 			jitter = c.Jitter
 		}
+		first = false
 	}
 	if jitter > 0 {
-		gap += time.Duration(s.random() % uint64(jitter))
+		due += int64(s.random() % uint64(jitter))
 	}
-	due := r.Done + int64(gap)
-	s.rec[i].at = due
+	rec.at = due
 	// File the send in the tick that contains its due time: the wheel's
 	// resolution may send a probe up to one tick early, never late, so it
 	// never lengthens a detection window.
@@ -390,4 +413,34 @@ func (s *shard) deliver(r *probe.Result) (overflowed bool) {
 		}
 	}
 	return overflowed
+}
+
+// pacer spaces the first probes of one check in one shard: up to a burst at
+// once, then one per step nanoseconds (the generic cell rate algorithm,
+// delaying instead of dropping). The zero pacer lets every probe go at once.
+type pacer struct {
+	step int64 // ns between probes once the burst is spent; 0 means no limit
+	tau  int64 // burst tolerance: (burst - 1) * step
+	tat  int64 // theoretical arrival time of the next probe
+}
+
+// newPacer returns the pacer of p for one of shards shards, each of which
+// takes an equal share of the rate and the burst.
+func newPacer(p Pace, shards int) pacer {
+	if p.Rate <= 0 {
+		return pacer{}
+	}
+	step := max(int64(float64(shards)*float64(time.Second)/p.Rate), 1)
+	burst := max((p.Burst+shards-1)/shards, 1)
+	return pacer{step: step, tau: int64(burst-1) * step}
+}
+
+// slot returns when a probe asked for at now may leave, and books it.
+func (p *pacer) slot(now int64) int64 {
+	if p.step == 0 {
+		return now
+	}
+	at := max(now, p.tat-p.tau)
+	p.tat = max(p.tat, now) + p.step
+	return at
 }

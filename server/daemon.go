@@ -12,6 +12,7 @@ import (
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/remediate"
 )
 
 // Options configure a [Daemon].
@@ -64,6 +65,9 @@ type Daemon struct {
 	totals  counterTotals
 	obs     observer
 	mem     memoryTuner
+	// rem fires remediation actions. It outlives generations: budgets and
+	// instance state are kept by remediation name and address.
+	rem *remediate.Manager
 
 	local      rateLimit                   // logs of local errors
 	conns      atomic.Pointer[connLimiter] // the HTTP server's, once it serves
@@ -99,6 +103,7 @@ func New(opt Options) (*Daemon, error) {
 	d.heavySlots = make(chan struct{}, heavyRequests)
 	d.obs.d = d
 	d.metrics = newMetrics(d)
+	d.rem = remediate.New(remediate.Options{Logger: opt.Logger, Registerer: d.metrics.reg})
 	return d, nil
 }
 
@@ -142,6 +147,7 @@ func (d *Daemon) Reload() error {
 	}
 	next.start()
 	d.cur.Store(next)
+	d.rem.Use(next.remedies, remediate.NewView(next.cfg, d.opt.Clock, next.engine.Status, next.lastError))
 	limit := d.mem.afterLoad()
 	d.metrics.reloads.WithLabelValues("success").Inc()
 	d.metrics.reloadOK.Set(1)
@@ -160,11 +166,16 @@ func (d *Daemon) load() (*generation, error) {
 		return nil, fmt.Errorf("configuration holds the targets of shard %s, the daemon runs shard %s", cfg.Shard, d.opt.Shard)
 	}
 	d.mem.loaded()
+	plan, err := d.rem.Plan(cfg)
+	if err != nil {
+		return nil, err
+	}
 	g, err := buildGeneration(cfg, &d.opt, &d.obs)
 	if err != nil {
 		return nil, fmt.Errorf("start probers: %w", err)
 	}
 	g.seq = d.loads.Add(1)
+	g.remedies = plan
 	return g, nil
 }
 
@@ -174,7 +185,7 @@ func (d *Daemon) logStart(g *generation, reload bool, kept int, memLimit int64, 
 		msg = "configuration reloaded"
 	}
 	d.log.Info(msg, "shard", g.cfg.Shard.String(), "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", len(g.cfg.Targets),
-		"streams", g.cfg.Streams(), "kept_state", kept, "tcp_path", g.launch.tcpPath, "took", took.Round(time.Millisecond))
+		"streams", g.cfg.Streams(), "remediations", len(g.cfg.Remediations), "kept_state", kept, "tcp_path", g.launch.tcpPath, "took", took.Round(time.Millisecond))
 	if memLimit > 0 {
 		d.log.Debug("memory limit set", "bytes", memLimit)
 	}
@@ -208,10 +219,12 @@ func staleSeries(old, next *config.Config) (gone []string, moved []poolProtocol)
 	return gone, moved
 }
 
-// Stop ends probing. The daemon cannot be started again.
+// Stop ends probing and remediation (an action in flight is cancelled).
+// The daemon cannot be started again.
 func (d *Daemon) Stop() error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
+	d.rem.Close()
 	g := d.cur.Load()
 	if g == nil {
 		return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/remediate"
 )
 
 // generation is one loaded configuration at work: its probers, its engine and
@@ -26,6 +27,7 @@ type generation struct {
 	morePool map[uint32][]uint16 // targets listed by more than one pool: the others
 	members  map[uint32][]uint32 // leaders of shared streams (P4): the other enabled members
 	errs     lastErrors          // why each failing stream failed, by leader id, for the API
+	remedies *remediate.Plan     // the configuration's remediations, for the daemon's manager
 	loaded   time.Time
 
 	seq        uint64       // the daemon's count of loads when this one was built: cursors name it
@@ -60,7 +62,7 @@ func buildGeneration(cfg *config.Config, opt *Options, obs *observer) (*generati
 	g.launch = ls
 	checks := make([]scheduler.Check, len(cfg.Checks))
 	for ci, c := range cfg.Checks {
-		checks[ci] = scheduler.Check{Timing: c.Timing, Launcher: ls.byCheck[ci]}
+		checks[ci] = scheduler.Check{Timing: c.Timing, Launcher: ls.byCheck[ci], FirstProbes: ls.firstProbes[ci]}
 	}
 	specs := make([]scheduler.TargetSpec, len(cfg.Targets))
 	for id, t := range cfg.Targets {
@@ -97,6 +99,7 @@ func (g *generation) indexPools() {
 			},
 			Members:  p.Members,
 			Disabled: p.Disabled,
+			Unprobed: !p.HealthChecks,
 		})
 		for _, id := range p.Members {
 			if !seen[id] {

@@ -239,9 +239,9 @@ func (g *generation) parseTargetFilter(r *http.Request) (targetFilter, error) {
 		}
 	}
 	switch f.state = q.Get("state"); f.state {
-	case "", "healthy", "unhealthy", "unknown", "disabled":
+	case "", "healthy", "unhealthy", "unknown", "disabled", "unprobed":
 	default:
-		return f, fmt.Errorf("state=%q: want healthy, unhealthy, unknown or disabled", f.state)
+		return f, fmt.Errorf("state=%q: want healthy, unhealthy, unknown, disabled or unprobed", f.state)
 	}
 	var err error
 	if f.limit, err = pageLimit(q.Get("limit")); err != nil {
@@ -281,6 +281,8 @@ func (f *targetFilter) total(g *generation) int {
 			n += s.Unknown
 		case "disabled":
 			n += s.Disabled
+		case "unprobed":
+			n += s.Unprobed
 		}
 	}
 	return n
@@ -307,8 +309,11 @@ func (g *generation) listTargets(f *targetFilter, emit func(v any) error) (curso
 			scanned++
 			st := g.engine.Status(id)
 			state := st.State.String()
-			if disabled {
+			switch {
+			case disabled:
 				state = "disabled"
+			case p.Unprobed:
+				state = "unprobed"
 			}
 			if f.state == "" || f.state == state {
 				if err = emit(g.targetJSON(pi, x.Route(pos, id, disabled, st), state, clock)); err != nil {

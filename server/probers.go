@@ -46,17 +46,18 @@ func NewProber(c *config.Check, synReady bool) (p probe.Reporter, useSyn bool, e
 // launchers builds one launcher per check: a Workers pool per HTTP(S) and
 // connect() check, and one SYN prober shared by every TCP check that uses it.
 type launchers struct {
-	byCheck []probe.Launcher
-	workers []*probe.Workers
-	syn     *syn.Prober
-	tcpPath probe.TCPPath
-	synErr  error // why TCP checks in auto mode fell back to connect(), if they did
+	byCheck     []probe.Launcher
+	firstProbes []scheduler.Pace // per check: what its launcher takes of first probes at once
+	workers     []*probe.Workers
+	syn         *syn.Prober
+	tcpPath     probe.TCPPath
+	synErr      error // why TCP checks in auto mode fell back to connect(), if they did
 }
 
 // buildLaunchers creates the probers of cfg's checks. Results go to sink;
 // onReport sees the detail of every one-shot probe.
 func buildLaunchers(cfg *config.Config, opt *Options, sink probe.Sink, clock scheduler.Clock, shards int, onReport func(uint32, *probe.Report)) (*launchers, error) {
-	ls := &launchers{byCheck: make([]probe.Launcher, len(cfg.Checks)), tcpPath: probe.PathConnect}
+	ls := &launchers{byCheck: make([]probe.Launcher, len(cfg.Checks)), firstProbes: make([]scheduler.Pace, len(cfg.Checks)), tcpPath: probe.PathConnect}
 	target := func(id uint32) probe.Target {
 		t := cfg.Targets[id]
 		return probe.Target{Addr: t.Addr, Port: t.Port, Host: cfg.Hostnames[id]}
@@ -73,14 +74,17 @@ func buildLaunchers(cfg *config.Config, opt *Options, sink probe.Sink, clock sch
 		}
 		if useSyn {
 			ls.byCheck[ci] = ls.syn
+			ls.firstProbes[ci] = firstProbePace(c, streams[ci], synFirstBurst, synFirstRate)
 			continue
 		}
+		n := concurrencyFor(c, streams[ci])
+		ls.firstProbes[ci] = firstProbePace(c, streams[ci], n, float64(n)/c.Timeout.Seconds())
 		w, err := probe.NewWorkers(probe.WorkersOptions{
 			Prober:      p,
 			Target:      target,
 			Sink:        sink,
 			Now:         clock.Nanotime,
-			Concurrency: concurrencyFor(c, streams[ci]),
+			Concurrency: n,
 			OnReport:    onReport,
 		})
 		if err != nil {
@@ -162,15 +166,29 @@ func streamsPerCheck(cfg *config.Config) []int {
 }
 
 // concurrencyFor sizes a check's worker pool for the worst case, every probe
-// running to its timeout: streams × timeout / (interval + timeout), with
-// headroom, between 4 and 4096.
+// running to its timeout: streams × timeout × the rate of probes at a
+// hanging server (timeout / (gap + timeout) after completion, timeout / gap
+// at a fixed rate), with headroom, between 4 and 4096.
 func concurrencyFor(c *config.Check, streams int) int {
-	gap := c.Interval
-	if c.FastRecheck > 0 && c.FastRecheck < gap {
-		gap = c.FastRecheck
-	}
-	cycle := gap + c.Timeout
-	need := float64(streams) * float64(c.Timeout) / float64(cycle)
+	need := float64(streams) * c.Timeout.Seconds() * c.TimeoutRate()
 	n := int(need*1.25) + 4
 	return min(max(n, 4), 4096)
+}
+
+// What the SYN prober takes of first probes: a burst its capture ring holds
+// with room to spare, then a rate well below what one core sends and
+// captures (bench/README.md: about 300,000 SYNs/s on two cores).
+const (
+	synFirstBurst = 4096
+	synFirstRate  = 100_000
+)
+
+// firstProbePace paces the first probes of a check's streams to what its
+// launcher takes: burst at once, then rate per second (a worker pool: its
+// workers at once, then as many per timeout, so that even a fleet of
+// hanging servers never leaves a first probe queued past its deadline).
+// It is never slower than the check's own steady rate, so the last first
+// probe leaves within one interval of the start at most.
+func firstProbePace(c *config.Check, streams, burst int, rate float64) scheduler.Pace {
+	return scheduler.Pace{Rate: max(rate, float64(streams)/c.Interval.Seconds()), Burst: burst}
 }
