@@ -251,7 +251,7 @@ func (e *Engine) newShard(idx, n int, opt Options) *shard {
 		idx:     idx,
 		rec:     make([]record, n),
 		wheel:   newWheel(e.tickFloor(e.base)),
-		ring:    newRing(opt.RingSize),
+		ring:    newRing[probe.Result](opt.RingSize),
 		batches: make([][]probe.Request, len(e.launchers)),
 		rng:     mix64(opt.Seed+uint64(idx)) | 1,
 		wake:    make(chan struct{}, 1),

@@ -13,7 +13,7 @@ import (
 // exactly once and in each producer's order.
 func TestRingManyProducers(t *testing.T) {
 	const producers, each = 4, 20000
-	q := newRing(64)
+	q := newRing[probe.Result](64)
 	var wg sync.WaitGroup
 	for p := range producers {
 		wg.Go(func() {
@@ -44,7 +44,7 @@ func TestRingManyProducers(t *testing.T) {
 }
 
 func TestRingSizeRoundsUp(t *testing.T) {
-	if q := newRing(1000); len(q.slots) != 1024 {
+	if q := newRing[probe.Result](1000); len(q.slots) != 1024 {
 		t.Fatalf("ring of 1000 has %d slots, want 1024", len(q.slots))
 	}
 }

@@ -55,7 +55,7 @@ type shard struct {
 
 	wheel     *wheel
 	deadlines []deadlineQueue // one per distinct timeout; Engine.queueOf maps checks to them
-	ring      *ring
+	ring      *ring[probe.Result]
 	batches   [][]probe.Request // per launcher
 	now       int64             // time of the step in progress
 	rng       uint64            // jitter random state

@@ -52,6 +52,21 @@ type Options struct {
 	// the daemon sets it after every load to the memory in use plus an
 	// eighth (see memoryTuner), unless GOMEMLIMIT is set.
 	NoMemoryLimit bool
+	// WebhookMinBackoff and WebhookMaxBackoff bound the wait between
+	// delivery attempts of event webhooks, which doubles from the first;
+	// default 500 ms and 30 s.
+	WebhookMinBackoff, WebhookMaxBackoff time.Duration
+	// EventKeepAlive is the longest silence on an event stream before a
+	// keep-alive comment; default 15 s.
+	EventKeepAlive time.Duration
+	// EventWriteTimeout is how long a write to an event stream may block
+	// before the client counts as too slow and is dropped; default 10 s.
+	EventWriteTimeout time.Duration
+	// MaxEventStreams bounds the event streams served at once; default 64.
+	MaxEventStreams int
+	// ProbeConcurrency bounds the /probe requests probing at once, so they
+	// cannot crowd out scheduled probes; default 16.
+	ProbeConcurrency int
 }
 
 // Daemon is sonde's long-running process: one generation of probers and
@@ -62,6 +77,9 @@ type Daemon struct {
 	log     *slog.Logger
 	metrics *metrics
 	events  *eventLog
+	hooks   hookSet
+	streams streams
+	probes  chan struct{} // one token per /probe request probing
 	totals  counterTotals
 	obs     observer
 	mem     memoryTuner
@@ -98,10 +116,25 @@ func New(opt Options) (*Daemon, error) {
 	if err := opt.Shard.Validate(); err != nil {
 		return nil, fmt.Errorf("server: Options.Shard: %w", err)
 	}
+	if opt.EventKeepAlive <= 0 {
+		opt.EventKeepAlive = 15 * time.Second
+	}
+	if opt.EventWriteTimeout <= 0 {
+		opt.EventWriteTimeout = 10 * time.Second
+	}
+	if opt.MaxEventStreams <= 0 {
+		opt.MaxEventStreams = 64
+	}
+	if opt.ProbeConcurrency <= 0 {
+		opt.ProbeConcurrency = 16
+	}
 	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events), mem: newMemoryTuner(&opt)}
 	d.local.period = localLogEvery
 	d.heavySlots = make(chan struct{}, heavyRequests)
 	d.obs.d = d
+	d.hooks = hookSet{opt: &d.opt, log: d.log, feed: d.events.setHooks}
+	d.streams.done = make(chan struct{})
+	d.probes = make(chan struct{}, opt.ProbeConcurrency)
 	d.metrics = newMetrics(d)
 	d.rem = remediate.New(remediate.Options{Logger: opt.Logger, Registerer: d.metrics.reg})
 	return d, nil
@@ -126,6 +159,12 @@ func (d *Daemon) Reload() error {
 	d.mem.beforeLoad()
 	old := d.cur.Load()
 	next, err := d.load()
+	var hooks []*hook
+	if err == nil {
+		if hooks, err = d.hooks.prepare(next.cfg); err != nil {
+			_ = next.launch.close()
+		}
+	}
 	if err != nil {
 		d.mem.afterLoad()
 		d.metrics.reloads.WithLabelValues("failure").Inc()
@@ -136,14 +175,19 @@ func (d *Daemon) Reload() error {
 		return err
 	}
 	reload := old != nil
-	kept := 0
+	var pairs [][2]uint32
 	if reload {
 		if err := old.stop(); err != nil {
 			d.log.Warn("stopping probers", "err", err)
 		}
 		d.totals.retire(old)
-		kept = old.carryOver(next)
+		pairs = old.carryOver(next)
 		d.metrics.forget(staleSeries(old.cfg, next.cfg))
+	}
+	d.hooks.replace(hooks)
+	next.decide()
+	if reload {
+		old.routeChanges(next, pairs, d.events.add)
 	}
 	next.start()
 	d.cur.Store(next)
@@ -152,7 +196,7 @@ func (d *Daemon) Reload() error {
 	d.metrics.reloads.WithLabelValues("success").Inc()
 	d.metrics.reloadOK.Set(1)
 	d.metrics.reloadTime.Set(float64(time.Now().Unix()))
-	d.logStart(next, reload, kept, limit, time.Since(start))
+	d.logStart(next, reload, len(pairs), limit, time.Since(start))
 	return nil
 }
 
@@ -225,6 +269,7 @@ func (d *Daemon) Stop() error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
 	d.rem.Close()
+	defer d.hooks.stopAll()
 	g := d.cur.Load()
 	if g == nil {
 		return nil

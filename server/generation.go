@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
@@ -21,17 +22,21 @@ import (
 type generation struct {
 	cfg      *config.Config
 	engine   *scheduler.Engine
+	router   *scheduler.Router // built by start, after any Restore
+	obs      *observer
 	launch   *launchers
 	pools    []*scheduler.Pool
 	poolOf   []uint16            // per target, the first pool that lists it
 	morePool map[uint32][]uint16 // targets listed by more than one pool: the others
 	members  map[uint32][]uint32 // leaders of shared streams (P4): the other enabled members
 	errs     lastErrors          // why each failing stream failed, by leader id, for the API
+	oneShots oneShotProbers      // probers of /probe requests
+	certs    []atomic.Int64      // per stream leader, Unix time of the earliest certificate expiry seen; nil without HTTPS checks
 	remedies *remediate.Plan     // the configuration's remediations, for the daemon's manager
 	loaded   time.Time
 
-	seq        uint64       // the daemon's count of loads when this one was built: cursors name it
-	routeCache []routeCache // per pool, the latest route snapshot for the API
+	seq       uint64      // the daemon's count of loads when this one was built: cursors name it
+	rankCache []rankCache // per pool, the latest latency ranking for the API
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -48,8 +53,12 @@ func (s *sink) Deliver(r probe.Result) { s.e.Deliver(r) }
 func buildGeneration(cfg *config.Config, opt *Options, obs *observer) (*generation, error) {
 	g := &generation{cfg: cfg, loaded: opt.Clock.Now(), errs: lastErrors{m: map[uint32]string{}}}
 	g.indexPools()
-	g.routeCache = make([]routeCache, len(g.pools))
+	g.rankCache = make([]rankCache, len(g.pools))
+	if slices.ContainsFunc(cfg.Checks, func(c *config.Check) bool { return c.Protocol == config.HTTPS }) {
+		g.certs = make([]atomic.Int64, len(cfg.Targets))
+	}
 	ob := obs.forGeneration(g)
+	g.obs = ob
 	shards := opt.Shards
 	if shards <= 0 {
 		shards = runtime.GOMAXPROCS(0)
@@ -134,6 +143,15 @@ func (g *generation) lastError(id uint32) string {
 	return g.errs.get(g.cfg.Targets[id].Leader)
 }
 
+// certExpiry returns the Unix time at which the earliest certificate that
+// target id's stream last presented expires, 0 when none was seen.
+func (g *generation) certExpiry(id uint32) int64 {
+	if g.certs == nil {
+		return 0
+	}
+	return g.certs[g.cfg.Targets[id].Leader].Load()
+}
+
 // poolsOf calls fn for every pool that lists target id.
 func (g *generation) poolsOf(id uint32, fn func(pi int)) {
 	fn(int(g.poolOf[id]))
@@ -142,13 +160,21 @@ func (g *generation) poolsOf(id uint32, fn func(pi int)) {
 	}
 }
 
-// start runs the engine and the worker pools until stop.
+// decide takes the pools' decisions from the targets' current states (after
+// any Restore), without events: the router that start runs.
+func (g *generation) decide() {
+	g.router = scheduler.NewRouter(g.engine, g.pools, scheduler.RouterOptions{Observer: g.obs})
+}
+
+// start runs the engine, the router and the worker pools until stop. decide
+// has run.
 func (g *generation) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	g.done = make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { g.engine.Run(ctx) })
+	wg.Go(func() { g.router.Run(ctx) })
 	wg.Go(func() { g.launch.run(ctx) })
 	go func() {
 		wg.Wait()
@@ -167,9 +193,10 @@ func (g *generation) stop() error {
 
 // carryOver gives every target of next that also exists in g — same address,
 // port and check name, and the same probe definition — the state it has in
-// g. g must be stopped. Targets are matched by sorting both sides, not with a
-// map per target, so a reload of a million targets stays cheap.
-func (g *generation) carryOver(next *generation) int {
+// g, and returns the pairs (id in g, id in next). g must be stopped. Targets
+// are matched by sorting both sides, not with a map per target, so a reload
+// of a million targets stays cheap.
+func (g *generation) carryOver(next *generation) [][2]uint32 {
 	key := func(cfg *config.Config, id uint32) (t config.Target, check string) {
 		t = cfg.Targets[id]
 		return t, cfg.Checks[t.Check].Name
@@ -198,7 +225,7 @@ func (g *generation) carryOver(next *generation) int {
 		}
 		return v
 	}
-	n := 0
+	var pairs [][2]uint32
 	for i, j := 0, 0; i < len(old) && j < len(neu); {
 		switch c := compare(g.cfg, old[i], next.cfg, neu[j]); {
 		case c < 0:
@@ -208,13 +235,63 @@ func (g *generation) carryOver(next *generation) int {
 		default:
 			if same(g.cfg.Targets[old[i]].Check, next.cfg.Targets[neu[j]].Check) {
 				next.engine.Restore(neu[j], g.engine.Save(old[i]))
-				n++
+				if exp := g.certExpiry(old[i]); exp != 0 && next.certs != nil {
+					next.certs[next.cfg.Targets[neu[j]].Leader].Store(exp)
+				}
+				pairs = append(pairs, [2]uint32{old[i], neu[j]})
 			}
 			i++
 			j++
 		}
 	}
-	return n
+	return pairs
+}
+
+// routeChanges reports, as events with reason "reload", every decision of
+// next's router that differs from g's for the same target in a pool of the
+// same name, and every pool that starts or stops failing open: a load
+// balancer that follows events learns what a new policy (or a target newly
+// disabled) changed. pairs are carryOver's; next has decided and is not
+// running yet.
+func (g *generation) routeChanges(next *generation, pairs [][2]uint32, add func(Event)) {
+	oldPool := make(map[string]int, len(g.pools))
+	for pi, p := range g.pools {
+		oldPool[p.Name] = pi
+	}
+	now := next.engine.Clock().Now()
+	for _, pr := range pairs {
+		o, n := pr[0], pr[1]
+		next.poolsOf(n, func(pi int) {
+			name := next.pools[pi].Name
+			opi, ok := oldPool[name]
+			if !ok {
+				return
+			}
+			om, found := slices.BinarySearch(g.pools[opi].Members, o)
+			if !found {
+				return
+			}
+			nm, _ := slices.BinarySearch(next.pools[pi].Members, n)
+			from, _ := g.router.Route(opi, om)
+			to, _ := next.router.Route(pi, nm)
+			if from == to {
+				return
+			}
+			add(Event{Kind: KindRoute, Time: now, Target: next.cfg.Targets[n].AddrPort().String(), Host: next.cfg.Hostnames[n],
+				Pools: []string{name}, Check: next.checkName(n), From: from.String(), To: to.String(), Reason: "reload"})
+		})
+	}
+	for pi, p := range next.pools {
+		opi, ok := oldPool[p.Name]
+		if !ok {
+			continue
+		}
+		was, is := g.router.Summary(opi).FailingOpen, next.router.Summary(pi).FailingOpen
+		if was != is {
+			from, to := pick2(failOpenNames, is)
+			add(Event{Kind: KindFailOpen, Time: now, Pools: []string{p.Name}, From: from, To: to, Reason: "reload"})
+		}
+	}
 }
 
 // lastErrors keeps the most recent failure of each failing target, for the

@@ -17,11 +17,11 @@ import (
 )
 
 // Paging of the list endpoints. A page costs O(page): members are listed in
-// id order from a cursor, each one's route read from a snapshot of its
-// pool's decision (scheduler.RouteIndex) that is rebuilt after state changes
-// or a second, but never more often than its cost allows (see
-// builtIndex.fresh), and the page is encoded as it is read, straight to the
-// client.
+// id order from a cursor, each one's route, preference and its pool's counts
+// read from the router's published decisions, its latency rank from a
+// ranking of the pool at most a second old but never rebuilt more often than
+// its cost allows (see rankCache), and the page is encoded as it is read,
+// straight to the client.
 const (
 	// defaultPage is the page size without limit=.
 	defaultPage = 1000
@@ -31,11 +31,12 @@ const (
 	// matching few of a million members ends a page early (with a cursor)
 	// instead of walking them all.
 	scanBudget = 100_000
-	// indexMaxAge is how old a pool's route snapshot may be without state
-	// changes (latency ranks); indexCostFactor times its cost to build is
-	// how young it stays in use despite them.
-	indexMaxAge     = time.Second
-	indexCostFactor = 20
+	// rankMaxAge is how old a pool's latency ranking may be;
+	// rankCostFactor times its cost to build is how long it stays in use
+	// at least, so ranking a huge pool never takes more than a small share
+	// of a CPU.
+	rankMaxAge     = time.Second
+	rankCostFactor = 20
 	// heavyRequests is how many list requests run at once; others wait
 	// up to heavyWait, then get 503.
 	heavyRequests = 4
@@ -94,55 +95,41 @@ func pageLimit(s string) (int, error) {
 	return n, nil
 }
 
-// routeCache holds a pool's latest route snapshot.
-type routeCache struct {
-	changes atomic.Uint64 // state changes of the pool's members; bumped by the observer
-	mu      sync.Mutex    // held while one request rebuilds
-	cur     atomic.Pointer[builtIndex]
+// rankCache holds a pool's latest latency ranking.
+type rankCache struct {
+	mu  sync.Mutex // held while one request ranks
+	cur atomic.Pointer[ranking]
 }
 
-type builtIndex struct {
-	x       *scheduler.RouteIndex
-	changes uint64 // routeCache.changes before the build
-	at      time.Time
-	took    time.Duration
+type ranking struct {
+	ranks []uint32 // by member position, see scheduler.Router.Ranks
+	at    time.Time
+	took  time.Duration
 }
 
-// fresh reports whether b may still serve: it is younger than
-// indexCostFactor times its cost to build (so rebuilding never takes more
-// than a small share of a CPU), or no member changed state since it was
-// built (counts and routes are exact) and it is younger than indexMaxAge
-// (latency ranks move without state changes).
-func (b *builtIndex) fresh(changes uint64) bool {
-	age := time.Since(b.at)
-	return age < indexCostFactor*b.took || b.changes == changes && age < indexMaxAge
-}
-
-// routes returns a snapshot of pool pi's decision (see builtIndex.fresh).
-// While one request rebuilds it, others use the previous one.
-func (g *generation) routes(pi int) *scheduler.RouteIndex {
-	rc := &g.routeCache[pi]
+// ranks returns pool pi's latency ranks (see rankCache for their age).
+// While one request ranks the pool again, others use the previous ranking.
+func (g *generation) ranks(pi int) []uint32 {
+	rc := &g.rankCache[pi]
 	b := rc.cur.Load()
-	changes := rc.changes.Load()
-	if b != nil && b.fresh(changes) {
-		return b.x
+	if b != nil && time.Since(b.at) < max(rankMaxAge, rankCostFactor*b.took) {
+		return b.ranks
 	}
 	if b != nil && !rc.mu.TryLock() {
-		return b.x // someone is rebuilding it
+		return b.ranks // someone is ranking it
 	}
 	if b == nil {
 		rc.mu.Lock()
 		if b = rc.cur.Load(); b != nil {
 			rc.mu.Unlock()
-			return b.x
+			return b.ranks
 		}
 	}
 	defer rc.mu.Unlock()
-	changes = rc.changes.Load()
 	start := time.Now()
-	x := g.pools[pi].Index(g.engine)
-	rc.cur.Store(&builtIndex{x: x, changes: changes, at: start, took: time.Since(start)})
-	return x
+	ranks := g.router.Ranks(pi)
+	rc.cur.Store(&ranking{ranks: ranks, at: start, took: time.Since(start)})
+	return ranks
 }
 
 // admitList answers a list request whose parameters are wrong (err: 410 for
@@ -269,7 +256,7 @@ func (f *targetFilter) total(g *generation) int {
 	n := 0
 	first, end := f.pools(g)
 	for pi := first; pi < end; pi++ {
-		s := g.routes(pi).Summary
+		s := g.router.Summary(pi)
 		switch f.state {
 		case "":
 			n += s.Members
@@ -302,7 +289,7 @@ func (g *generation) listTargets(f *targetFilter, emit func(v any) error) (curso
 		if pi == at.pool {
 			pos = at.pos
 		}
-		x := g.routes(pi)
+		ranks := g.ranks(pi)
 		stop := false
 		p.EachFrom(pos, func(pos int, id uint32, disabled bool) bool {
 			at = cursor{seq: g.seq, pool: pi, pos: pos + 1}
@@ -316,7 +303,12 @@ func (g *generation) listTargets(f *targetFilter, emit func(v any) error) (curso
 				state = "unprobed"
 			}
 			if f.state == "" || f.state == state {
-				if err = emit(g.targetJSON(pi, x.Route(pos, id, disabled, st), state, clock)); err != nil {
+				m := scheduler.MemberRoute{ID: id, Status: st}
+				m.Route, m.Preferred = g.router.Route(pi, pos)
+				if m.Route == scheduler.Routed && st.State == scheduler.Healthy {
+					m.Rank = int(ranks[pos])
+				}
+				if err = emit(g.targetJSON(pi, m, state, clock)); err != nil {
 					stop = true
 					return false
 				}

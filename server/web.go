@@ -36,12 +36,15 @@ type WebOptions struct {
 	ShutdownGrace time.Duration
 }
 
-// Timeouts of the HTTP server. No endpoint reads a request body; the write
-// timeout bounds how long a client that does not read holds its response.
+// Timeouts of the HTTP server. No endpoint reads a request body: the read
+// timeout bounds the reading of a request that has one, and is lifted for
+// those without (see openEnded), so an event stream or a /probe with a long
+// timeout is not cancelled by it. The write timeout bounds how long a client
+// that does not read holds its response (event streams extend it per event).
 const (
 	readHeaderTimeout = 5 * time.Second
 	readTimeout       = 10 * time.Second
-	writeTimeout      = time.Minute
+	writeTimeout      = 2 * time.Minute
 	idleTimeout       = 2 * time.Minute
 	maxHeaderBytes    = 64 << 10
 
@@ -117,6 +120,19 @@ func (g *hostGuard) ok(hostport string) bool {
 		return true
 	}
 	return g.allowed[normalHost(host)]
+}
+
+// openEnded lifts the read timeout for requests without a body once they
+// are read: the server's background read of the connection would otherwise
+// hit it and cancel the request's context while a long answer is still
+// being written.
+func openEnded(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
+			_ = http.NewResponseController(w).SetReadDeadline(time.Time{}) // not a net.Conn in tests: nothing to lift
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // isLoopback reports whether a listener's address is a loopback address.
@@ -252,7 +268,7 @@ func fileLimit() uint64 {
 // (see WebOptions.AllowedHosts).
 func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
 	w := d.opt.Web
-	h := d.Handler()
+	h := openEnded(d.Handler())
 	if isLoopback(l.Addr()) {
 		h = newHostGuard(h, w.AllowedHosts)
 	}
@@ -271,6 +287,7 @@ func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
 		ConnState:         lim.track,
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
 	}
+	srv.RegisterOnShutdown(d.streams.end) // event streams never go idle by themselves
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lim) }()
 	select {

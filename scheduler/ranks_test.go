@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
-// TestRouteIndexMatchesRoutes checks over random pools that the snapshot's
-// routes, read member by member, are exactly those Routes decides, and its
-// summary exactly Summary's.
-func TestRouteIndexMatchesRoutes(t *testing.T) {
+// TestRanksMatchRoutes checks over random pools that the ranks Ranks gives
+// by position are exactly those Routes computes.
+func TestRanksMatchRoutes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 40 {
 		n := 1 + rng.IntN(200)
@@ -42,18 +42,13 @@ func TestRouteIndexMatchesRoutes(t *testing.T) {
 				}
 			}
 		}
-		want, sum := p.Routes(s.eng)
-		x := p.Index(s.eng)
-		if diff := cmp.Diff(sum, x.Summary); diff != "" {
-			t.Fatalf("round %d: summary (-Routes +Index):\n%s", round, diff)
+		r := NewRouter(s.eng, []*Pool{p}, RouterOptions{})
+		var want []uint32
+		for _, m := range r.Routes(0) {
+			want = append(want, uint32(m.Rank))
 		}
-		var got []MemberRoute
-		p.EachFrom(0, func(pos int, id uint32, disabled bool) bool {
-			got = append(got, x.Route(pos, id, disabled, s.eng.Status(id)))
-			return true
-		})
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Fatalf("round %d: routes (-Routes +Index):\n%s", round, diff)
+		if diff := cmp.Diff(want, r.Ranks(0), cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("round %d: ranks (-Routes +Ranks):\n%s", round, diff)
 		}
 	}
 }
