@@ -37,10 +37,10 @@ type WebOptions struct {
 }
 
 // Timeouts of the HTTP server. No endpoint reads a request body: the read
-// timeout bounds the reading of a request that has one, and is lifted for
-// those without (see openEnded), so an event stream or a /probe with a long
-// timeout is not cancelled by it. The write timeout bounds how long a client
-// that does not read holds its response (event streams extend it per event).
+// timeout bounds the reading of one (the server lifts it once a request
+// without a body is read). The write timeout bounds how long a client that
+// does not read holds its response; it is longer than the longest /probe
+// (60 s), and event streams extend it per event.
 const (
 	readHeaderTimeout = 5 * time.Second
 	readTimeout       = 10 * time.Second
@@ -120,19 +120,6 @@ func (g *hostGuard) ok(hostport string) bool {
 		return true
 	}
 	return g.allowed[normalHost(host)]
-}
-
-// openEnded lifts the read timeout for requests without a body once they
-// are read: the server's background read of the connection would otherwise
-// hit it and cancel the request's context while a long answer is still
-// being written.
-func openEnded(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength == 0 && len(r.TransferEncoding) == 0 {
-			_ = http.NewResponseController(w).SetReadDeadline(time.Time{}) // not a net.Conn in tests: nothing to lift
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 // isLoopback reports whether a listener's address is a loopback address.
@@ -268,7 +255,7 @@ func fileLimit() uint64 {
 // (see WebOptions.AllowedHosts).
 func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
 	w := d.opt.Web
-	h := openEnded(d.Handler())
+	h := d.Handler()
 	if isLoopback(l.Addr()) {
 		h = newHostGuard(h, w.AllowedHosts)
 	}
