@@ -1,12 +1,9 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +45,9 @@ type Options struct {
 	// another shard is rejected. It is reported in the start log,
 	// /api/v1/pools and sonde_shard_info.
 	Shard config.Shard
+	// Web configures the HTTP server: lifecycle endpoints, allowed hosts,
+	// connection limit.
+	Web WebOptions
 	// NoMemoryLimit leaves the Go runtime's memory limit alone. By default
 	// the daemon sets it after every load to the memory in use plus an
 	// eighth (see memoryTuner), unless GOMEMLIMIT is set.
@@ -71,10 +71,6 @@ type Options struct {
 	// status page's timelines (see history.go); default 1024.
 	// HistoryResults is how many results each keeps; default 240.
 	HistoryTargets, HistoryResults int
-	// RoutePrefix is the path every endpoint is served under ("/sonde"
-	// serves /sonde/, /sonde/metrics...), for a reverse proxy that forwards
-	// a path of its own; "" or "/" for none.
-	RoutePrefix string
 }
 
 // Daemon is sonde's long-running process: one generation of probers and
@@ -95,6 +91,11 @@ type Daemon struct {
 	// rem fires remediation actions. It outlives generations: budgets and
 	// instance state are kept by remediation name and address.
 	rem *remediate.Manager
+
+	local      rateLimit                   // logs of local errors
+	conns      atomic.Pointer[connLimiter] // the HTTP server's, once it serves
+	heavySlots chan struct{}               // slots of list requests running (see heavy)
+	loads      atomic.Uint64               // configurations built
 
 	cur      atomic.Pointer[generation]
 	reloadMu sync.Mutex // one load or reload at a time
@@ -132,13 +133,15 @@ func New(opt Options) (*Daemon, error) {
 	if opt.ProbeConcurrency <= 0 {
 		opt.ProbeConcurrency = 16
 	}
-	prefix, err := routePrefix(opt.RoutePrefix)
+	prefix, err := routePrefix(opt.Web.RoutePrefix)
 	if err != nil {
-		return nil, fmt.Errorf("server: Options.RoutePrefix: %w", err)
+		return nil, fmt.Errorf("server: Options.Web.RoutePrefix: %w", err)
 	}
-	opt.RoutePrefix = prefix
+	opt.Web.RoutePrefix = prefix
 	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events), mem: newMemoryTuner(&opt),
 		hist: newHistory(opt.HistoryTargets, opt.HistoryResults)}
+	d.local.period = localLogEvery
+	d.heavySlots = make(chan struct{}, heavyRequests)
 	d.obs.d = d
 	d.hooks = hookSet{opt: &d.opt, log: d.log, feed: d.events.setHooks}
 	d.streams.done = make(chan struct{})
@@ -191,7 +194,7 @@ func (d *Daemon) Reload() error {
 		}
 		d.totals.retire(old)
 		pairs = old.carryOver(next)
-		d.metrics.forgetPools(removedPools(old, next))
+		d.metrics.forget(staleSeries(old.cfg, next.cfg))
 		oldHist = old.hist
 	}
 	d.hist.adopt(oldHist, next.hist, pairs)
@@ -229,6 +232,7 @@ func (d *Daemon) load() (*generation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start probers: %w", err)
 	}
+	g.seq = d.loads.Add(1)
 	g.remedies = plan
 	return g, nil
 }
@@ -253,19 +257,24 @@ func (d *Daemon) logStart(g *generation, reload bool, kept int, memLimit int64, 
 	}
 }
 
-// removedPools returns the names of old's pools that next lacks.
-func removedPools(old, next *generation) []string {
-	keep := map[string]bool{}
-	for _, p := range next.cfg.Pools {
-		keep[p.Name] = true
+// staleSeries returns the names of old's pools that next lacks, and the
+// pool and protocol of those next keeps with another protocol: their series
+// by protocol are stale.
+func staleSeries(old, next *config.Config) (gone []string, moved []poolProtocol) {
+	now := map[string]string{}
+	for _, p := range next.Pools {
+		now[p.Name] = next.Checks[p.CheckIndex].Protocol.String()
 	}
-	var gone []string
-	for _, p := range old.cfg.Pools {
-		if !keep[p.Name] {
+	for _, p := range old.Pools {
+		proto := old.Checks[p.CheckIndex].Protocol.String()
+		switch np, ok := now[p.Name]; {
+		case !ok:
 			gone = append(gone, p.Name)
+		case np != proto:
+			moved = append(moved, poolProtocol{p.Name, proto})
 		}
 	}
-	return gone
+	return gone, moved
 }
 
 // Stop ends probing and remediation (an action in flight is cancelled).
@@ -290,24 +299,4 @@ func (d *Daemon) TCPPath() (probe.TCPPath, error) {
 		return "", nil
 	}
 	return g.launch.tcpPath, g.launch.synErr
-}
-
-// Serve serves the daemon's HTTP endpoints on l until ctx is done, then shuts
-// the server down gracefully.
-func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
-	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	srv.RegisterOnShutdown(d.streams.end) // event streams never go idle by themselves
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve http: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shut down http: %w", err)
-	}
-	return nil
 }

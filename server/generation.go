@@ -36,6 +36,9 @@ type generation struct {
 	hist     *histIndex          // which targets have a ring in the daemon's history
 	loaded   time.Time
 
+	seq       uint64      // the daemon's count of loads when this one was built: cursors name it
+	rankCache []rankCache // per pool, the latest latency ranking for the API
+
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -51,6 +54,7 @@ func (s *sink) Deliver(r probe.Result) { s.e.Deliver(r) }
 func buildGeneration(cfg *config.Config, opt *Options, obs *observer) (*generation, error) {
 	g := &generation{cfg: cfg, loaded: opt.Clock.Now(), errs: lastErrors{m: map[uint32]string{}}, hist: newHistIndex(len(cfg.Targets))}
 	g.indexPools()
+	g.rankCache = make([]rankCache, len(g.pools))
 	if slices.ContainsFunc(cfg.Checks, func(c *config.Check) bool { return c.Protocol == config.HTTPS }) {
 		g.certs = make([]atomic.Int64, len(cfg.Targets))
 	}

@@ -99,6 +99,29 @@ pools:
 	}
 }
 
+// TestReloadProtocolChange checks that the series of a pool's old protocol
+// go away when its check changes protocol, and the new protocol's appear.
+func TestReloadProtocolChange(t *testing.T) {
+	a := newBackend(t)
+	pool := fmt.Sprintf("\npools:\n  - {name: one, check: web, targets: [%q]}\n", a.addr())
+	td := startDaemon(t, "checks:\n  web: {protocol: http, interval: 50ms, timeout: 1s}"+pool)
+	td.waitEvent(t, a.addr(), "healthy", 0)
+	if text := gatherText(t, td); !strings.Contains(text, `sonde_probes_total{outcome="success",pool="one",protocol="http"}`) {
+		t.Fatalf("no http series before the change:\n%s", text)
+	}
+	td.rewrite(t, "checks:\n  web: {protocol: tcp, tcp_mode: connect, interval: 50ms, timeout: 1s}"+pool)
+	if code := td.postReload(t); code != http.StatusOK {
+		t.Fatalf("reload: status %d", code)
+	}
+	text := gatherText(t, td)
+	if strings.Contains(text, `protocol="http"`) {
+		t.Errorf("series of the old protocol remain:\n%s", text)
+	}
+	if !strings.Contains(text, `pool="one",protocol="tcp"`) {
+		t.Errorf("no series of the new protocol:\n%s", text)
+	}
+}
+
 func gatherText(t *testing.T, td *testDaemon) string {
 	t.Helper()
 	_, body := td.scrape(t, "/metrics", nil)

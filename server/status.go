@@ -18,7 +18,7 @@ import (
 // server so it works without JavaScript), a pool's members, one target's
 // recent results and events, and the event list. Every page links to the
 // others with relative addresses, so it works under any path a reverse
-// proxy puts it (see Options.RoutePrefix). The script in server/ui keeps the
+// proxy puts it (see Options.Web.RoutePrefix). The script in server/ui keeps the
 // pages live: it re-reads them, and follows the event stream.
 
 // Numbers of events the pages show.
@@ -145,10 +145,9 @@ func count(n int, one, many string) string {
 }
 
 func (g *generation) poolCards() []poolCard {
-	pools := g.poolsJSON()
-	cards := make([]poolCard, len(pools))
-	for pi, j := range pools {
-		cards[pi] = g.poolCard(pi, j)
+	cards := make([]poolCard, len(g.pools))
+	for pi := range cards {
+		cards[pi] = g.poolCard(pi, g.poolJSON(pi))
 	}
 	return cards
 }
@@ -231,6 +230,11 @@ func (d *Daemon) handlePoolPage(w http.ResponseWriter, r *http.Request) {
 		d.pageError(w, g, http.StatusBadRequest, err)
 		return
 	}
+	release := d.heavy(w, r) // a pass over the pool, as a list request
+	if release == nil {
+		return
+	}
+	defer release()
 	list := g.listPool(pi, &q)
 	page := func(cursor string, k *rowKey) string {
 		if k == nil {
@@ -270,7 +274,7 @@ func (d *Daemon) handlePoolPage(w http.ResponseWriter, r *http.Request) {
 	for o := range probe.NumOutcomes {
 		outcomes = append(outcomes, o.String())
 	}
-	pj := g.poolsJSON()[pi]
+	pj := g.poolJSON(pi)
 	base := d.pageBase(g, "pool", "Pool "+name)
 	base.Pool = name
 	last := list.First + len(list.Rows) - 1
@@ -499,7 +503,7 @@ func poolNames(g *generation) []string {
 	return out
 }
 
-// routePrefix checks and normalises Options.RoutePrefix: "" or a path
+// routePrefix checks and normalises Options.Web.RoutePrefix: "" or a path
 // starting with "/", without a trailing "/" ("/" itself is "").
 func routePrefix(p string) (string, error) {
 	p = strings.TrimSuffix(p, "/")

@@ -14,8 +14,9 @@ import (
 	"github.com/sondeprobe/sonde/server/ui"
 )
 
-// get fetches path from the test daemon and returns the status and body.
-func (td *testDaemon) get(t *testing.T, path string) (int, http.Header, string) {
+// page fetches path from the test daemon and returns the status, headers
+// and body, whatever the status.
+func (td *testDaemon) page(t *testing.T, path string) (int, http.Header, string) {
 	t.Helper()
 	resp, err := http.Get(td.http.URL + path)
 	if err != nil {
@@ -72,7 +73,7 @@ pools:
 `, bad))
 	td.waitEvent(t, bad, "unhealthy", 0)
 	for _, path := range []string{"/", "/pool?name=api", "/pool?name=api&sort=error&q=sonde-xss", "/target?" + url.Values{"pool": {"api"}, "target": {bad}}.Encode(), "/events"} {
-		code, h, body := td.get(t, path)
+		code, h, body := td.page(t, path)
 		if code != http.StatusOK {
 			t.Fatalf("GET %s: %d\n%s", path, code, body)
 		}
@@ -199,7 +200,7 @@ pools:
 		{"outcome=success", ok.addr()},
 		{"q=" + url.QueryEscape("status code"), bad.addr()},
 	} {
-		code, _, body := td.get(t, "/pool?name=api&"+c.query)
+		code, _, body := td.page(t, "/pool?name=api&"+c.query)
 		if code != http.StatusOK {
 			t.Fatalf("%s: %d\n%s", c.query, code, body)
 		}
@@ -208,7 +209,7 @@ pools:
 			t.Errorf("%s: rows %v, want %s first", c.query, rows, c.first)
 		}
 	}
-	_, _, body := td.get(t, "/pool?name=api&state=unhealthy")
+	_, _, body := td.page(t, "/pool?name=api&state=unhealthy")
 	if !strings.Contains(body, "status code not in the healthy set: 500") {
 		t.Errorf("the unhealthy row lacks its error text:\n%s", body)
 	}
@@ -238,7 +239,7 @@ pools:
 		{"/api/v1/history?pool=api&target=junk", 404, `target="junk": want an address:port`},
 		{"/static/nope.js", 404, ""},
 	} {
-		code, _, body := td.get(t, c.path)
+		code, _, body := td.page(t, c.path)
 		if code != c.code || !strings.Contains(body, c.want) {
 			t.Errorf("GET %s: %d, want %d with %q:\n%s", c.path, code, c.code, c.want, body)
 		}
@@ -253,7 +254,7 @@ checks:
   web: {protocol: http, path: /, interval: 1s, timeout: 1s}
 pools:
   - {name: api, check: web, targets: ["198.18.0.1:80"], health_checks: false}
-`, func(o *Options) { o.RoutePrefix = "/ops/sonde/" })
+`, func(o *Options) { o.Web.RoutePrefix = "/ops/sonde/" })
 	for _, c := range []struct {
 		path string
 		code int
@@ -262,7 +263,7 @@ pools:
 		{"/ops/sonde/metrics", 200}, {"/ops/sonde/static/sonde.js", 200}, {"/ops/sonde/-/healthy", 200},
 		{"/", 404}, {"/api/v1/pools", 404}, {"/ops/sondex", 404},
 	} {
-		if code, _, body := td.get(t, c.path); code != c.code {
+		if code, _, body := td.page(t, c.path); code != c.code {
 			t.Errorf("GET %s: %d, want %d\n%s", c.path, code, c.code, body)
 		}
 	}
@@ -275,14 +276,14 @@ pools:
 	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ops/sonde/" {
 		t.Errorf("GET /ops/sonde: %s to %q, want 302 to /ops/sonde/", resp.Status, resp.Header.Get("Location"))
 	}
-	_, _, body := td.get(t, "/ops/sonde/")
+	_, _, body := td.page(t, "/ops/sonde/")
 	for _, href := range regexp.MustCompile(`(?:href|src)="([^"]*)"`).FindAllStringSubmatch(body, -1) {
 		if strings.HasPrefix(href[1], "/") || strings.Contains(href[1], "://") {
 			t.Errorf("link %q is not relative: it would leave the prefix", href[1])
 		}
 	}
 	for _, bad := range []string{"ops", "/a?b", "/a/../b", "//x"} {
-		if _, err := New(Options{Load: td.d.opt.Load, RoutePrefix: bad}); err == nil {
+		if _, err := New(Options{Load: td.d.opt.Load, Web: WebOptions{RoutePrefix: bad}}); err == nil {
 			t.Errorf("RoutePrefix %q accepted", bad)
 		}
 	}

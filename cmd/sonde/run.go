@@ -12,12 +12,16 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/watch"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/server"
+	"github.com/sondeprobe/sonde/server/privilege"
 )
 
 // defaultListen is where the daemon serves metrics and the API unless told
@@ -37,13 +41,18 @@ type runFlags struct {
 	shards    int
 	shard     config.Shard
 	watch     bool
-	prefix    string
+	web       server.WebOptions
 	history   int
 }
 
 // runRun runs the daemon until SIGINT or SIGTERM; SIGHUP, and a change of
-// the configuration's files unless -watch=false, reload it.
+// the configuration's files unless -watch=false, reload it. SIGHUP is caught
+// from the first instruction: one that arrives while the daemon starts
+// reloads once it has started.
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var f runFlags
@@ -57,9 +66,19 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&f.iface, "interface", "", "`interface` whose ingress carries SYN replies (default: the source address's)")
 	fs.IntVar(&f.shards, "shards", 0, "scheduler shards (default: one per CPU)")
 	fs.BoolVar(&f.watch, "watch", true, "reload the -config file by itself when its content, or that of a file it names, changes")
-	fs.StringVar(&f.prefix, "web.route-prefix", "", "serve every endpoint under this `path` (/sonde: the status page at /sonde/), for a reverse proxy that forwards one")
+	fs.StringVar(&f.web.RoutePrefix, "web.route-prefix", "", "serve every endpoint under this `path` (/sonde: the status page at /sonde/), for a reverse proxy that forwards one")
 	fs.IntVar(&f.history, "web.history-targets", 0, "how many `targets` keep their recent results for the status page's timelines (default 1024)")
 	shardFlag(fs, &f.shard, "probe only shard `i/N` of the targets: N processes with shards 0/N … N-1/N probe each target once")
+	fs.BoolVar(&f.web.EnableLifecycle, "web.enable-lifecycle", false, "allow POST /-/reload (otherwise 403)")
+	fs.Func("web.allowed-hosts", "comma-separated host `names` requests may name in Host when -listen is on loopback (besides IP addresses and localhost)", func(v string) error {
+		for h := range strings.SplitSeq(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				f.web.AllowedHosts = append(f.web.AllowedHosts, h)
+			}
+		}
+		return nil
+	})
+	fs.IntVar(&f.web.MaxConnections, "web.max-connections", 512, "most open HTTP `connections` (at most a quarter of the file descriptor limit)")
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
 	}
@@ -73,11 +92,17 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usageError(err)
 	}
-	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Shard: f.shard,
-		RoutePrefix: f.prefix, HistoryTargets: f.history}
+	if f.web.MaxConnections < 1 {
+		return usageError(fmt.Errorf("run: -web.max-connections %d: want 1 or more", f.web.MaxConnections))
+	}
+	if host, _, err := net.SplitHostPort(f.listen); err == nil && host != "" {
+		f.web.AllowedHosts = append(f.web.AllowedHosts, host) // the name the operator listens on
+	}
 	if f.history < 0 {
 		return usageError(fmt.Errorf("run: -web.history-targets %d: want a number of targets ≥ 1, or 0 for the default", f.history))
 	}
+	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Shard: f.shard, Web: f.web,
+		HistoryTargets: f.history}
 	if opt.Syn, err = synFlags(f); err != nil {
 		return usageError(err)
 	}
@@ -88,7 +113,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		defer d.Close()
 		opt.Load = func() (*config.Config, error) { return config.Parse(d.Config, "", config.LoadOptions{Shard: f.shard}) }
-		return serveDaemon(ctx, opt, f.listen, log, nil, func() { d.Banner(stdout, f.listen, opt.RoutePrefix) })
+		return serveDaemon(ctx, opt, f.listen, hup, nil, func() { d.Banner(stdout, f.listen, opt.Web.RoutePrefix) })
 	}
 	path := f.config
 	w := watchConfig(f.watch, path, log)
@@ -104,7 +129,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return cfg, nil
 	}
-	return serveDaemon(ctx, opt, f.listen, log, w, nil)
+	return serveDaemon(ctx, opt, f.listen, hup, w, nil)
 }
 
 // watchConfig returns a watcher of the configuration file, or nil when
@@ -122,10 +147,19 @@ func watchConfig(on bool, path string, log *slog.Logger) *watch.Watcher {
 	return w
 }
 
-// serveDaemon starts the daemon and its HTTP server, reloads on SIGHUP and
-// on every change w (which may be nil) reports, and stops gracefully when
-// ctx is done. ready is called once both run.
-func serveDaemon(ctx context.Context, opt server.Options, listen string, log *slog.Logger, w *watch.Watcher, ready func()) error {
+// serveDaemon listens, starts the daemon, reloads it on every signal from
+// hup and every change w (which may be nil) reports, and stops gracefully
+// when ctx is done. The HTTP server runs from the start (/-/ready answers
+// 503 until a configuration runs); ready is called once the daemon has
+// started. A ctx done during the start ends it as soon as the start
+// completes, with no error.
+func serveDaemon(ctx context.Context, opt server.Options, listen string, hup <-chan os.Signal, w *watch.Watcher, ready func()) error {
+	log := opt.Logger
+	if n, err := raiseFileLimit(); err != nil {
+		log.Warn("raising the file descriptor limit", "err", err)
+	} else {
+		log.Debug("file descriptor limit", "nofile", n)
+	}
 	var changes <-chan struct{} // nil: never
 	if w != nil {
 		changes = w.Changes()
@@ -141,37 +175,77 @@ func serveDaemon(ctx context.Context, opt server.Options, listen string, log *sl
 	if err != nil {
 		return err
 	}
-	if err := d.Start(); err != nil {
-		return err
-	}
-	defer d.Stop()
 	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	log.Info("serving", "listen", l.Addr().String())
-	if ready != nil {
+	httpCtx, stopHTTP := context.WithCancel(context.Background())
+	defer stopHTTP()
+	served := make(chan error, 1)
+	go func() { served <- d.Serve(httpCtx, l) }()
+	stop := func() error {
+		stopHTTP()
+		return <-served
+	}
+	if err := d.Start(); err != nil {
+		return errors.Join(err, stop())
+	}
+	defer d.Stop()
+	dropPrivileges(log, opt.NoSyn)
+	log.Info("serving", "listen", l.Addr().String()) // a configuration runs
+	if ready != nil && ctx.Err() == nil {
 		ready()
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				_ = d.Reload() // logged by the daemon; the old configuration keeps running
-			case <-changes:
-				log.Info("configuration changed on disk")
-				_ = d.Reload()
-			}
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("stopping")
+			return stop()
+		case err := <-served:
+			return err
+		case <-hup:
+			_ = d.Reload() // logged by the daemon; the old configuration keeps running
+		case <-changes:
+			log.Info("configuration changed on disk")
+			_ = d.Reload()
 		}
-	}()
-	err = d.Serve(ctx, l)
-	log.Info("stopping")
-	return err
+	}
+}
+
+// dropPrivileges drops the capabilities the daemon no longer needs once its
+// raw sockets, eBPF program and listener are open, and sets no_new_privs.
+// It keeps CAP_NET_RAW, CAP_BPF and CAP_NET_ADMIN (those the process has)
+// unless the SYN prober is off: a reload builds a new SYN prober, which
+// opens raw sockets and loads and attaches its eBPF program again.
+func dropPrivileges(log *slog.Logger, noSyn bool) {
+	var keep privilege.Set
+	if !noSyn {
+		keep = privilege.Of(unix.CAP_NET_RAW, unix.CAP_BPF, unix.CAP_NET_ADMIN)
+	}
+	res, err := privilege.Drop(keep)
+	if err != nil {
+		log.Warn("capabilities not dropped", "err", err)
+		return
+	}
+	log.Info("capabilities dropped", "kept", res.Kept, "kept_for", "reloads: the SYN prober's raw sockets and eBPF program",
+		"dropped", res.Dropped, "bounding_set", res.Bounding, "no_new_privs", true)
+}
+
+// raiseFileLimit raises the soft RLIMIT_NOFILE to the hard limit (the Go
+// runtime does too, on most versions) and returns it: every probe and API
+// connection takes a descriptor.
+func raiseFileLimit() (uint64, error) {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return 0, fmt.Errorf("getrlimit: %w", err)
+	}
+	if rl.Cur < rl.Max {
+		rl.Cur = rl.Max
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+			return 0, fmt.Errorf("setrlimit: %w", err)
+		}
+	}
+	return rl.Cur, nil
 }
 
 // synFlags turns the SYN prober flags into its settings.
