@@ -179,11 +179,16 @@ func (d *Daemon) recentEvents(n int, keep func(*Event) bool) []eventView {
 	return eventViews(d.events.newest(n, keep))
 }
 
-func (d *Daemon) handleOverview(w http.ResponseWriter, _ *http.Request) {
+func (d *Daemon) handleOverview(w http.ResponseWriter, r *http.Request) {
 	g := d.running(w)
 	if g == nil {
 		return
 	}
+	release := d.heavy(w, r) // a list of every pool, as /api/v1/pools
+	if release == nil {
+		return
+	}
+	defer release()
 	ui.Render(w, http.StatusOK, "overview", struct {
 		pageBase
 		Pools  []poolCard

@@ -2,6 +2,7 @@ package ui_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -406,23 +407,31 @@ func detectionWindow(t *testing.T, base, to string) time.Duration {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	field := "failure_window_seconds"
-	if to == "healthy" {
-		field = "success_window_seconds"
+	var page struct {
+		Pools []struct {
+			Name    string  `json:"name"`
+			Failure float64 `json:"failure_window_seconds"`
+			Success float64 `json:"success_window_seconds"`
+		} `json:"pools"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+		t.Fatalf("GET /api/v1/pools: %v", err)
 	}
 	var shortest time.Duration
-	for _, pool := range []string{"app", "gateway"} {
-		re := regexp.MustCompile(`"name": "` + pool + `"[^}]*"` + field + `": ([0-9.]+)`)
-		m := re.FindSubmatch(body)
-		if m == nil {
-			t.Fatalf("no %s of pool %s in %s", field, pool, body)
+	for _, p := range page.Pools {
+		if p.Name != "app" && p.Name != "gateway" {
+			continue
 		}
-		var s float64
-		fmt.Sscan(string(m[1]), &s)
+		s := p.Failure
+		if to == "healthy" {
+			s = p.Success
+		}
 		if d := time.Duration(s * float64(time.Second)); shortest == 0 || d < shortest {
 			shortest = d
 		}
+	}
+	if shortest == 0 {
+		t.Fatalf("no windows of pools app and gateway in /api/v1/pools: %+v", page)
 	}
 	return shortest
 }
