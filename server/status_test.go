@@ -215,15 +215,18 @@ pools:
 	}
 }
 
-// TestStatusPageErrors checks that a page asked for something that does
-// not exist or with a bad parameter says what, with 404 or 400.
-func TestStatusPageErrors(t *testing.T) {
-	td := startDaemon(t, `
+// unprobedConfig is a pool of one target that is never probed.
+const unprobedConfig = `
 checks:
   web: {protocol: http, path: /, interval: 1s, timeout: 1s}
 pools:
   - {name: api, check: web, targets: ["198.18.0.1:80"], health_checks: false}
-`)
+`
+
+// TestStatusPageErrors checks that a page asked for something that does
+// not exist or with a bad parameter says what, with 404 or 400.
+func TestStatusPageErrors(t *testing.T) {
+	td := startDaemon(t, unprobedConfig)
 	for _, c := range []struct {
 		path string
 		code int
@@ -249,12 +252,7 @@ pools:
 // TestRoutePrefix checks that with a route prefix every endpoint moves
 // under it, the bare prefix redirects, and the page links relatively.
 func TestRoutePrefix(t *testing.T) {
-	td := startDaemonWith(t, `
-checks:
-  web: {protocol: http, path: /, interval: 1s, timeout: 1s}
-pools:
-  - {name: api, check: web, targets: ["198.18.0.1:80"], health_checks: false}
-`, func(o *Options) { o.Web.RoutePrefix = "/ops/sonde/" })
+	td := startDaemonWith(t, unprobedConfig, func(o *Options) { o.Web.RoutePrefix = "/ops/sonde/" })
 	for _, c := range []struct {
 		path string
 		code int
@@ -291,12 +289,7 @@ pools:
 
 // TestStatic checks the assets' types, security headers and revalidation.
 func TestStatic(t *testing.T) {
-	td := startDaemon(t, `
-checks:
-  web: {protocol: http, path: /, interval: 1s, timeout: 1s}
-pools:
-  - {name: api, check: web, targets: ["198.18.0.1:80"], health_checks: false}
-`)
+	td := startDaemon(t, unprobedConfig)
 	for name, ctype := range map[string]string{"sonde.js": "javascript", "sonde.css": "text/css", "favicon.svg": "image/svg+xml"} {
 		resp, err := http.Get(td.http.URL + "/static/" + name)
 		if err != nil {
