@@ -10,6 +10,14 @@ import (
 // a cache line.
 type cacheLine [64]byte
 
+// arrival is a probe result on its way to its shard, with the shard-local
+// index of its target that Deliver looked up, so the shard does not look it
+// up again.
+type arrival struct {
+	r   probe.Result
+	idx uint32
+}
+
 // ring is a bounded lock-free queue of probe results with many producers
 // (prober goroutines) and one consumer (the owning shard). Each slot carries a
 // sequence number that tells producers and the consumer whose turn it is, so
@@ -26,7 +34,7 @@ type ring struct {
 
 type ringSlot struct {
 	seq atomic.Uint64 // == position when free for the producer of position, position+1 when full
-	r   probe.Result
+	a   arrival
 }
 
 // newRing returns a ring with room for size results; size is rounded up to a
@@ -43,10 +51,11 @@ func newRing(size int) *ring {
 	return r
 }
 
-// push appends res and reports whether there was room. Producers never wait
+// push appends res, for the target at local index idx, and reports whether
+// there was room. Producers never wait
 // on each other for long: a failed compare-and-swap means another producer
 // made progress.
-func (q *ring) push(res *probe.Result) bool {
+func (q *ring) push(res *probe.Result, idx uint32) bool {
 	for {
 		pos := q.tail.Load()
 		s := &q.slots[pos&q.mask]
@@ -54,7 +63,7 @@ func (q *ring) push(res *probe.Result) bool {
 		switch d := int64(seq - pos); {
 		case d == 0:
 			if q.tail.CompareAndSwap(pos, pos+1) {
-				s.r = *res
+				s.a = arrival{r: *res, idx: idx}
 				s.seq.Store(pos + 1)
 				return true
 			}
@@ -64,14 +73,14 @@ func (q *ring) push(res *probe.Result) bool {
 	}
 }
 
-// pop removes the oldest result into res. It reports false when the ring is
+// pop removes the oldest arrival into a. It reports false when the ring is
 // empty. Only the consumer calls it.
-func (q *ring) pop(res *probe.Result) bool {
+func (q *ring) pop(a *arrival) bool {
 	s := &q.slots[q.head&q.mask]
 	if s.seq.Load() != q.head+1 {
 		return false
 	}
-	*res = s.r
+	*a = s.a
 	s.seq.Store(q.head + q.mask + 1)
 	q.head++
 	return true

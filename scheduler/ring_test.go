@@ -19,17 +19,21 @@ func TestRingManyProducers(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				r := probe.Result{ID: uint32(p), Gen: uint32(i)}
-				for !q.push(&r) {
+				for !q.push(&r, uint32(i)) {
 					runtime.Gosched()
 				}
 			}
 		})
 	}
 	next := make([]uint32, producers)
-	var r probe.Result
+	var a arrival
 	for got := 0; got < producers*each; {
-		if !q.pop(&r) {
+		if !q.pop(&a) {
 			continue
+		}
+		r := a.r
+		if a.idx != r.Gen {
+			t.Fatalf("producer %d: index %d travelled with gen %d", r.ID, a.idx, r.Gen)
 		}
 		if r.Gen != next[r.ID] {
 			t.Fatalf("producer %d: got gen %d, want %d", r.ID, r.Gen, next[r.ID])
