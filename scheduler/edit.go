@@ -62,12 +62,12 @@ func (b *books) init(shards int) { b.shards = make([]shardBook, shards) }
 // the previous one to be committed or aborted.
 type Edit struct {
 	e     *Engine
-	tab   *checkTable  // the edit's checks: the engine's, or new ones from SetChecks
-	newTb bool         // tab is new
-	cmds  [][]command  // per shard
-	freed [][]uint32   // per shard, ids this edit removed
-	added []uint32     // ids this edit added, to undo on Abort
-	flips []uint32     // ids whose Disabled this edit changed, to undo on Abort
+	tab   *checkTable // the edit's checks: the engine's, or new ones from SetChecks
+	newTb bool        // tab is new
+	cmds  [][]command // per shard
+	freed [][]uint32  // per shard, ids this edit removed
+	added []uint32    // ids this edit added, to undo on Abort
+	flips []uint32    // ids whose Disabled this edit changed, to undo on Abort
 	done  bool
 }
 

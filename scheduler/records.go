@@ -59,7 +59,7 @@ func (s *shard) refresh() { s.blocks = *s.dir.Load() }
 // entries are written once, before the id is published, and read without a
 // lock by Deliver on any goroutine.
 type locTable struct {
-	n   atomic.Uint32             // ids assigned; entries below n are valid
+	n   atomic.Uint32               // ids assigned; entries below n are valid
 	dir atomic.Pointer[[]*locBlock] // written by the editor only
 }
 
