@@ -17,10 +17,13 @@ build:
 run: build
 	./$(BIN) run -demo -listen $(RUN_LISTEN)
 
+# deploy/ is a module of its own: its tests check the operator kit with
+# Kubernetes and Prometheus libraries that sonde itself does not link.
 test:
 	$(GO) vet ./...
 	$(GO) test ./...
 	$(GO) test -race $(RACE_PKGS)
+	cd deploy && $(GO) vet ./... && $(GO) test ./...
 
 test-race:
 	$(GO) test -race $(RACE_PKGS)
@@ -37,6 +40,7 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	cd deploy && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 clean:
 	rm -rf bin

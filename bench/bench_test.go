@@ -219,7 +219,7 @@ func TestReportOutput(t *testing.T) {
 	s.addRuns("sent", []float64{300000, 100000, 200000}, "probes/s")
 	s.add("recall", 99.9987, "%")
 	s.add("not measured", math.NaN(), "ms")
-	s.addText("capture", "bpf-tcx")
+	s.addText("tcp_path", "syn-bpf (tcx)")
 	s.goal("fast", true, "%d×", 3)
 	s.goal("exact", false, "no")
 	s.finish()
@@ -234,7 +234,7 @@ func TestReportOutput(t *testing.T) {
 	if err := r.WriteTable(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"test CPU", "sweep", "200000", "300000 100000 200000", "99.998", "n/a", "bpf-tcx", "MISSED exact", "MET    fast"} {
+	for _, want := range []string{"test CPU", "sweep", "200000", "300000 100000 200000", "99.998", "n/a", "syn-bpf (tcx)", "MISSED exact", "MET    fast"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}

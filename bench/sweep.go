@@ -25,7 +25,7 @@ type sweepRun struct {
 	procCPU float64       // the process's user+system seconds, start-up included
 	self    float64       // the tool's own report of its CPU seconds for the sweep, if it gives one
 	acc     accuracy
-	info    map[string]string // tool-specific facts (capture path, ring drops)
+	info    map[string]string // tool-specific facts (TCP probe path, ring drops)
 }
 
 // pps is the rate of probes on the wire.
@@ -135,9 +135,9 @@ func (e *env) measure(cmd *exec.Cmd) (WireWindow, time.Duration, float64, error)
 }
 
 var (
-	scanCPURE     = regexp.MustCompile(`cpu ([0-9.]+)s user\+sys`)
-	scanCaptureRE = regexp.MustCompile(`capture ([a-z_-]+),`)
-	scanDropsRE   = regexp.MustCompile(`ring drops ([0-9]+)`)
+	scanCPURE   = regexp.MustCompile(`cpu ([0-9.]+)s user\+sys`)
+	scanPathRE  = regexp.MustCompile(`tcp path ([a-z-]+(?: \([a-z]+\))?),`)
+	scanDropsRE = regexp.MustCompile(`ring drops ([0-9]+)`)
 )
 
 // scanOnce sweeps p with `sonde scan` at rate (0: as fast as it can).
@@ -168,8 +168,8 @@ func (e *env) scanOnce(ctx context.Context, p netip.Prefix, rate float64) (*swee
 	if m := scanCPURE.FindStringSubmatch(summary); m != nil {
 		r.self, _ = strconv.ParseFloat(m[1], 64)
 	}
-	if m := scanCaptureRE.FindStringSubmatch(summary); m != nil {
-		r.info["capture"] = m[1]
+	if m := scanPathRE.FindStringSubmatch(summary); m != nil {
+		r.info["tcp_path"] = m[1]
 	}
 	if m := scanDropsRE.FindStringSubmatch(summary); m != nil {
 		r.info["ring_drops"] = m[1]
@@ -253,7 +253,7 @@ func (e *env) runSweep(ctx context.Context, s *Scenario) error {
 	s.add("wrong outcomes", float64(good[0].acc.wrong), "addresses")
 	s.addRuns("machine CPU", cpu, "s/M probes")
 	s.addRuns("sonde CPU", self, "s/M probes")
-	s.addText("capture", good[0].info["capture"])
+	s.addText("tcp_path", good[0].info["tcp_path"])
 	s.addText("ring drops", good[0].info["ring_drops"])
 	s.note("rate = probes / time the prober's veth was busy (sampled every 2 ms); machine CPU = busy CPU seconds of all cores in that time, kernel work for both namespaces included; sonde CPU = the scan's own user+system time for the sweep")
 	return nil

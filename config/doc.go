@@ -28,19 +28,21 @@
 // setting one replaces the preset's other, setting both is an error.
 //
 // Targets. A target entry is an IP address, an address with a port, a CIDR
-// block or a host name. A CIDR block stands for every address in it,
-// including the network and broadcast addresses of an IPv4 block: probing a
-// fleet means probing every address it owns. Host names are resolved when the
-// config is loaded, to one address chosen by the check's ip_family. A
-// target's port is its own, else its check's, else 80 for HTTP and 443 for
-// HTTPS.
+// block (without host bits set) or a host name ([ParseTargetEntry]); a
+// targets file holds one per line, with # comments. `sonde scan` reads its
+// arguments with the same grammar and messages ([ParseTargetArgs]). A CIDR
+// block stands for every address in it, including the network and broadcast
+// addresses of an IPv4 block: probing a fleet means probing every address it
+// owns. Host names are resolved when the config is loaded, to one address
+// chosen by the check's ip_family. A target's port is its own, else its
+// check's, else 80 for HTTP and 443 for HTTPS.
 //
 // Deduplication (P4, P5). Each unique (address, port, check) is one
 // [Target], shared by every pool that lists it. Checks that differ only in
-// timing and evaluation (equal [Check.ProbeKey]) form one probe class; targets of one class with the
-// same address and port share one probe stream, which the engine probes at
-// the highest rate its members want and evaluates for each member with its
-// own check. For HTTP checks without a host setting, the target's host name
-// is part of the probe (it becomes the Host header), so two names of one
-// address are two targets.
+// timing and evaluation (equal [Check.ProbeKey]) form one probe class;
+// targets of one class with the same address and port share one probe
+// stream, which the engine probes at the highest rate its members want and
+// evaluates for each member with its own check. For HTTP checks without a
+// host setting, the target's host name is part of the probe (it becomes the
+// Host header), so two names of one address are two targets.
 package config

@@ -21,65 +21,58 @@ type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
-// targetKind tells the three forms of a target entry apart.
-type targetKind uint8
-
-const (
-	kindAddr  targetKind = iota // one IP address
-	kindBlock                   // a CIDR block: every address in it
-	kindHost                    // a host name, resolved at load time
-)
-
-// targetSpec is one parsed entry of targets, targets_file or disabled.
-type targetSpec struct {
-	kind   targetKind
-	addr   netip.Addr   // kindAddr
-	prefix netip.Prefix // kindBlock
-	name   string       // kindHost
-	port   uint16       // explicit port, 0 when the entry has none
+// TargetEntry is one parsed target entry, of a config's targets, targets_file
+// and disabled lists or of `sonde scan`'s arguments: exactly one of Addr,
+// Block and Host is set.
+type TargetEntry struct {
+	Addr  netip.Addr   // one IP address; IPv4-mapped IPv6 addresses are taken as IPv4
+	Block netip.Prefix // a CIDR block: every address in it
+	Host  string       // a host name, lower case and without a trailing dot
+	Port  uint16       // the entry's own port, 0 when it gives none
 }
 
-// parseTargetSpec parses one target entry:
+// ParseTargetEntry parses one target entry, the grammar of every target sonde
+// reads:
 //
 //	198.18.0.7          IPv4 or IPv6 address
 //	198.18.0.7:8080     address and port ("[2001:db8::1]:8080" for IPv6)
-//	198.18.0.0/24       CIDR block, every address in it
-//	api-1.internal      host name, resolved at load time
+//	198.18.0.0/24       CIDR block, every address in it (no host bits set)
+//	api-1.internal      host name
 //	api-1.internal:8080 host name and port
 //
-// IPv4-mapped IPv6 addresses are taken as IPv4. The error text names the
-// entry and what is wrong with it.
-func parseTargetSpec(s string) (targetSpec, error) {
+// The error text quotes the entry and says what is wrong with it; config
+// files and commands print it as it is, after the entry's location.
+func ParseTargetEntry(s string) (TargetEntry, error) {
 	if strings.Contains(s, "://") {
-		return targetSpec{}, fmt.Errorf("%q is not an IP address, CIDR block or host name (targets take no URL scheme)", s)
+		return TargetEntry{}, fmt.Errorf("%q is not an IP address, CIDR block or host name (targets take no URL scheme)", s)
 	}
 	if strings.Contains(s, "/") {
 		pfx, err := netip.ParsePrefix(s)
 		if err != nil || pfx.Addr().Zone() != "" {
-			return targetSpec{}, fmt.Errorf("%q is not a valid CIDR block", s)
+			return TargetEntry{}, fmt.Errorf("%q is not a valid CIDR block", s)
 		}
 		if pfx.Addr().Is4In6() {
 			if pfx.Bits() < 96 {
-				return targetSpec{}, fmt.Errorf("%q is not a valid CIDR block", s)
+				return TargetEntry{}, fmt.Errorf("%q is not a valid CIDR block", s)
 			}
 			pfx = netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()-96)
 		}
 		if m := pfx.Masked(); m != pfx {
-			return targetSpec{}, fmt.Errorf("%q has host bits set; did you mean %s?", s, m)
+			return TargetEntry{}, fmt.Errorf("%q has host bits set; did you mean %s?", s, m)
 		}
-		return targetSpec{kind: kindBlock, prefix: pfx}, nil
+		return TargetEntry{Block: pfx}, nil
 	}
 	if a, err := netip.ParseAddr(s); err == nil {
 		if a.Zone() != "" {
-			return targetSpec{}, fmt.Errorf("%q has an IPv6 zone; zones are not supported", s)
+			return TargetEntry{}, fmt.Errorf("%q has an IPv6 zone; zones are not supported", s)
 		}
-		return targetSpec{kind: kindAddr, addr: a.Unmap()}, nil
+		return TargetEntry{Addr: a.Unmap()}, nil
 	}
 	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
 		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil && a.Is6() && a.Zone() == "" {
-			return targetSpec{kind: kindAddr, addr: a.Unmap()}, nil
+			return TargetEntry{Addr: a.Unmap()}, nil
 		}
-		return targetSpec{}, fmt.Errorf("%q is not an IP address, CIDR block or host name", s)
+		return TargetEntry{}, fmt.Errorf("%q is not an IP address, CIDR block or host name", s)
 	}
 	host, portText, hasPort := s, "", false
 	if i := strings.LastIndexByte(s, ':'); i >= 0 {
@@ -87,33 +80,33 @@ func parseTargetSpec(s string) (targetSpec, error) {
 		if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
 			host = host[1 : len(host)-1]
 		} else if strings.Contains(host, ":") {
-			return targetSpec{}, fmt.Errorf("%q is not an IP address, CIDR block or host name (write an IPv6 address with a port as [addr]:port)", s)
+			return TargetEntry{}, fmt.Errorf("%q is not an IP address, CIDR block or host name (write an IPv6 address with a port as [addr]:port)", s)
 		}
 	}
 	var port uint16
 	if hasPort {
 		n, err := strconv.ParseUint(portText, 10, 64)
 		if err != nil {
-			return targetSpec{}, fmt.Errorf("%q has a bad port %q", s, portText)
+			return TargetEntry{}, fmt.Errorf("%q has a bad port %q", s, portText)
 		}
 		if n < 1 || n > 65535 {
-			return targetSpec{}, fmt.Errorf("%q has port %d, out of range 1..65535", s, n)
+			return TargetEntry{}, fmt.Errorf("%q has port %d, out of range 1..65535", s, n)
 		}
 		port = uint16(n)
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
 		if a.Zone() != "" {
-			return targetSpec{}, fmt.Errorf("%q has an IPv6 zone; zones are not supported", s)
+			return TargetEntry{}, fmt.Errorf("%q has an IPv6 zone; zones are not supported", s)
 		}
 		if a.Is4() && strings.HasPrefix(s, "[") {
-			return targetSpec{}, fmt.Errorf("%q is not an IP address, CIDR block or host name", s)
+			return TargetEntry{}, fmt.Errorf("%q is not an IP address, CIDR block or host name", s)
 		}
-		return targetSpec{kind: kindAddr, addr: a.Unmap(), port: port}, nil
+		return TargetEntry{Addr: a.Unmap(), Port: port}, nil
 	}
 	if !probe.ValidHostName(host) {
-		return targetSpec{}, fmt.Errorf("%q is not an IP address, CIDR block or host name", s)
+		return TargetEntry{}, fmt.Errorf("%q is not an IP address, CIDR block or host name", s)
 	}
-	return targetSpec{kind: kindHost, name: strings.ToLower(strings.TrimSuffix(host, ".")), port: port}, nil
+	return TargetEntry{Host: strings.ToLower(strings.TrimSuffix(host, ".")), Port: port}, nil
 }
 
 // blockSize returns the number of addresses in p and its text ("256",
@@ -203,38 +196,38 @@ type endpointFunc func(addr netip.Addr, port uint16, name string) error
 // the entry's port, else the check's default port; a TCP check with neither
 // is an error. Addresses must match the family of the check's source address.
 func (x *expander) expandSpec(l loc, raw string, c *Check, fn endpointFunc) error {
-	ts, err := parseTargetSpec(strings.TrimSpace(raw))
+	ts, err := ParseTargetEntry(strings.TrimSpace(raw))
 	if err != nil {
 		return l.errorf("%s", err.Error())
 	}
-	port := ts.port
+	port := ts.Port
 	if port == 0 {
 		if port = c.DefaultPort(); port == 0 {
 			return l.errorf("%q has no port and check %q has none (protocol tcp has no default port)", raw, c.Name)
 		}
 	}
-	switch ts.kind {
-	case kindAddr:
-		if err := checkFamily(l, ts.addr.String(), ts.addr, c); err != nil {
+	switch {
+	case ts.Addr.IsValid():
+		if err := checkFamily(l, ts.Addr.String(), ts.Addr, c); err != nil {
 			return err
 		}
-		return fn(ts.addr, port, "")
-	case kindHost:
+		return fn(ts.Addr, port, "")
+	case ts.Host != "":
 		fam := c.IPFamily
 		if src := c.SourceAddress; fam == IPAny && src.IsValid() {
 			// Probes leave from src: only its family can reach the target.
 			fam = map[bool]IPFamily{true: IP4, false: IP6}[src.Is4()]
 		}
-		a, err := x.dns.lookup(l, ts.name, fam)
+		a, err := x.dns.lookup(l, ts.Host, fam)
 		if err != nil {
 			return err
 		}
-		if err := checkFamily(l, fmt.Sprintf("%s (%s)", ts.name, a), a, c); err != nil {
+		if err := checkFamily(l, fmt.Sprintf("%s (%s)", ts.Host, a), a, c); err != nil {
 			return err
 		}
-		return fn(a, port, ts.name)
+		return fn(a, port, ts.Host)
 	}
-	p := ts.prefix
+	p := ts.Block
 	if err := checkFamily(l, "block "+p.String(), p.Addr(), c); err != nil {
 		return err
 	}
@@ -275,12 +268,61 @@ func family(a netip.Addr) string {
 	return "IPv6"
 }
 
-// expandFile calls expandSpec for every target line of a targets file: one
-// target per line; "#" starts a comment; blank lines are ignored.
+// expandFile calls expandSpec for every target line of a targets file.
 func (x *expander) expandFile(field, name string, c *Check, fn endpointFunc) error {
-	f, err := os.Open(resolvePath(x.dir, name))
+	err := readTargetLines(resolvePath(x.dir, name), name, func(line int, text string) error {
+		return x.expandSpec(loc{field: field, prefix: linePrefix(name, line)}, text, c, fn)
+	})
+	var re *readError
+	if errors.As(err, &re) {
+		return &FieldError{Field: field, Msg: re.msg, Err: re.err}
+	}
+	return err
+}
+
+// ParseTargetArgs parses command-line targets with the grammar of config
+// files: each argument is a target entry ([ParseTargetEntry]) or @FILE, a
+// file of entries like a config's targets_file. fn receives every entry in
+// order. An error has the text a config file gets for the same entry or
+// file, after "FILE:LINE: " for a file's lines; fn's errors get that
+// position too.
+func ParseTargetArgs(args []string, fn func(TargetEntry) error) error {
+	parse := func(text string) error {
+		e, err := ParseTargetEntry(strings.TrimSpace(text))
+		if err != nil {
+			return err
+		}
+		return fn(e)
+	}
+	for _, arg := range args {
+		name, isFile := strings.CutPrefix(arg, "@")
+		if !isFile {
+			if err := parse(arg); err != nil {
+				return err
+			}
+			continue
+		}
+		err := readTargetLines(name, name, func(line int, text string) error {
+			if err := parse(text); err != nil {
+				return fmt.Errorf("%s%w", linePrefix(name, line), err)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readTargetLines calls fn with the number and text of every target line of
+// the file at path, called name in messages: one target per line, "#" starts
+// a comment, blank lines are skipped. fn's errors are returned as they are;
+// a file that cannot be read gives a *readError.
+func readTargetLines(path, name string, fn func(line int, text string) error) error {
+	f, err := os.Open(path)
 	if err != nil {
-		return &FieldError{Field: field, Msg: fmt.Sprintf("%q: %s", name, errText(err)), Err: err}
+		return &readError{msg: fmt.Sprintf("%q: %s", name, errText(err)), err: err}
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -288,20 +330,30 @@ func (x *expander) expandFile(field, name string, c *Check, fn endpointFunc) err
 	for sc.Scan() {
 		line++
 		text, _, _ := strings.Cut(sc.Text(), "#")
-		text = strings.TrimSpace(text)
-		if text == "" {
+		if text = strings.TrimSpace(text); text == "" {
 			continue
 		}
-		l := loc{field: field, prefix: name + ":" + strconv.Itoa(line) + ": "}
-		if err := x.expandSpec(l, text, c, fn); err != nil {
+		if err := fn(line, text); err != nil {
 			return err
 		}
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return fieldErr(field, "%s:%d: line too long", name, line+1)
+			return &readError{msg: linePrefix(name, line+1) + "line too long", err: err}
 		}
-		return &FieldError{Field: field, Msg: fmt.Sprintf("%q: %s", name, errText(err)), Err: err}
+		return &readError{msg: fmt.Sprintf("%q: %s", name, errText(err)), err: err}
 	}
 	return nil
 }
+
+// linePrefix is how a line of a targets file is named in messages.
+func linePrefix(name string, line int) string { return name + ":" + strconv.Itoa(line) + ": " }
+
+// readError is a targets file that cannot be read.
+type readError struct {
+	msg string
+	err error
+}
+
+func (e *readError) Error() string { return e.msg }
+func (e *readError) Unwrap() error { return e.err }

@@ -1,34 +1,37 @@
 package config
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 )
 
-func TestParseTargetSpec(t *testing.T) {
+func TestParseTargetEntry(t *testing.T) {
 	tests := []struct {
 		in      string
-		want    targetSpec
+		want    TargetEntry
 		wantErr string
 	}{
-		{in: "198.18.0.7", want: targetSpec{kind: kindAddr, addr: netip.MustParseAddr("198.18.0.7")}},
-		{in: "2001:db8::1", want: targetSpec{kind: kindAddr, addr: netip.MustParseAddr("2001:db8::1")}},
-		{in: "::ffff:198.18.0.7", want: targetSpec{kind: kindAddr, addr: netip.MustParseAddr("198.18.0.7")}},
-		{in: "127.0.0.1:8080", want: targetSpec{kind: kindAddr, addr: netip.MustParseAddr("127.0.0.1"), port: 8080}},
-		{in: "[2001:db8::1]:443", want: targetSpec{kind: kindAddr, addr: netip.MustParseAddr("2001:db8::1"), port: 443}},
-		{in: "198.18.0.0/24", want: targetSpec{kind: kindBlock, prefix: netip.MustParsePrefix("198.18.0.0/24")}},
-		{in: "2001:db8::/120", want: targetSpec{kind: kindBlock, prefix: netip.MustParsePrefix("2001:db8::/120")}},
-		{in: "::ffff:10.0.0.0/120", want: targetSpec{kind: kindBlock, prefix: netip.MustParsePrefix("10.0.0.0/24")}},
-		{in: "api-1.internal", want: targetSpec{kind: kindHost, name: "api-1.internal"}},
-		{in: "API-1.Internal.:8443", want: targetSpec{kind: kindHost, name: "api-1.internal", port: 8443}},
-		{in: "localhost", want: targetSpec{kind: kindHost, name: "localhost"}},
+		{in: "198.18.0.7", want: TargetEntry{Addr: netip.MustParseAddr("198.18.0.7")}},
+		{in: "2001:db8::1", want: TargetEntry{Addr: netip.MustParseAddr("2001:db8::1")}},
+		{in: "::ffff:198.18.0.7", want: TargetEntry{Addr: netip.MustParseAddr("198.18.0.7")}},
+		{in: "127.0.0.1:8080", want: TargetEntry{Addr: netip.MustParseAddr("127.0.0.1"), Port: 8080}},
+		{in: "[2001:db8::1]:443", want: TargetEntry{Addr: netip.MustParseAddr("2001:db8::1"), Port: 443}},
+		{in: "198.18.0.0/24", want: TargetEntry{Block: netip.MustParsePrefix("198.18.0.0/24")}},
+		{in: "2001:db8::/120", want: TargetEntry{Block: netip.MustParsePrefix("2001:db8::/120")}},
+		{in: "::ffff:10.0.0.0/120", want: TargetEntry{Block: netip.MustParsePrefix("10.0.0.0/24")}},
+		{in: "api-1.internal", want: TargetEntry{Host: "api-1.internal"}},
+		{in: "API-1.Internal.:8443", want: TargetEntry{Host: "api-1.internal", Port: 8443}},
+		{in: "localhost", want: TargetEntry{Host: "localhost"}},
 		{in: "10.0.0.300", wantErr: `"10.0.0.300" is not an IP address, CIDR block or host name`},
 		{in: "10.0.0.1:http", wantErr: `"10.0.0.1:http" has a bad port "http"`},
 		{in: "10.0.0.1:65536", wantErr: `"10.0.0.1:65536" has port 65536, out of range 1..65535`},
-		{in: "[::1]", want: targetSpec{kind: kindAddr, addr: netip.MustParseAddr("::1")}},
+		{in: "[::1]", want: TargetEntry{Addr: netip.MustParseAddr("::1")}},
 		{in: "[10.0.0.1]", wantErr: `"[10.0.0.1]" is not an IP address, CIDR block or host name`},
 		{in: "[10.0.0.1]:80", wantErr: `"[10.0.0.1]:80" is not an IP address, CIDR block or host name`},
 		{in: "fe80::1%eth0", wantErr: `"fe80::1%eth0" has an IPv6 zone; zones are not supported`},
@@ -41,18 +44,18 @@ func TestParseTargetSpec(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := parseTargetSpec(tt.in)
+			got, err := ParseTargetEntry(tt.in)
 			if tt.wantErr != "" {
 				if err == nil || err.Error() != tt.wantErr {
-					t.Fatalf("parseTargetSpec(%q) error = %v, want %q", tt.in, err, tt.wantErr)
+					t.Fatalf("ParseTargetEntry(%q) error = %v, want %q", tt.in, err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("parseTargetSpec(%q): %v", tt.in, err)
+				t.Fatalf("ParseTargetEntry(%q): %v", tt.in, err)
 			}
-			if diff := cmp.Diff(tt.want, got, cmp.AllowUnexported(targetSpec{}), cmp.Comparer(func(a, b netip.Addr) bool { return a == b }), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
-				t.Errorf("parseTargetSpec(%q) (-want +got):\n%s", tt.in, diff)
+			if diff := cmp.Diff(tt.want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+				t.Errorf("ParseTargetEntry(%q) (-want +got):\n%s", tt.in, diff)
 			}
 		})
 	}
@@ -160,5 +163,54 @@ func TestTargetsFileLimits(t *testing.T) {
 	want = `pools[0].targets_file: "empty.txt" lists no targets`
 	if err == nil || err.Error() != want {
 		t.Errorf("error %v, want %q", err, want)
+	}
+}
+
+// TestParseTargetArgs reads command-line targets: entries and @FILE, with
+// every error placed as a config file places it (FILE:LINE for a file's
+// lines, fn's own errors included).
+func TestParseTargetArgs(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir, "fleet.txt", "# fleet\n198.18.0.0/30\n\n  [2001:db8::1]:443  # with a port\n")
+	fleet := filepath.Join(dir, "fleet.txt")
+	var got []TargetEntry
+	collect := func(e TargetEntry) error { got = append(got, e); return nil }
+	if err := ParseTargetArgs([]string{"10.0.0.1:22", "@" + fleet, " api-1.internal "}, collect); err != nil {
+		t.Fatal(err)
+	}
+	want := []TargetEntry{
+		{Addr: netip.MustParseAddr("10.0.0.1"), Port: 22},
+		{Block: netip.MustParsePrefix("198.18.0.0/30")},
+		{Addr: netip.MustParseAddr("2001:db8::1"), Port: 443},
+		{Host: "api-1.internal"},
+	}
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b }), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); diff != "" {
+		t.Errorf("entries (-want +got):\n%s", diff)
+	}
+
+	writeFile(t, dir, "long.txt", "127.0.0.1\n"+strings.Repeat("a", 70000)+"\n")
+	refuse := func(e TargetEntry) error {
+		if e.Host != "" {
+			return errors.New("no host names here")
+		}
+		return nil
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"10.0.0.1/24"}, `"10.0.0.1/24" has host bits set; did you mean 10.0.0.0/24?`},
+		{[]string{"api-1.internal"}, "no host names here"},
+		{[]string{"@" + fleet, "@" + filepath.Join(dir, "missing.txt")}, fmt.Sprintf("%q: no such file or directory", filepath.Join(dir, "missing.txt"))},
+		{[]string{"@" + filepath.Join(dir, "long.txt")}, filepath.Join(dir, "long.txt") + ":2: line too long"},
+	} {
+		if err := ParseTargetArgs(tt.args, refuse); err == nil || err.Error() != tt.want {
+			t.Errorf("ParseTargetArgs(%q) = %v, want %q", tt.args, err, tt.want)
+		}
+	}
+	writeFile(t, dir, "bad.txt", "198.18.0.1\n\nweb-1.internal\n")
+	err := ParseTargetArgs([]string{"@" + filepath.Join(dir, "bad.txt")}, refuse)
+	if want := filepath.Join(dir, "bad.txt") + ":3: no host names here"; err == nil || err.Error() != want {
+		t.Errorf("a refused line: %v, want %q", err, want)
 	}
 }

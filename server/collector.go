@@ -153,7 +153,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descWorkFlight, float64(ws.InFlight), name)
 	}
 	counter(descWorkLate, late)
-	for _, p := range []TCPPath{PathSynBPF, PathSynPacket, PathConnect} {
+	for _, p := range probe.TCPPaths() {
 		v := 0.0
 		if p == g.launch.tcpPath {
 			v = 1

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/scheduler"
 )
@@ -195,7 +196,7 @@ func (d *Daemon) Stop() error {
 
 // TCPPath tells which prober runs TCP checks, and why it is not the SYN
 // prober when it is not.
-func (d *Daemon) TCPPath() (TCPPath, error) {
+func (d *Daemon) TCPPath() (probe.TCPPath, error) {
 	g := d.cur.Load()
 	if g == nil {
 		return "", nil

@@ -11,6 +11,7 @@ import (
 	"github.com/sondeprobe/sonde/bench/netns"
 	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
@@ -56,8 +57,8 @@ metrics: {per_target: false}
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Stop() })
-	if p, why := d.TCPPath(); p != PathSynBPF {
-		t.Fatalf("TCP path %s (%v), want %s", p, why, PathSynBPF)
+	if p, why := d.TCPPath(); p != probe.PathSynBPF {
+		t.Fatalf("TCP path %s (%v), want %s", p, why, probe.PathSynBPF)
 	}
 	g := d.cur.Load()
 	n := len(g.cfg.Targets)

@@ -43,30 +43,20 @@ func NewProber(c *config.Check, synReady bool) (p probe.Reporter, useSyn bool, e
 	return tcp.New(c.TCPOptions()), false, nil
 }
 
-// TCPPath names the prober that runs TCP checks.
-type TCPPath string
-
-// The TCP probe paths, from fastest to most available.
-const (
-	PathSynBPF    TCPPath = "syn-bpf"    // raw-socket SYNs, replies caught by eBPF
-	PathSynPacket TCPPath = "syn-packet" // raw-socket SYNs, replies read from an AF_PACKET socket
-	PathConnect   TCPPath = "connect"    // connect() per probe
-)
-
 // launchers builds one launcher per check: a Workers pool per HTTP(S) and
 // connect() check, and one SYN prober shared by every TCP check that uses it.
 type launchers struct {
 	byCheck []probe.Launcher
 	workers []*probe.Workers
 	syn     *syn.Prober
-	tcpPath TCPPath
+	tcpPath probe.TCPPath
 	synErr  error // why TCP checks in auto mode fell back to connect(), if they did
 }
 
 // buildLaunchers creates the probers of cfg's checks. Results go to sink;
 // onReport sees the detail of every one-shot probe.
 func buildLaunchers(cfg *config.Config, opt *Options, sink probe.Sink, clock scheduler.Clock, shards int, onReport func(uint32, *probe.Report)) (*launchers, error) {
-	ls := &launchers{byCheck: make([]probe.Launcher, len(cfg.Checks)), tcpPath: PathConnect}
+	ls := &launchers{byCheck: make([]probe.Launcher, len(cfg.Checks)), tcpPath: probe.PathConnect}
 	target := func(id uint32) probe.Target {
 		t := cfg.Targets[id]
 		return probe.Target{Addr: t.Addr, Port: t.Port, Host: cfg.Hostnames[id]}
@@ -134,10 +124,7 @@ func (ls *launchers) startSyn(cfg *config.Config, opt *Options, sink probe.Sink,
 		return nil
 	}
 	ls.syn = p
-	ls.tcpPath = PathSynBPF
-	if p.CapturePath() == syn.PathAFPacket {
-		ls.tcpPath = PathSynPacket
-	}
+	ls.tcpPath = p.Path()
 	return nil
 }
 

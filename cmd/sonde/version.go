@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sondeprobe/sonde/probe"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; otherwise the
@@ -40,7 +42,8 @@ func runVersion(args []string, stdout io.Writer) error {
 		return nil
 	}
 	fmt.Fprintf(stdout, "capabilities: %s\n", caps)
-	fmt.Fprintf(stdout, "tcp probe path: %s\n", caps.tcpPath())
+	path, why := caps.tcpPath()
+	fmt.Fprintf(stdout, "tcp probe path: %s (%s%s)\n", path, path.Describe(), why)
 	return nil
 }
 
@@ -75,13 +78,14 @@ func (c capSet) String() string {
 	return strings.Join(have, ", ")
 }
 
-// tcpPath says which prober TCP checks in tcp_mode auto would use.
-func (c capSet) tcpPath() string {
+// tcpPath says which path TCP checks in tcp_mode auto would use, and what
+// the faster paths lack ("; …", or "").
+func (c capSet) tcpPath() (probe.TCPPath, string) {
 	switch {
 	case c.netRaw && c.bpf && c.netAdmin:
-		return "syn-bpf (raw SYNs, replies caught by eBPF)"
+		return probe.PathSynBPF, ""
 	case c.netRaw:
-		return "syn-packet (raw SYNs, replies read with AF_PACKET; eBPF needs CAP_BPF and CAP_NET_ADMIN)"
+		return probe.PathSynPacket, "; eBPF needs CAP_BPF and CAP_NET_ADMIN"
 	}
-	return "connect (SYN probes need CAP_NET_RAW)"
+	return probe.PathConnect, "; SYN probes need CAP_NET_RAW"
 }

@@ -5,22 +5,24 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/sondeprobe/sonde/probe"
 )
 
 func TestCapSetPath(t *testing.T) {
 	tests := []struct {
 		caps capSet
-		path string
+		path probe.TCPPath
 		text string
 	}{
-		{capSet{true, true, true}, "syn-bpf", "CAP_NET_RAW, CAP_BPF, CAP_NET_ADMIN"},
-		{capSet{netRaw: true}, "syn-packet", "CAP_NET_RAW"},
-		{capSet{netRaw: true, bpf: true}, "syn-packet", "CAP_NET_RAW, CAP_BPF"},
-		{capSet{bpf: true, netAdmin: true}, "connect", "CAP_BPF, CAP_NET_ADMIN"},
-		{capSet{}, "connect", "none of CAP_NET_RAW, CAP_BPF, CAP_NET_ADMIN"},
+		{capSet{true, true, true}, probe.PathSynBPF, "CAP_NET_RAW, CAP_BPF, CAP_NET_ADMIN"},
+		{capSet{netRaw: true}, probe.PathSynPacket, "CAP_NET_RAW"},
+		{capSet{netRaw: true, bpf: true}, probe.PathSynPacket, "CAP_NET_RAW, CAP_BPF"},
+		{capSet{bpf: true, netAdmin: true}, probe.PathConnect, "CAP_BPF, CAP_NET_ADMIN"},
+		{capSet{}, probe.PathConnect, "none of CAP_NET_RAW, CAP_BPF, CAP_NET_ADMIN"},
 	}
 	for _, tt := range tests {
-		if got := tt.caps.tcpPath(); !strings.HasPrefix(got, tt.path+" ") {
+		if got, _ := tt.caps.tcpPath(); got != tt.path {
 			t.Errorf("%+v: path %q, want %s", tt.caps, got, tt.path)
 		}
 		if got := tt.caps.String(); got != tt.text {

@@ -3,11 +3,10 @@ package syn
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"os"
-	"sync/atomic"
-	"syscall"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -15,358 +14,89 @@ import (
 	"github.com/sondeprobe/sonde/probe"
 )
 
-// bpfCapture reads replies from the eBPF capture program's ring buffer.
-type bpfCapture struct {
-	c       *bpf.Capture
-	p       *Prober
-	path    CapturePath
-	onEvent func(*bpf.Event) // bound once, so Poll allocates nothing
-	r       reply
+// capturer is a source of replies: the eBPF ring buffer or an AF_PACKET ring.
+type capturer interface {
+	// poll handles every reply that arrives until deadline (or until woken),
+	// calling handle for each. It returns an error matching os.ErrClosed
+	// after close.
+	poll(deadline time.Time) error
+	// counters returns seen, matched and dropped packets.
+	counters() (seen, matched, drops uint64, err error)
+	// stop makes a running or later poll return os.ErrClosed; it may be
+	// called from any goroutine.
+	stop() error
+	// close frees what is left once poll has returned for good.
+	close() error
 }
 
-func newBPFCapture(p *Prober, cfg bpf.CaptureConfig) (*bpfCapture, error) {
-	c, err := bpf.NewCapture(cfg)
-	if err != nil {
-		return nil, err
-	}
-	bc := &bpfCapture{c: c, p: p, path: PathBPFTCX}
-	if c.Attachment() == bpf.AttachTC {
-		bc.path = PathBPFTC
-	}
-	bc.onEvent = bc.event
-	return bc, nil
-}
-
-func (bc *bpfCapture) event(ev *bpf.Event) {
-	if decodeEvent(ev, &bc.r) != nil {
-		bc.p.rc.invalid.Add(1)
-		return
-	}
-	bc.p.handle(&bc.r)
-}
-
-func (bc *bpfCapture) poll(deadline time.Time) error {
-	_, err := bc.c.Poll(deadline, bc.onEvent)
-	return err
-}
-
-func (bc *bpfCapture) counters() (seen, matched, drops uint64, err error) {
-	c, err := bc.c.Counters()
-	return c.Seen, c.Matched, c.RingFull, err
-}
-
-// stop closes the capture, which interrupts poll; close has nothing left to do.
-func (bc *bpfCapture) stop() error  { return bc.c.Close() }
-func (bc *bpfCapture) close() error { return nil }
-
-// packetCapture reads replies from an AF_PACKET socket (SOCK_DGRAM, so packets
-// start at the IP header) bound to the probing interface, with a classic BPF
-// filter (see replyFilter) and a TPACKET_V3 ring of blocks that the kernel
-// hands over when full or after blockTimeout. Packet timestamps are
-// CLOCK_REALTIME and are converted to CLOCK_MONOTONIC per block.
-//
-// The socket is non-blocking and sits in the Go netpoller: poll parks until the
-// kernel retires a block or the deadline passes, without a thread blocked in
-// a system call, and stop wakes it by closing the socket's file.
-type packetCapture struct {
-	p       *Prober
-	file    *os.File // owns the socket
-	raw     syscall.RawConn
-	ring    []byte
-	blkSize int
-	blkNr   int
-	cur     int
-	stopped atomic.Bool
-	drops   atomic.Uint64
-	packets atomic.Uint64
-	r       reply
-}
-
-const (
-	packetBlockSize = 256 << 10 // bytes per TPACKET_V3 block (about 1,000 replies)
-	packetFrameSize = 256       // nominal frame size the kernel checks the geometry with
-	packetSnapLen   = 192       // bytes of each packet kept: IP + ICMP + quoted IP + 8 bytes
-	blockTimeoutMs  = 2         // a partly filled block is handed over after this long
-)
-
-func newPacketCapture(p *Prober, ifindex, ringBytes int) (_ *packetCapture, err error) {
-	if ringBytes == 0 {
-		ringBytes = 8 << 20
-	}
-	blocks := max(ringBytes/packetBlockSize, 2)
-	filter, err := replyFilter(p.ports, packetSnapLen)
-	if err != nil {
-		return nil, err
-	}
-	// Protocol 0 receives nothing until bind, so nothing unfiltered gets in.
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, os.NewSyscallError("socket", err)
-	}
-	c := &packetCapture{p: p, blkSize: packetBlockSize, blkNr: blocks}
-	defer func() {
-		if err != nil {
-			if c.file == nil {
-				unix.Close(fd)
-			}
-			c.stop()
-			c.close()
+// openCapture opens the capture of the path that cfg asks for.
+func (p *Prober) openCapture(cfg Config, iface *net.Interface) error {
+	if cfg.Path != probe.PathSynPacket {
+		var l4, l6 netip.Addr
+		if p.tmpl4 != nil {
+			l4 = netip.AddrFrom16(p.tmpl4.src).Unmap()
 		}
-	}()
-	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &prog); err != nil {
-		return nil, os.NewSyscallError("attach filter", err)
-	}
-	// Replies only: not our own outgoing packets (kernel 4.20; harmless without).
-	_ = unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_IGNORE_OUTGOING, 1)
-	if err := unix.SetsockoptInt(fd, unix.SOL_PACKET, unix.PACKET_VERSION, unix.TPACKET_V3); err != nil {
-		return nil, os.NewSyscallError("tpacket v3", err)
-	}
-	req := unix.TpacketReq3{
-		Block_size: packetBlockSize, Block_nr: uint32(blocks),
-		Frame_size: packetFrameSize, Frame_nr: uint32(blocks * packetBlockSize / packetFrameSize),
-		Retire_blk_tov: blockTimeoutMs,
-	}
-	if err := unix.SetsockoptTpacketReq3(fd, unix.SOL_PACKET, unix.PACKET_RX_RING, &req); err != nil {
-		return nil, os.NewSyscallError("rx ring", err)
-	}
-	c.ring, err = unix.Mmap(fd, 0, blocks*packetBlockSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_LOCKED)
-	if err != nil {
-		if c.ring, err = unix.Mmap(fd, 0, blocks*packetBlockSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
-			return nil, os.NewSyscallError("mmap", err)
+		if p.tmpl6 != nil {
+			l6 = netip.AddrFrom16(p.tmpl6.src)
 		}
-	}
-	sll := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex}
-	if err := unix.Bind(fd, sll); err != nil {
-		return nil, os.NewSyscallError("bind", err)
-	}
-	if err := unix.SetNonblock(fd, true); err != nil {
-		return nil, os.NewSyscallError("set nonblock", err)
-	}
-	c.file = os.NewFile(uintptr(fd), "af_packet")
-	if c.raw, err = c.file.SyscallConn(); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
-// blockHdr returns the header of block i.
-func (c *packetCapture) blockHdr(i int) *unix.TpacketHdrV1 {
-	// struct tpacket_block_desc: version, offset_to_priv, then the header.
-	return (*unix.TpacketHdrV1)(unsafe.Pointer(&c.ring[i*c.blkSize+8]))
-}
-
-func (c *packetCapture) poll(deadline time.Time) error {
-	for {
-		if c.stopped.Load() {
-			return os.ErrClosed
-		}
-		h := c.blockHdr(c.cur)
-		if atomic.LoadUint32(&h.Block_status)&unix.TP_STATUS_USER != 0 {
-			c.readBlock(c.cur, h)
-			atomic.StoreUint32(&h.Block_status, unix.TP_STATUS_KERNEL)
-			c.cur = (c.cur + 1) % c.blkNr
-			continue
-		}
-		if !time.Now().Before(deadline) {
+		c, err := newBPFCapture(p, bpf.CaptureConfig{
+			Interface: iface.Index, Local4: l4, Local6: l6,
+			PortLo: p.ports.First, PortHi: p.ports.Last,
+			RingBytes: cfg.RingBytes, WakeupBytes: wakeupBytes(cfg.RingBytes), Attach: cfg.Attach,
+		})
+		if err == nil {
+			p.cap, p.path, p.attach = c, probe.PathSynBPF, c.c.Attachment()
 			return nil
 		}
-		if err := c.file.SetReadDeadline(deadline); err != nil {
-			return err
+		if cfg.Path == probe.PathSynBPF {
+			return fmt.Errorf("ebpf capture: %w", err)
 		}
-		woken := false
-		err := c.raw.Read(func(uintptr) bool {
-			if woken {
-				return true
+		p.fallbackErr = err
+	}
+	c, err := newPacketCapture(p, iface.Index, cfg.RingBytes)
+	if err != nil {
+		if errors.Is(err, unix.EPERM) {
+			err = fmt.Errorf("%w: %w", ErrNoRawSocket, err)
+		}
+		return fmt.Errorf("af_packet capture: %w", err)
+	}
+	p.cap, p.path = c, probe.PathSynPacket
+	return nil
+}
+
+// defaultRingBytes is the capture ring's size when Config.RingBytes is 0.
+const defaultRingBytes = 8 << 20
+
+// wakeupBytes is the unread backlog past which the eBPF program wakes the
+// reader at once instead of leaving the records for its next poll: half the
+// ring. A wake-up is an interrupt (an IPI, costly in a VM) that cannot help
+// when the reader is runnable but waiting for a CPU, which is what fills the
+// ring at high rates: with the bpf package's default of 1/32 of the ring (and
+// a wake-up with every record above it, as the program once did), sweeps at
+// full speed spent about a fifth of the machine's CPU in wake-ups. The
+// program now wakes only on crossing the threshold, and half the ring still
+// leaves the reader more than 100 ms at 500,000 replies a second before
+// anything is lost (and lost replies are counted).
+func wakeupBytes(ringBytes int) int {
+	if ringBytes <= 0 {
+		ringBytes = defaultRingBytes
+	}
+	return ringBytes / 2
+}
+
+func (p *Prober) startReader() {
+	p.readerDone = make(chan struct{})
+	go func() {
+		defer close(p.readerDone)
+		for {
+			err := p.cap.poll(time.Now().Add(p.poll))
+			if errors.Is(err, os.ErrClosed) {
+				return
 			}
-			woken = true
-			return false // wait for a retired block or the deadline
-		})
-		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) && !c.stopped.Load() {
-			return err
+			if err != nil {
+				p.rc.errors.Add(1)
+				time.Sleep(p.poll)
+			}
 		}
-	}
-}
-
-// readBlock handles every packet of a block the kernel handed over.
-func (c *packetCapture) readBlock(i int, h *unix.TpacketHdrV1) {
-	blk := c.ring[i*c.blkSize : (i+1)*c.blkSize]
-	offset := int64(time.Now().UnixNano()) - probe.Nanotime() // realtime minus monotonic
-	off := int(h.Offset_to_first_pkt)
-	for range h.Num_pkts {
-		if off <= 0 || off+int(unsafe.Sizeof(unix.Tpacket3Hdr{})) > len(blk) {
-			return // a corrupt block: drop the rest rather than read outside it
-		}
-		ph := (*unix.Tpacket3Hdr)(unsafe.Pointer(&blk[off]))
-		start, end := off+int(ph.Net), off+int(ph.Net)+int(ph.Snaplen)
-		if end <= len(blk) && start < end {
-			c.packet(blk[start:end], int64(ph.Sec)*1e9+int64(ph.Nsec)-offset)
-		}
-		if ph.Next_offset == 0 {
-			return
-		}
-		off += int(ph.Next_offset)
-	}
-}
-
-func (c *packetCapture) packet(b []byte, ktime int64) {
-	if decodePacket(b, &c.r) != nil {
-		c.p.rc.invalid.Add(1)
-		return
-	}
-	c.r.ktime = ktime
-	c.p.handle(&c.r)
-}
-
-func (c *packetCapture) counters() (seen, matched, drops uint64, err error) {
-	cerr := c.raw.Control(func(fd uintptr) {
-		var st *unix.TpacketStatsV3
-		st, err = unix.GetsockoptTpacketStatsV3(int(fd), unix.SOL_PACKET, unix.PACKET_STATISTICS)
-		if err == nil { // reading resets the kernel's counts: accumulate them
-			c.packets.Add(uint64(st.Packets))
-			c.drops.Add(uint64(st.Drops))
-		}
-	})
-	if cerr != nil && !c.stopped.Load() {
-		err = cerr
-	}
-	return 0, c.packets.Load(), c.drops.Load(), err
-}
-
-// stop makes a running or later poll return os.ErrClosed: it closes the
-// socket, which wakes a waiting poll. The ring stays mapped until close.
-func (c *packetCapture) stop() error {
-	if c.stopped.Swap(true) || c.file == nil {
-		return nil
-	}
-	return c.file.Close()
-}
-
-// close unmaps the ring; poll must have returned for good.
-func (c *packetCapture) close() error {
-	if c.ring == nil {
-		return nil
-	}
-	err := unix.Munmap(c.ring)
-	c.ring = nil
-	return err
-}
-
-// replyFilter assembles the classic BPF filter of the AF_PACKET path. Offsets
-// are from the IP header (SOCK_DGRAM). It keeps, up to snap bytes of each:
-//   - IPv4 or IPv6 (no extension headers) TCP whose destination port is in
-//     ports and whose flags are RST, or SYN and ACK;
-//   - ICMP destination unreachable (type 3) and ICMPv6 destination
-//     unreachable (type 1).
-//
-// Addresses and the ports quoted by ICMP are checked in user space, where the
-// cookie check rejects everything that is not an answer to our probes.
-func replyFilter(ports PortRange, snap uint32) ([]unix.SockFilter, error) {
-	const (
-		ldb  = unix.BPF_LD | unix.BPF_B | unix.BPF_ABS
-		ldh  = unix.BPF_LD | unix.BPF_H | unix.BPF_ABS
-		ldbx = unix.BPF_LD | unix.BPF_B | unix.BPF_IND
-		ldhx = unix.BPF_LD | unix.BPF_H | unix.BPF_IND
-		msh  = unix.BPF_LDX | unix.BPF_B | unix.BPF_MSH
-		and  = unix.BPF_ALU | unix.BPF_AND | unix.BPF_K
-		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-		jge  = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
-		jgt  = unix.BPF_JMP | unix.BPF_JGT | unix.BPF_K
-		jset = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
-		ret  = unix.BPF_RET | unix.BPF_K
-	)
-	lo, hi := uint32(ports.First), uint32(ports.Last)
-	var a cbpfAsm
-	a.op(ldb, 0)
-	a.op(and, 0xf0)
-	a.jmp(jeq, 0x40, "v4", "")
-	a.jmp(jeq, 0x60, "v6", "drop")
-
-	a.label("v4")
-	a.op(ldb, 9)
-	a.jmp(jeq, 6, "tcp4", "")
-	a.jmp(jeq, 1, "icmp4", "drop")
-	a.label("tcp4")
-	a.op(ldh, 6)
-	a.jmp(jset, 0x1fff, "drop", "") // not the first fragment
-	a.op(msh, 0)                    // X = IPv4 header length
-	a.op(ldhx, 2)                   // destination port
-	a.jmp(jge, lo, "", "drop")
-	a.jmp(jgt, hi, "drop", "")
-	a.op(ldbx, 13) // flags
-	a.jmp(jset, tcpFlagRST, "accept", "")
-	a.op(and, tcpFlagSYN|tcpFlagACK)
-	a.jmp(jeq, tcpFlagSYN|tcpFlagACK, "accept", "drop")
-	a.label("icmp4")
-	a.op(msh, 0)
-	a.op(ldbx, 0) // ICMP type
-	a.jmp(jeq, 3, "accept", "drop")
-
-	a.label("v6")
-	a.op(ldb, 6) // next header
-	a.jmp(jeq, 6, "tcp6", "")
-	a.jmp(jeq, 58, "icmp6", "drop")
-	a.label("tcp6")
-	a.op(ldh, ip6HdrLen+2)
-	a.jmp(jge, lo, "", "drop")
-	a.jmp(jgt, hi, "drop", "")
-	a.op(ldb, ip6HdrLen+13)
-	a.jmp(jset, tcpFlagRST, "accept", "")
-	a.op(and, tcpFlagSYN|tcpFlagACK)
-	a.jmp(jeq, tcpFlagSYN|tcpFlagACK, "accept", "drop")
-	a.label("icmp6")
-	a.op(ldb, ip6HdrLen)
-	a.jmp(jeq, 1, "accept", "drop")
-
-	a.label("accept")
-	a.op(ret, snap)
-	a.label("drop")
-	a.op(ret, 0)
-	return a.assemble()
-}
-
-// cbpfAsm assembles classic BPF with symbolic jump targets ("" = next).
-type cbpfAsm struct {
-	ins    []unix.SockFilter
-	jt, jf []string
-	labels map[string]int
-}
-
-func (a *cbpfAsm) op(code uint16, k uint32) { a.jmp(code, k, "", "") }
-
-func (a *cbpfAsm) jmp(code uint16, k uint32, jt, jf string) {
-	a.ins = append(a.ins, unix.SockFilter{Code: code, K: k})
-	a.jt = append(a.jt, jt)
-	a.jf = append(a.jf, jf)
-}
-
-func (a *cbpfAsm) label(name string) {
-	if a.labels == nil {
-		a.labels = map[string]int{}
-	}
-	a.labels[name] = len(a.ins)
-}
-
-func (a *cbpfAsm) assemble() ([]unix.SockFilter, error) {
-	rel := func(i int, name string) (uint8, error) {
-		if name == "" {
-			return 0, nil
-		}
-		t, ok := a.labels[name]
-		if !ok || t <= i || t-i-1 > 255 {
-			return 0, fmt.Errorf("cbpf: bad jump from %d to %q", i, name)
-		}
-		return uint8(t - i - 1), nil
-	}
-	for i := range a.ins {
-		var err1, err2 error
-		a.ins[i].Jt, err1 = rel(i, a.jt[i])
-		a.ins[i].Jf, err2 = rel(i, a.jf[i])
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, err
-		}
-	}
-	return a.ins, nil
+	}()
 }

@@ -169,7 +169,7 @@ func TestMatch(t *testing.T) {
 	if want := [6]uint64{1, 1, 1, 2, 1, 1}; got != want {
 		t.Errorf("synack, rst, unreach, invalid, stale, duplicate = %v, want %v", got, want)
 	}
-	if c.Sent != 3 || c.SendErrors != 0 || c.Capture != PathNone {
+	if c.Sent != 3 || c.SendErrors != 0 || c.Path != "" {
 		t.Errorf("counters = %+v", c)
 	}
 }
@@ -382,32 +382,32 @@ func TestReplyFilter(t *testing.T) {
 func TestPacer(t *testing.T) {
 	var now int64 = 1 // any non-zero start
 	slept := time.Duration(0)
-	fake := func(p *Pacer) *Pacer {
+	fake := func(p *pacer) *pacer {
 		p.now = func() int64 { return now }
 		p.sleep = func(d time.Duration) { slept += d; now += int64(d) }
 		return p
 	}
-	p := fake(NewPacer(20000, 100))
+	p := fake(newPacer(20000, 100))
 	for range 100 {
-		p.Wait(100) // 10,000 probes at 20,000/s, a burst of 100 free
+		p.wait(100) // 10,000 probes at 20,000/s, a burst of 100 free
 	}
 	if want := time.Duration(9900) * time.Second / 20000; slept < want-time.Microsecond || slept > want+time.Microsecond {
 		t.Errorf("10,000 probes at 20,000/s with a burst of 100 slept %v, want %v", slept, want)
 	}
-	// Time that passed outside Wait counts: a sender that was late does not
+	// Time that passed outside wait counts: a sender that was late does not
 	// sleep to make up for it.
 	now += int64(time.Second)
 	before := slept
-	p.Wait(100)
+	p.wait(100)
 	if slept != before {
 		t.Errorf("a sender one second behind slept %v", slept-before)
 	}
-	if n := testing.AllocsPerRun(10, func() { p.Wait(1) }); n != 0 {
-		t.Errorf("Wait allocates %v times", n)
+	if n := testing.AllocsPerRun(10, func() { p.wait(1) }); n != 0 {
+		t.Errorf("wait allocates %v times", n)
 	}
-	unlimited := fake(NewPacer(0, 1))
+	unlimited := fake(newPacer(0, 1))
 	slept = 0
-	unlimited.Wait(1 << 30)
+	unlimited.wait(1 << 30)
 	if slept != 0 {
 		t.Errorf("an unlimited pacer slept %v", slept)
 	}

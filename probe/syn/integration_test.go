@@ -36,15 +36,16 @@ func waitFor(d time.Duration, cond func() bool) bool {
 	return cond()
 }
 
+// capturePaths are the ways replies can be caught: eBPF attached either
+// way, and AF_PACKET.
 var capturePaths = []struct {
 	name string
-	mode syn.CaptureMode
+	path probe.TCPPath
 	att  bpf.Attach
-	want syn.CapturePath
 }{
-	{"bpf-tcx", syn.CaptureBPF, bpf.AttachTCX, syn.PathBPFTCX},
-	{"bpf-tc", syn.CaptureBPF, bpf.AttachTC, syn.PathBPFTC},
-	{"af_packet", syn.CapturePacket, 0, syn.PathAFPacket},
+	{"syn-bpf/tcx", probe.PathSynBPF, bpf.AttachTCX},
+	{"syn-bpf/tc", probe.PathSynBPF, bpf.AttachTC},
+	{"syn-packet", probe.PathSynPacket, bpf.AttachAuto},
 }
 
 // TestLoopback is integration test (a): in a namespace with only lo, targets
@@ -54,7 +55,7 @@ func TestLoopback(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
 	for _, cp := range capturePaths {
 		t.Run(cp.name, func(t *testing.T) {
-			if cp.want == syn.PathBPFTCX && !testenv.KernelAtLeast(t, 6, 6) {
+			if cp.att == bpf.AttachTCX && !testenv.KernelAtLeast(t, 6, 6) {
 				t.Skip("TCX needs kernel 6.6")
 			}
 			ns := testenv.LoopbackNamespace(t)
@@ -81,7 +82,7 @@ func TestLoopback(t *testing.T) {
 					t.Cleanup(func() { ln.Close() })
 				}
 				var err error
-				p, err = syn.New(syn.Config{Table: tab, Sink: s, Capture: cp.mode, Attach: cp.att, Interface: "lo"})
+				p, err = syn.New(syn.Config{Table: tab, Sink: s, Path: cp.path, Attach: cp.att, Interface: "lo"})
 				return err
 			})
 			if err != nil {
@@ -92,8 +93,8 @@ func TestLoopback(t *testing.T) {
 					t.Error(err)
 				}
 			}()
-			if p.CapturePath() != cp.want {
-				t.Fatalf("capture path %s, want %s", p.CapturePath(), cp.want)
+			if p.Path() != cp.path || p.Attachment() != cp.att {
+				t.Fatalf("path %s (attach %s), want %s (attach %s)", p.Path(), p.Attachment(), cp.path, cp.att)
 			}
 			reqs := make([]probe.Request, tab.Len())
 			for i := range reqs {
@@ -274,14 +275,14 @@ func TestFleetPaths(t *testing.T) {
 		}
 	})
 	gen := uint32(0)
-	for _, sender := range []string{"raw", "af_packet"} {
+	for _, sender := range []string{"ip-socket", "next-hop-mac"} {
 		for _, cp := range capturePaths {
 			t.Run(sender+"/"+cp.name, func(t *testing.T) {
-				if cp.want == syn.PathBPFTCX && !testenv.KernelAtLeast(t, 6, 6) {
+				if cp.att == bpf.AttachTCX && !testenv.KernelAtLeast(t, 6, 6) {
 					t.Skip("TCX needs kernel 6.6")
 				}
-				c := syn.Config{Table: tab, Lanes: 2, Capture: cp.mode, Attach: cp.att}
-				if sender == "af_packet" {
+				c := syn.Config{Table: tab, Lanes: 2, Path: cp.path, Attach: cp.att}
+				if sender == "next-hop-mac" {
 					c.NextHopMAC = f.GatewayMAC
 				}
 				s := &probetest.Sink{}

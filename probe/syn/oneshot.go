@@ -115,8 +115,8 @@ func (o *OneShot) Report(ctx context.Context, t probe.Target) probe.Report {
 	}
 }
 
-// CapturePath returns the reply capture path in use.
-func (o *OneShot) CapturePath() CapturePath { return o.p.CapturePath() }
+// Path returns the path in use: [probe.PathSynBPF] or [probe.PathSynPacket].
+func (o *OneShot) Path() probe.TCPPath { return o.p.Path() }
 
 // Close releases the prober's sockets and eBPF objects.
 func (o *OneShot) Close() error { return o.p.Close() }

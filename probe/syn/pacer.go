@@ -6,11 +6,11 @@ import (
 	"github.com/sondeprobe/sonde/probe"
 )
 
-// Pacer spaces sends out to a fixed rate. It keeps an absolute schedule from
+// pacer spaces sends out to a fixed rate. It keeps an absolute schedule from
 // its first call, so sleeping late never lowers the average rate, and it
-// allocates nothing. A Pacer is owned by one goroutine: give each sender its
+// allocates nothing. A pacer is owned by one goroutine: give each sender its
 // own with its share of the rate.
-type Pacer struct {
+type pacer struct {
 	perSec float64
 	burst  float64
 	start  int64 // first call, in now's nanoseconds; 0 before it
@@ -20,14 +20,14 @@ type Pacer struct {
 	sleep func(time.Duration) // blocks for a duration
 }
 
-// NewPacer returns a pacer for rate probes per second that lets up to burst
+// newPacer returns a pacer for rate probes per second that lets up to burst
 // probes go at once. A rate of 0 or less means no limit.
-func NewPacer(rate float64, burst int) *Pacer {
-	return &Pacer{perSec: rate, burst: float64(max(burst, 1)), now: probe.Nanotime, sleep: time.Sleep}
+func newPacer(rate float64, burst int) *pacer {
+	return &pacer{perSec: rate, burst: float64(max(burst, 1)), now: probe.Nanotime, sleep: time.Sleep}
 }
 
-// Wait blocks until n more probes may be sent and counts them as sent.
-func (p *Pacer) Wait(n int) {
+// wait blocks until n more probes may be sent and counts them as sent.
+func (p *pacer) wait(n int) {
 	if p.perSec <= 0 {
 		return
 	}

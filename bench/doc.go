@@ -1,0 +1,15 @@
+// Package bench builds private test fleets and measures sonde against them.
+//
+// A [Fleet] is two network namespaces joined by a veth pair: the prober side,
+// which has one address, no default route and a route for the fleet prefixes
+// via the veth, and the fleet side, which answers for whole prefixes through
+// AnyIP local routes (`ip route add local PREFIX dev lo`). Firewall rules on the
+// fleet side drop or reject known subsets of addresses, so the ground truth of
+// every address is known: listening port → success, Reject → refused (TCP
+// RST), Unreachable → unreachable (ICMP), Drop → timeout. [Fleet.SetDrop]
+// makes more addresses go silent while the fleet runs. Nothing leaves the
+// namespaces the fleet creates.
+//
+// Building a fleet needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the ip,
+// ethtool and nft commands.
+package bench

@@ -1,0 +1,257 @@
+package deploy
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// metricDoc is one row of the metrics table of deploy/README.md.
+type metricDoc struct {
+	name, typ string
+	labels    []string
+	planned   bool // named by the kit ahead of the sonde that exports it
+}
+
+var metricRow = regexp.MustCompile("^\\| `([a-z_:]+)` \\| (counter|gauge|histogram) \\|([^|]*)\\| (.*) \\|$")
+
+// metricTable reads the metrics table of deploy/README.md.
+func metricTable(t *testing.T) map[string]metricDoc {
+	t.Helper()
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]metricDoc{}
+	for line := range strings.Lines(string(b)) {
+		m := metricRow.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil {
+			continue
+		}
+		d := metricDoc{name: m[1], typ: m[2], planned: strings.Contains(m[4], "(planned")}
+		for l := range strings.SplitSeq(m[3], ",") {
+			if l = strings.Trim(strings.TrimSpace(l), "`"); l != "" {
+				d.labels = append(d.labels, l)
+			}
+		}
+		slices.Sort(d.labels)
+		if _, dup := docs[d.name]; dup {
+			t.Errorf("README.md lists %s twice", d.name)
+		}
+		docs[d.name] = d
+	}
+	if len(docs) < 20 {
+		t.Fatalf("README.md: found %d metric rows, want the whole table", len(docs))
+	}
+	return docs
+}
+
+// exportedNames is what a query may select of sonde's own series: every
+// documented metric (with the _bucket, _sum and _count series of
+// histograms) and Prometheus's `up`.
+func exportedNames(t *testing.T) map[string]bool {
+	names := map[string]bool{"up": true}
+	for _, d := range metricTable(t) {
+		names[d.name] = true
+		if d.typ == "histogram" {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				names[d.name+s] = true
+			}
+		}
+	}
+	return names
+}
+
+// TestMetricTableMatchesDaemon runs sonde on loopback targets and compares
+// what /metrics exports with the table in deploy/README.md, both ways: every
+// documented metric with its type and labels, and every sonde_ metric
+// documented. The rules and the dashboard are checked against that table.
+func TestMetricTableMatchesDaemon(t *testing.T) {
+	docs := metricTable(t)
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(web.Close)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	cfg := fmt.Sprintf(`checks:
+  web: {protocol: http, path: /, interval: 100ms, timeout: 1s, rise: 1, fall: 2}
+  tcp: {protocol: tcp, tcp_mode: connect, interval: 100ms, timeout: 1s, rise: 1, fall: 2}
+pools:
+  - {name: web, check: web, targets: [%q]}
+  - {name: tcp, check: tcp, targets: [%q]}
+`, strings.TrimPrefix(web.URL, "http://"), l.Addr().String())
+	d := startDaemon(t, cfg)
+
+	// Per-target series appear once the targets are decided; a reload (the
+	// signal of the systemd unit's ExecReload) must count.
+	d.scrapeUntil(t, func(f map[string]*dto.MetricFamily) bool { return f["sonde_target_healthy"] != nil })
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	fams := d.scrapeUntil(t, func(f map[string]*dto.MetricFamily) bool {
+		return value(f["sonde_config_reloads_total"], "result", "success") >= 2 && f["sonde_target_healthy"] != nil
+	})
+
+	for name, doc := range docs {
+		f := fams[name]
+		switch {
+		case f == nil && doc.planned:
+			continue
+		case f == nil:
+			t.Errorf("%s: in README.md, not exported by sonde", name)
+			continue
+		case doc.planned:
+			t.Errorf("%s: exported now, drop \"(planned\" from its row in README.md", name)
+		}
+		if got := strings.ToLower(f.GetType().String()); got != doc.typ {
+			t.Errorf("%s: README.md says %s, sonde exports a %s", name, doc.typ, got)
+		}
+		if got := labelNames(f); !slices.Equal(got, doc.labels) {
+			t.Errorf("%s: README.md gives labels %v, sonde exports %v", name, doc.labels, got)
+		}
+	}
+	for name := range fams {
+		if strings.HasPrefix(name, "sonde_") && docs[name].name == "" {
+			t.Errorf("%s: exported by sonde, missing from the metrics table of deploy/README.md", name)
+		}
+	}
+}
+
+// labelNames returns the label names of a family's series, sorted.
+func labelNames(f *dto.MetricFamily) []string {
+	var names []string
+	for _, m := range f.GetMetric() {
+		for _, l := range m.GetLabel() {
+			names = append(names, l.GetName())
+		}
+	}
+	return setOf(names...)
+}
+
+// value returns the value of the series of f whose label is val, or -1.
+func value(f *dto.MetricFamily, label, val string) float64 {
+	for _, m := range f.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label && l.GetValue() == val {
+				switch {
+				case m.Counter != nil:
+					return m.Counter.GetValue()
+				case m.Gauge != nil:
+					return m.Gauge.GetValue()
+				}
+			}
+		}
+	}
+	return -1
+}
+
+// daemon is a sonde run process started by a test.
+type daemon struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+// startDaemon runs `sonde run` on cfg, listening on a free loopback port,
+// and stops it when the test ends.
+func startDaemon(t *testing.T, cfg string) *daemon {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sonde.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(sondeBinary(t), "run", "-config", path, "-listen", "127.0.0.1:0",
+		"-log-format", "json", "-syn=false")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	listen := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var rec struct{ Msg, Listen string }
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "serving" {
+				listen <- rec.Listen
+			}
+			t.Logf("sonde: %s", sc.Text())
+		}
+		done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	})
+	select {
+	case addr := <-listen:
+		return &daemon{cmd: cmd, addr: addr}
+	case err := <-done:
+		t.Fatalf("sonde run exited before serving: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("sonde run did not log where it serves within 60 s")
+	}
+	return nil
+}
+
+// scrapeUntil scrapes /metrics until ok holds, for at most a minute.
+func (d *daemon) scrapeUntil(t *testing.T, ok func(map[string]*dto.MetricFamily) bool) map[string]*dto.MetricFamily {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := http.Get("http://" + d.addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := p.TextToMetricFamilies(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("parse /metrics: %v", err)
+		}
+		if ok(fams) {
+			return fams
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("condition on /metrics not met within a minute")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

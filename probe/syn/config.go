@@ -1,0 +1,55 @@
+package syn
+
+import (
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/sondeprobe/sonde/bpf"
+	"github.com/sondeprobe/sonde/probe"
+)
+
+// Config configures a [Prober]. Table and Sink are required.
+type Config struct {
+	// Table holds the targets, addressed by id. It must be filled before New
+	// (the prober sizes its per-target state from it); ids added later are
+	// not probed and count as send errors.
+	Table *probe.Table
+	// Sink receives the results.
+	Sink probe.Sink
+	// Lanes is the number of concurrent Launch callers (scheduler shards);
+	// each lane has its own sockets and buffers. Default 1.
+	Lanes int
+	// Source4 and Source6 are the source addresses for IPv4 and IPv6 targets.
+	// By default each is the kernel's route source towards the table's first
+	// target of that family.
+	Source4, Source6 netip.Addr
+	// Interface is the interface whose ingress carries the replies. By default
+	// the one holding the source address (IPv4 first).
+	Interface string
+	// Ports is the source-port range; default DefaultPortRange().
+	Ports PortRange
+	// NextHopMAC, when set, sends SYNs as Ethernet frames to this MAC address
+	// through an AF_PACKET socket on Interface, skipping the kernel's routing,
+	// neighbour resolution and output firewall (about 10% less CPU a probe
+	// here). Every target must then be behind that one next hop: sonde does not
+	// check. By default SYNs go through a raw IP socket and the kernel routes
+	// each one.
+	NextHopMAC net.HardwareAddr
+	// Batch is the largest number of packets per system call; default 256,
+	// at least 64.
+	Batch int
+	// Path selects how replies are caught: [probe.PathSynBPF] by the eBPF
+	// program (New fails without it), [probe.PathSynPacket] from an AF_PACKET
+	// socket. Empty (the default) tries eBPF and falls back to AF_PACKET.
+	Path probe.TCPPath
+	// Attach selects TCX or TC for the eBPF capture; default bpf.AttachAuto.
+	Attach bpf.Attach
+	// RingBytes is the size of the BPF ring buffer or the AF_PACKET ring;
+	// default 8 MiB.
+	RingBytes int
+	// PollInterval is how long replies may wait in the ring before the reader
+	// drains it; default 2ms. It delays results, not RTTs, which come from
+	// kernel timestamps.
+	PollInterval time.Duration
+}
