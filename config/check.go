@@ -157,10 +157,11 @@ func (c *Check) DefaultPort() uint16 {
 	return 0
 }
 
-// hostNameMatters reports whether a target's host name changes the probe:
+// HostNameMatters reports whether a target's host name changes the probe:
 // it does for HTTP(S) checks without a Host setting, where it becomes the
-// Host header (and the SNI).
-func (c *Check) hostNameMatters() bool { return c.Protocol != TCP && c.Host == "" }
+// Host header (and the SNI). Two targets of such a check differ by their
+// host names too.
+func (c *Check) HostNameMatters() bool { return c.Protocol != TCP && c.Host == "" }
 
 // field returns the path of one of the check's fields.
 func (c *Check) field(name string) string { return "checks." + c.Name + "." + name }

@@ -54,6 +54,11 @@ type Config struct {
 	Hostnames map[uint32]string
 	// Metrics holds the metrics options.
 	Metrics Metrics
+	// Files are the files the configuration was read from: the config file
+	// itself when [Load] read it, its targets files, and the TLS and secret
+	// files its checks name. A daemon compares them to tell an unchanged
+	// configuration.
+	Files []string
 }
 
 // Target is one unique (address, port, check). It is small and holds no
@@ -90,7 +95,12 @@ func Load(path string, opt LoadOptions) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	return Parse(data, filepath.Dir(path), opt)
+	cfg, err := Parse(data, filepath.Dir(path), opt)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Files = append([]string{path}, cfg.Files...)
+	return cfg, nil
 }
 
 // Parse parses a config held in data; dir is the directory relative paths in
@@ -139,6 +149,14 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 		cfg.Pools = append(cfg.Pools, p)
 	}
 	cfg.Targets, cfg.Hostnames = x.dedup(cfg.Pools)
+	cfg.Files = x.files
+	for _, c := range cfg.Checks {
+		for _, f := range []string{c.TLS.CAFile, c.TLS.CertFile, c.TLS.KeyFile, c.AuthToken.SecretFile} {
+			if f != "" {
+				cfg.Files = append(cfg.Files, f)
+			}
+		}
+	}
 	if f.Metrics != nil && f.Metrics.PerTarget != nil {
 		cfg.Metrics.PerTarget = *f.Metrics.PerTarget
 	}

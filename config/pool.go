@@ -54,6 +54,7 @@ type expander struct {
 	nameIdx  map[string]uint32 // host name → index+1
 	hostRefs []hostRef
 	pools    []poolRange
+	files    []string // targets files read
 }
 
 // addPool resolves pool i, expands its targets and marks its disabled ones.
@@ -149,7 +150,7 @@ func (x *expander) add(a netip.Addr, port uint16, name string, ci uint16, c *Che
 			x.nameIdx[name] = idx
 		}
 		x.hostRefs = append(x.hostRefs, hostRef{seq: e.seq, name: idx})
-		if c.hostNameMatters() {
+		if c.HostNameMatters() {
 			e.hkey = idx
 		}
 	}

@@ -270,7 +270,9 @@ func family(a netip.Addr) string {
 
 // expandFile calls expandSpec for every target line of a targets file.
 func (x *expander) expandFile(field, name string, c *Check, fn endpointFunc) error {
-	err := readTargetLines(resolvePath(x.dir, name), name, func(line int, text string) error {
+	path := resolvePath(x.dir, name)
+	x.files = append(x.files, path)
+	err := readTargetLines(path, name, func(line int, text string) error {
 		return x.expandSpec(loc{field: field, prefix: linePrefix(name, line)}, text, c, fn)
 	})
 	var re *readError
