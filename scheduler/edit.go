@@ -88,7 +88,9 @@ func (e *Engine) Edit() *Edit {
 // their state and probe by the new settings from their next probe on. The
 // list may grow, never shrink, and a check that targets use must keep its
 // timeout (a new timeout is a new probe: remove its targets and add them
-// again) and, while any of them is enabled, a launcher.
+// again) and, while any of them is enabled, a launcher. The new checks take
+// effect in their place among the edit's changes: a target removed earlier
+// in the edit leaves under the old ones, one added later joins under these.
 func (ed *Edit) SetChecks(checks []Check) error {
 	old := ed.tab
 	if len(checks) < len(old.checks) {
@@ -108,6 +110,9 @@ func (ed *Edit) SetChecks(checks []Check) error {
 		}
 	}
 	ed.tab, ed.newTb = tab, true
+	for si := range ed.cmds {
+		ed.cmds[si] = append(ed.cmds[si], command{kind: cmdChecks, tab: tab})
+	}
 	return nil
 }
 
@@ -217,10 +222,15 @@ func (ed *Edit) queueAdd(id, leader uint32, t TargetSpec, delay int64) {
 	ed.cmds[s.idx] = append(ed.cmds[s.idx], cmd)
 }
 
+// Len returns the number of ids given out, this edit's included: every id
+// in use is below it.
+func (ed *Edit) Len() int { return int(ed.e.locs.n.Load()) }
+
 // Remove takes target id out of the engine: it is probed no more, a probe it
 // has in flight is forgotten, and its id may be given to a target added by a
 // later edit. When it led a probe stream that other targets share, one of
-// them takes over the stream, on the same schedule.
+// them takes over the stream, on the same schedule: the enabled one with the
+// lowest id, or the one with the lowest id when none is enabled.
 func (ed *Edit) Remove(id uint32) error {
 	b := &ed.e.books
 	if int(id) >= len(b.ids) || !b.ids[id].live {
@@ -282,14 +292,10 @@ func (ed *Edit) Commit() {
 	e, b := ed.e, &ed.e.books
 	b.seq++
 	for si, s := range e.shards {
-		if len(ed.cmds[si]) == 0 && !ed.newTb {
+		if len(ed.cmds[si]) == 0 {
 			continue
 		}
-		bt := &cmdBatch{seq: b.seq, cmds: ed.cmds[si]}
-		if ed.newTb {
-			bt.tab = ed.tab
-		}
-		s.post(bt)
+		s.post(&cmdBatch{seq: b.seq, cmds: ed.cmds[si]})
 		for _, id := range ed.freed[si] {
 			b.shards[si].free = append(b.shards[si].free, freeID{id: id, seq: b.seq})
 		}

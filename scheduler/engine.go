@@ -297,6 +297,9 @@ func (e *Engine) Run(ctx context.Context) {
 // every id it ever had is below it.
 func (e *Engine) Len() int { return int(e.locs.n.Load()) }
 
+// Checks returns the number of checks as of the latest edit.
+func (e *Engine) Checks() int { return len(e.tab.Load().checks) }
+
 // Check returns the settings of check ci as of the latest edit.
 func (e *Engine) Check(ci int) *Check { return &e.tab.Load().checks[ci] }
 

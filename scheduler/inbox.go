@@ -7,26 +7,27 @@ const (
 	cmdAdd     cmdKind = iota // start a target in a record
 	cmdRemove                 // stop a target and free its record
 	cmdDisable                // set or clear a target's disabled flag
+	cmdChecks                 // switch to new checks
 )
 
 // command is one change to one of a shard's records, built by an [Edit].
 type command struct {
 	kind     cmdKind
-	disabled bool      // cmdAdd, cmdDisable
-	check    uint16    // cmdAdd
-	idx      uint32    // local index of the record
-	id       uint32    // cmdAdd: the target's id
-	leader   uint32    // cmdAdd: local index of a member of the stream to join, noEntry to lead one
-	ev       evalState // cmdAdd: starting evaluator state
-	delay    int64     // cmdAdd: time from the edit's step to the first probe, for a new stream
+	disabled bool        // cmdAdd, cmdDisable
+	check    uint16      // cmdAdd
+	idx      uint32      // local index of the record
+	id       uint32      // cmdAdd: the target's id
+	leader   uint32      // cmdAdd: local index of a member of the stream to join, noEntry to lead one
+	ev       evalState   // cmdAdd: starting evaluator state
+	delay    int64       // cmdAdd: time from the edit's step to the first probe, for a new stream
+	tab      *checkTable // cmdChecks
 }
 
 // cmdBatch is one edit's commands for one shard. Batches wait in the shard's
 // inbox, a lock-free stack the editor pushes onto and the shard empties at
 // the start of each step.
 type cmdBatch struct {
-	seq  uint64      // the edit's sequence number
-	tab  *checkTable // new checks, or nil
+	seq  uint64 // the edit's sequence number
 	cmds []command
 	next *cmdBatch
 }
@@ -56,9 +57,6 @@ func (s *shard) applyEdits() {
 	}
 	s.refresh()
 	for b := list; b != nil; b = b.next {
-		if b.tab != nil {
-			s.use(b.tab)
-		}
 		for i := range b.cmds {
 			s.command(&b.cmds[i])
 		}
@@ -74,6 +72,8 @@ func (s *shard) command(c *command) {
 		s.remove(c.idx)
 	case cmdDisable:
 		s.setDisabled(c.idx, c.disabled)
+	case cmdChecks:
+		s.use(c.tab)
 	}
 }
 
@@ -97,7 +97,8 @@ func (s *shard) add(c *command) {
 // remove stops the target in record i and frees the record. A probe in
 // flight is struck out of its deadline queue; its answer will find the
 // record without one and count as stale. A leader of a shared stream hands
-// the stream to the next enabled member, with its schedule.
+// the stream, with its schedule, to its heir: the enabled member with the
+// lowest id, or the member with the lowest id when none is enabled.
 func (s *shard) remove(i uint32) {
 	rec := s.rec(i)
 	if rec.flags&flagInFlight != 0 {
@@ -109,10 +110,14 @@ func (s *shard) remove(i uint32) {
 		return
 	}
 	heir := s.next(i)
-	for m := heir; m != i; m = s.next(m) {
-		if s.rec(m).flags&flagDisabled == 0 {
+	for m := s.next(heir); m != i; m = s.next(m) {
+		h, r := s.rec(heir), s.rec(m)
+		if hOff, mOff := h.flags&flagDisabled != 0, r.flags&flagDisabled != 0; hOff != mOff {
+			if hOff {
+				heir = m
+			}
+		} else if r.id < h.id {
 			heir = m
-			break
 		}
 	}
 	s.unlink(i)
