@@ -49,7 +49,11 @@ func (c *Config) WithPoolTargets(pool string, add, remove []Endpoint) (*Config, 
 		}
 		gone[ap] = true
 	}
-	x := &expander{limit: DefaultMaxTargets}
+	listed := len(add)
+	for _, p := range c.Pools {
+		listed += len(p.Members)
+	}
+	x := &expander{limit: DefaultMaxTargets, entries: make([]entry, 0, listed)}
 	out := &Config{Checks: c.Checks, Pools: make([]*Pool, len(c.Pools)), Metrics: c.Metrics}
 	for i, p := range c.Pools {
 		np := *p

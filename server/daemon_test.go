@@ -79,16 +79,27 @@ type testDaemon struct {
 
 func startDaemon(t *testing.T, yaml string) *testDaemon {
 	t.Helper()
+	return startDaemonWith(t, yaml, nil)
+}
+
+// startDaemonWith starts a daemon over the config text yaml with the
+// options set changes.
+func startDaemonWith(t testing.TB, yaml string, set func(*Options)) *testDaemon {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "sonde.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(Options{
+	opt := Options{
 		Load:   func() (*config.Config, error) { return config.Load(path, config.LoadOptions{}) },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Shards: 2,
 		NoSyn:  true,
-	})
+	}
+	if set != nil {
+		set(&opt)
+	}
+	d, err := New(opt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,6 @@
 package server
 
 import (
-	"cmp"
-	"context"
-	"fmt"
-	"runtime"
-	"slices"
 	"sync"
 	"time"
 
@@ -14,74 +9,41 @@ import (
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
-// generation is one loaded configuration at work: its probers, its engine and
-// its pools. A reload builds a new generation and retires the old one. The
-// fields are read-only once built, except where noted.
+// generation is one configuration as the daemon runs it: the configuration,
+// its pools and the launchers of its checks over the daemon's one engine.
+// Every reload (and every pool update) makes a new generation and publishes
+// it for readers at once; the engine and the probers carry on underneath.
+// A generation is read-only once published.
+//
+// Its cfg is the configuration as the engine runs it: Targets and Hostnames
+// are indexed by engine id, each target's Leader is the engine's leader of
+// its stream, and pool members are engine ids. An id the engine has free is
+// a placeholder in no pool: the zero address, disabled, leading itself.
 type generation struct {
 	cfg      *config.Config
 	engine   *scheduler.Engine
 	launch   *launchers
 	pools    []*scheduler.Pool
-	poolOf   []uint16            // per target, the first pool that lists it
+	poolOf   []uint16            // per target, the first pool that lists it; noPool for none
 	morePool map[uint32][]uint16 // targets listed by more than one pool: the others
 	members  map[uint32][]uint32 // leaders of shared streams (P4): the other enabled members
-	errs     lastErrors          // why each failing stream failed, by leader id, for the API
+	errs     *lastErrors         // why each failing stream failed, by leader id, for the API
+	slots    []uint16            // per check, its index in the engine's checks
+	targets  int                 // targets in use (cfg.Targets less the placeholders)
+	obs      []*poolInstruments  // per pool, its per-result instruments
 	loaded   time.Time
-
-	cancel context.CancelFunc
-	done   chan struct{}
 }
 
-// sink forwards results to the engine built after the probers that need a
-// sink.
-type sink struct{ e *scheduler.Engine }
-
-func (s *sink) Deliver(r probe.Result) { s.e.Deliver(r) }
-
-// buildGeneration builds probers, pools and an engine for cfg. obs receives
-// the engine's results and transitions.
-func buildGeneration(cfg *config.Config, opt *Options, obs *observer) (*generation, error) {
-	g := &generation{cfg: cfg, loaded: opt.Clock.Now(), errs: lastErrors{m: map[uint32]string{}}}
-	g.indexPools()
-	ob := obs.forGeneration(g)
-	shards := opt.Shards
-	if shards <= 0 {
-		shards = runtime.GOMAXPROCS(0)
-	}
-	fwd := &sink{}
-	ls, err := buildLaunchers(cfg, opt, fwd, opt.Clock, shards, ob.report)
-	if err != nil {
-		return nil, err
-	}
-	g.launch = ls
-	checks := make([]scheduler.Check, len(cfg.Checks))
-	for ci, c := range cfg.Checks {
-		checks[ci] = scheduler.Check{Timing: c.Timing, Launcher: ls.byCheck[ci]}
-	}
-	specs := make([]scheduler.TargetSpec, len(cfg.Targets))
-	for id, t := range cfg.Targets {
-		specs[id] = scheduler.TargetSpec{Check: t.Check, Leader: t.Leader, Disabled: t.Disabled}
-	}
-	e, err := scheduler.New(checks, specs, scheduler.Options{
-		Shards:   shards,
-		Clock:    opt.Clock,
-		Observer: ob,
-		Seed:     opt.Seed,
-	})
-	if err != nil {
-		ls.close()
-		return nil, fmt.Errorf("build scheduler: %w", err)
-	}
-	fwd.e = e
-	g.engine = e
-	return g, nil
-}
+// noPool in generation.poolOf marks an id no pool lists.
+const noPool = ^uint16(0)
 
 // indexPools builds the scheduler pools and the target → pool index.
 func (g *generation) indexPools() {
 	cfg := g.cfg
 	g.poolOf = make([]uint16, len(cfg.Targets))
-	seen := make([]bool, len(cfg.Targets))
+	for i := range g.poolOf {
+		g.poolOf[i] = noPool
+	}
 	g.morePool = map[uint32][]uint16{}
 	for pi, p := range cfg.Pools {
 		g.pools = append(g.pools, &scheduler.Pool{
@@ -95,8 +57,7 @@ func (g *generation) indexPools() {
 			Disabled: p.Disabled,
 		})
 		for _, id := range p.Members {
-			if !seen[id] {
-				seen[id] = true
+			if g.poolOf[id] == noPool {
 				g.poolOf[id] = uint16(pi)
 				continue
 			}
@@ -105,6 +66,10 @@ func (g *generation) indexPools() {
 	}
 	g.members = map[uint32][]uint32{}
 	for id, t := range cfg.Targets {
+		if !t.Addr.IsValid() {
+			continue
+		}
+		g.targets++
 		if t.Leader != uint32(id) && !t.Disabled {
 			g.members[t.Leader] = append(g.members[t.Leader], uint32(id))
 		}
@@ -127,87 +92,31 @@ func (g *generation) lastError(id uint32) string {
 	return g.errs.get(g.cfg.Targets[id].Leader)
 }
 
-// poolsOf calls fn for every pool that lists target id.
+// poolsOf calls fn for every pool that lists target id; none for an id the
+// generation does not have.
 func (g *generation) poolsOf(id uint32, fn func(pi int)) {
+	if int(id) >= len(g.poolOf) || g.poolOf[id] == noPool {
+		return
+	}
 	fn(int(g.poolOf[id]))
 	for _, pi := range g.morePool[id] {
 		fn(int(pi))
 	}
 }
 
-// start runs the engine and the worker pools until stop.
-func (g *generation) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	g.cancel = cancel
-	g.done = make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { g.engine.Run(ctx) })
-	wg.Go(func() { g.launch.run(ctx) })
-	go func() {
-		wg.Wait()
-		close(g.done)
-	}()
+// has reports whether the generation has a target with id.
+func (g *generation) has(id uint32) bool {
+	return int(id) < len(g.cfg.Targets) && g.cfg.Targets[id].Addr.IsValid()
 }
 
-// stop ends the generation's engine and probers and waits for them.
-func (g *generation) stop() error {
-	if g.cancel != nil {
-		g.cancel()
-		<-g.done
+// target returns the destination of target id for a one-shot prober, or
+// the zero Target for an id the generation does not have.
+func (g *generation) target(id uint32) probe.Target {
+	if !g.has(id) {
+		return probe.Target{}
 	}
-	return g.launch.close()
-}
-
-// carryOver gives every target of next that also exists in g — same address,
-// port and check name, and the same probe definition — the state it has in
-// g. g must be stopped. Targets are matched by sorting both sides, not with a
-// map per target, so a reload of a million targets stays cheap.
-func (g *generation) carryOver(next *generation) int {
-	key := func(cfg *config.Config, id uint32) (t config.Target, check string) {
-		t = cfg.Targets[id]
-		return t, cfg.Checks[t.Check].Name
-	}
-	compare := func(ca *config.Config, a uint32, cb *config.Config, b uint32) int {
-		ta, na := key(ca, a)
-		tb, nb := key(cb, b)
-		return cmp.Or(ta.Addr.Compare(tb.Addr), cmp.Compare(ta.Port, tb.Port), cmp.Compare(na, nb))
-	}
-	order := func(cfg *config.Config) []uint32 {
-		ids := make([]uint32, len(cfg.Targets))
-		for i := range ids {
-			ids[i] = uint32(i)
-		}
-		slices.SortFunc(ids, func(a, b uint32) int { return compare(cfg, a, cfg, b) })
-		return ids
-	}
-	old, neu := order(g.cfg), order(next.cfg)
-	probeKeys := map[[2]int]bool{} // (old check, new check) → same probe definition
-	same := func(oc, nc uint16) bool {
-		k := [2]int{int(oc), int(nc)}
-		v, ok := probeKeys[k]
-		if !ok {
-			v = g.cfg.Checks[oc].ProbeKey() == next.cfg.Checks[nc].ProbeKey()
-			probeKeys[k] = v
-		}
-		return v
-	}
-	n := 0
-	for i, j := 0, 0; i < len(old) && j < len(neu); {
-		switch c := compare(g.cfg, old[i], next.cfg, neu[j]); {
-		case c < 0:
-			i++
-		case c > 0:
-			j++
-		default:
-			if same(g.cfg.Targets[old[i]].Check, next.cfg.Targets[neu[j]].Check) {
-				next.engine.Restore(neu[j], g.engine.Save(old[i]))
-				n++
-			}
-			i++
-			j++
-		}
-	}
-	return n
+	t := g.cfg.Targets[id]
+	return probe.Target{Addr: t.Addr, Port: t.Port, Host: g.cfg.Hostnames[id]}
 }
 
 // lastErrors keeps the most recent failure of each failing target, for the
@@ -242,4 +151,16 @@ func (l *lastErrors) get(id uint32) string {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.m[id]
+}
+
+// forget drops what is kept of removed targets, whose ids may be reused.
+func (l *lastErrors) forget(ids []uint32) {
+	if len(ids) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range ids {
+		delete(l.m, id)
+	}
 }

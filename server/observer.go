@@ -9,12 +9,12 @@ import (
 )
 
 // observer turns engine results and transitions into metrics, events and log
-// lines. One is built per generation, with its pools' instruments resolved in
-// advance: the probe path does no label lookup and no allocation.
+// lines. It reads the running generation, whose pools' instruments are
+// resolved in advance: the probe path does no label lookup and no
+// allocation. An id the generation does not have (a target an edit removes,
+// whose last results the engine may still apply) is not counted.
 type observer struct {
 	d     *Daemon
-	g     *generation
-	pools []*poolInstruments
 	debug bool
 	// info is whether state changes are logged. Checked before the call,
 	// so a daemon logging at warn does not box the arguments of a million
@@ -22,24 +22,24 @@ type observer struct {
 	info bool
 }
 
-// forGeneration returns the observer of generation g.
-func (o *observer) forGeneration(g *generation) *observer {
+// newObserver returns the observer of daemon d.
+func newObserver(d *Daemon) observer {
 	ctx := context.Background()
-	ob := &observer{d: o.d, g: g, debug: o.d.log.Enabled(ctx, slog.LevelDebug), info: o.d.log.Enabled(ctx, slog.LevelInfo)}
-	for _, p := range g.cfg.Pools {
-		proto := g.cfg.Checks[p.CheckIndex].Protocol.String()
-		ob.pools = append(ob.pools, o.d.metrics.instruments(p.Name, proto))
-	}
-	return ob
+	return observer{d: d, debug: d.log.Enabled(ctx, slog.LevelDebug), info: d.log.Enabled(ctx, slog.LevelInfo)}
 }
 
 // Result counts a probe outcome for every pool of the target.
 func (o *observer) Result(id uint32, r probe.Result) {
-	g := o.g
-	o.count(int(g.poolOf[id]), &r)
+	g := o.d.cur.Load()
+	if !g.has(id) {
+		return
+	}
+	if pi := g.poolOf[id]; pi != noPool {
+		o.count(g, int(pi), &r)
+	}
 	if len(g.morePool) > 0 {
 		for _, pi := range g.morePool[id] {
-			o.count(int(pi), &r)
+			o.count(g, int(pi), &r)
 		}
 	}
 	if o.debug {
@@ -48,8 +48,8 @@ func (o *observer) Result(id uint32, r probe.Result) {
 	}
 }
 
-func (o *observer) count(pi int, r *probe.Result) {
-	in := o.pools[pi]
+func (o *observer) count(g *generation, pi int, r *probe.Result) {
+	in := g.obs[pi]
 	in.probes[r.Outcome].Inc()
 	in.duration.Observe(r.Latency.Seconds())
 }
@@ -58,7 +58,10 @@ func (o *observer) count(pi int, r *probe.Result) {
 // last error for the API and the HTTP phase timings of every pool that lists
 // a member of the stream.
 func (o *observer) report(id uint32, r *probe.Report) {
-	g := o.g
+	g := o.d.cur.Load()
+	if !g.has(id) {
+		return
+	}
 	g.errs.record(id, r)
 	if r.Phases == (probe.Phases{}) {
 		return
@@ -67,7 +70,7 @@ func (o *observer) report(id uint32, r *probe.Report) {
 	g.streamPoolsOf(id, func(pi int) {
 		for i, v := range ph {
 			if v > 0 {
-				o.pools[pi].phases[i].Observe(v)
+				g.obs[pi].phases[i].Observe(v)
 			}
 		}
 	})
@@ -76,7 +79,10 @@ func (o *observer) report(id uint32, r *probe.Report) {
 // Transition records a state change: a counter per pool, an event for the
 // API and an info log line.
 func (o *observer) Transition(e scheduler.Event) {
-	g := o.g
+	g := o.d.cur.Load()
+	if !g.has(e.Target) {
+		return
+	}
 	t := g.cfg.Targets[e.Target]
 	ev := Event{
 		Time:    scheduler.WallTime(g.engine.Clock(), e.At),
@@ -95,7 +101,7 @@ func (o *observer) Transition(e scheduler.Event) {
 	}
 	g.poolsOf(e.Target, func(pi int) {
 		ev.Pools = append(ev.Pools, g.cfg.Pools[pi].Name)
-		o.pools[pi].changes[e.To].Inc()
+		g.obs[pi].changes[e.To].Inc()
 	})
 	o.d.events.add(ev)
 	if o.info {

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe/syn"
@@ -34,6 +35,8 @@ type runFlags struct {
 	source    string
 	iface     string
 	shards    int
+	stateFile string
+	stateGap  time.Duration
 }
 
 // runRun runs the daemon until SIGINT or SIGTERM; SIGHUP reloads the
@@ -51,6 +54,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&f.source, "source", "", "source `address` of SYN probes (default: the route's source)")
 	fs.StringVar(&f.iface, "interface", "", "`interface` whose ingress carries SYN replies (default: the source address's)")
 	fs.IntVar(&f.shards, "shards", 0, "scheduler shards (default: one per CPU)")
+	fs.StringVar(&f.stateFile, "state-file", "", "`file` keeping target states across restarts (saved periodically and at exit, restored at start)")
+	fs.DurationVar(&f.stateGap, "state-interval", server.DefaultStateInterval, "`time` between two saves of -state-file")
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
 	}
@@ -64,7 +69,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usageError(err)
 	}
-	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion()}
+	if f.stateGap <= 0 {
+		return usageError(fmt.Errorf("run: -state-interval %v: want a positive duration", f.stateGap))
+	}
+	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), StateFile: f.stateFile, StateInterval: f.stateGap}
 	if opt.Syn, err = synFlags(f); err != nil {
 		return usageError(err)
 	}
