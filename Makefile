@@ -3,7 +3,7 @@
 GO        ?= go
 BIN       := bin/sonde
 # Packages with goroutines, rings and shared state: tested again under -race.
-RACE_PKGS := ./scheduler/... ./probe/... ./server/... ./bench/...
+RACE_PKGS := ./scheduler/... ./probe/... ./server/... ./bench/... ./config/watch/...
 # Where `make run` serves metrics and the API.
 RUN_LISTEN ?= 127.0.0.1:9123
 
@@ -34,7 +34,7 @@ bench:
 # Rebuilds the eBPF objects and their Go bindings (needs clang, llvm and
 # libbpf-dev from Debian). The output is committed, so builds need no clang.
 generate:
-	$(GO) generate ./bpf/...
+	$(GO) generate ./bpf/... ./bench/...
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)

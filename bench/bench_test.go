@@ -320,10 +320,10 @@ func TestRunCancelled(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
-	if rep == nil || rep.Fleet.ProberNS == "" {
-		t.Fatalf("report without the fleet: %+v", rep)
+	if rep == nil || len(rep.Fleets) != 1 || rep.Fleets[0].ProberNS == "" || rep.Fleets[0].AnsweredBy != "kernel" {
+		t.Fatalf("report without the kernel's fleet (the only one detect needs): %+v", rep)
 	}
-	for _, ns := range []string{rep.Fleet.ProberNS, rep.Fleet.FleetNS} {
+	for _, ns := range []string{rep.Fleets[0].ProberNS, rep.Fleets[0].FleetNS} {
 		if _, err := os.Stat("/run/netns/" + ns); err == nil {
 			t.Errorf("namespace %s left behind", ns)
 		}
@@ -381,5 +381,44 @@ func TestFleetHTTPAndSetDrop(t *testing.T) {
 	}
 	if err := dial("198.18.9.1:80"); err != nil {
 		t.Errorf("after the drop is lifted: %v", err)
+	}
+}
+
+func TestFleetsOf(t *testing.T) {
+	both, k := []XDPMode{XDPGeneric, XDPOff}, []XDPMode{XDPOff}
+	tests := []struct {
+		choice string
+		want   map[string][]XDPMode
+	}{
+		{"", map[string][]XDPMode{"sweep": both, "compare": both, "steady": {XDPGeneric}, "detect": k, "http": k}},
+		{"xdp", map[string][]XDPMode{"sweep": {XDPGeneric}, "compare": {XDPGeneric}, "steady": {XDPGeneric}, "detect": k, "http": k}},
+		{"kernel", map[string][]XDPMode{"sweep": k, "compare": k, "steady": k, "detect": k, "http": k}},
+		{"both", map[string][]XDPMode{"sweep": both, "compare": both, "steady": both, "detect": k, "http": k}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.choice, func(t *testing.T) {
+			o := Options{Binary: "sonde"}
+			if tt.choice != "" {
+				c, err := ParseFleetChoice(tt.choice)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.String() != tt.choice {
+					t.Errorf("String() = %q", c.String())
+				}
+				o.Fleet = c
+			}
+			if err := o.defaults(); err != nil {
+				t.Fatal(err)
+			}
+			for name, want := range tt.want {
+				if diff := cmp.Diff(want, o.fleetsOf(name)); diff != "" {
+					t.Errorf("fleetsOf(%s) (-want +got):\n%s", name, diff)
+				}
+			}
+		})
+	}
+	if _, err := ParseFleetChoice("bogus"); err == nil {
+		t.Error("ParseFleetChoice(bogus) succeeded")
 	}
 }

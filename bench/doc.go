@@ -10,6 +10,12 @@
 // makes more addresses go silent while the fleet runs. Nothing leaves the
 // namespaces the fleet creates.
 //
+// With [FleetConfig.XDP] the fleet answers SYN probes in XDP instead (see
+// responder.c): the same ground truth, without work for the fleet's TCP stack,
+// so that a prober's own cost is what a benchmark measures. Such a fleet
+// answers SYNs only: HTTP and connect() probes need the kernel's fleet.
+// [Ceiling] is the same-run ceiling the sweeps are compared with.
+//
 // Building a fleet needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the ip,
 // ethtool and nft commands.
 package bench

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -65,6 +66,11 @@ type FleetConfig struct {
 	// are turned off, because capture through AF_PACKET loses replies with
 	// generic segmentation offloads on a veth.
 	KeepOffloads bool
+	// XDP makes the XDP responder answer every IPv4 SYN to Prefix, following
+	// Listen, HTTP, Drop, Reject and Unreachable, instead of listeners and
+	// firewall rules (which are then not set up). It needs IPv4 only
+	// (Prefix6 must be empty).
+	XDP XDPMode
 }
 
 // Fleet is a running test fleet. Its fields are read-only. Close removes it.
@@ -82,7 +88,10 @@ type Fleet struct {
 	// GatewayMAC is the MAC address of the fleet side of the veth: the next
 	// hop of every fleet address, for senders that write Ethernet frames.
 	GatewayMAC net.HardwareAddr
+	// XDP says who answers: the kernel (XDPOff) or the XDP responder.
+	XDP XDPMode
 
+	resp      *responder // the XDP responder, when XDP is on
 	mu        sync.Mutex
 	listeners []net.Listener
 	servers   []*http.Server
@@ -112,8 +121,12 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 	if cfg.Prefix6.IsValid() && (cfg.Prefix6.Addr().Is4() || cfg.Prefix6.Overlaps(proberLinkAddr6.Masked())) {
 		return nil, fmt.Errorf("fleet prefix6 %s must be IPv6 outside %s", cfg.Prefix6, proberLinkAddr6.Masked())
 	}
+	if cfg.XDP != XDPOff && cfg.Prefix6.IsValid() {
+		return nil, fmt.Errorf("fleet prefix6 %s: the XDP responder answers IPv4 only", cfg.Prefix6)
+	}
 	id := uniqueID()
 	f := &Fleet{
+		XDP:        cfg.XDP,
 		ProberNS:   "sonde-" + id + "-p",
 		FleetNS:    "sonde-" + id + "-f",
 		ProberLink: "sp" + id,
@@ -140,10 +153,18 @@ func uniqueID() string {
 }
 
 func (f *Fleet) build(cfg FleetConfig) error {
+	veth := []string{"ip", "-n", f.ProberNS, "link", "add", f.ProberLink, "type", "veth", "peer", "name", f.FleetLink, "netns", f.FleetNS}
+	if cfg.XDP == XDPNative {
+		// Native XDP on a veth sends XDP_TX through the peer's queue of the
+		// current CPU: one queue per CPU on both ends.
+		q := strconv.Itoa(runtime.NumCPU())
+		veth = []string{"ip", "-n", f.ProberNS, "link", "add", f.ProberLink, "numtxqueues", q, "numrxqueues", q,
+			"type", "veth", "peer", "name", f.FleetLink, "numtxqueues", q, "numrxqueues", q, "netns", f.FleetNS}
+	}
 	steps := [][]string{
 		{"ip", "netns", "add", f.ProberNS},
 		{"ip", "netns", "add", f.FleetNS},
-		{"ip", "-n", f.ProberNS, "link", "add", f.ProberLink, "type", "veth", "peer", "name", f.FleetLink, "netns", f.FleetNS},
+		veth,
 		{"ip", "-n", f.ProberNS, "link", "set", "lo", "up"},
 		{"ip", "-n", f.FleetNS, "link", "set", "lo", "up"},
 		{"ip", "-n", f.ProberNS, "addr", "add", proberLinkAddr.String(), "dev", f.ProberLink},
@@ -182,6 +203,30 @@ func (f *Fleet) build(cfg FleetConfig) error {
 			return err
 		}
 	}
+	if err := f.answer(cfg); err != nil {
+		return err
+	}
+	return netns.Do(f.FleetNS, func() error {
+		ifc, err := net.InterfaceByName(f.FleetLink)
+		if err != nil {
+			return fmt.Errorf("fleet link: %w", err)
+		}
+		f.GatewayMAC = ifc.HardwareAddr
+		return nil
+	})
+}
+
+// answer sets up what answers the probes: the XDP responder, or the
+// firewall rules, listeners and HTTP servers.
+func (f *Fleet) answer(cfg FleetConfig) error {
+	if cfg.XDP != XDPOff {
+		r, err := newResponder(f, cfg)
+		if err != nil {
+			return err
+		}
+		f.resp = r
+		return nil
+	}
 	if err := f.firewall(cfg); err != nil {
 		return err
 	}
@@ -195,14 +240,17 @@ func (f *Fleet) build(cfg FleetConfig) error {
 			return err
 		}
 	}
-	return netns.Do(f.FleetNS, func() error {
-		ifc, err := net.InterfaceByName(f.FleetLink)
-		if err != nil {
-			return fmt.Errorf("fleet link: %w", err)
-		}
-		f.GatewayMAC = ifc.HardwareAddr
-		return nil
-	})
+	return nil
+}
+
+// ResponderCounters returns the XDP responder's counters; false when the
+// fleet's kernel answers.
+func (f *Fleet) ResponderCounters() (ResponderCounters, bool, error) {
+	if f.resp == nil {
+		return ResponderCounters{}, false, nil
+	}
+	c, err := f.resp.counters()
+	return c, true, err
 }
 
 // firewall loads the nftables rules that drop and reject the configured subsets.
@@ -345,9 +393,16 @@ func (f *Fleet) serveHTTP(port uint16) error {
 
 // SetDrop makes the fleet silently drop every packet to prefixes from now on,
 // on top of [FleetConfig.Drop], replacing the prefixes of the previous call;
-// SetDrop(nil) ends it. The change is one nftables transaction: it applies to
-// all prefixes at once.
+// SetDrop(nil) ends it. On a kernel fleet the change is one nftables
+// transaction: it applies to all prefixes at once. On an XDP fleet the
+// prefixes (IPv4 only) change one by one.
 func (f *Fleet) SetDrop(prefixes []netip.Prefix) error {
+	if f.resp != nil {
+		if err := f.resp.setDynDrop(prefixes); err != nil {
+			return fmt.Errorf("set dropped prefixes: %w", err)
+		}
+		return nil
+	}
 	var b strings.Builder
 	// Declaring the table, then deleting it, makes the delete succeed
 	// whether or not an earlier call created it.
@@ -416,6 +471,10 @@ func (f *Fleet) Close() error {
 		}
 	}
 	f.wg.Wait()
+	if f.resp != nil {
+		errs = append(errs, f.resp.close())
+		f.resp = nil
+	}
 	for _, ns := range []string{f.ProberNS, f.FleetNS} {
 		if _, err := os.Stat("/run/netns/" + ns); err != nil {
 			continue // never created

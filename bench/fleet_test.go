@@ -24,17 +24,88 @@ func netnsInode(t *testing.T) uint64 {
 	return st.Ino
 }
 
+// dialCase is a connect() from the prober namespace and its expected
+// result: nil (connected), an errno, or context.DeadlineExceeded (timeout).
+type dialCase struct {
+	addr string
+	want error
+}
+
 // TestFleet checks the fleet's ground truth with plain connect() calls from
 // the prober namespace, and that InNamespace puts the thread back.
 func TestFleet(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces")
-	f, err := NewFleet(FleetConfig{
+	f := testFleet(t, FleetConfig{
 		Prefix6:     DefaultPrefix6,
 		Listen:      []uint16{80},
 		Drop:        []netip.Prefix{netip.MustParsePrefix("198.18.0.3/32"), netip.MustParsePrefix("2001:db8:5eed::3/128")},
 		Reject:      []netip.Prefix{netip.MustParsePrefix("198.18.0.4/32"), netip.MustParsePrefix("198.18.9.0/24")},
 		Unreachable: []netip.Prefix{netip.MustParsePrefix("198.18.0.5/32"), netip.MustParsePrefix("2001:db8:5eed::5/128")},
 	})
+	before := netnsInode(t)
+	checkDials(t, f, append(fleetDials,
+		dialCase{"[2001:db8:5eed::1]:80", nil},
+		// The ICMPv6 error is soft for connect() (it times out); the SYN
+		// prober's tests check IPv6 unreachable addresses instead.
+		dialCase{"[2001:db8:5eed::3]:80", context.DeadlineExceeded},
+	), func() {
+		if netnsInode(t) == before {
+			t.Error("InNamespace did not switch namespaces")
+		}
+	})
+	if netnsInode(t) != before {
+		t.Error("InNamespace left the thread in the fleet namespace")
+	}
+}
+
+// TestFleetXDP checks the XDP-answered fleets against the same ground truth
+// as TestFleet, in both XDP modes: connect() completes on the responder's
+// SYN-ACK (the responder drops the ACK).
+func TestFleetXDP(t *testing.T) {
+	testenv.RequirePrivileged(t, "network namespaces, eBPF")
+	for _, mode := range []XDPMode{XDPGeneric, XDPNative} {
+		t.Run(mode.String(), func(t *testing.T) {
+			f := testFleet(t, FleetConfig{
+				XDP:         mode,
+				Listen:      []uint16{80},
+				Drop:        []netip.Prefix{netip.MustParsePrefix("198.18.0.3/32")},
+				Reject:      []netip.Prefix{netip.MustParsePrefix("198.18.0.4/32"), netip.MustParsePrefix("198.18.9.0/24")},
+				Unreachable: []netip.Prefix{netip.MustParsePrefix("198.18.0.5/32")},
+			})
+			checkDials(t, f, fleetDials, nil)
+			c, ok, err := f.ResponderCounters()
+			if err != nil || !ok {
+				t.Fatalf("ResponderCounters: %v, %v", ok, err)
+			}
+			// Retransmitted SYNs of the timeouts make Dropped at least 1.
+			if c.SynAck < 2 || c.RST < 3 || c.Unreachable < 1 || c.Dropped < 1 || c.HostDropped < 2 {
+				t.Errorf("responder counters %+v", c)
+			}
+		})
+	}
+	if _, err := NewFleet(FleetConfig{XDP: XDPGeneric, Prefix6: DefaultPrefix6}); err == nil {
+		t.Error("an XDP fleet with an IPv6 prefix was built")
+	}
+}
+
+// fleetDials are the IPv4 cases every fleet of TestFleet and TestFleetXDP
+// answers alike.
+var fleetDials = []dialCase{
+	{"198.18.0.1:80", nil},
+	{"198.18.255.254:80", nil},
+	{"198.18.0.1:81", unix.ECONNREFUSED}, // no listener: the kernel's RST
+	{"198.18.0.4:80", unix.ECONNREFUSED},
+	{"198.18.9.77:80", unix.ECONNREFUSED},
+	{"198.18.0.5:80", unix.EHOSTUNREACH},
+	{"198.18.0.3:80", context.DeadlineExceeded},
+	{"203.0.113.1:80", unix.ENETUNREACH}, // no default route on the prober side
+}
+
+// testFleet builds a fleet that the test removes, checking that its
+// namespaces go with it.
+func testFleet(t *testing.T, cfg FleetConfig) *Fleet {
+	t.Helper()
+	f, err := NewFleet(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,27 +120,16 @@ func TestFleet(t *testing.T) {
 	if len(f.GatewayMAC) != 6 {
 		t.Errorf("GatewayMAC = %v", f.GatewayMAC)
 	}
-	tests := []struct {
-		addr string
-		want error // nil: connected
-	}{
-		{"198.18.0.1:80", nil},
-		{"198.18.255.254:80", nil},
-		{"[2001:db8:5eed::1]:80", nil},
-		{"198.18.0.1:81", unix.ECONNREFUSED}, // no listener: the kernel's RST
-		{"198.18.0.4:80", unix.ECONNREFUSED},
-		{"198.18.9.77:80", unix.ECONNREFUSED},
-		{"198.18.0.5:80", unix.EHOSTUNREACH},
-		// The ICMPv6 error is soft for connect() (it times out); the SYN
-		// prober's tests check IPv6 unreachable addresses instead.
-		{"198.18.0.3:80", context.DeadlineExceeded},
-		{"[2001:db8:5eed::3]:80", context.DeadlineExceeded},
-		{"203.0.113.1:80", unix.ENETUNREACH}, // no default route on the prober side
-	}
-	before := netnsInode(t)
-	err = netns.Do(f.ProberNS, func() error {
-		if netnsInode(t) == before {
-			t.Error("InNamespace did not switch namespaces")
+	return f
+}
+
+// checkDials dials every case from the prober namespace; inside, when not
+// nil, runs there first.
+func checkDials(t *testing.T, f *Fleet, tests []dialCase, inside func()) {
+	t.Helper()
+	err := netns.Do(f.ProberNS, func() error {
+		if inside != nil {
+			inside()
 		}
 		for _, tt := range tests {
 			c, err := net.DialTimeout("tcp", tt.addr, 300*time.Millisecond)
@@ -87,9 +147,6 @@ func TestFleet(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if netnsInode(t) != before {
-		t.Error("InNamespace left the thread in the fleet namespace")
 	}
 }
 

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strconv"
 	"time"
 )
 
@@ -103,13 +105,35 @@ func oneLine(config string) string {
 }
 
 // runHTTP measures sonde's HTTP probes (new connection per probe, H8) and
-// its connect() probes at full speed against the fleet.
+// its connect() probes at full speed against the fleet; the HTTP rate takes
+// turns with ApacheBench on the same server, when ab is installed.
 func (e *env) runHTTP(ctx context.Context, s *Scenario) error {
 	dur := e.opt.HTTPDuration
-	s.Measure = fmt.Sprintf("`sonde run` probing %d fleet addresses back to back (interval 1 ms, so %d probes in flight) for %s: HTTP GET to the fleet's HTTP server on port %d with a new connection per probe, then tcp_mode connect to port %d; rates and latency from /metrics", rateTargets, rateTargets, dur, HTTPPort, ScanPort)
-	h, err := e.daemonRate(ctx, s, "http", rateConfig("http", fmt.Sprintf("protocol: http, port: %d, path: /", HTTPPort)), httpDaemonPort, dur)
-	if err != nil {
-		return err
+	ab := lookTool(abNames)
+	s.Measure = fmt.Sprintf("`sonde run` probing %d fleet addresses back to back (interval 1 ms, so %d probes in flight) for %s: HTTP GET to the fleet's HTTP server on port %d with a new connection per probe (%d rounds, taking turns with ApacheBench: ab -c %d without keep-alive, a new connection per request, on the same server), then tcp_mode connect to port %d; rates and latency from /metrics", rateTargets, rateTargets, dur, HTTPPort, e.opt.Runs, rateTargets, ScanPort)
+	var hs []rateRun
+	var abs []abRun
+	for round := range e.opt.Runs {
+		sub := s
+		if round > 0 {
+			sub = &Scenario{} // the command lines once
+		}
+		e.opt.Progress("http: sonde", "round", round+1)
+		h, err := e.daemonRate(ctx, sub, "http", rateConfig("http", fmt.Sprintf("protocol: http, port: %d, path: /", HTTPPort)), httpDaemonPort, dur)
+		if err != nil {
+			return err
+		}
+		hs = append(hs, h)
+		if ab == "" {
+			continue
+		}
+		e.opt.Progress("http: ab", "round", round+1)
+		r, line, err := e.abOnce(ctx, ab, dur)
+		if err != nil {
+			return fmt.Errorf("ab: %w", err)
+		}
+		addCommand(s, line)
+		abs = append(abs, r)
 	}
 	c, err := e.daemonRate(ctx, s, "connect", rateConfig("connect", fmt.Sprintf("protocol: tcp, tcp_mode: connect, port: %d", ScanPort)), connectDaemonPort, dur)
 	if err != nil {
@@ -117,15 +141,89 @@ func (e *env) runHTTP(ctx context.Context, s *Scenario) error {
 	}
 	for _, x := range []struct {
 		name string
-		r    rateRun
-	}{{"http", h}, {"connect", c}} {
-		s.add(x.name+" probes", x.r.rate, "probes/s")
-		s.add(x.name+" failures", x.r.fails, "probes/s")
-		s.add(x.name+" latency p50", x.r.p50, "ms")
-		s.add(x.name+" latency p99", x.r.p99, "ms")
-		s.add(x.name+" sonde CPU", x.r.cpu, "% of a core")
-		s.add(x.name+" machine CPU", x.r.machineShare, "% of all cores")
+		r    []rateRun
+	}{{"http", hs}, {"connect", []rateRun{c}}} {
+		f := func(g func(rateRun) float64) []float64 {
+			var out []float64
+			for _, r := range x.r {
+				out = append(out, g(r))
+			}
+			return out
+		}
+		s.addRuns(x.name+" probes", f(func(r rateRun) float64 { return r.rate }), "probes/s")
+		s.addRuns(x.name+" failures", f(func(r rateRun) float64 { return r.fails }), "probes/s")
+		s.addRuns(x.name+" latency p50", f(func(r rateRun) float64 { return r.p50 }), "ms")
+		s.addRuns(x.name+" latency p99", f(func(r rateRun) float64 { return r.p99 }), "ms")
+		s.addRuns(x.name+" sonde CPU", f(func(r rateRun) float64 { return r.cpu }), "% of a core")
+		s.addRuns(x.name+" sonde CPU per probe", f(func(r rateRun) float64 { return r.cpu / 100 / r.rate * 1e6 }), "µs")
+		s.addRuns(x.name+" machine CPU", f(func(r rateRun) float64 { return r.machineShare }), "% of all cores")
 	}
-	s.note("latency: request sent to last byte (HTTP) or connect() (connect mode), from the daemon's sonde_probe_duration_seconds histogram, interpolated within its buckets; the fleet's HTTP server and listener run on the same machine and count in machine CPU")
+	if ab == "" {
+		s.note("ab: not installed (Debian package apache2-utils); HTTP is not compared")
+	} else {
+		var rates, fails, cpu []float64
+		for _, r := range abs {
+			rates = append(rates, r.rate)
+			fails = append(fails, r.failed)
+			cpu = append(cpu, r.cpu/r.complete*1e6)
+		}
+		s.addText("ab version", toolVersion(ab, "-V"))
+		s.addRuns("ab requests", rates, "requests/s")
+		s.addRuns("ab failed requests", fails, "")
+		s.addRuns("ab CPU per request", cpu, "µs")
+		var sondeRates []float64
+		for _, h := range hs {
+			sondeRates = append(sondeRates, h.rate)
+		}
+		ratio := median(sondeRates) / median(rates)
+		s.add("sonde http/ab rate", ratio, "×")
+		s.goal("HTTP ≥ 1.0× ab's rate, a new connection per probe", ratio >= 1,
+			"sonde %.0f probes/s, ab %.0f requests/s: %.2f×", median(sondeRates), median(rates), ratio)
+	}
+	s.note("latency: request sent to last byte (HTTP) or connect() (connect mode), from the daemon's sonde_probe_duration_seconds histogram, interpolated within its buckets; the fleet's HTTP server and listener run on the same machine and count in machine CPU; ab asks one address of the same server (it takes one URL), sonde all %d", rateTargets)
 	return nil
+}
+
+// abNames is ApacheBench's executable, as Debian's apache2-utils installs it.
+var abNames = []string{"ab"}
+
+// abRun is one ApacheBench measurement.
+type abRun struct {
+	rate, complete, failed float64 // requests per second, completed and failed requests
+	cpu                    float64 // ab's user+system seconds
+}
+
+var (
+	abRateRE     = regexp.MustCompile(`Requests per second:\s+([0-9.]+)`)
+	abCompleteRE = regexp.MustCompile(`Complete requests:\s+([0-9]+)`)
+	abFailedRE   = regexp.MustCompile(`Failed requests:\s+([0-9]+)`)
+)
+
+// abOnce runs ab for dur with the http scenario's concurrency against the
+// first of its targets, without keep-alive: a new connection per request.
+func (e *env) abOnce(ctx context.Context, ab string, dur time.Duration) (abRun, string, error) {
+	url := fmt.Sprintf("http://%s:%d/", blocks(fleetSize()/2+4096, rateTargets)[0].Addr(), HTTPPort)
+	// -t before -n: -t alone would cap the requests at 50,000.
+	cmd := e.command(ctx, ab, "-q", "-r", "-c", strconv.Itoa(rateTargets), "-s", "10",
+		"-t", strconv.Itoa(int(dur.Seconds())), "-n", "100000000", url)
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	line := commandLine(cmd)
+	if err := cmd.Run(); err != nil {
+		return abRun{}, line, fmt.Errorf("%w: %s", err, out.tail(1000))
+	}
+	text := out.tail(8000)
+	var r abRun
+	for _, f := range []struct {
+		re  *regexp.Regexp
+		dst *float64
+	}{{abRateRE, &r.rate}, {abCompleteRE, &r.complete}, {abFailedRE, &r.failed}} {
+		m := f.re.FindStringSubmatch(text)
+		if m == nil {
+			return r, line, fmt.Errorf("no %q in its output: %s", f.re, tail([]byte(text), 1000))
+		}
+		*f.dst, _ = strconv.ParseFloat(m[1], 64)
+	}
+	r.cpu = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	return r, line, nil
 }

@@ -22,26 +22,31 @@ const (
 	StatusFailed  Status = "failed"  // could not run to its end: see Error
 )
 
-// Report is the result of one [Run]: the machine, the fleet and every
+// Report is the result of one [Run]: the machine, the fleets and every
 // scenario, in the order they ran.
 type Report struct {
 	Machine   Machine     `json:"machine"`
-	Fleet     FleetInfo   `json:"fleet"`
+	Fleets    []FleetInfo `json:"fleets"`
 	Scenarios []*Scenario `json:"scenarios"`
 }
 
-// FleetInfo says which fleet the scenarios ran against.
+// FleetInfo describes one fleet the scenarios ran against.
 type FleetInfo struct {
-	Prefix   string `json:"prefix"`    // the addresses the fleet answers for
-	ProberNS string `json:"prober_ns"` // network namespace of the probers
-	FleetNS  string `json:"fleet_ns"`  // network namespace answering for the prefix
-	Kept     bool   `json:"kept"`      // the namespaces were left in place (-keep)
-	Dir      string `json:"dir"`       // the run's files (configs, scanner outputs); removed unless kept
+	Prefix string `json:"prefix"` // the addresses the fleet answers for
+	// AnsweredBy is who answers the probes: "kernel" (the fleet
+	// namespace's TCP stack), "xdp-generic" or "xdp-native" (the XDP
+	// responder); a scenario's Fleet names it.
+	AnsweredBy string `json:"answered_by"`
+	ProberNS   string `json:"prober_ns"` // network namespace of the probers
+	FleetNS    string `json:"fleet_ns"`  // network namespace answering for the prefix
+	Kept       bool   `json:"kept"`      // the namespaces were left in place (-keep)
+	Dir        string `json:"dir"`       // the run's files (configs, scanner outputs); removed unless kept
 }
 
-// Scenario is one scenario's result.
+// Scenario is one scenario's result on one fleet.
 type Scenario struct {
 	Name    string   `json:"name"`
+	Fleet   string   `json:"fleet"` // the fleet it ran on: FleetInfo.AnsweredBy
 	Status  Status   `json:"status"`
 	Seconds float64  `json:"seconds"`            // how long the scenario took, setup included
 	Measure string   `json:"measure"`            // what was measured, in one sentence
@@ -171,15 +176,18 @@ func jsonSafe(r *Report) *Report {
 func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "machine: %s\n", r.Machine)
-	kept := "removed"
-	if r.Fleet.Kept {
-		kept = "kept, with the run's files in " + r.Fleet.Dir + "; its listeners ended with the run"
+	for _, f := range r.Fleets {
+		kept := "removed"
+		if f.Kept {
+			kept = "kept, with the run's files in " + f.Dir + "; its listeners and XDP program ended with the run"
+		}
+		fmt.Fprintf(&b, "fleet:   %s answered by %s in %s, probers in %s (%s)\n", f.Prefix, f.AnsweredBy, f.FleetNS, f.ProberNS, kept)
 	}
-	fmt.Fprintf(&b, "fleet:   %s answered in %s, probers in %s (%s)\n\n", r.Fleet.Prefix, r.Fleet.FleetNS, r.Fleet.ProberNS, kept)
+	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tSTATUS\tMETRIC\tVALUE\tUNIT\tRUNS")
 	for _, s := range r.Scenarios {
-		name, status := s.Name, string(s.Status)
+		name, status := s.label(), string(s.Status)
 		if len(s.Metrics) == 0 {
 			fmt.Fprintf(tw, "%s\t%s\t-\t\t\t\n", name, status)
 		}
@@ -207,7 +215,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if len(s.Goals)+len(s.Notes) == 0 && s.Error == "" && s.Measure == "" {
 			continue
 		}
-		fmt.Fprintf(&b, "\n%s (%s, %.0fs): %s\n", s.Name, s.Status, s.Seconds, s.Measure)
+		fmt.Fprintf(&b, "\n%s (%s, %.0fs): %s\n", s.label(), s.Status, s.Seconds, s.Measure)
 		for _, g := range s.Goals {
 			mark := "MET   "
 			if !g.Met {
@@ -227,6 +235,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// label names the scenario and its fleet, as in "sweep/xdp-generic".
+func (s *Scenario) label() string {
+	if s.Fleet == "" {
+		return s.Name
+	}
+	return s.Name + "/" + s.Fleet
 }
 
 // formatValue prints a number with as many digits as it needs and no more.

@@ -42,6 +42,11 @@ type Options struct {
 	// HTTPDuration is how long each HTTP and connect() measurement runs;
 	// default 5 s (1 s with Quick).
 	HTTPDuration time.Duration
+	// Fleet selects the fleets of sweep, steady and compare; detect and
+	// http always run on the kernel's fleet.
+	Fleet FleetChoice
+	// XDP is the mode of the XDP-answered fleet; default XDPGeneric.
+	XDP XDPMode
 	// Progress, when not nil, is told what the run is doing.
 	Progress func(msg string, args ...any)
 }
@@ -53,12 +58,67 @@ type SteadyOptions struct {
 	Duration time.Duration // how long the steady state is measured
 }
 
+// FleetChoice selects the fleets that sweep, steady and compare run on.
+type FleetChoice uint8
+
+// The fleet choices.
+const (
+	FleetDefault FleetChoice = iota // both for sweep and compare, the XDP fleet for steady
+	FleetXDP                        // the XDP-answered fleet only
+	FleetKernel                     // the kernel's fleet only
+	FleetBoth                       // both fleets
+)
+
+var fleetChoiceNames = []string{"", "xdp", "kernel", "both"}
+
+// ParseFleetChoice parses "xdp", "kernel" or "both".
+func ParseFleetChoice(s string) (FleetChoice, error) {
+	for i, n := range fleetChoiceNames {
+		if n != "" && n == s {
+			return FleetChoice(i), nil
+		}
+	}
+	return 0, fmt.Errorf("fleet %q: want xdp, kernel or both", s)
+}
+
+// String names the choice as ParseFleetChoice reads it ("default" for the
+// zero value).
+func (c FleetChoice) String() string {
+	if c == FleetDefault || int(c) >= len(fleetChoiceNames) {
+		return "default"
+	}
+	return fleetChoiceNames[c]
+}
+
+// fleetsOf returns the fleets scenario name runs on, in order: the XDP
+// fleet's mode, or XDPOff for the kernel's.
+func (o *Options) fleetsOf(name string) []XDPMode {
+	switch name {
+	case "sweep", "compare", "steady":
+	default:
+		return []XDPMode{XDPOff} // HTTP and connect() need a TCP stack
+	}
+	switch o.Fleet {
+	case FleetXDP:
+		return []XDPMode{o.XDP}
+	case FleetKernel:
+		return []XDPMode{XDPOff}
+	case FleetBoth:
+		return []XDPMode{o.XDP, XDPOff}
+	}
+	if name == "steady" {
+		return []XDPMode{o.XDP}
+	}
+	return []XDPMode{o.XDP, XDPOff}
+}
+
 // ErrUnknownScenario is returned by [Run] for a scenario name it does not
 // know.
 var ErrUnknownScenario = errors.New("unknown scenario")
 
-// maxSteadyTargets bounds the steady scenario: 64 ports over the fleet.
-const maxSteadyTargets = 64 << 17
+// maxSteadyTargets bounds the steady scenario: 128 ports over the fleet,
+// 16,777,216 targets.
+const maxSteadyTargets = 128 << 17
 
 // defaults fills in the defaults and checks the options.
 func (o *Options) defaults() error {
@@ -115,6 +175,12 @@ func (o *Options) defaults() error {
 	if o.HTTPDuration < time.Second || o.HTTPDuration > 10*time.Minute {
 		return fmt.Errorf("bench: HTTP duration %v out of range 1s-10m", o.HTTPDuration)
 	}
+	if o.XDP == XDPOff {
+		o.XDP = XDPGeneric
+	}
+	if o.XDP > XDPNative || o.Fleet > FleetBoth {
+		return fmt.Errorf("bench: XDP mode %d or fleet choice %d unknown", o.XDP, o.Fleet)
+	}
 	if o.Progress == nil {
 		o.Progress = func(string, ...any) {}
 	}
@@ -123,9 +189,13 @@ func (o *Options) defaults() error {
 
 // env is what the scenarios of one run share.
 type env struct {
-	opt   Options
-	fleet *Fleet
-	dir   string // temporary files: configs, outputs
+	opt    Options
+	fleets map[XDPMode]*Fleet // by who answers: XDPOff for the kernel's fleet
+	fleet  *Fleet             // the fleet of the scenario being run
+	dir    string             // temporary files: configs, outputs
+	// sweepCPU is sonde scan's median CPU per probe (µs) on each fleet, for
+	// steady's comparison.
+	sweepCPU map[XDPMode]float64
 }
 
 // Run builds the bench fleet, runs the scenarios and removes the fleet
@@ -150,43 +220,71 @@ func Run(ctx context.Context, opt Options) (rep *Report, err error) {
 			err = errors.Join(err, os.RemoveAll(dir))
 		}
 	}()
-	ports := (opt.Steady.Targets + fleetSize() - 1) / fleetSize()
-	opt.Progress("building the fleet", "prefix", BenchPrefix, "steady_ports", ports)
-	f, err := NewFleet(benchFleetConfig(ports))
-	if err != nil {
-		return nil, fmt.Errorf("build fleet: %w", err)
-	}
-	rep.Fleet = FleetInfo{Prefix: f.Prefix.String(), ProberNS: f.ProberNS, FleetNS: f.FleetNS, Kept: opt.Keep, Dir: dir}
+	e := &env{opt: opt, fleets: map[XDPMode]*Fleet{}, dir: dir, sweepCPU: map[XDPMode]float64{}}
 	defer func() {
-		if !opt.Keep {
+		if opt.Keep {
+			return
+		}
+		for _, f := range e.fleets {
 			if cerr := f.Close(); cerr != nil {
 				err = errors.Join(err, fmt.Errorf("remove fleet: %w", cerr))
 			}
 		}
 	}()
-	e := &env{opt: opt, fleet: f, dir: dir}
+	if err := e.buildFleets(rep); err != nil {
+		return nil, err
+	}
 	for _, name := range Scenarios {
 		if !slices.Contains(opt.Scenarios, name) {
 			continue
 		}
-		if err := ctx.Err(); err != nil {
-			return rep, fmt.Errorf("bench interrupted: %w", err)
+		for _, mode := range opt.fleetsOf(name) {
+			if err := ctx.Err(); err != nil {
+				return rep, fmt.Errorf("bench interrupted: %w", err)
+			}
+			e.fleet = e.fleets[mode]
+			opt.Progress("scenario", "name", name, "fleet", mode)
+			start := time.Now()
+			s := &Scenario{Name: name, Fleet: mode.String()}
+			if err := e.run(ctx, name, s); err != nil {
+				s.Status, s.Error = StatusFailed, err.Error()
+			}
+			s.finish()
+			s.Seconds = time.Since(start).Seconds()
+			rep.Scenarios = append(rep.Scenarios, s)
+			opt.Progress("scenario done", "name", name, "fleet", mode, "status", s.Status, "seconds", int(s.Seconds))
 		}
-		opt.Progress("scenario", "name", name)
-		start := time.Now()
-		s := &Scenario{Name: name}
-		if err := e.run(ctx, name, s); err != nil {
-			s.Status, s.Error = StatusFailed, err.Error()
-		}
-		s.finish()
-		s.Seconds = time.Since(start).Seconds()
-		rep.Scenarios = append(rep.Scenarios, s)
-		opt.Progress("scenario done", "name", name, "status", s.Status, "seconds", int(s.Seconds))
 	}
 	if err := ctx.Err(); err != nil {
 		return rep, fmt.Errorf("bench interrupted: %w", err)
 	}
 	return rep, nil
+}
+
+// buildFleets builds the fleets the chosen scenarios run on, each with a
+// listening port per fleetSize() steady targets, and lists them in rep.
+func (e *env) buildFleets(rep *Report) error {
+	ports := (e.opt.Steady.Targets + fleetSize() - 1) / fleetSize()
+	for _, mode := range []XDPMode{e.opt.XDP, XDPOff} {
+		needed := false
+		for _, name := range e.opt.Scenarios {
+			needed = needed || slices.Contains(e.opt.fleetsOf(name), mode)
+		}
+		if !needed {
+			continue
+		}
+		e.opt.Progress("building a fleet", "prefix", BenchPrefix, "answered_by", mode, "steady_ports", ports)
+		cfg := benchFleetConfig(ports)
+		cfg.XDP = mode
+		f, err := NewFleet(cfg)
+		if err != nil {
+			return fmt.Errorf("build the %s fleet: %w", mode, err)
+		}
+		e.fleets[mode] = f
+		rep.Fleets = append(rep.Fleets, FleetInfo{Prefix: f.Prefix.String(), AnsweredBy: mode.String(),
+			ProberNS: f.ProberNS, FleetNS: f.FleetNS, Kept: e.opt.Keep, Dir: e.dir})
+	}
+	return nil
 }
 
 // fleetSize is the number of addresses of BenchPrefix.

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 )
@@ -46,6 +47,33 @@ pools:
 			runtime.ReadMemStats(&ms)
 			b.ReportMetric(float64(ms.HeapAlloc)/float64(len(cfg.Targets)), "heap-bytes/target")
 			runtime.KeepAlive(cfg)
+		})
+	}
+}
+
+// BenchmarkLoadMillionSharded loads the one-block million as one shard of N:
+// every shard hashes every listed target N times, so the load costs more
+// with N while the shard keeps about 1/N of the targets.
+func BenchmarkLoadMillionSharded(b *testing.B) {
+	data := []byte(`checks: {fleet: {preset: globalaccelerator, port: 443}}
+pools: [{name: fleet, check: fleet, targets: ["10.0.0.0/12"]}]
+`)
+	for _, n := range []int{4, 64} {
+		b.Run(fmt.Sprintf("shards-%d", n), func(b *testing.B) {
+			opt := testOptions()
+			opt.Shard = Shard{Index: 1, Count: n}
+			b.ReportAllocs()
+			var cfg *Config
+			for b.Loop() {
+				var err error
+				if cfg, err = Parse(data, "", opt); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if want := (1 << 20) / n; len(cfg.Targets) < want*9/10 || len(cfg.Targets) > want*11/10 {
+				b.Fatalf("%d targets, want about %d", len(cfg.Targets), want)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/(1<<20), "ns/listed-target")
 		})
 	}
 }

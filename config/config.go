@@ -35,6 +35,10 @@ type LoadOptions struct {
 	// LookupEnv reads environment variables (auth_token.secret_env); nil
 	// means os.LookupEnv.
 	LookupEnv func(key string) (string, bool)
+	// Shard keeps only the targets of one shard ([Shard.Owns]); the zero
+	// Shard keeps all. Whether a file is valid does not depend on it: every
+	// shard checks every listed target, and MaxTargets counts them all.
+	Shard Shard
 }
 
 // Config is a loaded, validated configuration. It is read-only once
@@ -54,10 +58,13 @@ type Config struct {
 	Hostnames map[uint32]string
 	// Metrics holds the metrics options.
 	Metrics Metrics
-	// Files are the files the configuration was read from: the config file
-	// itself when [Load] read it, its targets files, and the TLS and secret
-	// files its checks name. A daemon compares them to tell an unchanged
-	// configuration.
+	// Shard is the slice of the targets this configuration holds
+	// ([LoadOptions.Shard]): Targets, Pools' members and Hostnames are those
+	// of this shard only.
+	Shard Shard
+	// Files are the files the configuration was read from, each once: the
+	// config file (when read by [Load]), then the targets files and the TLS
+	// and secret files its pools and checks name, as opened.
 	Files []string
 }
 
@@ -99,7 +106,7 @@ func Load(path string, opt LoadOptions) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Files = append([]string{path}, cfg.Files...)
+	cfg.Files = slices.Insert(cfg.Files, 0, path)
 	return cfg, nil
 }
 
@@ -131,8 +138,11 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 	if opt.LookupEnv == nil {
 		opt.LookupEnv = os.LookupEnv
 	}
+	if err := opt.Shard.Validate(); err != nil {
+		return nil, err
+	}
 
-	cfg := &Config{Metrics: Metrics{PerTarget: true}}
+	cfg := &Config{Metrics: Metrics{PerTarget: true}, Shard: opt.Shard}
 	var err error
 	if cfg.Checks, err = resolveChecks(f.Checks, dir, opt.LookupEnv); err != nil {
 		return nil, err
@@ -140,7 +150,8 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 	if len(f.Pools) == 0 {
 		return nil, fieldErr("pools", "missing; a config needs at least one pool")
 	}
-	x := &expander{dir: dir, limit: opt.MaxTargets, dns: resolver{r: opt.Resolver, ctx: opt.Context, timeout: opt.ResolveTimeout}}
+	x := &expander{dir: dir, limit: opt.MaxTargets, shard: opt.Shard,
+		dns: resolver{r: opt.Resolver, ctx: opt.Context, timeout: opt.ResolveTimeout}}
 	for i, ps := range f.Pools {
 		p, err := x.addPool(i, ps, cfg.Checks, cfg.Pools)
 		if err != nil {
@@ -149,18 +160,26 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 		cfg.Pools = append(cfg.Pools, p)
 	}
 	cfg.Targets, cfg.Hostnames = x.dedup(cfg.Pools)
-	cfg.Files = x.files
-	for _, c := range cfg.Checks {
-		for _, f := range []string{c.TLS.CAFile, c.TLS.CertFile, c.TLS.KeyFile, c.AuthToken.SecretFile} {
-			if f != "" {
-				cfg.Files = append(cfg.Files, f)
-			}
-		}
-	}
+	cfg.Files = readFiles(cfg.Checks, x.files)
 	if f.Metrics != nil && f.Metrics.PerTarget != nil {
 		cfg.Metrics.PerTarget = *f.Metrics.PerTarget
 	}
 	return cfg, nil
+}
+
+// readFiles lists, each once, the targets files and then the TLS and secret
+// files of the checks.
+func readFiles(checks []*Check, targetsFiles []string) []string {
+	files := slices.Clone(targetsFiles)
+	for _, c := range checks {
+		files = append(files, c.AuthToken.SecretFile, c.TLS.CAFile, c.TLS.CertFile, c.TLS.KeyFile)
+	}
+	seen := map[string]bool{"": true}
+	return slices.DeleteFunc(files, func(f string) bool {
+		dup := seen[f]
+		seen[f] = true
+		return dup
+	})
 }
 
 // maxChecks is the number of checks a uint16 index can address.

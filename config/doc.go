@@ -45,4 +45,12 @@
 // evaluates for each member with its own check. For HTTP checks without a
 // host setting, the target's host name is part of the probe (it becomes the
 // Host header), so two names of one address are two targets.
+//
+// Shards. With [LoadOptions.Shard], a configuration keeps only the targets
+// of one shard of N ([Shard.Owns]: rendezvous hashing of the endpoint,
+// address and port), so N processes probe every target once between them.
+// The endpoint is the key because it contains every probe stream; any other
+// source of targets (discovery) must apply Owns the same way. Validation
+// does not depend on the shard: every listed target is checked and counted.
+// Pools keep their names and policies and hold the shard's members only.
 package config

@@ -130,6 +130,15 @@ func TestInvalidConfigs(t *testing.T) {
 			if !errors.Is(err, ErrInvalid) {
 				t.Errorf("Load(%s) error %v does not wrap ErrInvalid", name, err)
 			}
+			// Validity does not depend on the shard: each shard checks
+			// every target, its own or not.
+			for i := range 3 {
+				opt := testOptions()
+				opt.Shard = Shard{Index: i, Count: 3}
+				if _, err := Load(path, opt); err == nil || err.Error() != want {
+					t.Errorf("Load(%s) as shard %v: error %v, want %q", name, opt.Shard, err, want)
+				}
+			}
 		})
 	}
 }

@@ -44,17 +44,27 @@ func (p *Pool) Validate() error {
 }
 
 // expander expands the target entries of the pools into entries.
+//
+// With a shard, only the shard's targets become entries; every target is
+// still counted against the limit and checked, so a file is valid or not
+// alike in every shard. A pool's other targets are kept while its disabled
+// entries are checked (each must be a member), in foreign, and only for a
+// pool that has any.
 type expander struct {
-	dir      string
-	limit    int
-	dns      resolver
-	adding   bool // expanding targets (not disabled entries): count them against limit
-	entries  []entry
-	names    []string          // host names, hostRef.name-1 indexes it
-	nameIdx  map[string]uint32 // host name → index+1
-	hostRefs []hostRef
-	pools    []poolRange
-	files    []string // targets files read
+	dir         string
+	limit       int
+	shard       Shard
+	dns         resolver
+	adding      bool              // expanding targets (not disabled entries): count them against limit
+	listed      int               // targets listed so far, in every shard
+	entries     []entry           // the shard's targets
+	foreign     []entry           // the current pool's targets of other shards, when it has disabled entries
+	keepForeign bool              // the current pool has disabled entries: keep foreign
+	files       []string          // targets files read
+	names       []string          // host names, hostRef.name-1 indexes it
+	nameIdx     map[string]uint32 // host name → index+1
+	hostRefs    []hostRef
+	pools       []poolRange
 }
 
 // addPool resolves pool i, expands its targets and marks its disabled ones.
@@ -99,10 +109,11 @@ func (x *expander) addPool(i int, s *PoolSpec, checks []*Check, prev []*Pool) (*
 		return nil, fieldErr(field, "no targets; set targets or targets_file")
 	}
 
-	start := len(x.entries)
+	start, listed := len(x.entries), x.listed
+	x.keepForeign = len(s.Disabled) > 0 && x.shard.Shards() > 1
 	add := func(l loc, raw string) endpointFunc {
 		return func(a netip.Addr, port uint16, name string) error {
-			if len(x.entries) >= x.limit {
+			if x.listed >= x.limit {
 				return l.errorf("%q brings the number of targets over the limit of %d", raw, x.limit)
 			}
 			x.add(a, port, name, uint16(ci), c)
@@ -125,19 +136,28 @@ func (x *expander) addPool(i int, s *PoolSpec, checks []*Check, prev []*Pool) (*
 		}
 	}
 	x.adding = false
-	if len(x.entries) == start {
+	if x.listed == listed {
 		return nil, fieldErr(field+".targets_file", "%q lists no targets", *s.TargetsFile)
 	}
 	x.pools = append(x.pools, poolRange{start, len(x.entries)})
-	if err := x.disable(field, s.Disabled, p, c, start); err != nil {
+	err := x.disable(field, s.Disabled, p, c, start)
+	x.foreign, x.keepForeign = nil, false
+	if err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// add appends one entry.
+// add appends one entry when the shard owns it, and counts it.
 func (x *expander) add(a netip.Addr, port uint16, name string, ci uint16, c *Check) {
+	x.listed++
 	hi, lo := addrHalves(a)
+	if !x.shard.Owns(netip.AddrPortFrom(a, port)) {
+		if x.keepForeign {
+			x.foreign = append(x.foreign, entry{hi: hi, lo: lo, port: port})
+		}
+		return
+	}
 	e := entry{hi: hi, lo: lo, port: port, check: ci, class: uint16(c.Class), seq: uint32(len(x.entries))}
 	if name != "" {
 		idx, ok := x.nameIdx[name]
@@ -168,10 +188,11 @@ func (x *expander) disable(field string, disabled []string, p *Pool, c *Check, s
 		idx[i] = uint32(start + i)
 	}
 	slices.SortFunc(idx, func(a, b uint32) int { return cmpEndpoint(&x.entries[a], &x.entries[b]) })
+	slices.SortFunc(x.foreign, func(a, b entry) int { return cmpEndpoint(&a, &b) })
 	for j, raw := range disabled {
 		l := loc{field: fmt.Sprintf("%s.disabled[%d]", field, j)}
 		err := x.expandSpec(l, raw, c, func(a netip.Addr, port uint16, _ string) error {
-			if x.markDisabled(idx, a, port) {
+			if x.shard.Owns(netip.AddrPortFrom(a, port)) && x.markDisabled(idx, a, port) || x.isForeign(a, port) {
 				return nil
 			}
 			ep := netip.AddrPortFrom(a, port).String()
@@ -185,4 +206,13 @@ func (x *expander) disable(field string, disabled []string, p *Pool, c *Check, s
 		}
 	}
 	return nil
+}
+
+// isForeign reports whether the current pool lists the endpoint (a, port) in
+// another shard.
+func (x *expander) isForeign(a netip.Addr, port uint16) bool {
+	hi, lo := addrHalves(a)
+	key := entry{hi: hi, lo: lo, port: port}
+	_, found := slices.BinarySearchFunc(x.foreign, &key, func(e entry, k *entry) int { return cmpEndpoint(&e, k) })
+	return found
 }

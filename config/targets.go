@@ -236,10 +236,10 @@ func (x *expander) expandSpec(l loc, raw string, c *Check, fn endpointFunc) erro
 		return l.errorf("block %s has %s addresses, more than the limit of %d targets", p, text, x.limit)
 	}
 	if x.adding {
-		if total := len(x.entries) + n; total > x.limit {
+		if total := x.listed + n; total > x.limit {
 			return l.errorf("block %s brings the number of targets to %d, more than the limit of %d", p, total, x.limit)
 		}
-		x.entries = slices.Grow(x.entries, n)
+		x.entries = slices.Grow(x.entries, n/x.shard.Shards()+1)
 	}
 	a := p.Addr()
 	for range n {

@@ -19,7 +19,8 @@ type Endpoint struct {
 // port, check) in several pools is one target, and targets of one probe class
 // on one endpoint share a stream (P4, P5). Targets are removed by address and
 // port; adding a target the pool has, or removing one it lacks, changes
-// nothing. c is left as it is. The ids of the result are its own, dense as
+// nothing; with a shard ([Config.Shard]) only the shard's targets are kept.
+// c is left as it is. The ids of the result are its own, dense as
 // Parse gives them: a daemon maps them to its running targets as it maps a
 // reloaded file's.
 func (c *Config) WithPoolTargets(pool string, add, remove []Endpoint) (*Config, error) {
@@ -53,8 +54,8 @@ func (c *Config) WithPoolTargets(pool string, add, remove []Endpoint) (*Config, 
 	for _, p := range c.Pools {
 		listed += len(p.Members)
 	}
-	x := &expander{limit: DefaultMaxTargets, entries: make([]entry, 0, listed)}
-	out := &Config{Checks: c.Checks, Pools: make([]*Pool, len(c.Pools)), Metrics: c.Metrics}
+	x := &expander{limit: DefaultMaxTargets, shard: c.Shard, entries: make([]entry, 0, listed)}
+	out := &Config{Checks: c.Checks, Pools: make([]*Pool, len(c.Pools)), Metrics: c.Metrics, Shard: c.Shard, Files: c.Files}
 	for i, p := range c.Pools {
 		np := *p
 		out.Pools[i] = &np
@@ -80,7 +81,7 @@ func (c *Config) WithPoolTargets(pool string, add, remove []Endpoint) (*Config, 
 				if err != nil {
 					return nil, err
 				}
-				if len(x.entries) >= x.limit {
+				if x.listed >= x.limit {
 					return nil, fmt.Errorf("pool %q: %v brings the number of targets over the limit of %d", pool, ap, x.limit)
 				}
 				x.add(ap.Addr(), ap.Port(), e.Host, uint16(p.CheckIndex), chk)

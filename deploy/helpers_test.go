@@ -73,10 +73,6 @@ func sondeBinary(t *testing.T) string {
 	return buildPath
 }
 
-// pendingRunFlags are flags of `sonde run` that the kit passes ahead of
-// their implementation (issue 14): a missing one is logged, not an error.
-var pendingRunFlags = []string{"shard"}
-
 var flagLine = regexp.MustCompile(`(?m)^\s+-([a-z][a-z0-9.-]*)`)
 
 // checkRunFlags fails the test when args (after "run") use a flag that
@@ -96,11 +92,7 @@ func checkRunFlags(t *testing.T, where string, args []string) {
 			continue
 		}
 		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		switch {
-		case slices.Contains(known, name):
-		case slices.Contains(pendingRunFlags, name):
-			t.Logf("%s: -%s is not a flag of this sonde yet (pending, issue 14)", where, name)
-		default:
+		if !slices.Contains(known, name) {
 			t.Errorf("%s: sonde run has no flag -%s (it has %v)", where, name, known)
 		}
 	}

@@ -402,4 +402,17 @@ func checkConfig(t *testing.T, k *kit, c corev1.Container) {
 			t.Errorf("the example configuration has no %s check:\n%s", proto, out)
 		}
 	}
+	// Every pod's shard, as the kubelet expands it, is one sonde accepts.
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	for i := range int(*k.sts.Spec.Replicas) {
+		env["POD_INDEX"] = strconv.Itoa(i)
+		shard := expand(flagValue(c.Args, "shard"), env)
+		out, err := exec.Command(sondeBinary(t), "config", "check", "-shard", shard, file).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "shard "+shard+": ") {
+			t.Errorf("sonde config check -shard %s on the ConfigMap's %s: %v\n%s", shard, key, err, out)
+		}
+	}
 }

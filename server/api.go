@@ -94,8 +94,10 @@ func (d *Daemon) handlePools(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	writeJSON(w, struct {
-		Pools []PoolJSON `json:"pools"`
-	}{g.poolsJSON()})
+		Shard  int        `json:"shard"`  // this process's shard i (sonde run -shard i/N)
+		Shards int        `json:"shards"` // N; each pool's numbers are those of this shard's slice
+		Pools  []PoolJSON `json:"pools"`
+	}{g.cfg.Shard.Index, g.cfg.Shard.Shards(), g.poolsJSON()})
 }
 
 func (g *generation) poolsJSON() []PoolJSON {

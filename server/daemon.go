@@ -42,6 +42,12 @@ type Options struct {
 	// Events is the number of recent state changes kept for the API;
 	// default 10000.
 	Events int
+	// Shard is the slice of the targets this daemon probes (sonde run
+	// -shard); the zero Shard is all of them. Load must return
+	// configurations of this shard (config.LoadOptions.Shard): one of
+	// another shard is rejected. It is reported in the start log,
+	// /api/v1/pools and sonde_shard_info.
+	Shard config.Shard
 	// NoMemoryLimit leaves the Go runtime's memory limit alone. By default
 	// the daemon sets it after every load to the memory in use plus an
 	// eighth (see memoryTuner), unless GOMEMLIMIT is set.
@@ -115,6 +121,9 @@ func New(opt Options) (*Daemon, error) {
 	if opt.StateInterval <= 0 {
 		opt.StateInterval = DefaultStateInterval
 	}
+	if err := opt.Shard.Validate(); err != nil {
+		return nil, fmt.Errorf("server: Options.Shard: %w", err)
+	}
 	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events), mem: newMemoryTuner(&opt)}
 	d.errs.m = map[uint32]string{}
 	d.obs = newObserver(d)
@@ -135,7 +144,7 @@ func (d *Daemon) Start() error {
 	}
 	start := time.Now()
 	d.mem.beforeLoad()
-	cfg, err := d.opt.Load()
+	cfg, err := d.load()
 	if err != nil {
 		d.loadFailed(err, false)
 		return err
@@ -150,6 +159,18 @@ func (d *Daemon) Start() error {
 	d.mem.first()
 	d.loaded(g, false, 0, len(g.cfg.Targets), 0, time.Since(start))
 	return nil
+}
+
+// load reads the configuration, which must be of the daemon's shard.
+func (d *Daemon) load() (*config.Config, error) {
+	cfg, err := d.opt.Load()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Shard.String() != d.opt.Shard.String() {
+		return nil, fmt.Errorf("configuration holds the targets of shard %s, the daemon runs shard %s", cfg.Shard, d.opt.Shard)
+	}
+	return cfg, nil
 }
 
 // first builds the engine and the probers for the first configuration, ids
@@ -282,7 +303,7 @@ func (d *Daemon) reload() error {
 		return nil
 	}
 	d.mem.beforeLoad()
-	cfg, err := d.opt.Load()
+	cfg, err := d.load()
 	if err != nil {
 		d.loadFailed(err, true)
 		return err
@@ -342,7 +363,6 @@ func (d *Daemon) UpdatePool(pool string, add, remove []config.Endpoint) error {
 	if err != nil {
 		return err
 	}
-	cfg.Files = d.cur.Load().cfg.Files
 	g, nadd, nrem, err := d.apply(cfg)
 	if err != nil {
 		return fmt.Errorf("update pool %s: %w", pool, err)
@@ -372,7 +392,7 @@ func (d *Daemon) loaded(g *generation, reload bool, kept, added, removed int, to
 	if reload {
 		msg = "configuration reloaded"
 	}
-	d.log.Info(msg, "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", g.targets,
+	d.log.Info(msg, "shard", g.cfg.Shard.String(), "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", g.targets,
 		"streams", g.cfg.Streams(), "kept_state", kept, "added", added, "removed", removed,
 		"tcp_path", g.launch.tcpPath, "took", took.Round(time.Millisecond))
 	if limit > 0 {

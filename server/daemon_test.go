@@ -82,8 +82,7 @@ func startDaemon(t *testing.T, yaml string) *testDaemon {
 	return startDaemonWith(t, yaml, nil)
 }
 
-// startDaemonWith starts a daemon over the config text yaml with the
-// options set changes.
+// startDaemonWith is startDaemon with options changed by set (when not nil).
 func startDaemonWith(t testing.TB, yaml string, set func(*Options)) *testDaemon {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sonde.yaml")

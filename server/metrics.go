@@ -2,6 +2,7 @@ package server
 
 import (
 	"runtime"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -71,7 +72,12 @@ func newMetrics(d *Daemon) *metrics {
 		Help: "sonde's version and Go version; the value is 1.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(d.opt.Version, runtime.Version()).Set(1)
-	m.reg.MustRegister(m.probes, m.duration, m.phases, m.changes, m.reloads, m.reloadOK, m.reloadTime, build,
+	shard := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sonde_shard_info",
+		Help: "The slice of the targets this process probes: shard i of N (sonde run -shard i/N; 0 of 1 without it); the value is 1.",
+	}, []string{"shard", "shards"})
+	shard.WithLabelValues(strconv.Itoa(d.opt.Shard.Index), strconv.Itoa(d.opt.Shard.Shards())).Set(1)
+	m.reg.MustRegister(m.probes, m.duration, m.phases, m.changes, m.reloads, m.reloadOK, m.reloadTime, build, shard,
 		&stateCollector{d: d},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -16,9 +16,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
+// rewrite replaces the daemon's config file, at once (a reload never reads
+// half of it).
 func (td *testDaemon) rewrite(t *testing.T, yaml string) {
 	t.Helper()
-	if err := os.WriteFile(td.path, []byte(yaml), 0o644); err != nil {
+	tmp := td.path + ".new"
+	if err := os.WriteFile(tmp, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, td.path); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -233,7 +233,7 @@ func streamsOf(old *generation, next *config.Config, engineOf []uint32) *streams
 // (placeholders at free ids up to size), leaders and pool members as engine
 // ids.
 func reindex(next *config.Config, engineOf []uint32, ss *streams, size int) *config.Config {
-	out := &config.Config{Checks: next.Checks, Metrics: next.Metrics, Pools: make([]*config.Pool, len(next.Pools))}
+	out := &config.Config{Checks: next.Checks, Metrics: next.Metrics, Shard: next.Shard, Files: next.Files, Pools: make([]*config.Pool, len(next.Pools))}
 	out.Targets = make([]config.Target, size)
 	for id := range out.Targets {
 		out.Targets[id] = config.Target{Leader: uint32(id), Disabled: true}

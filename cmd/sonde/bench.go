@@ -1,20 +1,26 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sondeprobe/sonde/bench"
 )
 
-const benchUsage = `Usage: sonde bench [-scenario NAME[,NAME…]] [-json] [-keep] [-quick] [flags]
+const benchUsage = `Usage: sonde bench [-scenario NAME[,NAME…]] [-fleet xdp|kernel|both] [-json] [-keep] [-quick] [flags]
+       sonde bench ceiling -interface IF -source IP -next-hop-mac MAC -port P PREFIX
 
 Builds a private test fleet (two network namespaces joined by a veth; the
 fleet side answers for 198.18.0.0/15, with known subsets dropped and
@@ -29,11 +35,23 @@ Scenarios (default: all, in this order):
   http     HTTP probes/s (new connection per probe) and connect() probes/s
   compare  zmap, masscan and blackbox_exporter on the same fleet, if installed
 
+Two fleets answer for the same addresses with the same ground truth: the
+kernel's (listeners and nftables rules in the fleet namespace) and an XDP
+program that answers SYNs on the fleet's veth, so the fleet's TCP stack does
+no work per probe. -fleet selects the fleets of sweep, steady and compare
+(default: both for sweep and compare, xdp for steady); detect and http need
+the kernel's. Every sweep is compared with the same-run ceiling: "sonde bench
+ceiling", a minimal sender (TX ring, batched eBPF capture, no scheduler) that
+the bench runs in the prober namespace, which can also be run by hand.
+
 Flags:
 `
 
 // runBench implements `sonde bench`.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "ceiling" {
+		return runBenchCeiling(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -56,6 +74,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return nil
 	})
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	fs.Func("fleet", "fleet of sweep, steady and compare: `xdp`, kernel or both (default both for sweep and compare, xdp for steady)", func(s string) error {
+		f, err := bench.ParseFleetChoice(s)
+		opt.Fleet = f
+		return err
+	})
+	fs.Func("xdp-mode", "how the XDP fleet's responder is attached to its veth: `generic` (skb) or native (default generic)", func(s string) error {
+		m, err := bench.ParseXDPMode(s)
+		opt.XDP = m
+		return err
+	})
 	fs.BoolVar(&opt.Keep, "keep", false, "keep the fleet's namespaces and the run's files (configs, outputs) after the run; the report names them")
 	fs.BoolVar(&opt.Quick, "quick", false, "a smoke run of a few seconds per scenario on a small part of the fleet")
 	fs.IntVar(&opt.Runs, "runs", 0, "repetitions of each sweep, and rounds of compare; medians are reported (default 3, 1 with -quick)")
@@ -116,4 +144,81 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	return nil
+}
+
+const ceilingUsage = `Usage: sonde bench ceiling -interface IF -source IP -next-hop-mac MAC -port P [-senders N] [-timeout D] PREFIX
+
+Sweeps every address of PREFIX on one port with the bench's same-run ceiling:
+sonde's SYNs and cookies written straight into PACKET_MMAP TX rings, replies
+read in bulk from sonde's eBPF capture, no scheduler. sonde bench runs it
+inside the prober namespace of its fleet (ip netns exec NS sonde bench
+ceiling …). Results go to stdout as "addr:port<TAB>outcome<TAB>-", a summary
+to stderr. Needs CAP_NET_RAW, CAP_BPF and CAP_NET_ADMIN.
+
+Flags:
+`
+
+// runBenchCeiling implements `sonde bench ceiling`.
+func runBenchCeiling(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench ceiling", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, ceilingUsage)
+		fs.PrintDefaults()
+	}
+	var (
+		cfg         bench.CeilingConfig
+		source, mac string
+		port        uint
+	)
+	fs.StringVar(&cfg.Interface, "interface", "", "`interface` to send on and capture from (required)")
+	fs.StringVar(&source, "source", "", "IPv4 source `address` (required)")
+	fs.StringVar(&mac, "next-hop-mac", "", "`MAC` address every probe is sent to (required)")
+	fs.UintVar(&port, "port", 0, "TCP `port` to probe (required)")
+	fs.IntVar(&cfg.Senders, "senders", runtime.GOMAXPROCS(0), "sending threads, each with its own socket (default: one per CPU, as sonde scan)")
+	fs.BoolVar(&cfg.Sendmmsg, "sendmmsg", false, "send batches with sendmmsg(2) instead of a PACKET_MMAP TX ring")
+	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "how long to wait for replies after the last probe")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return silentExit(exitOK)
+		}
+		return usageError(err)
+	}
+	if fs.NArg() != 1 {
+		return usageError(errors.New("bench ceiling: want one PREFIX"))
+	}
+	var err error
+	if cfg.Prefix, err = netip.ParsePrefix(fs.Arg(0)); err != nil {
+		return usageError(fmt.Errorf("bench ceiling: %w", err))
+	}
+	if cfg.Source, err = netip.ParseAddr(source); err != nil {
+		return usageError(fmt.Errorf("bench ceiling: -source: %w", err))
+	}
+	if cfg.NextHopMAC, err = net.ParseMAC(mac); err != nil {
+		return usageError(fmt.Errorf("bench ceiling: -next-hop-mac: %w", err))
+	}
+	if port < 1 || port > 65535 {
+		return usageError(fmt.Errorf("bench ceiling: -port %d out of range 1-65535", port))
+	}
+	cfg.Port = uint16(port)
+	res, err := bench.Ceiling(ctx, cfg)
+	if res == nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(stdout, 1<<16)
+	var line []byte
+	for i := range res.Probes {
+		line = res.Target(i).AppendTo(line[:0])
+		line = append(line, '\t')
+		line = append(line, res.Outcome(i).String()...)
+		line = append(line, "\t-\n"...)
+		_, _ = bw.Write(line)
+	}
+	if werr := bw.Flush(); werr != nil {
+		return errors.Join(err, fmt.Errorf("write results: %w", werr))
+	}
+	sec := res.End.Sub(res.Start).Seconds()
+	fmt.Fprintf(stderr, "ceiling: %d probes in %.3fs (%.0f probes/s); syn-ack %d, rst %d, unreachable %d, invalid %d, duplicate %d, ring drops %d; cpu %.3fs user+sys\n",
+		res.Probes, sec, float64(res.Probes)/sec, res.SynAck, res.RST, res.Unreach, res.Invalid, res.Duplicate, res.RingDrops, res.CPU)
+	return err
 }

@@ -19,6 +19,12 @@ func TestBenchUsage(t *testing.T) {
 		{"-scenario", "sweep,nope"},
 		{"-bogus"},
 		{"extra-argument"},
+		{"-fleet", "bogus"},
+		{"-xdp-mode", "bogus"},
+		{"ceiling"},
+		{"ceiling", "-port", "80", "-source", "192.0.2.1", "-next-hop-mac", "02:00:00:00:00:01", "-interface", "veth0", "not-a-prefix"},
+		{"ceiling", "-port", "0", "-source", "192.0.2.1", "-next-hop-mac", "02:00:00:00:00:01", "-interface", "veth0", "198.18.0.0/16"},
+		{"ceiling", "-port", "80", "-source", "bogus", "-next-hop-mac", "02:00:00:00:00:01", "-interface", "veth0", "198.18.0.0/16"},
 	} {
 		var stderr bytes.Buffer
 		err := runBench(context.Background(), args, &bytes.Buffer{}, &stderr)
@@ -30,13 +36,14 @@ func TestBenchUsage(t *testing.T) {
 
 // TestBenchSmoke runs `sonde bench -quick` end to end, every scenario on a
 // small part of the fleet for a few seconds, so the harness cannot rot: each
-// scenario must run (compare may be skipped when zmap, masscan and
-// blackbox_exporter are not installed), report metrics, and leave no
-// namespace behind. Goals are not checked: a smoke run measures nothing.
+// scenario must run on its fleets (sweep, steady and compare on the XDP
+// fleet, sweep and compare on the kernel's too, with the same-run ceiling),
+// report metrics, and leave no namespace behind. Goals are not checked: a
+// smoke run measures nothing.
 func TestBenchSmoke(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
 	bin := testenv.Sonde(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	start := time.Now()
@@ -52,29 +59,43 @@ func TestBenchSmoke(t *testing.T) {
 	if rep.Machine.Cores == 0 || rep.Machine.Kernel == "" || rep.Machine.Go == "" || rep.Machine.Sonde == "" {
 		t.Errorf("machine not described: %+v", rep.Machine)
 	}
-	var names []string
+	var ran []string
 	for _, s := range rep.Scenarios {
-		names = append(names, s.Name)
+		ran = append(ran, s.Name+"/"+s.Fleet)
 		switch {
 		case s.Status == bench.StatusFailed:
-			t.Errorf("scenario %s failed: %s", s.Name, s.Error)
-		case s.Status == bench.StatusSkipped && s.Name != "compare":
-			t.Errorf("scenario %s skipped", s.Name)
-		case s.Status != bench.StatusSkipped && len(s.Metrics) == 0:
-			t.Errorf("scenario %s reports no metric", s.Name)
+			t.Errorf("scenario %s/%s failed: %s", s.Name, s.Fleet, s.Error)
+		case s.Status == bench.StatusSkipped:
+			t.Errorf("scenario %s/%s skipped", s.Name, s.Fleet)
+		case len(s.Metrics) == 0:
+			t.Errorf("scenario %s/%s reports no metric", s.Name, s.Fleet)
 		}
-		t.Logf("%s: %s, %d metrics, %.0fs", s.Name, s.Status, len(s.Metrics), s.Seconds)
-	}
-	if !slices.Equal(names, bench.Scenarios) {
-		t.Errorf("scenarios %v, want %v", names, bench.Scenarios)
-	}
-	for _, ns := range []string{rep.Fleet.ProberNS, rep.Fleet.FleetNS} {
-		if ns == "" {
-			t.Error("report does not name the fleet's namespaces")
-			continue
+		if s.Name == "sweep" || s.Name == "compare" {
+			if m, ok := s.Metric("ceiling sent"); !ok || m.Value <= 0 {
+				t.Errorf("%s/%s: no same-run ceiling: %+v", s.Name, s.Fleet, m)
+			}
+			if m, ok := s.Metric("sonde recall"); !ok || m.Value != 100 {
+				t.Errorf("%s/%s: sonde recall %+v, want 100%%", s.Name, s.Fleet, m)
+			}
 		}
-		if _, err := os.Stat("/run/netns/" + ns); err == nil {
-			t.Errorf("namespace %s left behind", ns)
+		t.Logf("%s/%s: %s, %d metrics, %.0fs", s.Name, s.Fleet, s.Status, len(s.Metrics), s.Seconds)
+	}
+	want := []string{"sweep/xdp-generic", "sweep/kernel", "steady/xdp-generic", "detect/kernel", "http/kernel", "compare/xdp-generic", "compare/kernel"}
+	if !slices.Equal(ran, want) {
+		t.Errorf("scenarios %v, want %v", ran, want)
+	}
+	if len(rep.Fleets) != 2 {
+		t.Errorf("fleets %+v, want the XDP fleet and the kernel's", rep.Fleets)
+	}
+	for _, f := range rep.Fleets {
+		for _, ns := range []string{f.ProberNS, f.FleetNS} {
+			if ns == "" {
+				t.Error("report does not name the fleet's namespaces")
+				continue
+			}
+			if _, err := os.Stat("/run/netns/" + ns); err == nil {
+				t.Errorf("namespace %s left behind", ns)
+			}
 		}
 	}
 }

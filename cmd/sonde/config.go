@@ -17,12 +17,13 @@ import (
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
-const configUsage = `Usage: sonde config check [-json] [-endpoints] FILE
+const configUsage = `Usage: sonde config check [-json] [-endpoints] [-shard i/N] FILE
 
 Validates FILE and prints every check's effective settings (after its preset)
 with its detection windows, every pool with its targets and policy, and the
-probe streams and probe rates left after deduplication. Exits 2 when FILE is
-not valid.
+probe streams and probe rates left after deduplication; with -shard, the
+targets, streams and probe rates of that shard. Exits 2 when FILE is not
+valid.
 `
 
 // runConfig runs "sonde config check".
@@ -39,6 +40,8 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Usage = func() { fmt.Fprint(fs.Output(), configUsage); fs.PrintDefaults() }
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
 	endpoints := fs.Bool("endpoints", false, "list the probe rate of every endpoint")
+	var shard config.Shard
+	shardFlag(fs, &shard, "show only shard `i/N` of the targets, as sonde run -shard i/N probes them")
 	if err := fs.Parse(args[1:]); err != nil {
 		return usageError(err)
 	}
@@ -47,7 +50,7 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError(errors.New("config check: want exactly one FILE"))
 	}
 	file := fs.Arg(0)
-	cfg, err := config.Load(file, config.LoadOptions{Context: ctx})
+	cfg, err := config.Load(file, config.LoadOptions{Context: ctx, Shard: shard})
 	if err != nil {
 		if errors.Is(err, config.ErrInvalid) {
 			err = fmt.Errorf("%s: %w", file, err)
@@ -66,6 +69,8 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // configReport is the output of "sonde config check"; its JSON form is the
 // -json output.
 type configReport struct {
+	Shard        int              `json:"shard"`  // the shard shown, i of…
+	Shards       int              `json:"shards"` // …N: targets, streams and rates are the shard's
 	Checks       []checkReport    `json:"checks"`
 	Pools        []poolReport     `json:"pools"`
 	Targets      int              `json:"targets"`       // unique (address, port, check)
@@ -128,6 +133,8 @@ type metricsReport struct {
 
 func newConfigReport(cfg *config.Config, endpoints bool) *configReport {
 	rep := &configReport{
+		Shard:        cfg.Shard.Index,
+		Shards:       cfg.Shard.Shards(),
 		Targets:      len(cfg.Targets),
 		ProbeStreams: cfg.Streams(),
 		Metrics:      metricsReport{PerTarget: cfg.Metrics.PerTarget},
@@ -224,7 +231,11 @@ func (r *configReport) writeText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\n%d unique targets, %d probe streams after deduplication\n", r.Targets, r.ProbeStreams)
+	fmt.Fprintln(w)
+	if r.Shards > 1 {
+		fmt.Fprintf(w, "shard %d/%d: ", r.Shard, r.Shards)
+	}
+	fmt.Fprintf(w, "%d unique targets, %d probe streams after deduplication\n", r.Targets, r.ProbeStreams)
 	pr := r.ProbeRate
 	fmt.Fprintf(w, "probe rate: %d endpoints, at most %s/s on one endpoint", pr.Endpoints, rate(pr.MaxPerEndpoint))
 	if pr.MaxEndpoint != "" {

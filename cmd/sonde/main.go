@@ -2,9 +2,9 @@
 //
 // Usage:
 //
-//	sonde run -config FILE [-listen ADDR] | -demo
+//	sonde run -config FILE [-listen ADDR] [-shard i/N] | -demo
 //	sonde probe [flags] URL...
-//	sonde config check [-json] FILE
+//	sonde config check [-json] [-shard i/N] FILE
 //	sonde scan -port P[,P2…] [-rate PPS] [-timeout D] [-json] TARGET…
 //	sonde bench [-scenario NAME…] [-json] [-keep]
 //	sonde version
@@ -47,7 +47,7 @@ func (s silentExit) Error() string { return fmt.Sprintf("exit status %d", int(s)
 const usage = `sonde is a health prober for large fleets.
 
 Usage:
-  sonde run -config FILE [-listen ADDR]   probe a fleet: metrics, JSON API, reload on SIGHUP
+  sonde run -config FILE [-listen ADDR]   probe a fleet: metrics, JSON API, reload when FILE changes or on SIGHUP
   sonde run -demo                   probe built-in demo backends on loopback
   sonde probe [flags] URL...        probe tcp://, connect://, syn://, http(s):// URLs once; exit 0 when all healthy
   sonde config check [-json] FILE   validate a config and print its effective settings and windows

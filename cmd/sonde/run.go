@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/config/watch"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/server"
 )
@@ -35,12 +36,14 @@ type runFlags struct {
 	source    string
 	iface     string
 	shards    int
+	shard     config.Shard
+	watch     bool
 	stateFile string
 	stateGap  time.Duration
 }
 
-// runRun runs the daemon until SIGINT or SIGTERM; SIGHUP reloads the
-// configuration.
+// runRun runs the daemon until SIGINT or SIGTERM; SIGHUP, and a change of
+// the configuration's files unless -watch=false, reload it.
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -54,6 +57,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&f.source, "source", "", "source `address` of SYN probes (default: the route's source)")
 	fs.StringVar(&f.iface, "interface", "", "`interface` whose ingress carries SYN replies (default: the source address's)")
 	fs.IntVar(&f.shards, "shards", 0, "scheduler shards (default: one per CPU)")
+	fs.BoolVar(&f.watch, "watch", true, "reload the -config file by itself when its content, or that of a file it names, changes")
+	shardFlag(fs, &f.shard, "probe only shard `i/N` of the targets: N processes with shards 0/N … N-1/N probe each target once")
 	fs.StringVar(&f.stateFile, "state-file", "", "`file` keeping target states across restarts (saved periodically and at exit, restored at start)")
 	fs.DurationVar(&f.stateGap, "state-interval", server.DefaultStateInterval, "`time` between two saves of -state-file")
 	if err := fs.Parse(args); err != nil {
@@ -72,7 +77,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if f.stateGap <= 0 {
 		return usageError(fmt.Errorf("run: -state-interval %v: want a positive duration", f.stateGap))
 	}
-	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), StateFile: f.stateFile, StateInterval: f.stateGap}
+	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Shard: f.shard,
+		StateFile: f.stateFile, StateInterval: f.stateGap}
 	if opt.Syn, err = synFlags(f); err != nil {
 		return usageError(err)
 	}
@@ -82,25 +88,56 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("start demo: %w", err)
 		}
 		defer d.Close()
-		opt.Load = func() (*config.Config, error) { return config.Parse(d.Config, "", config.LoadOptions{}) }
-		return serveDaemon(ctx, opt, f.listen, log, func() { d.Banner(stdout, f.listen) })
+		opt.Load = func() (*config.Config, error) { return config.Parse(d.Config, "", config.LoadOptions{Shard: f.shard}) }
+		return serveDaemon(ctx, opt, f.listen, log, nil, func() { d.Banner(stdout, f.listen) })
 	}
 	path := f.config
+	w := watchConfig(f.watch, path, log)
 	opt.Load = func() (*config.Config, error) {
-		cfg, err := config.Load(path, config.LoadOptions{})
+		cfg, err := config.Load(path, config.LoadOptions{Shard: f.shard})
 		if err != nil {
 			// A config that cannot be loaded is exit 2, as in "sonde config
 			// check", when it stops the start; a reload only logs it.
 			return nil, usageError(fmt.Errorf("%s: %w", filepath.Clean(path), err))
 		}
+		if w != nil {
+			w.SetFiles(cfg.Files)
+		}
 		return cfg, nil
 	}
-	return serveDaemon(ctx, opt, f.listen, log, nil)
+	return serveDaemon(ctx, opt, f.listen, log, w, nil)
 }
 
-// serveDaemon starts the daemon and its HTTP server, reloads on SIGHUP, and
-// stops gracefully when ctx is done. ready is called once both run.
-func serveDaemon(ctx context.Context, opt server.Options, listen string, log *slog.Logger, ready func()) error {
+// watchConfig returns a watcher of the configuration file, or nil when
+// watching is off or impossible (logged: SIGHUP still reloads). It is made
+// before the first load, so that a change after that load is seen.
+func watchConfig(on bool, path string, log *slog.Logger) *watch.Watcher {
+	if !on {
+		return nil
+	}
+	w, err := watch.New([]string{path}, watch.Options{Error: func(err error) { log.Warn("watching the configuration", "err", err) }})
+	if err != nil {
+		log.Warn("the configuration is not watched; SIGHUP reloads it", "err", err)
+		return nil
+	}
+	return w
+}
+
+// serveDaemon starts the daemon and its HTTP server, reloads on SIGHUP and
+// on every change w (which may be nil) reports, and stops gracefully when
+// ctx is done. ready is called once both run.
+func serveDaemon(ctx context.Context, opt server.Options, listen string, log *slog.Logger, w *watch.Watcher, ready func()) error {
+	var changes <-chan struct{} // nil: never
+	if w != nil {
+		changes = w.Changes()
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go func() {
+			if err := w.Run(wctx); err != nil {
+				log.Warn("the configuration is no longer watched; SIGHUP reloads it", "err", err)
+			}
+		}()
+	}
 	d, err := server.New(opt)
 	if err != nil {
 		return err
@@ -127,6 +164,9 @@ func serveDaemon(ctx context.Context, opt server.Options, listen string, log *sl
 				return
 			case <-hup:
 				_ = d.Reload() // logged by the daemon; the old configuration keeps running
+			case <-changes:
+				log.Info("configuration changed on disk")
+				_ = d.Reload()
 			}
 		}
 	}()
@@ -167,4 +207,13 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, fmt.Errorf("-log-format %q: want text or json", format)
+}
+
+// shardFlag defines -shard i/N on fs, parsed into s.
+func shardFlag(fs *flag.FlagSet, s *config.Shard, usage string) {
+	fs.Func("shard", usage, func(v string) error {
+		var err error
+		*s, err = config.ParseShard(v)
+		return err
+	})
 }

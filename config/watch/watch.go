@@ -1,0 +1,363 @@
+// Package watch tells when the content of a set of files changes, so that
+// the daemon reloads its configuration by itself.
+//
+// A [Watcher] watches directories, not files, with inotify: the directory of
+// each file and of every symbolic link met while resolving its path. That
+// sees an editor that replaces a file by renaming a new one over it, and
+// Kubernetes updating a mounted ConfigMap, which writes the new files into a
+// new directory and atomically replaces the "..data" symbolic link the file
+// names resolve through. Events only start a look at the files: after a
+// quiet time (debounce), each file is read and hashed, and a change is
+// reported only when some file's content differs from the last look, so a
+// touch, a rewrite of the same bytes or an unrelated file in the directory
+// reports nothing.
+package watch
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultDebounce is the quiet time after the last event before the files
+// are read, unless Options say otherwise.
+const DefaultDebounce = time.Second
+
+// Options configure a [Watcher]. The zero value is ready to use.
+type Options struct {
+	// Debounce is the quiet time after the last event before the files are
+	// read; 0 means DefaultDebounce. Events that keep coming delay the look
+	// by at most 10 debounces.
+	Debounce time.Duration
+	// Checked, when set, is called after every look at the files with
+	// whether their content changed.
+	Checked func(changed bool)
+	// Error, when set, receives the errors the watcher carries on after: a
+	// directory it cannot watch (it tries again at the next look).
+	Error func(error)
+}
+
+// Watcher reports changes of the content of a set of files on
+// [Watcher.Changes]. Its methods are safe for concurrent use; [Watcher.Run]
+// runs once.
+type Watcher struct {
+	opt     Options
+	fd      int      // the inotify instance, for adding and removing watches
+	ino     *os.File // the same, for reading: never call its Fd, which would make it blocking
+	changes chan struct{}
+	setc    chan struct{}
+
+	mu      sync.Mutex
+	pending []string // files given to SetFiles, not yet taken by Run
+
+	// Owned by Run (and New before it).
+	files []string
+	sums  map[string]sum
+	dirs  map[string]int32 // watched directory → watch descriptor
+
+	namesMu sync.Mutex                // guards names, which the reading goroutine consults
+	names   map[int32]map[string]bool // watch descriptor → names that matter in it
+}
+
+// sum is a file's content hash; ok is false when it cannot be read.
+type sum struct {
+	ok  bool
+	sha [sha256.Size]byte
+}
+
+// New watches files and takes their content as the baseline: only a change
+// from what they hold now is reported. Call it before reading the files, so
+// that no change after the read goes unseen. It fails when inotify is not
+// available.
+func New(files []string, opt Options) (*Watcher, error) {
+	if opt.Debounce <= 0 {
+		opt.Debounce = DefaultDebounce
+	}
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("inotify: %w", err)
+	}
+	w := &Watcher{
+		opt:     opt,
+		fd:      fd,
+		ino:     os.NewFile(uintptr(fd), "inotify"), // non-blocking: reads wait in the runtime poller, Close ends them
+		changes: make(chan struct{}, 1),
+		setc:    make(chan struct{}, 1),
+		sums:    map[string]sum{},
+		dirs:    map[string]int32{},
+		names:   map[int32]map[string]bool{},
+	}
+	w.take(files)
+	return w, nil
+}
+
+// Changes receives a value after the content of the files changed. Values
+// do not queue: one pending value stands for every change since it was
+// sent.
+func (w *Watcher) Changes() <-chan struct{} { return w.changes }
+
+// SetFiles replaces the set of files watched, for instance with those of a
+// configuration just loaded. Files already watched keep their baseline; the
+// others take their content now as theirs.
+func (w *Watcher) SetFiles(files []string) {
+	w.mu.Lock()
+	w.pending = slices.Clone(files)
+	w.mu.Unlock()
+	select {
+	case w.setc <- struct{}{}:
+	default:
+	}
+}
+
+// Run watches until ctx is done, then releases the inotify instance. It
+// returns nil then, or the error that stopped it earlier.
+func (w *Watcher) Run(ctx context.Context) error {
+	events := make(chan bool, 64) // whether an event matters
+	quit := make(chan struct{})
+	readErr := make(chan error, 1)
+	go func() { readErr <- w.read(events, quit) }()
+	defer func() {
+		close(quit)
+		w.ino.Close()
+	}()
+
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var first time.Time // first event since the last look; zero: none
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-readErr:
+			return fmt.Errorf("read inotify events: %w", err)
+		case <-w.setc:
+			w.mu.Lock()
+			files := w.pending
+			w.mu.Unlock()
+			w.take(files)
+		case matters := <-events:
+			if !matters {
+				continue
+			}
+			now := time.Now()
+			if first.IsZero() {
+				first = now
+			}
+			timer.Reset(min(w.opt.Debounce, first.Add(10*w.opt.Debounce).Sub(now)))
+		case <-timer.C:
+			first = time.Time{}
+			changed := w.look()
+			if changed {
+				select {
+				case w.changes <- struct{}{}:
+				default:
+				}
+			}
+			if w.opt.Checked != nil {
+				w.opt.Checked(changed)
+			}
+		}
+	}
+}
+
+// take makes files the watched set: watches for them, and baselines for
+// files not watched before.
+func (w *Watcher) take(files []string) {
+	w.files = slices.Clone(files)
+	w.rewatch()
+	next := make(map[string]sum, len(files))
+	for _, f := range w.files {
+		s, ok := w.sums[f]
+		if !ok {
+			s = hashFile(f)
+		}
+		next[f] = s
+	}
+	w.sums = next
+}
+
+// look updates the watches, then hashes every file and reports whether any
+// differs from the last look.
+func (w *Watcher) look() bool {
+	w.rewatch() // first: a change after the hashing below makes an event
+	changed := false
+	for _, f := range w.files {
+		s := hashFile(f)
+		if s != w.sums[f] {
+			changed = true
+		}
+		w.sums[f] = s
+	}
+	return changed
+}
+
+func hashFile(path string) sum {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return sum{}
+	}
+	return sum{ok: true, sha: sha256.Sum256(b)}
+}
+
+// watchMask: every change of a directory's entries, of their content or
+// metadata, and of the directory itself.
+const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MODIFY | unix.IN_CLOSE_WRITE | unix.IN_ATTRIB |
+	unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
+
+// rewatch watches the directories where the files' paths can change and
+// drops the watches no longer needed.
+func (w *Watcher) rewatch() {
+	want := map[string]map[string]bool{}
+	for _, f := range w.files {
+		for _, p := range pathPoints(f) {
+			if want[p.dir] == nil {
+				want[p.dir] = map[string]bool{}
+			}
+			want[p.dir][p.name] = true
+		}
+	}
+	dirs := make(map[string]int32, len(want))
+	names := make(map[int32]map[string]bool, len(want))
+	for dir, ns := range want {
+		wd, err := unix.InotifyAddWatch(w.fd, dir, watchMask)
+		if err != nil {
+			if w.opt.Error != nil && !errors.Is(err, unix.ENOENT) {
+				w.opt.Error(fmt.Errorf("watch %s: %w", dir, err))
+			}
+			continue
+		}
+		dirs[dir] = int32(wd)
+		if names[int32(wd)] == nil { // two paths of one directory share a descriptor
+			names[int32(wd)] = map[string]bool{}
+		}
+		for n := range ns {
+			names[int32(wd)][n] = true
+		}
+	}
+	for _, wd := range w.dirs {
+		if names[wd] == nil {
+			_, _ = unix.InotifyRmWatch(w.fd, uint32(wd)) // gone already when its directory was deleted
+		}
+	}
+	w.dirs = dirs
+	w.setNames(names)
+}
+
+func (w *Watcher) setNames(n map[int32]map[string]bool) {
+	w.namesMu.Lock()
+	w.names = n
+	w.namesMu.Unlock()
+}
+
+// matters reports whether an event can change a watched file: it names a
+// watched entry, concerns a watched directory itself, or says events were
+// lost.
+func (w *Watcher) matters(wd int32, mask uint32, name string) bool {
+	if mask&(unix.IN_Q_OVERFLOW|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0 {
+		return true
+	}
+	w.namesMu.Lock()
+	defer w.namesMu.Unlock()
+	return w.names[wd][name]
+}
+
+// read reads inotify events until the instance is closed, and sends for
+// each whether it matters, until quit is closed.
+func (w *Watcher) read(events chan<- bool, quit <-chan struct{}) error {
+	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
+	for {
+		n, err := w.ino.Read(buf)
+		if err != nil {
+			if errors.Is(err, fs.ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= n; {
+			// struct inotify_event: wd, mask, cookie, len, then len bytes of
+			// NUL-padded name; in the machine's byte order.
+			b := buf[off:]
+			wd := int32(binary.NativeEndian.Uint32(b[0:]))
+			mask := binary.NativeEndian.Uint32(b[4:])
+			end := off + unix.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(b[12:]))
+			if end > n {
+				break
+			}
+			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:end]), "\x00")
+			select {
+			case events <- w.matters(wd, mask, name):
+			case <-quit:
+				return nil
+			}
+			off = end
+		}
+	}
+}
+
+// point is a directory entry whose change can change what a path names.
+type point struct{ dir, name string }
+
+// maxLinks bounds the symbolic links followed in one path, as the kernel
+// does (ELOOP).
+const maxLinks = 40
+
+// pathPoints returns the entries a path depends on: every symbolic link met
+// while resolving it, component by component, and the entry it finally
+// names. Resolution stops at the first missing component, which is included
+// (its creation is a change).
+func pathPoints(path string) []point {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil
+	}
+	var out []point
+	rest := strings.Split(strings.TrimPrefix(abs, "/"), "/")
+	cur := "/"
+	for links := 0; len(rest) > 0; {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, c)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return append(out, point{cur, c})
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			if len(rest) == 0 {
+				out = append(out, point{cur, c})
+			}
+			cur = next
+			continue
+		}
+		out = append(out, point{cur, c})
+		if links++; links > maxLinks {
+			return out
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			return out
+		}
+		if filepath.IsAbs(target) {
+			cur = "/"
+		}
+		rest = append(strings.Split(target, "/"), rest...)
+	}
+	return out
+}
