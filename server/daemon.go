@@ -65,9 +65,10 @@ type Options struct {
 }
 
 // DefaultReloadGap is the least time between the starts of two reloads. A
-// reload costs CPU in proportion to the configuration (about a second for a
-// million targets); one a second at most keeps a flood of reload requests
-// from taking more than a core, and a file saved twice in a row is read once.
+// reload costs CPU in proportion to the configuration (about half a second
+// at a million targets); one a second at most keeps a flood of reload
+// requests from taking more than half a core, and a file saved twice in a
+// row is read once.
 const DefaultReloadGap = time.Second
 
 // Daemon is sonde's long-running process: one scheduler engine and its

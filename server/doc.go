@@ -1,12 +1,21 @@
 // Package server runs sonde as a daemon: it turns a configuration into probers
-// and a scheduler, reloads it without losing the state of unchanged targets,
-// and serves Prometheus metrics, a JSON API and sonde's own health endpoints.
+// and a scheduler, changes them in place on every reload without losing the
+// state of unchanged targets or their probes in flight, keeps states across
+// restarts (a state file), and serves Prometheus metrics, a JSON API and
+// sonde's own health endpoints.
 //
-// Each loaded configuration is a generation: one prober per check, chosen by
-// [NewProber] (the same choice `sonde probe` makes), one SYN prober shared by
-// the TCP checks that run on it, a probe.Workers pool per other check, and
-// one scheduler engine. Targets that share a probe stream (P4) are probed
-// under the stream's leader; what a probe tells beyond its result (the error
-// behind a failure, HTTP phase timings) is kept under the leader and shown
-// for every member, in every pool that lists one.
+// The daemon has one scheduler engine and one set of probers for its life:
+// one prober per check, chosen by [NewProber] (the same choice `sonde probe`
+// makes), one SYN prober shared by the TCP checks that run on it, and a
+// probe.Workers pool per other check. Each loaded configuration is a
+// generation, the configuration as the engine runs it (its targets at their
+// engine ids), published for readers; a reload, or a pool change from
+// service discovery ([Daemon.UpdatePool]), matches the new targets with the
+// running ones and turns the difference into an edit of the engine
+// (scheduler.Edit). Reloads are coalesced and paced ([Options.ReloadGap]).
+//
+// Targets that share a probe stream (P4) are probed under the stream's
+// leader; what a probe tells beyond its result (the error behind a failure,
+// HTTP phase timings) is kept under the leader and shown for every member,
+// in every pool that lists one.
 package server
