@@ -362,3 +362,48 @@ func TestEditWhileRunning(t *testing.T) {
 		t.Fatalf("Stats().Targets = %d, want %d", got, len(live))
 	}
 }
+
+// TestEditHeir checks the rule by which a stream passes on when its leader
+// goes: to the enabled member with the lowest id, and to the lowest id when
+// none is enabled (a caller mirrors the rule to know the leader).
+func TestEditHeir(t *testing.T) {
+	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
+	targets := []TargetSpec{{Leader: 0}, {Leader: 0, Disabled: true}, {Leader: 0}, {Leader: 0}}
+	s := newSim(t, checks, targets, 1)
+	s.runFor(3 * sec)
+	s.remove(0)
+	from := s.clock.Nanotime()
+	s.runFor(3 * sec)
+	for _, r := range s.sent {
+		if r.Sent >= from && r.ID != 2 {
+			t.Fatalf("probe for %d after the leader left, want the heir 2 (enabled, lowest id)", r.ID)
+		}
+	}
+	ed := s.eng.Edit()
+	for _, id := range []uint32{2, 3} {
+		if err := ed.SetDisabled(id, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ed.Remove(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := ed.SetDisabled(3, false); err != nil {
+		t.Fatal(err)
+	}
+	ed.Commit()
+	from = s.clock.Nanotime()
+	s.runFor(3 * sec)
+	n := 0
+	for _, r := range s.sent {
+		if r.Sent >= from {
+			if r.ID != 1 {
+				t.Fatalf("probe for %d, want 1: with no member enabled at the removal the lowest id leads", r.ID)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("the stream stopped though member 3 is enabled again")
+	}
+}

@@ -131,7 +131,7 @@ func (s *shard) remove(i uint32) {
 	if flags&(flagActive|flagInFlight) == flagActive {
 		// Waiting for its next send: the heir sends it, on time.
 		h.flags |= flagActive
-		s.schedule(heir, at)
+		s.schedule(heir, h, at)
 	}
 	s.refreshStream(heir, 0)
 }
@@ -175,7 +175,7 @@ func (s *shard) refreshStream(l uint32, delay int64) {
 	}
 	rec.flags |= flagActive
 	if rec.flags&flagInFlight == 0 {
-		s.schedule(l, s.now+delay)
+		s.schedule(l, rec, s.now+delay)
 	}
 }
 

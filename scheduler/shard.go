@@ -118,7 +118,7 @@ func (s *shard) expire() {
 				break
 			}
 			q.pop()
-			s.timeout(e.idx, q.timeout)
+			s.timeout(e.idx, rec, q.timeout)
 		}
 	}
 }
@@ -176,7 +176,7 @@ func (s *shard) receive(a *arrival) {
 		r.Done = rec.at
 	}
 	s.deadlines[s.tab.queueOf[rec.check]].strike(rec.dq, i, rec.gen)
-	s.complete(i, r)
+	s.complete(i, rec, r)
 }
 
 // touch loads the records of a chunk of due timers before they fire: the
@@ -202,12 +202,11 @@ func (s *shard) onTimer(t timer) {
 	if lo := s.e.base + s.wheel.now*s.e.tick; rec.at < lo || rec.at >= lo+s.e.tick {
 		return
 	}
-	s.dispatch(t.idx)
+	s.dispatch(t.idx, rec)
 }
 
 // timeout records that target i's probe in flight reached its deadline.
-func (s *shard) timeout(i uint32, timeout int64) {
-	rec := s.rec(i)
+func (s *shard) timeout(i uint32, rec *record, timeout int64) {
 	r := probe.Result{
 		ID:      rec.id,
 		Gen:     rec.gen,
@@ -216,26 +215,25 @@ func (s *shard) timeout(i uint32, timeout int64) {
 		Done:    rec.at + timeout,
 	}
 	s.count.timeouts++
-	s.complete(i, &r)
+	s.complete(i, rec, &r)
 }
 
 // schedule sets leader i's next send at time at: in the wheel, in the tick
 // that contains it (the wheel's resolution may send a probe up to one tick
 // early, never late, so it never lengthens a detection window), or at once
 // when that tick has come.
-func (s *shard) schedule(i uint32, at int64) {
-	s.rec(i).at = at
+func (s *shard) schedule(i uint32, rec *record, at int64) {
+	rec.at = at
 	if t := s.e.tickFloor(at); t > s.wheel.now {
 		s.wheel.add(i, t)
 		return
 	}
-	s.dispatch(i)
+	s.dispatch(i, rec)
 }
 
-// dispatch sends target i's next probe.
-func (s *shard) dispatch(i uint32) {
+// dispatch sends the next probe of target i, whose record is rec.
+func (s *shard) dispatch(i uint32, rec *record) {
 	now := s.now
-	rec := s.rec(i)
 	s.observeLateness(now - rec.at)
 	rec.gen++
 	rec.flags |= flagInFlight
@@ -255,34 +253,52 @@ func (s *shard) dispatch(i uint32) {
 // complete applies a finished probe of leader i to every enabled member of
 // its stream and schedules the stream's next probe, unless the stream went
 // idle while the probe was out.
-func (s *shard) complete(i uint32, r *probe.Result) {
-	lead := s.rec(i)
+func (s *shard) complete(i uint32, lead *record, r *probe.Result) {
 	lead.flags &^= flagInFlight
 	s.count.results++
 	if lead.flags&flagActive == 0 {
 		return
 	}
-	gap, jitter := time.Duration(-1), time.Duration(-1)
-	for m := i; ; {
-		mr := s.rec(m)
-		if mr.flags&flagDisabled == 0 {
-			c := &s.tab.checks[mr.check]
-			s.apply(m, c, r)
-			if g := c.gap(&mr.ev); gap < 0 || g < gap {
-				gap = g
-			}
-			if jitter < 0 || c.Jitter < jitter {
-				jitter = c.Jitter // the least of the members', as the gap: no member waits longer than its own
-			}
-		}
-		if m = s.next(m); m == i {
-			break
-		}
+	var gap, jitter time.Duration
+	if lead.flags&(flagShared|flagDisabled) == 0 {
+		// Alone: the common case, without the walk of a stream.
+		c := &s.tab.checks[lead.check]
+		s.apply(lead, c, r)
+		gap, jitter = c.gap(&lead.ev), c.Jitter
+	} else {
+		gap, jitter = s.completeStream(i, r)
 	}
 	if jitter > 0 {
 		gap += time.Duration(s.random() % uint64(jitter))
 	}
-	s.schedule(i, r.Done+int64(gap))
+	s.schedule(i, lead, r.Done+int64(gap))
+}
+
+// completeStream applies a result to every enabled member of the stream led
+// by i and returns the least gap and jitter among them: no member waits
+// longer than its own check says.
+func (s *shard) completeStream(i uint32, r *probe.Result) (gap, jitter time.Duration) {
+	gap, jitter = -1, -1
+	for m := i; ; {
+		mr := s.rec(m)
+		if mr.flags&flagDisabled == 0 {
+			c := &s.tab.checks[mr.check]
+			s.apply(mr, c, r)
+			if g := c.gap(&mr.ev); gap < 0 || g < gap {
+				gap = g
+			}
+			if jitter < 0 || c.Jitter < jitter {
+				jitter = c.Jitter
+			}
+		}
+		if mr.flags&flagShared == 0 {
+			break
+		}
+		if m = s.members[m]; m == i {
+			break
+		}
+	}
+	return gap, jitter
 }
 
 // next returns the member after m in m's stream: m itself when it probes
@@ -296,8 +312,7 @@ func (s *shard) next(m uint32) uint32 {
 
 // apply evaluates one member's result, publishes it to readers and reports a
 // state change.
-func (s *shard) apply(m uint32, c *Check, r *probe.Result) {
-	rec := s.rec(m)
+func (s *shard) apply(rec *record, c *Check, r *probe.Result) {
 	from := rec.ev.state
 	ok := r.Outcome == probe.Success
 	changed := c.observe(&rec.ev, ok)
