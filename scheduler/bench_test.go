@@ -30,18 +30,26 @@ func (nopObserver) Transition(Event)            {}
 // answered at once.
 func newEchoEngine(tb testing.TB, n int) (*Engine, *SimClock) {
 	tb.Helper()
-	clock := NewSimClock(time.Unix(0, 0))
 	l := &echoLauncher{}
+	e, clock := newBenchEngine(tb, n, 1, l)
+	l.e = e
+	return e, clock
+}
+
+// newBenchEngine builds an engine of n targets at interval 1 s on shards
+// shards, whose probes go to l.
+func newBenchEngine(tb testing.TB, n, shards int, l probe.Launcher) (*Engine, *SimClock) {
+	tb.Helper()
+	clock := NewSimClock(time.Unix(0, 0))
 	checks := []Check{{Timing: Timing{Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3}, Launcher: l}}
 	targets := make([]TargetSpec, n)
 	for i := range targets {
 		targets[i].Leader = uint32(i)
 	}
-	e, err := New(checks, targets, Options{Shards: 1, Clock: clock, Observer: nopObserver{}})
+	e, err := New(checks, targets, Options{Shards: shards, Clock: clock, Observer: nopObserver{}})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	l.e = e
 	return e, clock
 }
 
@@ -126,18 +134,10 @@ func (silentLauncher) Launch(int, []probe.Request) {}
 // sent), then removed again. It reports CPU time per edit of 100,000.
 func BenchmarkEdit100k(b *testing.B) {
 	const n = 100_000
-	clock := NewSimClock(time.Unix(0, 0))
-	checks := []Check{{Timing: Timing{Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3}, Launcher: silentLauncher{}}}
-	targets := make([]TargetSpec, n)
-	for i := range targets {
-		targets[i].Leader = uint32(i)
-	}
-	e, err := New(checks, targets, Options{Shards: 2, Clock: clock, Observer: nopObserver{}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	e, clock := newBenchEngine(b, n, 2, silentLauncher{})
 	e.Step(clock.Nanotime())
 	ids := make([]uint32, n)
+	var err error
 	var add, remove time.Duration
 	b.ReportAllocs()
 	for b.Loop() {

@@ -144,13 +144,10 @@ func (d *Daemon) Start() error {
 		return errors.New("server: the daemon runs or ran already")
 	}
 	start := time.Now()
-	d.mem.beforeLoad()
-	cfg, err := d.load()
+	cfg, in, err := d.read(false)
 	if err != nil {
-		d.loadFailed(err, false)
 		return err
 	}
-	in := readInputs(cfg.Files)
 	g, err := d.first(cfg)
 	if err != nil {
 		d.loadFailed(err, false)
@@ -162,16 +159,20 @@ func (d *Daemon) Start() error {
 	return nil
 }
 
-// load reads the configuration, which must be of the daemon's shard.
-func (d *Daemon) load() (*config.Config, error) {
+// read loads the configuration, which must be of the daemon's shard, with
+// the memory limit lifted, and digests the files it came from. A failure is
+// counted and, on a reload, logged.
+func (d *Daemon) read(reload bool) (*config.Config, inputs, error) {
+	d.mem.beforeLoad()
 	cfg, err := d.opt.Load()
+	if err == nil && cfg.Shard.String() != d.opt.Shard.String() {
+		err = fmt.Errorf("configuration holds the targets of shard %s, the daemon runs shard %s", cfg.Shard, d.opt.Shard)
+	}
 	if err != nil {
-		return nil, err
+		d.loadFailed(err, reload)
+		return nil, inputs{}, err
 	}
-	if cfg.Shard.String() != d.opt.Shard.String() {
-		return nil, fmt.Errorf("configuration holds the targets of shard %s, the daemon runs shard %s", cfg.Shard, d.opt.Shard)
-	}
-	return cfg, nil
+	return cfg, readInputs(cfg.Files), nil
 }
 
 // first builds the engine and the probers for the first configuration, ids
@@ -303,13 +304,10 @@ func (d *Daemon) reload() error {
 		d.log.Debug("configuration unchanged", "files", len(d.inputs.files))
 		return nil
 	}
-	d.mem.beforeLoad()
-	cfg, err := d.load()
+	cfg, in, err := d.read(true)
 	if err != nil {
-		d.loadFailed(err, true)
 		return err
 	}
-	in := readInputs(cfg.Files)
 	g, added, removed, err := d.apply(cfg)
 	if err != nil {
 		d.loadFailed(err, true)

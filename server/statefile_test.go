@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -175,24 +174,6 @@ func TestRestoreStates(t *testing.T) {
 // edited returns s with the first old replaced by new.
 func edited(s, old, new string) string { return strings.Replace(s, old, new, 1) }
 
-// logBuffer collects log lines from any goroutine.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // TestStateFileAcrossRestart stops a daemon whose target is healthy and
 // starts another over the same state file: the target is healthy at once,
 // since the same time, before any probe of the new daemon (its backend now
@@ -226,7 +207,7 @@ pools:
 	if err := os.WriteFile(state, []byte("not a state file"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logs := &logBuffer{}
+	logs := &syncBuffer{}
 	td3 := startDaemonWith(t, yaml, func(o *Options) {
 		withState(o)
 		o.Logger = slog.New(slog.NewTextHandler(logs, nil))

@@ -1,97 +1,39 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/server"
 )
 
-// syncBuffer collects a process's output for a test reading it meanwhile.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-var servingRE = regexp.MustCompile(`msg=serving listen=(\S+)`)
-
-// runDaemon starts `sonde run` with args, waits until it serves, and returns
-// a function that kills it with SIGKILL and waits for its end, the address
-// it serves on and its log.
-func runDaemon(t *testing.T, args ...string) (kill func(), addr string, logs *syncBuffer) {
+// kill ends the process with SIGKILL, as a crash would, and waits for it.
+func (p *sondeProc) kill(t *testing.T) {
 	t.Helper()
-	logs = &syncBuffer{}
-	cmd := exec.Command(testenv.Sonde(t), append([]string{"run", "-listen", "127.0.0.1:0"}, args...)...)
-	cmd.Stdout, cmd.Stderr = io.Discard, logs
-	if err := cmd.Start(); err != nil {
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	kill = func() {
-		_ = cmd.Process.Signal(syscall.SIGKILL) // by its pid; a no-op once it exited
-		<-exited
-	}
-	t.Cleanup(kill)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if m := servingRE.FindStringSubmatch(logs.String()); m != nil {
-			return kill, m[1], logs
-		}
-		select {
-		case <-exited:
-			t.Fatalf("sonde run exited before serving; log:\n%s", logs)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sonde run does not serve; log:\n%s", logs)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	p.done <- <-p.done // stop, at cleanup, sees it ended
 }
 
-// targetOf returns the first target of the daemon at addr.
-func targetOf(t *testing.T, addr string) server.TargetJSON {
+// onlyTarget returns the one target of the daemon p.
+func (p *sondeProc) onlyTarget(t *testing.T) server.TargetJSON {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/api/v1/targets")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var page struct {
 		Targets []server.TargetJSON `json:"targets"`
 	}
-	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil || len(page.Targets) != 1 {
-		t.Fatalf("targets: %v %+v", err, page)
+	p.get(t, "/api/v1/targets", &page)
+	if len(page.Targets) != 1 {
+		t.Fatalf("targets: %+v, want one", page)
 	}
 	return page.Targets[0]
 }
@@ -131,12 +73,12 @@ pools:
 	if err := os.WriteFile(cfg, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"-config", cfg, "-state-file", state, "-state-interval", "100ms"}
+	args := []string{"-state-file", state, "-state-interval", "100ms"}
 
-	kill, addr, _ := runDaemon(t, args...)
+	p := startSonde(t, cfg, args...)
 	var before server.TargetJSON
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if before = targetOf(t, addr); before.State == "healthy" {
+		if before = p.onlyTarget(t); before.State == "healthy" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -145,26 +87,26 @@ pools:
 	}
 	time.Sleep(500 * time.Millisecond) // a few saves
 	hang.Store(true)
-	kill()
+	p.kill(t)
 
-	kill, addr, logs := runDaemon(t, args...)
-	after := targetOf(t, addr)
+	p = startSonde(t, cfg, args...)
+	after := p.onlyTarget(t)
 	if after.State != "healthy" || after.Route != "routed" || after.StateSince.Sub(before.StateSince).Abs() > time.Millisecond {
 		t.Fatalf("after kill -9 and restart: %+v, want healthy and routed since %v", after, before.StateSince)
 	}
-	if !strings.Contains(logs.String(), "states restored") {
-		t.Errorf("no restore logged:\n%s", logs)
+	if !strings.Contains(p.log(), "states restored") {
+		t.Errorf("no restore logged:\n%s", p.log())
 	}
 
-	kill()
+	p.kill(t)
 	if err := os.WriteFile(state, []byte("garbage"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, addr, logs = runDaemon(t, args...)
-	if x := targetOf(t, addr); x.State != "unhealthy" {
+	p = startSonde(t, cfg, args...)
+	if x := p.onlyTarget(t); x.State != "unhealthy" {
 		t.Errorf("with a corrupt state file: %+v, want the check's initial state, unhealthy", x)
 	}
-	if !strings.Contains(logs.String(), "state file ignored") {
-		t.Errorf("a corrupt state file was not reported:\n%s", logs)
+	if !strings.Contains(p.log(), "state file ignored") {
+		t.Errorf("a corrupt state file was not reported:\n%s", p.log())
 	}
 }
