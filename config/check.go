@@ -129,7 +129,11 @@ type Check struct {
 	Name   string     // key under "checks"
 	Preset string     // preset name, "" for none
 	Spec   *CheckSpec // the check as written in the file
-	Port   uint16     // port of targets that give none; 0: see [Check.DefaultPort]
+	Port   uint16     // port of targets that give none (of every target with PortWins); 0: see [Check.DefaultPort]
+	// PortWins makes Port, when set, the port of every target, over a port
+	// the target gives: App Gateway's probe port wins over the backend's.
+	// Otherwise a target's own port wins (see [Check.TargetPort]).
+	PortWins bool
 
 	Probe
 	scheduler.Timing
@@ -157,11 +161,30 @@ func (c *Check) DefaultPort() uint16 {
 	return 0
 }
 
+// TargetPort returns the port a target entry is probed on, given the port
+// the entry names (0 for none): the check's port when it wins
+// ([Check.PortWins]), else the entry's, else [Check.DefaultPort].
+func (c *Check) TargetPort(entry uint16) uint16 {
+	if entry == 0 || c.PortWins && c.Port != 0 {
+		return c.DefaultPort()
+	}
+	return entry
+}
+
 // HostNameMatters reports whether a target's host name changes the probe:
 // it does for HTTP(S) checks without a Host setting, where it becomes the
-// Host header (and the SNI). Two targets of such a check differ by their
-// host names too.
-func (c *Check) HostNameMatters() bool { return c.Protocol != TCP && c.Host == "" }
+// Host header (unless the check has a default host) and, for HTTPS without
+// an SNI setting, the TLS server name. Two targets of such a check differ by
+// their host names too.
+func (c *Check) HostNameMatters() bool {
+	switch c.Protocol {
+	case HTTP:
+		return c.Host == "" && c.DefaultHost == ""
+	case HTTPS:
+		return c.Host == "" && (c.DefaultHost == "" || c.SNI == "")
+	}
+	return false
+}
 
 // field returns the path of one of the check's fields.
 func (c *Check) field(name string) string { return "checks." + c.Name + "." + name }
@@ -306,6 +329,29 @@ func (c *Check) validateTiming(p Preset) error {
 	}
 	if c.Jitter < 0 || c.Jitter > c.Interval {
 		return fieldErr(c.field("jitter"), "%s is out of range 0s..%s (at most the interval)", formatDuration(c.Jitter), formatDuration(c.Interval))
+	}
+	if c.Cadence == scheduler.FixedRate {
+		return c.validateFixedRate()
+	}
+	return nil
+}
+
+// validateFixedRate checks that a fixed-rate check's probe has always
+// completed when the next one leaves: timeout ≤ every gap it uses.
+func (c *Check) validateFixedRate() error {
+	cadence := "cadence fixed_rate" + forPreset(presetIf(c.Spec == nil || c.Spec.Cadence == nil, c.Preset))
+	if c.Timeout > c.Interval {
+		return fieldErr(c.field("timeout"), "%s is longer than the interval %s; %s needs timeout ≤ interval (cadence after_completion allows it)",
+			formatDuration(c.Timeout), formatDuration(c.Interval), cadence)
+	}
+	for _, g := range []struct {
+		name string
+		d    time.Duration
+	}{{"fast_recheck_interval", c.FastRecheck}, {"unhealthy_interval", c.UnhealthyInterval}} {
+		if g.d > 0 && g.d < c.Timeout {
+			return fieldErr(c.field(g.name), "%s is shorter than the timeout %s; %s needs timeout ≤ %s",
+				formatDuration(g.d), formatDuration(c.Timeout), cadence, g.name)
+		}
 	}
 	return nil
 }

@@ -56,6 +56,8 @@ type Config struct {
 	// Hostnames maps the ids of targets given as host names to the name (for
 	// the Host header and SNI defaults). Most targets have none.
 	Hostnames map[uint32]string
+	// Remediations are the remediation actions in file order (R1, R2).
+	Remediations []*Remediation
 	// Metrics holds the metrics options.
 	Metrics Metrics
 	// Shard is the slice of the targets this configuration holds
@@ -64,7 +66,7 @@ type Config struct {
 	Shard Shard
 	// Files are the files the configuration was read from, each once: the
 	// config file (when read by [Load]), then the targets files and the TLS
-	// and secret files its pools and checks name, as opened.
+	// and secret files its pools, checks and remediations name, as opened.
 	Files []string
 }
 
@@ -79,8 +81,9 @@ type Target struct {
 	// leader at the highest rate any member of its stream wants and feeds
 	// each result to every member.
 	Leader uint32
-	// Disabled is true when every pool that lists the target disables it:
-	// then no pool needs its health and it is not probed (E6).
+	// Disabled is true when no pool probes the target: every pool that
+	// lists it disables it (E6) or has its health checks off. Then no pool
+	// needs its health and it is not probed.
 	Disabled bool
 }
 
@@ -159,20 +162,26 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 		}
 		cfg.Pools = append(cfg.Pools, p)
 	}
+	if cfg.Remediations, err = resolveRemediations(f.Remediation, cfg.Pools, dir); err != nil {
+		return nil, err
+	}
 	cfg.Targets, cfg.Hostnames = x.dedup(cfg.Pools)
-	cfg.Files = readFiles(cfg.Checks, x.files)
+	cfg.Files = readFiles(cfg.Checks, cfg.Remediations, x.files)
 	if f.Metrics != nil && f.Metrics.PerTarget != nil {
 		cfg.Metrics.PerTarget = *f.Metrics.PerTarget
 	}
 	return cfg, nil
 }
 
-// readFiles lists, each once, the targets files and then the TLS and secret
-// files of the checks.
-func readFiles(checks []*Check, targetsFiles []string) []string {
+// readFiles lists, each once, the targets files, then the TLS and secret
+// files of the checks, then the webhook secret files of the remediations.
+func readFiles(checks []*Check, rems []*Remediation, targetsFiles []string) []string {
 	files := slices.Clone(targetsFiles)
 	for _, c := range checks {
 		files = append(files, c.AuthToken.SecretFile, c.TLS.CAFile, c.TLS.CertFile, c.TLS.KeyFile)
+	}
+	for _, r := range rems {
+		files = append(files, r.WebhookSecretFile)
 	}
 	seen := map[string]bool{"": true}
 	return slices.DeleteFunc(files, func(f string) bool {

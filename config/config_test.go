@@ -24,6 +24,8 @@ type effective struct {
 	Healthy      string
 	UserAgent    string
 	Host, SNI    string
+	DefaultHost  string
+	Cadence      scheduler.Cadence
 	Interval     time.Duration
 	Timeout      time.Duration
 	Rise, Fall   int
@@ -38,20 +40,20 @@ func effectiveOf(cfg *Config) effective {
 	return effective{
 		Protocol: c.Protocol, Port: c.DefaultPort(), Method: c.Method, Path: c.Path,
 		Healthy: c.HealthyStatus.String(), UserAgent: c.UserAgent, Host: c.Host, SNI: c.SNI,
-		Interval: c.Interval, Timeout: c.Timeout, Rise: c.Rise, Fall: c.Fall,
+		DefaultHost: c.DefaultHost, Cadence: c.Cadence, Interval: c.Interval, Timeout: c.Timeout, Rise: c.Rise, Fall: c.Fall,
 		Window: c.Window, Initial: c.Initial, FailOpen: p.FailOpen, MaxUnhealthy: p.MaxUnhealthyPercent,
 	}
 }
 
 func TestPresetsDefaultsAndOverrides(t *testing.T) {
-	appService := effective{Protocol: HTTP, Port: 80, Method: "GET", Path: "/health", Healthy: "200-299",
+	appService := effective{Protocol: HTTP, Port: 80, Method: "GET", Path: "/health", Healthy: "200-299", Cadence: scheduler.FixedRate,
 		Interval: time.Minute, Timeout: time.Minute, Rise: 1, Fall: 10, FailOpen: true, MaxUnhealthy: 50}
 	frontDoor := effective{Protocol: HTTP, Port: 80, Method: "HEAD", Path: "/", Healthy: "200", UserAgent: "Edge Health Probe",
-		Interval: 30 * time.Second, Timeout: 30 * time.Second, Rise: 2, Fall: 3, Window: scheduler.Window{Size: 4, Required: 2},
-		FailOpen: true, MaxUnhealthy: 100}
-	appGateway := effective{Protocol: HTTP, Port: 80, Method: "GET", Path: "/", Healthy: "200-399",
-		Interval: 30 * time.Second, Timeout: 30 * time.Second, Rise: 1, Fall: 3, Initial: scheduler.Unhealthy,
-		FailOpen: false, MaxUnhealthy: 100}
+		Cadence: scheduler.FixedRate, Interval: 30 * time.Second, Timeout: 30 * time.Second, Rise: 2, Fall: 3,
+		Window: scheduler.Window{Size: 4, Required: 2}, FailOpen: true, MaxUnhealthy: 100}
+	appGateway := effective{Protocol: HTTP, Port: 80, Method: "GET", Path: "/", Healthy: "200-399", DefaultHost: "127.0.0.1",
+		Cadence: scheduler.FixedRate, Interval: 30 * time.Second, Timeout: 30 * time.Second, Rise: 1, Fall: 3,
+		Initial: scheduler.Unhealthy, FailOpen: false, MaxUnhealthy: 100}
 	globalAccel := effective{Protocol: TCP, Port: 9000, Interval: 2 * time.Second, Timeout: 3 * time.Second,
 		Rise: 3, Fall: 3, FailOpen: false, MaxUnhealthy: 100}
 	noPreset := effective{Protocol: HTTP, Port: 80, Method: "GET", Path: "/", Healthy: "200-299",
@@ -80,8 +82,23 @@ func TestPresetsDefaultsAndOverrides(t *testing.T) {
 		{name: "https host IP gives no sni", check: "protocol: https\nhost: 10.0.0.1", want: with(noPreset, func(e *effective) {
 			e.Protocol, e.Port, e.Host = HTTPS, 443, "10.0.0.1"
 		})},
-		{name: "appgateway overrides", check: "preset: appgateway\nport: 8080\ninterval: 5s\nhealthy_status: 200-399,403\ninitial_state: unknown", want: with(appGateway, func(e *effective) {
-			e.Port, e.Interval, e.Healthy, e.Initial = 8080, 5*time.Second, "200-399,403", scheduler.Unknown
+		{name: "appgateway overrides; the timeout follows a shorter interval", check: "preset: appgateway\nport: 8080\ninterval: 5s\nhealthy_status: 200-399,403\ninitial_state: unknown", want: with(appGateway, func(e *effective) {
+			e.Port, e.Interval, e.Timeout, e.Healthy, e.Initial = 8080, 5*time.Second, 5*time.Second, "200-399,403", scheduler.Unknown
+		})},
+		{name: "appgateway host replaces 127.0.0.1", check: "preset: appgateway\nhost: api.internal", want: with(appGateway, func(e *effective) {
+			e.Host, e.DefaultHost = "api.internal", ""
+		})},
+		{name: "appgateway empty host sends the target's", check: "preset: appgateway\nhost: \"\"", want: with(appGateway, func(e *effective) {
+			e.DefaultHost = ""
+		})},
+		{name: "appgateway fast recheck (v1) shortens the timeout", check: "preset: appgateway\nfast_recheck_interval: 2s", want: with(appGateway, func(e *effective) {
+			e.Timeout = 2 * time.Second
+		})},
+		{name: "appservice after completion keeps its timeout", check: "preset: appservice\npath: /health\ncadence: after_completion\ninterval: 10s", want: with(appService, func(e *effective) {
+			e.Cadence, e.Interval = scheduler.AfterCompletion, 10*time.Second
+		})},
+		{name: "no preset fixed rate", check: "protocol: http\ncadence: fixed_rate\ninterval: 2s", want: with(noPreset, func(e *effective) {
+			e.Cadence, e.Interval, e.Timeout = scheduler.FixedRate, 2*time.Second, 2*time.Second
 		})},
 		{name: "frontdoor fall replaces window, rise from window", check: "preset: frontdoor\nfall: 5", want: with(frontDoor, func(e *effective) {
 			e.Window, e.Fall = scheduler.Window{}, 5
@@ -133,10 +150,12 @@ func TestPresetWindows(t *testing.T) {
 		check      string
 		w1, w2, w3 time.Duration
 	}{
-		{"preset: appservice\npath: /h", 1140 * time.Second, 60 * time.Second, 1200 * time.Second},
-		{"preset: frontdoor", 150 * time.Second, 90 * time.Second, 180 * time.Second},
-		{"preset: appgateway", 150 * time.Second, 30 * time.Second, 180 * time.Second},
+		{"preset: appservice\npath: /h", 600 * time.Second, 60 * time.Second, 660 * time.Second},
+		{"preset: frontdoor", 90 * time.Second, 60 * time.Second, 120 * time.Second},
+		{"preset: appgateway", 90 * time.Second, 30 * time.Second, 120 * time.Second},
 		{"preset: globalaccelerator\nport: 80", 13 * time.Second, 13 * time.Second, 15 * time.Second},
+		{"preset: globalaccelerator\nprotocol: http", 13 * time.Second, 13 * time.Second, 15 * time.Second},
+		{"preset: appgateway\ncadence: after_completion", 150 * time.Second, 30 * time.Second, 180 * time.Second},
 	}
 	for _, tt := range tests {
 		cfg := mustParse(t, "checks:\n  c:\n"+indent(tt.check, "    ")+"\npools: [{name: p, check: c, targets: [127.0.0.1]}]\n", "")
@@ -261,5 +280,77 @@ func TestLoadErrors(t *testing.T) {
 	var fe *FieldError
 	if !errors.As(err, &fe) || fe.Field != "pools[0].targets_file" {
 		t.Errorf("missing targets_file: %v, want a FieldError on pools[0].targets_file", err)
+	}
+}
+
+// TestRemediation parses the issue's remediation contract and the defaults
+// App Service has (R1).
+func TestRemediation(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "hook.key"), []byte("k3y\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := mustParse(t, `checks:
+  app: {preset: appservice, path: /health}
+pools:
+  - {name: app-a, check: app, targets: ["127.0.0.1:8081", "127.0.0.2:8081"]}
+  - {name: app-b, check: app, targets: ["127.0.0.1:8082"]}
+remediation:
+  - name: plan-a
+    pools: [app-a, app-b]
+    after: 1h
+    max_per_hour: 1
+    max_per_day: 3
+    max_per_12h: 0
+    command: ["/usr/local/bin/replace-instance", "--plan", "plan-a"]
+    webhook: {url: "https://ops.example/replace", secret_file: hook.key}
+  - name: plan-b
+    pools: [app-b]
+    after: 2s
+    command: [bin/replace]
+`, dir)
+	want := []*Remediation{
+		{
+			Name: "plan-a", Pools: []string{"app-a", "app-b"}, PoolIndex: []int{0, 1}, After: time.Hour,
+			MaxPerHour: 1, MaxPerDay: 3, Command: []string{"/usr/local/bin/replace-instance", "--plan", "plan-a"},
+			WebhookURL: "https://ops.example/replace", WebhookSecretFile: filepath.Join(dir, "hook.key"), Timeout: time.Minute,
+		},
+		{
+			Name: "plan-b", Pools: []string{"app-b"}, PoolIndex: []int{1}, After: 2 * time.Second,
+			MaxPerHour: DefaultMaxPerHour, MaxPerDay: DefaultMaxPerDay, MaxPer12h: DefaultMaxPer12h,
+			Command: []string{filepath.Join(dir, "bin/replace")}, Timeout: DefaultRemediationTimeout, index: 1,
+		},
+	}
+	if diff := cmp.Diff(want, cfg.Remediations, cmp.AllowUnexported(Remediation{})); diff != "" {
+		t.Errorf("remediations (-want +got):\n%s", diff)
+	}
+	// A reload follows the webhook's secret file.
+	if diff := cmp.Diff([]string{filepath.Join(dir, "hook.key")}, cfg.Files); diff != "" {
+		t.Errorf("files (-want +got):\n%s", diff)
+	}
+}
+
+// TestHealthChecksOff checks the switch of Front Door's disabled probes and
+// Global Accelerator's health checks off: the pool keeps its members, none
+// is disabled in it, and a target no other pool probes is not probed.
+func TestHealthChecksOff(t *testing.T) {
+	cfg := mustParse(t, `checks:
+  edge: {preset: frontdoor}
+pools:
+  - {name: static, check: edge, targets: ["127.0.0.1", "127.0.0.2"], health_checks: false}
+  - {name: probed, check: edge, targets: ["127.0.0.2"]}
+`, "")
+	static := cfg.Pools[0]
+	if static.HealthChecks || len(static.Members) != 2 || len(static.Disabled) != 0 {
+		t.Fatalf("pool static = %+v, want health checks off, 2 members, none disabled", static)
+	}
+	if !cfg.Pools[1].HealthChecks {
+		t.Fatal("pool probed has health checks off; the default is on")
+	}
+	if !cfg.Targets[0].Disabled || cfg.Targets[1].Disabled {
+		t.Fatalf("targets %+v: want 127.0.0.1 not probed, 127.0.0.2 probed for pool probed", cfg.Targets)
+	}
+	if got := cfg.Streams(); got != 1 {
+		t.Fatalf("Streams() = %d, want 1", got)
 	}
 }

@@ -90,7 +90,7 @@ func (b bitset) has(i uint32) bool { return b[i>>6]&(1<<(i&63)) != 0 }
 // listing. Targets with the same address, port and check are one target;
 // targets of one probe class on the same address and port (and host name,
 // where it changes the probe) share one stream, led by its first target that
-// is not disabled everywhere (or by its first target when all are).
+// some pool probes (or by its first target when no pool probes any).
 func (x *expander) dedup(pools []*Pool) ([]Target, map[uint32]string) {
 	entries := x.entries
 	x.entries = nil
@@ -155,7 +155,7 @@ func (x *expander) dedup(pools []*Pool) ([]Target, map[uint32]string) {
 			members = append(members, id)
 			if disabledSeq.has(uint32(seq)) {
 				disabled = append(disabled, id)
-			} else {
+			} else if p.HealthChecks {
 				enabled.set(id)
 			}
 		}

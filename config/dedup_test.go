@@ -160,6 +160,24 @@ pools:
 	if diff := cmp.Diff(want, cfg.Hostnames); diff != "" {
 		t.Errorf("Hostnames (-want +got):\n%s", diff)
 	}
+
+	// App Gateway's default probe sends Host 127.0.0.1 whatever the name,
+	// over HTTP: two names of one address are one target. Over HTTPS the
+	// name is still the TLS server name.
+	cfg = mustParse(t, `checks:
+  gw: {preset: appgateway}
+  gws: {preset: appgateway, protocol: https}
+pools:
+  - {name: a, check: gw, targets: ["api-2.internal", "alias.internal"]}
+  - {name: b, check: gws, targets: ["api-2.internal", "alias.internal"]}
+`, "")
+	if got := len(cfg.Pools[0].Members); got != 1 {
+		t.Errorf("appgateway over http: %d targets for two names of one address, want 1", got)
+	}
+	if got := len(cfg.Pools[1].Members); got != 2 {
+		t.Errorf("appgateway over https: %d targets for two names of one address, want 2 (two server names)", got)
+	}
+	checkInvariants(t, cfg)
 }
 
 // checkInvariants checks what must hold for every config: leaders lead

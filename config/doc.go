@@ -9,7 +9,7 @@
 // The order is fixed: the YAML document in file order (syntax, unknown
 // fields, types, durations), then the checks by name, then the pools in file
 // order (each pool's settings, then its targets, targets_file and disabled
-// entries).
+// entries), then the remediations in file order.
 //
 // Checks. A check is written as a [CheckSpec] (optional fields are
 // pointers, so "not set" differs from zero) and resolved into a [Check]
@@ -22,9 +22,11 @@
 // forgotten), the detection windows (methods of the Timing). [NewCheck]
 // resolves one check without a file, as `sonde probe` does.
 //
-// Presets. A check's preset ([LookupPreset]) gives its defaults; every value
-// can be overridden in the check, within the ranges the preset's system
-// documents. A check evaluates with rise/fall (E1) or with a window (E2):
+// Presets. A check's preset ([LookupPreset]) gives its defaults, its
+// system's cadence among them (fixed rate or after completion) and, for
+// appgateway, the default probe's Host 127.0.0.1 and a probe port that wins
+// over the targets' ([Check.TargetPort]); every value can be overridden in
+// the check, within the ranges the preset's system documents. A check evaluates with rise/fall (E1) or with a window (E2):
 // setting one replaces the preset's other, setting both is an error.
 //
 // Targets. A target entry is an IP address, an address with a port, a CIDR
@@ -35,7 +37,12 @@
 // addresses of an IPv4 block: probing a fleet means probing every address it
 // owns. Host names are resolved when the config is loaded, to one address
 // chosen by the check's ip_family. A target's port is its own, else its
-// check's, else 80 for HTTP and 443 for HTTPS.
+// check's, else 80 for HTTP and 443 for HTTPS; with appgateway, a port set on
+// the check is every target's ([Check.TargetPort]).
+//
+// Remediation (R1, R2). Each entry of "remediation" is a [Remediation]: an
+// action and its budget over a set of pools. It is validated here; the
+// daemon's server/remediate package decides when it fires.
 //
 // Deduplication (P4, P5). Each unique (address, port, check) is one
 // [Target], shared by every pool that lists it. Checks that differ only in

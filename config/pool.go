@@ -27,6 +27,12 @@ type Pool struct {
 	// LatencyMargin is the extra latency over the fastest healthy member
 	// within which members are preferred (E7), 0 by default.
 	LatencyMargin time.Duration
+	// HealthChecks is false for a pool whose members are routed but never
+	// probed: Front Door's origin group with health probes disabled, Global
+	// Accelerator's endpoint group with health checks off. Default true.
+	// Such a pool's enabled members are always routed; they do not count
+	// for remediation (R2).
+	HealthChecks bool
 
 	index int // position in the file, for error messages
 }
@@ -100,6 +106,7 @@ func (x *expander) addPool(i int, s *PoolSpec, checks []*Check, prev []*Pool) (*
 		MaxUnhealthyPercent: pick(s.MaxUnhealthyPercent, preset.MaxUnhealthyPercent),
 		FailOpen:            pick(s.FailOpen, preset.FailOpen),
 		LatencyMargin:       pickDur(s.LatencyMargin, 0),
+		HealthChecks:        pick(s.HealthChecks, true),
 		index:               i,
 	}
 	if err := p.Validate(); err != nil {

@@ -31,7 +31,8 @@ type Probe struct {
 	HealthyStatus StatusSet            `json:"healthy_status,omitzero"`  // status codes that count as success (H3)
 	BodyContains  string               `json:"body_contains,omitempty"`  // substring the body must contain (H4); "" for no body check
 	MaxBodyBytes  int                  `json:"max_body_bytes,omitempty"` // body bytes read when looking for BodyContains
-	Host          string               `json:"host,omitempty"`           // Host header; "" means the target's host name or address
+	Host          string               `json:"host,omitempty"`           // Host header; "" means DefaultHost, else the target's host name or address
+	DefaultHost   string               `json:"default_host,omitempty"`   // host of the Host header when Host is "", with the target's port (App Gateway's 127.0.0.1)
 	SNI           string               `json:"sni,omitempty"`            // TLS server name sent (HTTPS); "" means the target's host name
 	UserAgent     string               `json:"user_agent,omitempty"`     // User-Agent header; "" lets the prober choose
 	Headers       map[string]string    `json:"headers,omitempty"`        // extra request headers, canonical names
@@ -50,6 +51,7 @@ func (p *Probe) HTTPOptions() (httpprobe.Options, error) {
 		Body:         p.BodyContains,
 		MaxBodyBytes: int64(p.MaxBodyBytes),
 		Host:         p.Host,
+		DefaultHost:  p.DefaultHost,
 		SNI:          p.SNI,
 		UserAgent:    p.UserAgent,
 		TLS:          p.TLS,

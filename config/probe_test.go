@@ -19,7 +19,7 @@ func keyTestCheck() *Check {
 		Probe: Probe{
 			Protocol: HTTPS, IPFamily: IP4, SourceAddress: netip.MustParseAddr("192.0.2.1"), TCPMode: TCPAuto,
 			Method: "GET", Path: "/health", HealthyStatus: MustParseStatusSet("200-299"), BodyContains: "ok",
-			MaxBodyBytes: 1024, Host: "api.internal", SNI: "api.internal", UserAgent: "sonde",
+			MaxBodyBytes: 1024, Host: "api.internal", DefaultHost: "127.0.0.1", SNI: "api.internal", UserAgent: "sonde",
 			Headers:   map[string]string{"X-Probe": "1"},
 			AuthToken: AuthToken{SecretFile: "/etc/secret", SecretEnv: "SECRET"},
 			TLS:       httpprobe.TLSOptions{CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem"},
@@ -153,7 +153,7 @@ func TestHTTPOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.Scheme != "https" || o.Method != "GET" || o.Path != "/health" || o.Body != "ok" || o.MaxBodyBytes != 1024 ||
-		o.Host != "api.internal" || o.SNI != "api.internal" || o.UserAgent != "sonde" || o.Headers.Get("X-Probe") != "1" ||
+		o.Host != "api.internal" || o.DefaultHost != "127.0.0.1" || o.SNI != "api.internal" || o.UserAgent != "sonde" || o.Headers.Get("X-Probe") != "1" ||
 		o.TLS != c.TLS || o.Source != c.SourceAddress || o.Token.IsZero() || !o.Healthy.Contains(204) || o.Healthy.Contains(300) {
 		t.Errorf("options %+v do not carry the check's settings", o)
 	}

@@ -51,6 +51,7 @@ func resolveCheck(name string, s *CheckSpec, dir string, lookupEnv env) (*Check,
 			return nil, err
 		}
 		c.Port = uint16(*s.Port)
+		c.PortWins = p.CheckPortWins
 	}
 	if err := c.checkApplicable(s); err != nil {
 		return nil, err
@@ -133,6 +134,9 @@ func (c *Check) resolveHTTP(s *CheckSpec, p Preset, dir string, lookupEnv env) e
 	c.BodyContains = pick(s.BodyContains, "")
 	c.MaxBodyBytes = pick(s.MaxBodyBytes, DefaultMaxBodyBytes)
 	c.Host = pick(s.Host, "")
+	if s.Host == nil {
+		c.DefaultHost = p.DefaultHost
+	}
 	c.UserAgent = pick(s.UserAgent, p.UserAgent)
 	if len(s.Headers) > 0 {
 		c.Headers = make(map[string]string, len(s.Headers))
@@ -238,13 +242,30 @@ func (c *Check) resolveTLS(s *TLSSpec, dir string) (httpprobe.TLSOptions, string
 	return t, serverName, nil
 }
 
-// resolveTiming fills interval, timeout, evaluation and initial state.
+// resolveTiming fills cadence, intervals, timeout, evaluation and initial
+// state. A fixed-rate check that does not set its timeout gets the preset's,
+// shortened to its shortest gap, so that timeout ≤ interval holds.
 func (c *Check) resolveTiming(s *CheckSpec, p Preset) error {
+	c.Cadence = p.Cadence
+	if s.Cadence != nil {
+		cd, err := scheduler.ParseCadence(*s.Cadence)
+		if err != nil {
+			return checkEnum(c.field("cadence"), *s.Cadence, []string{scheduler.FixedRate.String(), scheduler.AfterCompletion.String()}, "")
+		}
+		c.Cadence = cd
+	}
 	c.Interval = pickDur(s.Interval, p.Interval)
-	c.Timeout = pickDur(s.Timeout, p.Timeout)
 	c.FastRecheck = pickDur(s.FastRecheckInterval, 0)
 	c.UnhealthyInterval = pickDur(s.UnhealthyInterval, 0)
 	c.Jitter = pickDur(s.Jitter, 0)
+	c.Timeout = pickDur(s.Timeout, p.Timeout)
+	if s.Timeout == nil && c.Cadence == scheduler.FixedRate {
+		for _, gap := range []time.Duration{c.Interval, c.FastRecheck, c.UnhealthyInterval} {
+			if gap > 0 {
+				c.Timeout = min(c.Timeout, gap)
+			}
+		}
+	}
 	userRF := s.Rise != nil || s.Fall != nil
 	switch {
 	case s.Window != nil && userRF:

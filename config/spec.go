@@ -10,9 +10,10 @@ import (
 // pointers, so that "not set" (take the preset's or the default value) differs
 // from an explicit zero. [Parse] turns a File into a [Config].
 type File struct {
-	Checks  map[string]*CheckSpec `yaml:"checks"`  // checks by name
-	Pools   []*PoolSpec           `yaml:"pools"`   // pools in file order
-	Metrics *MetricsSpec          `yaml:"metrics"` // metrics options
+	Checks      map[string]*CheckSpec `yaml:"checks"`      // checks by name
+	Pools       []*PoolSpec           `yaml:"pools"`       // pools in file order
+	Remediation []*RemediationSpec    `yaml:"remediation"` // remediation actions (R1, R2)
+	Metrics     *MetricsSpec          `yaml:"metrics"`     // metrics options
 }
 
 // CheckSpec is one entry of "checks" as written. See [Check] for the
@@ -23,6 +24,7 @@ type CheckSpec struct {
 	Port                *int              `yaml:"port"`
 	Path                *string           `yaml:"path"`
 	Method              *string           `yaml:"method"`
+	Cadence             *string           `yaml:"cadence"`
 	Interval            *Duration         `yaml:"interval"`
 	Timeout             *Duration         `yaml:"timeout"`
 	Rise                *int              `yaml:"rise"`
@@ -76,9 +78,30 @@ type PoolSpec struct {
 	Targets             []string  `yaml:"targets"`
 	TargetsFile         *string   `yaml:"targets_file"`
 	Disabled            []string  `yaml:"disabled"`
+	HealthChecks        *bool     `yaml:"health_checks"`
 	MaxUnhealthyPercent *int      `yaml:"max_unhealthy_percent"`
 	FailOpen            *bool     `yaml:"fail_open"`
 	LatencyMargin       *Duration `yaml:"latency_margin"`
+}
+
+// RemediationSpec is one entry of "remediation" as written. See
+// [Remediation].
+type RemediationSpec struct {
+	Name      *string      `yaml:"name"`
+	Pools     []string     `yaml:"pools"`
+	After     *Duration    `yaml:"after"`
+	MaxPerH   *int         `yaml:"max_per_hour"`
+	MaxPer12H *int         `yaml:"max_per_12h"`
+	MaxPerDay *int         `yaml:"max_per_day"`
+	Command   []string     `yaml:"command"`
+	Webhook   *WebhookSpec `yaml:"webhook"`
+	Timeout   *Duration    `yaml:"timeout"`
+}
+
+// WebhookSpec is a remediation's webhook as written.
+type WebhookSpec struct {
+	URL        *string `yaml:"url"`
+	SecretFile *string `yaml:"secret_file"`
 }
 
 // MetricsSpec holds the metrics options as written.

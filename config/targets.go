@@ -192,19 +192,17 @@ func (r *resolver) lookup(l loc, name string, fam IPFamily) (netip.Addr, error) 
 // name the entry gave, or "".
 type endpointFunc func(addr netip.Addr, port uint16, name string) error
 
-// expandSpec calls fn for every endpoint of one entry, with the port rule:
-// the entry's port, else the check's default port; a TCP check with neither
-// is an error. Addresses must match the family of the check's source address.
+// expandSpec calls fn for every endpoint of one entry, with the port rule
+// of [Check.TargetPort]; a TCP check without a port for the entry is an
+// error. Addresses must match the family of the check's source address.
 func (x *expander) expandSpec(l loc, raw string, c *Check, fn endpointFunc) error {
 	ts, err := ParseTargetEntry(strings.TrimSpace(raw))
 	if err != nil {
 		return l.errorf("%s", err.Error())
 	}
-	port := ts.Port
+	port := c.TargetPort(ts.Port)
 	if port == 0 {
-		if port = c.DefaultPort(); port == 0 {
-			return l.errorf("%q has no port and check %q has none (protocol tcp has no default port)", raw, c.Name)
-		}
+		return l.errorf("%q has no port and check %q has none (protocol tcp has no default port)", raw, c.Name)
 	}
 	switch {
 	case ts.Addr.IsValid():

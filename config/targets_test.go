@@ -166,6 +166,36 @@ func TestTargetsFileLimits(t *testing.T) {
 	}
 }
 
+// TestPortPrecedence checks which port a target is probed on: its own,
+// over the check's, for every preset but App Gateway, whose probe port wins
+// over the backend's when the check sets one.
+func TestPortPrecedence(t *testing.T) {
+	tests := []struct {
+		check string
+		want  []string
+	}{
+		{"preset: appgateway\n    port: 8080", []string{"127.0.0.1:8080", "127.0.0.2:8080"}},
+		{"preset: appgateway", []string{"127.0.0.1:9000", "127.0.0.2:80"}},
+		{"preset: frontdoor\n    port: 8080", []string{"127.0.0.1:9000", "127.0.0.2:8080"}},
+		{"preset: appservice\n    path: /h\n    port: 8080", []string{"127.0.0.1:9000", "127.0.0.2:8080"}},
+		{"preset: globalaccelerator\n    port: 8080", []string{"127.0.0.1:9000", "127.0.0.2:8080"}},
+		{"protocol: http\n    port: 8080", []string{"127.0.0.1:9000", "127.0.0.2:8080"}},
+	}
+	for _, tt := range tests {
+		cfg := mustParse(t, "checks:\n  c:\n    "+tt.check+"\npools:\n  - {name: p, check: c, targets: [\"127.0.0.1:9000\", \"127.0.0.2\"], disabled: [\"127.0.0.1:9000\"]}\n", "")
+		var got []string
+		for _, tg := range cfg.Targets {
+			got = append(got, tg.AddrPort().String())
+		}
+		if diff := cmp.Diff(tt.want, got); diff != "" {
+			t.Errorf("%s: targets (-want +got):\n%s", tt.check, diff)
+		}
+		if len(cfg.Pools[0].Disabled) != 1 {
+			t.Errorf("%s: the disabled entry names the same target: disabled %v", tt.check, cfg.Pools[0].Disabled)
+		}
+	}
+}
+
 // TestParseTargetArgs reads command-line targets: entries and @FILE, with
 // every error placed as a config file places it (FILE:LINE for a file's
 // lines, fn's own errors included).

@@ -55,7 +55,9 @@ func (c *Config) WithPoolTargets(pool string, add, remove []Endpoint) (*Config, 
 		listed += len(p.Members)
 	}
 	x := &expander{limit: DefaultMaxTargets, shard: c.Shard, entries: make([]entry, 0, listed)}
-	out := &Config{Checks: c.Checks, Pools: make([]*Pool, len(c.Pools)), Metrics: c.Metrics, Shard: c.Shard, Files: c.Files}
+	cp := *c // checks, remediations, metrics, shard, files: as they are
+	out := &cp
+	out.Pools = make([]*Pool, len(c.Pools))
 	for i, p := range c.Pools {
 		np := *p
 		out.Pools[i] = &np

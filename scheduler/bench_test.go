@@ -10,13 +10,21 @@ import (
 	"github.com/sondeprobe/sonde/probe"
 )
 
-// echoLauncher answers every probe at once with a success, through the
-// engine's ring, as a prober on another goroutine would.
+// echoLauncher answers every probe with a success, through the engine's
+// ring, as a prober on another goroutine would: at once, but a target's
+// first probe after a pseudo-random time below a second, which scatters the
+// targets' phases over the second in no particular order of their records,
+// as those of a long-running engine's targets are: the load is even, and the
+// records each tick touches are spread over the table.
 type echoLauncher struct{ e *Engine }
 
 func (l *echoLauncher) Launch(lane int, batch []probe.Request) {
 	for _, req := range batch {
-		l.e.Deliver(probe.Result{ID: req.ID, Gen: req.Gen, Outcome: probe.Success, Latency: time.Microsecond, Done: req.Sent})
+		done := req.Sent
+		if req.Gen == 1 {
+			done += int64(mix64(uint64(req.ID))%uint64(time.Second/time.Millisecond-1)) * int64(time.Millisecond)
+		}
+		l.e.Deliver(probe.Result{ID: req.ID, Gen: req.Gen, Outcome: probe.Success, Latency: time.Microsecond, Done: done})
 	}
 }
 

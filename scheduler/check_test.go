@@ -21,19 +21,37 @@ func TestWindows(t *testing.T) {
 			failure: 13 * s, success: 13 * s, onset: 15 * s,
 		},
 		{
-			name:    "appservice",
+			// "10 failed pings = 10 minutes".
+			name:    "appservice, fixed rate",
+			check:   Timing{Cadence: FixedRate, Interval: 60 * s, Timeout: 60 * s, Rise: 1, Fall: 10},
+			failure: 600 * s, success: 60 * s, onset: 660 * s,
+		},
+		{
+			name:    "appservice after completion",
 			check:   Timing{Interval: 60 * s, Timeout: 60 * s, Rise: 1, Fall: 10},
 			failure: 1140 * s, success: 60 * s, onset: 1200 * s,
 		},
 		{
-			name:    "frontdoor window 4/2",
+			// k = n - x + 1 = 3 to fail, x = 2 to recover.
+			name:    "frontdoor window 4/2, fixed rate",
+			check:   Timing{Cadence: FixedRate, Interval: 30 * s, Timeout: 30 * s, Window: Window{Size: 4, Required: 2}},
+			failure: 90 * s, success: 60 * s, onset: 120 * s,
+		},
+		{
+			name:    "frontdoor window 4/2 after completion",
 			check:   Timing{Interval: 30 * s, Timeout: 30 * s, Window: Window{Size: 4, Required: 2}},
 			failure: 150 * s, success: 90 * s, onset: 180 * s,
 		},
 		{
-			name:    "appgateway",
-			check:   Timing{Interval: 30 * s, Timeout: 30 * s, Rise: 1, Fall: 3, Initial: Unhealthy},
-			failure: 150 * s, success: 30 * s, onset: 180 * s,
+			// "first detection 20 s + 2 failed probes × 20 s" at 30 s.
+			name:    "appgateway, fixed rate",
+			check:   Timing{Cadence: FixedRate, Interval: 30 * s, Timeout: 30 * s, Rise: 1, Fall: 3, Initial: Unhealthy},
+			failure: 90 * s, success: 30 * s, onset: 120 * s,
+		},
+		{
+			name:    "fixed rate with fast recheck and unhealthy interval",
+			check:   Timing{Cadence: FixedRate, Interval: 10 * s, Timeout: 2 * s, FastRecheck: 3 * s, UnhealthyInterval: 20 * s, Rise: 2, Fall: 3},
+			failure: 2*3*s + 2*s, success: 20*s + 2*s, onset: 18 * s,
 		},
 		{
 			name:    "fast recheck shortens the failure gaps only",
@@ -97,6 +115,10 @@ func TestCheckValidate(t *testing.T) {
 		{"bad initial", func(c *Timing) { c.Initial = 7 }},
 		{"interval beyond a day", func(c *Timing) { c.Interval = MaxDelay + time.Millisecond }},
 		{"jitter beyond a day", func(c *Timing) { c.Interval, c.Jitter = MaxDelay, time.Millisecond }},
+		{"unknown cadence", func(c *Timing) { c.Cadence = 2 }},
+		{"fixed rate, timeout above interval", func(c *Timing) { c.Cadence, c.Timeout = FixedRate, 2*time.Second }},
+		{"fixed rate, timeout above fast recheck", func(c *Timing) { c.Cadence, c.FastRecheck = FixedRate, time.Millisecond }},
+		{"fixed rate, timeout above unhealthy interval", func(c *Timing) { c.Cadence, c.UnhealthyInterval = FixedRate, time.Millisecond }},
 	}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid check: %v", err)
@@ -113,8 +135,27 @@ func TestCheckValidate(t *testing.T) {
 }
 
 func TestProbeRate(t *testing.T) {
-	c := Timing{Interval: 2 * time.Second, FastRecheck: 500 * time.Millisecond}
+	c := Timing{Interval: 2 * time.Second, FastRecheck: 500 * time.Millisecond, Timeout: 500 * time.Millisecond}
 	if got := c.ProbeRate(); got != 2 {
 		t.Fatalf("ProbeRate = %v, want 2", got)
+	}
+	if got := c.TimeoutRate(); got != 1 {
+		t.Fatalf("after completion: TimeoutRate = %v, want 1 (one per timeout + gap)", got)
+	}
+	c.Cadence = FixedRate
+	if got := c.TimeoutRate(); got != 2 {
+		t.Fatalf("fixed rate: TimeoutRate = %v, want 2 (one per gap)", got)
+	}
+}
+
+func TestParseCadence(t *testing.T) {
+	for _, c := range []Cadence{AfterCompletion, FixedRate} {
+		got, err := ParseCadence(c.String())
+		if err != nil || got != c {
+			t.Fatalf("ParseCadence(%q) = %v, %v", c, got, err)
+		}
+	}
+	if _, err := ParseCadence("fixed"); err == nil {
+		t.Fatal("ParseCadence(fixed) succeeded")
 	}
 }

@@ -24,8 +24,17 @@
 // tick, so nothing of a removed target reaches the one that takes its id.
 //
 // A [Check] is what the engine runs for the targets of one check: its
-// [Timing] (intervals, timeout, thresholds or window, initial state) and the
-// launcher of its probes. The interval is the gap from a probe's completion
-// (answer or timeout) to the next send, which makes the detection windows of
+// [Timing] (cadence, intervals, timeout, thresholds or window, initial
+// state), the launcher of its probes and the pace of its first probes. The
+// cadence says what an interval is measured from: the previous probe's
+// completion (answer or timeout, [AfterCompletion]) or its send
+// ([FixedRate], with the timeout at most the interval, so one probe is out at
+// a time either way). Both make the detection windows of
 // [Timing.FailureWindow] (W1) and [Timing.SuccessWindow] (W2) exact.
+//
+// First probes leave when the engine starts, not somewhere inside the first
+// interval: a pool that starts unhealthy is routable one probe round trip
+// later. Only the check's [Pace] spreads them, for a launcher that cannot
+// take them all at once. Every first probe, at start or of a target added
+// later, is filed the same way.
 package scheduler

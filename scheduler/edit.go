@@ -117,8 +117,9 @@ func (ed *Edit) SetChecks(checks []Check) error {
 }
 
 // Add adds a target and returns its id. The target probes promptly: its
-// first probe leaves at the step that applies the edit. An id is reused once
-// the target that had it is gone.
+// first probe leaves at the step that applies the edit, paced only by its
+// check's [Check.FirstProbes]. An id is reused once the target that had it
+// is gone.
 func (ed *Edit) Add(t TargetSpec) (uint32, error) {
 	b := &ed.e.books
 	if int(t.Check) >= len(ed.tab.checks) {
@@ -144,7 +145,7 @@ func (ed *Edit) Add(t TargetSpec) (uint32, error) {
 		return 0, err
 	}
 	ed.assign(id, -1, t)
-	ed.queueAdd(id, t.Leader, t, 0)
+	ed.queueAdd(id, t.Leader, t)
 	ed.added = append(ed.added, id)
 	return id, nil
 }
@@ -200,7 +201,7 @@ func (ed *Edit) assign(id uint32, sh int, t TargetSpec) {
 
 // queueAdd publishes the new target's starting state, so readers see it at
 // once, and queues its addition for its shard.
-func (ed *Edit) queueAdd(id, leader uint32, t TargetSpec, delay int64) {
+func (ed *Edit) queueAdd(id, leader uint32, t TargetSpec) {
 	e := ed.e
 	s, i, _ := e.locate(id)
 	c := &ed.tab.checks[t.Check]
@@ -215,7 +216,7 @@ func (ed *Edit) queueAdd(id, leader uint32, t TargetSpec, delay int64) {
 		rec.last.Store(0)
 		rec.since.Store(e.clock.Nanotime())
 	}
-	cmd := command{kind: cmdAdd, idx: i, id: id, check: t.Check, disabled: t.Disabled, leader: noEntry, ev: ev, delay: delay}
+	cmd := command{kind: cmdAdd, idx: i, id: id, check: t.Check, disabled: t.Disabled, leader: noEntry, ev: ev}
 	if leader != Alone {
 		_, cmd.leader, _ = e.locate(leader)
 	}

@@ -62,7 +62,7 @@ type Options struct {
 	RingSize int           // results a shard can queue; default 65536
 	Clock    Clock         // default a RealClock
 	Observer Observer      // may be nil
-	Seed     uint64        // seeds jitter and spreads first probes; same seed, same schedule
+	Seed     uint64        // seeds jitter and the placement of targets on shards; same seed, same schedule
 }
 
 // Engine schedules probes and evaluates their results. Build it with [New],
@@ -95,8 +95,8 @@ var ErrInvalidTarget = errors.New("invalid target")
 
 // New builds an engine for targets evaluated by checks; target i gets id i.
 // Each check of an enabled target needs a Launcher. The first probe of every
-// stream is placed at a pseudo-random offset (a hash of its id) within its
-// interval from the first Step or Run, so load is smooth from the start.
+// stream leaves when the engine starts (its first Step or Run), paced only
+// by its check's [Check.FirstProbes].
 func New(checks []Check, targets []TargetSpec, opt Options) (*Engine, error) {
 	if opt.Shards <= 0 {
 		opt.Shards = runtime.GOMAXPROCS(0)
@@ -195,13 +195,7 @@ func (e *Engine) place(targets []TargetSpec) error {
 			if pass == 1 {
 				leader = t.Leader
 			}
-			delay := int64(0)
-			if leader == Alone {
-				c := &e.tab.Load().checks[t.Check]
-				slots := max(uint64(c.Interval)/uint64(e.tick), 1)
-				delay = int64(mix64(e.seed^uint64(id)^0x9e3779b97f4a7c15)%slots) * e.tick
-			}
-			ed.queueAdd(uint32(id), leader, t, delay)
+			ed.queueAdd(uint32(id), leader, t)
 		}
 	}
 	ed.Commit()

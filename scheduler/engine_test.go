@@ -111,29 +111,58 @@ func TestStaleAndLateAnswers(t *testing.T) {
 	}
 }
 
-// TestFirstProbesSpread checks that first probes are spread over the interval
-// rather than sent in one burst.
-func TestFirstProbesSpread(t *testing.T) {
+// TestFirstProbesPrompt checks that first probes leave when the engine
+// starts, not somewhere inside the first interval: without a pace all at
+// once, with one the burst at once and the rest at the pace's rate, so the
+// last leaves after (n - burst) / rate, not after an interval.
+func TestFirstProbesPrompt(t *testing.T) {
 	const n = 10000
-	checks := []Check{{Timing: Timing{Interval: 10 * sec, Timeout: sec, Rise: 1, Fall: 1}}}
-	targets := make([]TargetSpec, n)
-	for i := range targets {
-		targets[i].Leader = uint32(i)
-	}
-	s := newSim(t, checks, targets, 4)
-	s.behave = func(probe.Request) answer { return answer{silent: true} }
-	var perSecond [10]int
-	s.runFor(10*sec - 1)
-	for _, r := range s.sent {
-		perSecond[r.Sent/int64(sec)]++
-	}
-	if len(s.sent) != n {
-		t.Fatalf("%d first probes within the interval, want %d", len(s.sent), n)
-	}
-	for i, c := range perSecond {
-		if c < n/10*8/10 || c > n/10*12/10 {
-			t.Fatalf("second %d had %d first probes, want about %d: %v", i, c, n/10, perSecond)
-		}
+	for _, tt := range []struct {
+		name string
+		pace Pace
+		last time.Duration // when the last first probe leaves
+	}{
+		{"no pace", Pace{}, 0},
+		{"burst 1000 then 4500/s", Pace{Rate: 4500, Burst: 1000}, 2 * sec},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			checks := []Check{{Timing: Timing{Interval: 30 * sec, Timeout: 30 * sec, Rise: 1, Fall: 3, Initial: Unhealthy}, FirstProbes: tt.pace}}
+			targets := make([]TargetSpec, n)
+			for i := range targets {
+				targets[i].Leader = uint32(i)
+			}
+			s := newSim(t, checks, targets, 3)
+			start := s.clock.Nanotime()
+			s.runFor(10 * sec)
+			if len(s.sent) != n {
+				t.Fatalf("%d first probes in 10 s, want %d", len(s.sent), n)
+			}
+			var atOnce int
+			var last int64
+			for _, r := range s.sent {
+				if r.Sent == start {
+					atOnce++
+				}
+				last = max(last, r.Sent-start)
+			}
+			// Shards pace their own share: their sizes differ a little.
+			if got := time.Duration(last); got < tt.last*95/100 || got > tt.last*105/100+time.Millisecond {
+				t.Fatalf("last first probe after %v, want %v", got, tt.last)
+			}
+			// Each of the 3 shards rounds its share of the burst up and
+			// may send the next probe up to a tick early.
+			if tt.pace.Rate > 0 && (atOnce < tt.pace.Burst || atOnce > tt.pace.Burst+6) {
+				t.Fatalf("%d first probes at once, want the burst of %d", atOnce, tt.pace.Burst)
+			}
+			if tt.pace.Rate == 0 && atOnce != n {
+				t.Fatalf("%d first probes at once, want all %d", atOnce, n)
+			}
+			// App Gateway starts unhealthy: one answered probe later the
+			// target is healthy (rise 1).
+			if st := s.eng.Status(0); st.State != Healthy {
+				t.Fatalf("target 0 after its first probe: %v, want healthy", st.State)
+			}
+		})
 	}
 }
 
@@ -328,5 +357,56 @@ func TestTickRoundingNeverLate(t *testing.T) {
 	}
 	if checked < 1000 {
 		t.Fatalf("only %d sends checked", checked)
+	}
+}
+
+// TestCadenceAtHangingServer checks the probe rate each cadence puts on a
+// server that never answers: after completion one probe per timeout plus
+// interval, at a fixed rate one per interval, whatever the last one did.
+func TestCadenceAtHangingServer(t *testing.T) {
+	for _, tt := range []struct {
+		cadence Cadence
+		gap     time.Duration // between consecutive sends
+	}{
+		{AfterCompletion, 5 * sec},
+		{FixedRate, 3 * sec},
+	} {
+		t.Run(tt.cadence.String(), func(t *testing.T) {
+			c := Check{Timing: Timing{Cadence: tt.cadence, Interval: 3 * sec, Timeout: 2 * sec, Rise: 1, Fall: 3}}
+			s := newSim(t, []Check{c}, []TargetSpec{{Leader: 0}}, 1)
+			s.behave = func(probe.Request) answer { return answer{silent: true} }
+			s.runFor(60*sec - 1)
+			if want := int(60 * sec / tt.gap); len(s.sent) != want {
+				t.Fatalf("%d probes in 60 s, want %d", len(s.sent), want)
+			}
+			for i := 1; i < len(s.sent); i++ {
+				if d := time.Duration(s.sent[i].Sent - s.sent[i-1].Sent); d != tt.gap {
+					t.Fatalf("probe %d sent %v after the previous one, want %v", i, d, tt.gap)
+				}
+			}
+			if got, want := c.TimeoutRate(), float64(sec)/float64(tt.gap); got != want {
+				t.Fatalf("TimeoutRate = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestFixedRateWithAnswers checks that at a fixed rate the interval runs from
+// send to send however long the answers take, as long as they come within
+// the timeout.
+func TestFixedRateWithAnswers(t *testing.T) {
+	c := Check{Timing: Timing{Cadence: FixedRate, Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}
+	s := newSim(t, []Check{c}, []TargetSpec{{Leader: 0}}, 1)
+	s.behave = func(req probe.Request) answer {
+		return answer{outcome: probe.Success, after: time.Duration(req.Gen%7) * 130 * time.Millisecond}
+	}
+	s.runFor(30*sec - 1)
+	if len(s.sent) != 30 {
+		t.Fatalf("%d probes in 30 s, want 30", len(s.sent))
+	}
+	for i, r := range s.sent {
+		if r.Sent != int64(i)*int64(sec) {
+			t.Fatalf("probe %d sent at %v, want %v", i, time.Duration(r.Sent), time.Duration(i)*sec)
+		}
 	}
 }

@@ -19,7 +19,6 @@ type command struct {
 	id       uint32      // cmdAdd: the target's id
 	leader   uint32      // cmdAdd: local index of a member of the stream to join, noEntry to lead one
 	ev       evalState   // cmdAdd: starting evaluator state
-	delay    int64       // cmdAdd: time from the edit's step to the first probe, for a new stream
 	tab      *checkTable // cmdChecks
 }
 
@@ -77,8 +76,8 @@ func (s *shard) command(c *command) {
 	}
 }
 
-// add starts a target in the free record c.idx: alone, with its first probe
-// after c.delay, or in the stream of the record c.leader.
+// add starts a target in the free record c.idx: alone, its first probe
+// filed at once, or in the stream of the record c.leader.
 func (s *shard) add(c *command) {
 	rec := s.rec(c.idx)
 	rec.id, rec.check, rec.ev, rec.flags = c.id, c.check, c.ev, 0
@@ -87,11 +86,11 @@ func (s *shard) add(c *command) {
 	}
 	if c.leader == noEntry {
 		rec.flags |= flagLeader
-		s.refreshStream(c.idx, c.delay)
+		s.refreshStream(c.idx)
 		return
 	}
 	s.link(c.idx, c.leader)
-	s.refreshStream(s.leaderOf(c.idx), 0)
+	s.refreshStream(s.leaderOf(c.idx))
 }
 
 // remove stops the target in record i and frees the record. A probe in
@@ -123,7 +122,7 @@ func (s *shard) remove(i uint32) {
 	s.unlink(i)
 	rec.flags = 0
 	if flags&flagLeader == 0 {
-		s.refreshStream(s.leaderOf(heir), 0)
+		s.refreshStream(s.leaderOf(heir))
 		return
 	}
 	h := s.rec(heir)
@@ -133,7 +132,7 @@ func (s *shard) remove(i uint32) {
 		h.flags |= flagActive
 		s.schedule(heir, h, at)
 	}
-	s.refreshStream(heir, 0)
+	s.refreshStream(heir)
 }
 
 // setDisabled sets or clears record i's disabled flag and starts or idles
@@ -147,14 +146,15 @@ func (s *shard) setDisabled(i uint32, disabled bool) {
 		w |= wordDisabled
 	}
 	rec.word.Store(w)
-	s.refreshStream(s.leaderOf(i), 0)
+	s.refreshStream(s.leaderOf(i))
 }
 
 // refreshStream makes leader l's stream active when a member is enabled and
-// idle otherwise. A stream that becomes active sends its first probe delay
-// from now, unless a probe is out (its completion schedules the next); one
-// that goes idle sends nothing more: its timer, when it fires, finds it idle.
-func (s *shard) refreshStream(l uint32, delay int64) {
+// idle otherwise. A stream that becomes active gets its first probe
+// ([shard.fileFirst]), unless a probe is out (its completion schedules the
+// next); one that goes idle sends nothing more: its timer, when it fires,
+// finds it idle.
+func (s *shard) refreshStream(l uint32) {
 	active := false
 	for m := l; ; {
 		if s.rec(m).flags&flagDisabled == 0 {
@@ -175,7 +175,7 @@ func (s *shard) refreshStream(l uint32, delay int64) {
 	}
 	rec.flags |= flagActive
 	if rec.flags&flagInFlight == 0 {
-		s.schedule(l, rec, s.now+delay)
+		s.fileFirst(l, rec)
 	}
 }
 

@@ -57,6 +57,11 @@ type Pool struct {
 	Policy   PoolPolicy
 	Members  []uint32
 	Disabled []uint32
+	// Unprobed is set when the pool's health checks are off (Front Door's
+	// disabled probes, Global Accelerator's health checks off): its enabled
+	// members are routed whatever the engine says of them, never removed,
+	// and never make the pool fail open.
+	Unprobed bool
 }
 
 // PoolSummary counts a pool's members by state and decision.
@@ -66,8 +71,9 @@ type PoolSummary struct {
 	Healthy     int  // enabled and healthy
 	Unhealthy   int  // enabled and unhealthy
 	Unknown     int  // enabled and not yet decided
+	Unprobed    int  // enabled members of a pool with health checks off: routed, never probed
 	Removed     int  // unhealthy targets taken out of rotation (P1–P3)
-	Routable    int  // targets receiving traffic: healthy ones and unhealthy ones not removed
+	Routable    int  // targets receiving traffic: healthy ones, unhealthy ones not removed, unprobed ones
 	FailingOpen bool // the pool has unhealthy targets, none healthy, and keeps them all (P2)
 }
 
@@ -90,8 +96,12 @@ func (p *Pool) Summary(e *Engine) PoolSummary {
 	var s PoolSummary
 	p.Each(func(id uint32, disabled bool) {
 		s.Members++
-		if disabled {
+		switch {
+		case disabled:
 			s.Disabled++
+			return
+		case p.Unprobed:
+			s.Unprobed++
 			return
 		}
 		switch e.Status(id).State {
@@ -110,7 +120,7 @@ func (p *Pool) Summary(e *Engine) PoolSummary {
 func (s *PoolSummary) finish(p PoolPolicy) {
 	enabled := s.Members - s.Disabled
 	s.Removed = p.Removed(enabled, s.Healthy, s.Unhealthy)
-	s.Routable = s.Healthy + s.Unhealthy - s.Removed
+	s.Routable = s.Healthy + s.Unhealthy - s.Removed + s.Unprobed
 	s.FailingOpen = p.FailOpen && s.Healthy == 0 && s.Unhealthy > 0
 }
 
@@ -137,6 +147,8 @@ func (p *Pool) Routes(e *Engine) ([]MemberRoute, PoolSummary) {
 		case disabled:
 			s.Disabled++
 			m.Route = Excluded
+		case p.Unprobed:
+			s.Unprobed++
 		case m.Status.State == Healthy:
 			s.Healthy++
 		case m.Status.State == Unhealthy:
@@ -152,7 +164,7 @@ func (p *Pool) Routes(e *Engine) ([]MemberRoute, PoolSummary) {
 	var sick, well []*MemberRoute
 	for i := range out {
 		m := &out[i]
-		if m.Route != Routed {
+		if m.Route != Routed || p.Unprobed {
 			continue
 		}
 		if m.Status.State == Unhealthy {

@@ -143,3 +143,28 @@ func TestPoolLatencyRanking(t *testing.T) {
 		t.Fatalf("target 1 latency %v smoothed %v, want 10ms both", st.Latency, st.Smoothed)
 	}
 }
+
+// TestPoolUnprobed checks a pool with health checks off: every enabled
+// member is routed, whatever the engine knows of it, none is removed, the
+// pool never fails open, and disabled members stay excluded.
+func TestPoolUnprobed(t *testing.T) {
+	s := poolSim(t, 3, map[uint32]time.Duration{0: 0}, func(uint32) time.Duration { return time.Millisecond })
+	p := &Pool{Policy: PoolPolicy{MaxUnhealthyPercent: 100}, Members: []uint32{0, 1, 2}, Disabled: []uint32{2}, Unprobed: true}
+	routes, sum := p.Routes(s.eng)
+	want := PoolSummary{Members: 3, Disabled: 1, Unprobed: 2, Routable: 2}
+	if diff := cmp.Diff(want, sum); diff != "" {
+		t.Fatalf("summary (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, p.Summary(s.eng)); diff != "" {
+		t.Fatalf("Summary (-want +got):\n%s", diff)
+	}
+	for _, r := range routes {
+		wantRoute := Routed
+		if r.ID == 2 {
+			wantRoute = Excluded
+		}
+		if r.Route != wantRoute || r.Rank != 0 || r.Preferred {
+			t.Fatalf("member %d: %+v, want route %v without a latency rank", r.ID, r, wantRoute)
+		}
+	}
+}

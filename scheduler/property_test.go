@@ -11,11 +11,13 @@ import (
 )
 
 // randomCheck draws a check from the space the property test covers: every
-// combination of interval, timeout, thresholds or window, fast re-check,
-// unhealthy interval and initial state, in whole milliseconds.
-func randomCheck(rng *rand.Rand, jitter bool) Check {
+// combination of cadence, interval, timeout, thresholds or window, fast
+// re-check, unhealthy interval and initial state, in whole milliseconds. A
+// fixed-rate check gets a timeout no longer than its shortest gap.
+func randomCheck(rng *rand.Rand, cadence Cadence, jitter bool) Check {
 	ms := func(lo, hi int) time.Duration { return time.Duration(lo+rng.IntN(hi-lo+1)) * time.Millisecond }
 	c := Check{Timing: Timing{
+		Cadence:  cadence,
 		Interval: ms(1, 5000),
 		Timeout:  ms(1, 5000),
 		Initial:  State(rng.IntN(3)),
@@ -35,11 +37,14 @@ func randomCheck(rng *rand.Rand, jitter bool) Check {
 	if jitter {
 		c.Jitter = ms(1, 2000)
 	}
+	if cadence == FixedRate {
+		c.Timeout = ms(1, int(c.shortestGap()/time.Millisecond))
+	}
 	return c
 }
 
 // TestDetectionWindows is the property that makes sonde's promises: for random
-// checks and failure kinds, simulated with a SimClock,
+// checks of both cadences and failure kinds, simulated with a SimClock,
 //   - a healthy target turns unhealthy after exactly k failed probes;
 //   - when every failure is a timeout, exactly W1 after the first failing
 //     probe was sent; with fast failures (RST, bad status) never later;
@@ -52,13 +57,17 @@ func TestDetectionWindows(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		trials = 100
 	}
-	for trial := range trials {
-		rng := rand.New(rand.NewPCG(uint64(trial), 42))
-		jitter := trial%5 == 4
-		c := randomCheck(rng, jitter)
-		fast := rng.IntN(2) == 0
-		name := fmt.Sprintf("trial %d (fast=%v jitter=%v) %+v", trial, fast, jitter, c)
-		checkDetection(t, name, rng, c, fast)
+	for _, cadence := range []Cadence{AfterCompletion, FixedRate} {
+		t.Run(cadence.String(), func(t *testing.T) {
+			for trial := range trials {
+				rng := rand.New(rand.NewPCG(uint64(trial), 42+uint64(cadence)))
+				jitter := trial%5 == 4
+				c := randomCheck(rng, cadence, jitter)
+				fast := rng.IntN(2) == 0
+				name := fmt.Sprintf("trial %d (fast=%v jitter=%v) %+v", trial, fast, jitter, c)
+				checkDetection(t, name, rng, c, fast)
+			}
+		})
 	}
 }
 
@@ -113,6 +122,9 @@ func checkDetection(t *testing.T, name string, rng *rand.Rand, c Check, fast boo
 		}
 	default:
 		want := downLatency*time.Duration(kf) + c.failureGap()*time.Duration(kf-1)
+		if c.Cadence == FixedRate {
+			want = c.failureGap()*time.Duration(kf-1) + downLatency
+		}
 		if got != want || got > w1 {
 			t.Fatalf("%s: fast failures detected after %v, want %v (W1 %v)", name, got, want, w1)
 		}
@@ -153,11 +165,13 @@ func firstTransition(t *testing.T, name string, s *sim, to State) Event {
 	return Event{}
 }
 
-// firstSentAfter returns the send time of the first probe dispatched at or
-// after ns.
+// firstSentAfter returns the send time of the first probe dispatched after
+// ns. A probe sent at ns itself was sent, and answered, before the test
+// changed the targets' behaviour at ns (runUntil handles every event up to
+// and including its end).
 func firstSentAfter(s *sim, ns int64) int64 {
 	for _, r := range s.sent {
-		if r.Sent >= ns {
+		if r.Sent > ns {
 			return r.Sent
 		}
 	}
@@ -165,11 +179,13 @@ func firstSentAfter(s *sim, ns int64) int64 {
 	return 0
 }
 
-// resultsBetween counts results applied with completion in [from, to].
+// resultsBetween counts results applied of probes sent at or after from and
+// completed by to. (At a fixed rate with timeout = interval, a probe's
+// deadline is the next one's send: completion alone cannot tell them apart.)
 func resultsBetween(s *sim, from, to int64) int {
 	n := 0
 	for _, a := range s.result {
-		if a.r.Done >= from && a.r.Done <= to {
+		if a.r.Done-int64(a.r.Latency) >= from && a.r.Done <= to {
 			n++
 		}
 	}
@@ -190,18 +206,22 @@ func resultsBetween(s *sim, from, to int64) int {
 //
 // and a removed target gets no result after the edit that removed it.
 func TestDetectionWindowsAcrossEdits(t *testing.T) {
-	trials := 300
+	trials := 200
 	if testing.Short() || raceEnabled {
-		trials = 60
+		trials = 40
 	}
-	for trial := range trials {
-		rng := rand.New(rand.NewPCG(uint64(trial), 4242))
-		jitter := trial%5 == 4
-		c := randomCheck(rng, jitter)
-		join := trial%2 == 0
-		fast := rng.IntN(2) == 0
-		name := fmt.Sprintf("trial %d (fast=%v jitter=%v join=%v) %+v", trial, fast, jitter, join, c)
-		checkDetectionAcrossEdits(t, name, rng, c, fast, join)
+	for _, cadence := range []Cadence{AfterCompletion, FixedRate} {
+		t.Run(cadence.String(), func(t *testing.T) {
+			for trial := range trials {
+				rng := rand.New(rand.NewPCG(uint64(trial), 4242+uint64(cadence)))
+				jitter := trial%5 == 4
+				c := randomCheck(rng, cadence, jitter)
+				join := trial%2 == 0
+				fast := rng.IntN(2) == 0
+				name := fmt.Sprintf("trial %d (fast=%v jitter=%v join=%v) %+v", trial, fast, jitter, join, c)
+				checkDetectionAcrossEdits(t, name, rng, c, fast, join)
+			}
+		})
 	}
 }
 
@@ -306,9 +326,9 @@ func (ed *editor) run(d time.Duration, gap time.Duration) {
 
 func checkDetectionAcrossEdits(t *testing.T, name string, rng *rand.Rand, c Check, fast, join bool) {
 	t.Helper()
-	other := randomCheck(rng, false)
-	other.Timeout = c.Timeout
-	third := randomCheck(rng, rng.IntN(2) == 0)
+	other := randomCheck(rng, AfterCompletion, false)
+	other.Timeout = c.Timeout // it may join the tracked target's stream
+	third := randomCheck(rng, Cadence(rng.IntN(2)), rng.IntN(2) == 0)
 	checks := []Check{c, other, third}
 	s := newSim(t, checks, []TargetSpec{{Check: 0, Leader: 0}, {Check: 1, Leader: 1}, {Check: 2, Leader: 2}}, 2)
 	ed := &editor{s: s, rng: rng, tracked: 0, join: join, live: map[uint32]bool{1: true, 2: true}, gone: map[uint32]struct{}{}}

@@ -65,6 +65,7 @@ type shard struct {
 	batches   [][]probe.Request // per launcher
 	now       int64             // time of the step in progress
 	rng       uint64            // jitter random state
+	first     []pacer           // per check: the pace of its first probes
 	fire      func(t timer)     // s.onTimer, bound once
 	touched   uint8             // keeps touch's loads from being optimised away
 	rx        [64]arrival       // batch of results being applied
@@ -231,6 +232,14 @@ func (s *shard) schedule(i uint32, rec *record, at int64) {
 	s.dispatch(i, rec)
 }
 
+// fileFirst files the first probe of the stream led by i: at once, or as
+// soon as its check's first-probe pace allows. Every first probe is filed
+// here, at the engine's start and for a target added later, so none waits
+// for a slot inside its interval.
+func (s *shard) fileFirst(i uint32, rec *record) {
+	s.schedule(i, rec, s.first[rec.check].slot(s.now))
+}
+
 // dispatch sends the next probe of target i, whose record is rec.
 func (s *shard) dispatch(i uint32, rec *record) {
 	now := s.now
@@ -252,44 +261,48 @@ func (s *shard) dispatch(i uint32, rec *record) {
 
 // complete applies a finished probe of leader i to every enabled member of
 // its stream and schedules the stream's next probe, unless the stream went
-// idle while the probe was out.
+// idle while the probe was out: the earliest any member wants, each counting
+// its gap from the probe's completion or, at a fixed rate, from its send.
 func (s *shard) complete(i uint32, lead *record, r *probe.Result) {
 	lead.flags &^= flagInFlight
 	s.count.results++
 	if lead.flags&flagActive == 0 {
 		return
 	}
-	var gap, jitter time.Duration
+	sent := lead.at
+	var due int64
+	var jitter time.Duration
 	if lead.flags&(flagShared|flagDisabled) == 0 {
 		// Alone: the common case, without the walk of a stream.
 		c := &s.tab.checks[lead.check]
 		s.apply(lead, c, r)
-		gap, jitter = c.gap(&lead.ev), c.Jitter
+		due, jitter = c.due(&lead.ev, sent, r.Done), c.Jitter
 	} else {
-		gap, jitter = s.completeStream(i, r)
+		due, jitter = s.completeStream(i, sent, r)
 	}
 	if jitter > 0 {
-		gap += time.Duration(s.random() % uint64(jitter))
+		due += int64(s.random() % uint64(jitter))
 	}
-	s.schedule(i, lead, r.Done+int64(gap))
+	s.schedule(i, lead, due)
 }
 
 // completeStream applies a result to every enabled member of the stream led
-// by i and returns the least gap and jitter among them: no member waits
-// longer than its own check says.
-func (s *shard) completeStream(i uint32, r *probe.Result) (gap, jitter time.Duration) {
-	gap, jitter = -1, -1
+// by i, whose probe left at sent, and returns the earliest next send and the
+// least jitter among them: no member waits longer than its own check says.
+func (s *shard) completeStream(i uint32, sent int64, r *probe.Result) (due int64, jitter time.Duration) {
+	first := true
 	for m := i; ; {
 		mr := s.rec(m)
 		if mr.flags&flagDisabled == 0 {
 			c := &s.tab.checks[mr.check]
 			s.apply(mr, c, r)
-			if g := c.gap(&mr.ev); gap < 0 || g < gap {
-				gap = g
+			if d := c.due(&mr.ev, sent, r.Done); first || d < due {
+				due = d
 			}
-			if jitter < 0 || c.Jitter < jitter {
+			if first || c.Jitter < jitter {
 				jitter = c.Jitter
 			}
+			first = false
 		}
 		if mr.flags&flagShared == 0 {
 			break
@@ -298,7 +311,7 @@ func (s *shard) completeStream(i uint32, r *probe.Result) (gap, jitter time.Dura
 			break
 		}
 	}
-	return gap, jitter
+	return due, jitter
 }
 
 // next returns the member after m in m's stream: m itself when it probes
@@ -443,4 +456,34 @@ func (s *shard) wakeUp() {
 		default:
 		}
 	}
+}
+
+// pacer spaces the first probes of one check in one shard: up to a burst at
+// once, then one per step nanoseconds (the generic cell rate algorithm,
+// delaying instead of dropping). The zero pacer lets every probe go at once.
+type pacer struct {
+	step int64 // ns between probes once the burst is spent; 0 means no limit
+	tau  int64 // burst tolerance: (burst - 1) * step
+	tat  int64 // theoretical arrival time of the next probe
+}
+
+// newPacer returns the pacer of p for one of shards shards, each of which
+// takes an equal share of the rate and the burst.
+func newPacer(p Pace, shards int) pacer {
+	if p.Rate <= 0 {
+		return pacer{}
+	}
+	step := max(int64(float64(shards)*float64(time.Second)/p.Rate), 1)
+	burst := max((p.Burst+shards-1)/shards, 1)
+	return pacer{step: step, tau: int64(burst-1) * step}
+}
+
+// slot returns when a probe asked for at now may leave, and books it.
+func (p *pacer) slot(now int64) int64 {
+	if p.step == 0 {
+		return now
+	}
+	at := max(now, p.tat-p.tau)
+	p.tat = max(p.tat, now) + p.step
+	return at
 }

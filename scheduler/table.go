@@ -75,9 +75,19 @@ func (t *checkTable) timeoutQueue(d time.Duration) int {
 }
 
 // use makes the shard work with table t from now on: deadline queues for new
-// timeouts and batches for new launchers. It runs between steps, when every
+// timeouts, batches for new launchers, and a first-probe pacer for each
+// check (kept while its pace is the same). It runs between steps, when every
 // batch has been flushed.
 func (s *shard) use(t *checkTable) {
+	for ci := range t.checks {
+		p := t.checks[ci].FirstProbes
+		switch {
+		case ci >= len(s.first):
+			s.first = append(s.first, newPacer(p, len(s.e.shards)))
+		case p != s.tab.checks[ci].FirstProbes:
+			s.first[ci] = newPacer(p, len(s.e.shards))
+		}
+	}
 	s.tab = t
 	for qi := len(s.deadlines); qi < len(t.timeouts); qi++ {
 		s.deadlines = append(s.deadlines, deadlineQueue{timeout: t.timeouts[qi]})

@@ -20,6 +20,7 @@ import (
 //	GET  /api/v1/pools     pools with counts and policy
 //	GET  /api/v1/targets   targets (filters pool=, state=; paging limit=, offset=)
 //	GET  /api/v1/events    recent state changes (since=SEQ, limit=)
+//	GET  /api/v1/remediations  remediations, their budgets and recent firings
 //	GET  /-/healthy        200 while the process runs
 //	GET  /-/ready          200 once a configuration is running
 //	POST /-/reload         reload the configuration
@@ -29,6 +30,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/pools", d.handlePools)
 	mux.HandleFunc("GET /api/v1/targets", d.handleTargets)
 	mux.HandleFunc("GET /api/v1/events", d.handleEvents)
+	mux.HandleFunc("GET /api/v1/remediations", d.handleRemediations)
 	mux.HandleFunc("GET /-/healthy", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })
 	mux.HandleFunc("GET /-/ready", d.handleReady)
 	mux.HandleFunc("POST /-/reload", d.handleReload)
@@ -78,14 +80,18 @@ type PoolJSON struct {
 	Healthy              int     `json:"healthy"`
 	Unhealthy            int     `json:"unhealthy"`
 	Unknown              int     `json:"unknown"`
+	Unprobed             int     `json:"unprobed"` // enabled members of a pool with health checks off: routed, never probed
 	Removed              int     `json:"removed"`
 	Routable             int     `json:"routable"`
 	FailingOpen          bool    `json:"failing_open"`
+	HealthChecks         bool    `json:"health_checks"`
 	MaxUnhealthyPercent  int     `json:"max_unhealthy_percent"`
 	FailOpen             bool    `json:"fail_open"`
 	LatencyMarginSeconds float64 `json:"latency_margin_seconds"`
+	Cadence              string  `json:"cadence"` // the check's: fixed_rate or after_completion
 	FailureWindowSeconds float64 `json:"failure_window_seconds"`
 	SuccessWindowSeconds float64 `json:"success_window_seconds"`
+	OnsetWindowSeconds   float64 `json:"failure_window_from_onset_seconds"`
 }
 
 func (d *Daemon) handlePools(w http.ResponseWriter, _ *http.Request) {
@@ -109,11 +115,13 @@ func (g *generation) poolsJSON() []PoolJSON {
 		out = append(out, PoolJSON{
 			Name: p.Name, Check: c.Name, Protocol: c.Protocol.String(),
 			Targets: s.Members, Disabled: s.Disabled, Healthy: s.Healthy, Unhealthy: s.Unhealthy,
-			Unknown: s.Unknown, Removed: s.Removed, Routable: s.Routable, FailingOpen: s.FailingOpen,
-			MaxUnhealthyPercent: cp.MaxUnhealthyPercent, FailOpen: cp.FailOpen,
+			Unknown: s.Unknown, Unprobed: s.Unprobed, Removed: s.Removed, Routable: s.Routable, FailingOpen: s.FailingOpen,
+			HealthChecks: cp.HealthChecks, MaxUnhealthyPercent: cp.MaxUnhealthyPercent, FailOpen: cp.FailOpen,
 			LatencyMarginSeconds: cp.LatencyMargin.Seconds(),
+			Cadence:              c.Cadence.String(),
 			FailureWindowSeconds: c.FailureWindow().Seconds(),
 			SuccessWindowSeconds: c.SuccessWindow(c.Timeout).Seconds(),
+			OnsetWindowSeconds:   c.FailureWindowFromOnset().Seconds(),
 		})
 	}
 	return out
@@ -127,7 +135,7 @@ type TargetJSON struct {
 	Pool                   string     `json:"pool"`
 	Check                  string     `json:"check"`
 	Protocol               string     `json:"protocol"`
-	State                  string     `json:"state"` // healthy, unhealthy, unknown or disabled
+	State                  string     `json:"state"` // healthy, unhealthy, unknown, disabled or unprobed
 	Route                  string     `json:"route"` // routed, removed, pending or excluded
 	Preferred              bool       `json:"preferred"`
 	LatencyRank            int        `json:"latency_rank,omitempty"`
@@ -164,9 +172,9 @@ func (g *generation) parseTargetFilter(r *http.Request) (targetFilter, error) {
 		}
 	}
 	switch f.state = q.Get("state"); f.state {
-	case "", "healthy", "unhealthy", "unknown", "disabled":
+	case "", "healthy", "unhealthy", "unknown", "disabled", "unprobed":
 	default:
-		return f, fmt.Errorf("state=%q: want healthy, unhealthy, unknown or disabled", f.state)
+		return f, fmt.Errorf("state=%q: want healthy, unhealthy, unknown, disabled or unprobed", f.state)
 	}
 	for _, p := range []struct {
 		name string
@@ -215,8 +223,11 @@ func (g *generation) targetsJSON(f targetFilter) ([]TargetJSON, int) {
 		routes, _ := p.Routes(g.engine)
 		for _, m := range routes {
 			state := m.Status.State.String()
-			if m.Route == scheduler.Excluded {
+			switch {
+			case m.Route == scheduler.Excluded:
 				state = "disabled"
+			case p.Unprobed:
+				state = "unprobed"
 			}
 			if f.state != "" && f.state != state {
 				continue
@@ -291,14 +302,20 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}{evs, next})
 }
 
+// handleRemediations lists the remediations with their budgets and the
+// instances they watch, and the recent firings and withheld firings.
+func (d *Daemon) handleRemediations(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, d.rem.Status(d.opt.Clock.Nanotime()))
+}
+
 var indexPage = template.Must(template.New("index").Parse(`<!doctype html>
 <html><head><meta charset="utf-8"><title>sonde</title>
 <style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{padding:.2em .8em;border-bottom:1px solid #ddd;text-align:right}td:first-child,th:first-child{text-align:left}</style>
 </head><body><h1>sonde</h1>
 <table><tr><th>pool</th><th>check</th><th>targets</th><th>healthy</th><th>unhealthy</th><th>unknown</th><th>routable</th><th>W1 s</th><th>W2 s</th></tr>
-{{range .}}<tr><td><a href="/api/v1/targets?pool={{.Name}}">{{.Name}}</a></td><td>{{.Check}}</td><td>{{.Targets}}</td><td>{{.Healthy}}</td><td>{{.Unhealthy}}</td><td>{{.Unknown}}</td><td>{{.Routable}}{{if .FailingOpen}} (fail open){{end}}</td><td>{{.FailureWindowSeconds}}</td><td>{{.SuccessWindowSeconds}}</td></tr>
+{{range .}}<tr><td><a href="/api/v1/targets?pool={{.Name}}">{{.Name}}</a></td><td>{{.Check}}</td><td>{{.Targets}}</td><td>{{.Healthy}}</td><td>{{.Unhealthy}}</td><td>{{.Unknown}}</td><td>{{.Routable}}{{if .FailingOpen}} (fail open){{end}}{{if not .HealthChecks}} (not probed){{end}}</td><td>{{.FailureWindowSeconds}}</td><td>{{.SuccessWindowSeconds}}</td></tr>
 {{end}}</table>
-<p><a href="/metrics">/metrics</a> · <a href="/api/v1/pools">/api/v1/pools</a> · <a href="/api/v1/targets">/api/v1/targets</a> · <a href="/api/v1/events">/api/v1/events</a></p>
+<p><a href="/metrics">/metrics</a> · <a href="/api/v1/pools">/api/v1/pools</a> · <a href="/api/v1/targets">/api/v1/targets</a> · <a href="/api/v1/events">/api/v1/events</a> · <a href="/api/v1/remediations">/api/v1/remediations</a></p>
 </body></html>`))
 
 func (d *Daemon) handleIndex(w http.ResponseWriter, _ *http.Request) {

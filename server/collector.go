@@ -15,11 +15,11 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
-	descPoolTargets  = desc("sonde_pool_targets", "Targets of a pool by state: healthy, unhealthy, unknown (not yet decided), disabled.", "pool", "state")
+	descPoolTargets  = desc("sonde_pool_targets", "Targets of a pool by state: healthy, unhealthy, unknown (not yet decided), disabled, unprobed (health checks off: routed, never probed).", "pool", "state")
 	descPoolRoutable = desc("sonde_pool_routable_targets", "Targets of a pool that receive traffic after the pool policy: healthy ones and unhealthy ones kept by max_unhealthy_percent or fail-open.", "pool")
 	descPoolRemoved  = desc("sonde_pool_removed_targets", "Unhealthy targets of a pool taken out of rotation by the pool policy.", "pool")
 	descPoolOpen     = desc("sonde_pool_failing_open", "1 while a pool has no healthy target and keeps all of them in rotation (fail open).", "pool")
-	descFailWin      = desc("sonde_check_failure_window_seconds", "W1: longest time from the send of the first failing probe to unhealthy, t*k + i*(k-1).", "check")
+	descFailWin      = desc("sonde_check_failure_window_seconds", "W1: longest time from the send of the first failing probe to unhealthy, t*k + i*(k-1) after completion, i*(k-1) + t at a fixed rate.", "check")
 	descSuccessWin   = desc("sonde_check_success_window_seconds", "W2: longest time from the send of the first successful probe to healthy, with r = timeout.", "check")
 	descOnsetWin     = desc("sonde_check_failure_window_from_onset_seconds", "W3: longest time from the onset of a failure to unhealthy, W1 plus one interval.", "check")
 	descTargets      = desc("sonde_targets", "Targets: unique (address, port, check) after deduplication.")
@@ -175,6 +175,7 @@ func (c *stateCollector) collectPools(g *generation, gauge func(*prometheus.Desc
 		gauge(descPoolTargets, float64(s.Unhealthy), p.Name, "unhealthy")
 		gauge(descPoolTargets, float64(s.Unknown), p.Name, "unknown")
 		gauge(descPoolTargets, float64(s.Disabled), p.Name, "disabled")
+		gauge(descPoolTargets, float64(s.Unprobed), p.Name, "unprobed")
 		gauge(descPoolRoutable, float64(s.Routable), p.Name)
 		gauge(descPoolRemoved, float64(s.Removed), p.Name)
 		open := 0.0
@@ -187,6 +188,9 @@ func (c *stateCollector) collectPools(g *generation, gauge func(*prometheus.Desc
 
 func (c *stateCollector) collectTargets(g *generation, gauge func(*prometheus.Desc, float64, ...string)) {
 	for _, p := range g.pools {
+		if p.Unprobed {
+			continue
+		}
 		p.Each(func(id uint32, disabled bool) {
 			st := g.engine.Status(id)
 			if disabled || st.State == scheduler.Unknown {

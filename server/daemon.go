@@ -16,6 +16,7 @@ import (
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/remediate"
 )
 
 // Options configure a [Daemon].
@@ -83,6 +84,9 @@ type Daemon struct {
 	obs     observer
 	mem     memoryTuner
 	errs    lastErrors
+	// rem fires remediation actions. It outlives generations: budgets and
+	// instance state are kept by remediation name and address.
+	rem *remediate.Manager
 
 	cur atomic.Pointer[generation]
 
@@ -129,6 +133,7 @@ func New(opt Options) (*Daemon, error) {
 	d.errs.m = map[uint32]string{}
 	d.obs = newObserver(d)
 	d.metrics = newMetrics(d)
+	d.rem = remediate.New(remediate.Options{Logger: opt.Logger, Registerer: d.metrics.reg})
 	d.reloads.d = d
 	return d, nil
 }
@@ -178,6 +183,10 @@ func (d *Daemon) read(reload bool) (*config.Config, inputs, error) {
 // first builds the engine and the probers for the first configuration, ids
 // as in cfg, and starts them.
 func (d *Daemon) first(cfg *config.Config) (*generation, error) {
+	plan, err := d.rem.Plan(cfg)
+	if err != nil {
+		return nil, err
+	}
 	shards := d.opt.Shards
 	if shards <= 0 {
 		shards = runtime.GOMAXPROCS(0)
@@ -202,7 +211,7 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 	checks := make([]scheduler.Check, len(cfg.Checks))
 	slots := make([]uint16, len(cfg.Checks))
 	for ci, c := range cfg.Checks {
-		checks[ci] = scheduler.Check{Timing: c.Timing, Launcher: pp.ls.byCheck[ci]}
+		checks[ci] = scheduler.Check{Timing: c.Timing, Launcher: pp.ls.byCheck[ci], FirstProbes: pp.ls.firstProbes[ci]}
 		slots[ci] = uint16(ci)
 	}
 	resume := d.restore(cfg)
@@ -226,8 +235,8 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 	}
 	sink.e.Store(engine)
 	retire := pp.commit(cfg, added)
-	g := d.newGeneration(cfg, engine, pp.ls, slots)
-	d.cur.Store(g)
+	g := d.newGeneration(cfg, engine, pp.ls, slots, plan)
+	d.publish(g)
 	retire()
 	d.engine, d.probers, d.cancel = engine, ps, cancel
 	d.done = make(chan struct{})
@@ -245,14 +254,20 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 
 // newGeneration builds the generation of cfg (ids as the engine's) and
 // resolves its pools' instruments.
-func (d *Daemon) newGeneration(cfg *config.Config, e *scheduler.Engine, ls *launchers, slots []uint16) *generation {
-	g := &generation{cfg: cfg, engine: e, launch: ls, errs: &d.errs, slots: slots, loaded: d.opt.Clock.Now()}
+func (d *Daemon) newGeneration(cfg *config.Config, e *scheduler.Engine, ls *launchers, slots []uint16, remedies *remediate.Plan) *generation {
+	g := &generation{cfg: cfg, engine: e, launch: ls, errs: &d.errs, slots: slots, remedies: remedies, loaded: d.opt.Clock.Now()}
 	g.indexPools()
 	for _, p := range cfg.Pools {
 		proto := cfg.Checks[p.CheckIndex].Protocol.String()
 		g.obs = append(g.obs, d.metrics.instruments(p.Name, proto))
 	}
 	return g
+}
+
+// publish makes g the generation readers, the observer and remediation see.
+func (d *Daemon) publish(g *generation) {
+	d.cur.Store(g)
+	d.rem.Use(g.remedies, remediate.NewView(g.cfg, d.opt.Clock, g.engine.Status, g.lastError))
 }
 
 // engineSink hands results to the engine, which is built after the
@@ -322,6 +337,10 @@ func (d *Daemon) reload() error {
 // generation. It returns the numbers of targets added and removed.
 func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
 	old := d.cur.Load()
+	plan, err := d.rem.Plan(cfg)
+	if err != nil {
+		return nil, 0, 0, err
+	}
 	slots, nslots := slotsFor(old, cfg)
 	pp, err := d.probers.prepare(cfg)
 	if err != nil {
@@ -335,11 +354,11 @@ func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
 		return nil, 0, 0, err
 	}
 	retire := pp.commit(next, added)
-	g := d.newGeneration(next, d.engine, pp.ls, slots)
+	g := d.newGeneration(next, d.engine, pp.ls, slots, plan)
 	// Readers and the observer see the new generation first: the engine
 	// still runs the removed targets until its shards apply the edit, and
 	// the generation knows them as gone.
-	d.cur.Store(g)
+	d.publish(g)
 	ed.Commit()
 	retire()
 	d.errs.forget(removed)
@@ -392,7 +411,7 @@ func (d *Daemon) loaded(g *generation, reload bool, kept, added, removed int, to
 		msg = "configuration reloaded"
 	}
 	d.log.Info(msg, "shard", g.cfg.Shard.String(), "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", g.targets,
-		"streams", g.cfg.Streams(), "kept_state", kept, "added", added, "removed", removed,
+		"streams", g.cfg.Streams(), "remediations", len(g.cfg.Remediations), "kept_state", kept, "added", added, "removed", removed,
 		"tcp_path", g.launch.tcpPath, "took", took.Round(time.Millisecond))
 	if limit > 0 {
 		d.log.Debug("memory limit set", "bytes", limit)
@@ -422,8 +441,8 @@ func removedPools(old, next *generation) []string {
 	return gone
 }
 
-// Stop ends probing and saves the state file. The daemon cannot be started
-// again.
+// Stop ends probing and remediation (an action in flight is cancelled) and
+// saves the state file. The daemon cannot be started again.
 func (d *Daemon) Stop() error {
 	d.reloads.stop()
 	d.updateMu.Lock()
@@ -432,6 +451,7 @@ func (d *Daemon) Stop() error {
 		return nil
 	}
 	d.stopped = true
+	d.rem.Close()
 	if d.engine == nil {
 		return nil
 	}

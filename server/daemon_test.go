@@ -294,7 +294,7 @@ sonde_pool_routable_targets{pool="api"} 1
 # HELP sonde_target_healthy 1 when the target is healthy, 0 when unhealthy; absent while undecided or disabled.
 # TYPE sonde_target_healthy gauge
 sonde_target_healthy{pool="api",target="` + b.addr() + `"} 1
-# HELP sonde_check_failure_window_seconds W1: longest time from the send of the first failing probe to unhealthy, t*k + i*(k-1).
+# HELP sonde_check_failure_window_seconds W1: longest time from the send of the first failing probe to unhealthy, t*k + i*(k-1) after completion, i*(k-1) + t at a fixed rate.
 # TYPE sonde_check_failure_window_seconds gauge
 sonde_check_failure_window_seconds{check="web"} 1
 `

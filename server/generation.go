@@ -7,6 +7,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/remediate"
 )
 
 // generation is one configuration as the daemon runs it: the configuration,
@@ -31,6 +32,7 @@ type generation struct {
 	slots    []uint16            // per check, its index in the engine's checks
 	targets  int                 // targets in use (cfg.Targets less the placeholders)
 	obs      []*poolInstruments  // per pool, its per-result instruments
+	remedies *remediate.Plan     // the configuration's remediations, for the daemon's manager
 	loaded   time.Time
 }
 
@@ -55,6 +57,7 @@ func (g *generation) indexPools() {
 			},
 			Members:  p.Members,
 			Disabled: p.Disabled,
+			Unprobed: !p.HealthChecks,
 		})
 		for _, id := range p.Members {
 			if g.poolOf[id] == noPool {

@@ -13,6 +13,7 @@ import (
 	httpprobe "github.com/sondeprobe/sonde/probe/http"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/probe/tcp"
+	"github.com/sondeprobe/sonde/scheduler"
 )
 
 // ErrNoSyn is returned (wrapped) by [NewProber] for a check in tcp_mode syn
@@ -50,11 +51,12 @@ func NewProber(c *config.Check, synReady bool) (p probe.Reporter, useSyn bool, e
 // them. The probers themselves belong to the daemon's proberSet and outlive
 // generations.
 type launchers struct {
-	byCheck []probe.Launcher
-	workers []*probe.Workers // of the HTTP(S) and connect() checks, in check order
-	syn     *syn.Prober
-	tcpPath probe.TCPPath
-	synErr  error // why TCP checks in auto mode fell back to connect(), if they did
+	byCheck     []probe.Launcher
+	firstProbes []scheduler.Pace // per check: what its launcher takes of first probes at once
+	workers     []*probe.Workers // of the HTTP(S) and connect() checks, in check order
+	syn         *syn.Prober
+	tcpPath     probe.TCPPath
+	synErr      error // why TCP checks in auto mode fell back to connect(), if they did
 }
 
 // proberSet is the daemon's probers, kept across reloads: a probe.Workers
@@ -104,8 +106,9 @@ type proberPlan struct {
 // running configuration until commit; when prepare fails, nothing did.
 func (ps *proberSet) prepare(cfg *config.Config) (*proberPlan, error) {
 	pp := &proberPlan{
-		ps:      ps,
-		ls:      &launchers{byCheck: make([]probe.Launcher, len(cfg.Checks)), tcpPath: probe.PathConnect},
+		ps: ps,
+		ls: &launchers{byCheck: make([]probe.Launcher, len(cfg.Checks)), firstProbes: make([]scheduler.Pace, len(cfg.Checks)),
+			tcpPath: probe.PathConnect},
 		probers: make([]probe.Reporter, len(cfg.Checks)),
 		sizes:   make([]int, len(cfg.Checks)),
 		fresh:   map[string]*workerPool{},
@@ -127,9 +130,12 @@ func (ps *proberSet) prepare(cfg *config.Config) (*proberPlan, error) {
 		}
 		if useSyn {
 			pp.ls.byCheck[ci] = sp
+			pp.ls.firstProbes[ci] = firstProbePace(c, streams[ci], synFirstBurst, synFirstRate)
 			continue
 		}
-		pp.probers[ci], pp.sizes[ci] = p, concurrencyFor(c, streams[ci])
+		n := concurrencyFor(c, streams[ci])
+		pp.probers[ci], pp.sizes[ci] = p, n
+		pp.ls.firstProbes[ci] = firstProbePace(c, streams[ci], n, float64(n)/c.Timeout.Seconds())
 		wp := ps.pools[c.Name]
 		if wp == nil {
 			wp = ps.newPool(p, pp.sizes[ci])
@@ -346,15 +352,29 @@ func streamsPerCheck(cfg *config.Config) []int {
 }
 
 // concurrencyFor sizes a check's worker pool for the worst case, every probe
-// running to its timeout: streams × timeout / (interval + timeout), with
-// headroom, between 4 and 4096.
+// running to its timeout: streams × timeout × the rate of probes at a
+// hanging server (timeout / (gap + timeout) after completion, timeout / gap
+// at a fixed rate), with headroom, between 4 and 4096.
 func concurrencyFor(c *config.Check, streams int) int {
-	gap := c.Interval
-	if c.FastRecheck > 0 && c.FastRecheck < gap {
-		gap = c.FastRecheck
-	}
-	cycle := gap + c.Timeout
-	need := float64(streams) * float64(c.Timeout) / float64(cycle)
+	need := float64(streams) * c.Timeout.Seconds() * c.TimeoutRate()
 	n := int(need*1.25) + 4
 	return min(max(n, 4), 4096)
+}
+
+// What the SYN prober takes of first probes: a burst its capture ring holds
+// with room to spare, then a rate well below what one core sends and
+// captures (bench/README.md: about 300,000 SYNs/s on two cores).
+const (
+	synFirstBurst = 4096
+	synFirstRate  = 100_000
+)
+
+// firstProbePace paces the first probes of a check's streams to what its
+// launcher takes: burst at once, then rate per second (a worker pool: its
+// workers at once, then as many per timeout, so that even a fleet of
+// hanging servers never leaves a first probe queued past its deadline).
+// It is never slower than the check's own steady rate, so the last first
+// probe leaves within one interval of the start at most.
+func firstProbePace(c *config.Check, streams, burst int, rate float64) scheduler.Pace {
+	return scheduler.Pace{Rate: max(rate, float64(streams)/c.Interval.Seconds()), Burst: burst}
 }

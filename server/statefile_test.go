@@ -184,7 +184,7 @@ func TestStateFileAcrossRestart(t *testing.T) {
 	state := filepath.Join(t.TempDir(), "state")
 	yaml := fmt.Sprintf(`
 checks:
-  gw: {preset: appgateway, protocol: http, interval: 200ms, timeout: 1s}
+  gw: {preset: appgateway, protocol: http, interval: 200ms, timeout: 200ms}
 pools:
   - {name: gw, check: gw, targets: [%q]}
 `, b.addr())

@@ -160,7 +160,7 @@ func engineChecks(e *scheduler.Engine, next *config.Config, slots []uint16, n in
 		out[s] = *e.Check(s)
 	}
 	for ci, c := range next.Checks {
-		out[slots[ci]] = scheduler.Check{Timing: c.Timing, Launcher: ls.byCheck[ci]}
+		out[slots[ci]] = scheduler.Check{Timing: c.Timing, Launcher: ls.byCheck[ci], FirstProbes: ls.firstProbes[ci]}
 	}
 	return out
 }
@@ -233,7 +233,9 @@ func streamsOf(old *generation, next *config.Config, engineOf []uint32) *streams
 // (placeholders at free ids up to size), leaders and pool members as engine
 // ids.
 func reindex(next *config.Config, engineOf []uint32, ss *streams, size int) *config.Config {
-	out := &config.Config{Checks: next.Checks, Metrics: next.Metrics, Shard: next.Shard, Files: next.Files, Pools: make([]*config.Pool, len(next.Pools))}
+	cp := *next
+	out := &cp
+	out.Pools = make([]*config.Pool, len(next.Pools))
 	out.Targets = make([]config.Target, size)
 	for id := range out.Targets {
 		out.Targets[id] = config.Target{Leader: uint32(id), Disabled: true}
@@ -245,6 +247,7 @@ func reindex(next *config.Config, engineOf []uint32, ss *streams, size int) *con
 			out.Targets[engineOf[n]] = t
 		}
 	}
+	out.Hostnames = nil
 	if len(next.Hostnames) > 0 {
 		out.Hostnames = make(map[uint32]string, len(next.Hostnames))
 		for id, name := range next.Hostnames {

@@ -15,13 +15,15 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/remediate"
 )
 
 const configUsage = `Usage: sonde config check [-json] [-endpoints] [-shard i/N] FILE
 
 Validates FILE and prints every check's effective settings (after its preset)
-with its detection windows, every pool with its targets and policy, and the
-probe streams and probe rates left after deduplication; with -shard, the
+with its cadence and detection windows, every pool with its targets and
+policy, every remediation with its budget and the instances it covers, and
+the probe streams and probe rates left after deduplication; with -shard, the
 targets, streams and probe rates of that shard. Exits 2 when FILE is not
 valid.
 `
@@ -69,15 +71,16 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // configReport is the output of "sonde config check"; its JSON form is the
 // -json output.
 type configReport struct {
-	Shard        int              `json:"shard"`  // the shard shown, i of…
-	Shards       int              `json:"shards"` // …N: targets, streams and rates are the shard's
-	Checks       []checkReport    `json:"checks"`
-	Pools        []poolReport     `json:"pools"`
-	Targets      int              `json:"targets"`       // unique (address, port, check)
-	ProbeStreams int              `json:"probe_streams"` // streams after deduplication
-	ProbeRate    rateReport       `json:"probe_rate"`
-	Endpoints    []endpointReport `json:"endpoints,omitempty"` // with -endpoints
-	Metrics      metricsReport    `json:"metrics"`
+	Shard        int                 `json:"shard"`  // the shard shown, i of…
+	Shards       int                 `json:"shards"` // …N: targets, streams and rates are the shard's
+	Checks       []checkReport       `json:"checks"`
+	Pools        []poolReport        `json:"pools"`
+	Remediations []remediationReport `json:"remediations"`
+	Targets      int                 `json:"targets"`       // unique (address, port, check)
+	ProbeStreams int                 `json:"probe_streams"` // streams after deduplication
+	ProbeRate    rateReport          `json:"probe_rate"`
+	Endpoints    []endpointReport    `json:"endpoints,omitempty"` // with -endpoints
+	Metrics      metricsReport       `json:"metrics"`
 }
 
 // checkReport is one check's effective settings and windows: its probe
@@ -85,10 +88,12 @@ type configReport struct {
 // rise and fall are the equivalent consecutive thresholds: rise = k of W2
 // (required successes), fall = k of W1 (size - required + 1).
 type checkReport struct {
-	Name   string  `json:"name"`
-	Preset *string `json:"preset"`
-	Port   *uint16 `json:"port"` // null: every target gives its own
+	Name     string  `json:"name"`
+	Preset   *string `json:"preset"`
+	Port     *uint16 `json:"port"`      // null: every target gives its own
+	PortWins bool    `json:"port_wins"` // the check's port overrides the targets' own (App Gateway)
 	config.Probe
+	Cadence                 scheduler.Cadence `json:"cadence"` // fixed_rate or after_completion
 	IntervalSeconds         float64           `json:"interval_seconds"`
 	TimeoutSeconds          float64           `json:"timeout_seconds"`
 	Rise                    int               `json:"rise"`
@@ -110,9 +115,20 @@ type poolReport struct {
 	Check                string  `json:"check"`
 	Targets              int     `json:"targets"`
 	Disabled             int     `json:"disabled"`
+	HealthChecks         bool    `json:"health_checks"` // false: routed, never probed
 	MaxUnhealthyPercent  int     `json:"max_unhealthy_percent"`
 	FailOpen             bool    `json:"fail_open"`
 	LatencyMarginSeconds float64 `json:"latency_margin_seconds"`
+}
+
+// remediationReport is one remediation: its settings, and the instances it
+// may act on (target addresses of its health-checked pools), of which
+// multi_pool_instances are in more than one of them, where it acts only
+// when they are unhealthy in all (R2). Firings happen in `sonde run`:
+// /api/v1/remediations lists them.
+type remediationReport struct {
+	remediate.Settings
+	remediate.Coverage
 }
 
 type rateReport struct {
@@ -140,16 +156,20 @@ func newConfigReport(cfg *config.Config, endpoints bool) *configReport {
 		Metrics:      metricsReport{PerTarget: cfg.Metrics.PerTarget},
 		Checks:       make([]checkReport, 0, len(cfg.Checks)),
 		Pools:        make([]poolReport, 0, len(cfg.Pools)),
+		Remediations: make([]remediationReport, 0, len(cfg.Remediations)),
 	}
 	for _, c := range cfg.Checks {
 		rep.Checks = append(rep.Checks, newCheckReport(c))
 	}
 	for _, p := range cfg.Pools {
 		rep.Pools = append(rep.Pools, poolReport{
-			Name: p.Name, Check: p.Check, Targets: len(p.Members), Disabled: len(p.Disabled),
+			Name: p.Name, Check: p.Check, Targets: len(p.Members), Disabled: len(p.Disabled), HealthChecks: p.HealthChecks,
 			MaxUnhealthyPercent: p.MaxUnhealthyPercent, FailOpen: p.FailOpen,
 			LatencyMarginSeconds: p.LatencyMargin.Seconds(),
 		})
+	}
+	for _, r := range cfg.Remediations {
+		rep.Remediations = append(rep.Remediations, remediationReport{remediate.SettingsOf(r), remediate.CoverageOf(cfg, r)})
 	}
 	rs := cfg.ProbeRates()
 	rep.ProbeRate = rateReport{Endpoints: rs.Endpoints, MaxPerEndpoint: rs.Max, Total: rs.Total}
@@ -167,7 +187,9 @@ func newConfigReport(cfg *config.Config, endpoints bool) *configReport {
 func newCheckReport(c *config.Check) checkReport {
 	r := checkReport{
 		Name:                    c.Name,
+		PortWins:                c.PortWins,
 		Probe:                   c.Probe,
+		Cadence:                 c.Cadence,
 		IntervalSeconds:         c.Interval.Seconds(),
 		TimeoutSeconds:          c.Timeout.Seconds(),
 		Rise:                    c.Rise,
@@ -197,7 +219,7 @@ func newCheckReport(c *config.Check) checkReport {
 // writeText prints the report as aligned tables.
 func (r *configReport) writeText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CHECK\tPRESET\tPROTOCOL\tPORT\tINTERVAL\tTIMEOUT\tEVALUATION\tINITIAL\tW1 FAIL\tW2 RECOVER\tW3 ONSET\tRATE/TARGET\tCLASS")
+	fmt.Fprintln(tw, "CHECK\tPRESET\tPROTOCOL\tPORT\tCADENCE\tINTERVAL\tTIMEOUT\tEVALUATION\tINITIAL\tW1 FAIL\tW2 RECOVER\tW3 ONSET\tRATE/TARGET\tCLASS")
 	for _, c := range r.Checks {
 		eval := fmt.Sprintf("rise %d fall %d", c.Rise, c.Fall)
 		if c.Window != nil {
@@ -212,8 +234,8 @@ func (r *configReport) writeText(w io.Writer) error {
 		if c.JitterSeconds > 0 {
 			eval += ", jitter " + secs(c.JitterSeconds)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/s\t%d\n",
-			c.Name, orDash(deref(c.Preset)), c.Protocol, portText(c.Port), secs(c.IntervalSeconds), secs(c.TimeoutSeconds),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s/s\t%d\n",
+			c.Name, orDash(deref(c.Preset)), c.Protocol, portText(c.Port, c.PortWins), c.Cadence, secs(c.IntervalSeconds), secs(c.TimeoutSeconds),
 			eval, c.InitialState, secs(c.FailureWindowSeconds), secs(c.SuccessWindowSeconds), secs(c.OnsetWindowSeconds),
 			rate(c.ProbeRate), c.ProbeClass)
 	}
@@ -223,10 +245,19 @@ func (r *configReport) writeText(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\n", c.Name, probeText(c))
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "POOL\tCHECK\tTARGETS\tDISABLED\tMAX UNHEALTHY\tFAIL OPEN\tLATENCY MARGIN")
+	fmt.Fprintln(tw, "POOL\tCHECK\tTARGETS\tDISABLED\tHEALTH CHECKS\tMAX UNHEALTHY\tFAIL OPEN\tLATENCY MARGIN")
 	for _, p := range r.Pools {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d%%\t%t\t%s\n", p.Name, p.Check, p.Targets, p.Disabled,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d%%\t%t\t%s\n", p.Name, p.Check, p.Targets, p.Disabled,
+			onOff(p.HealthChecks),
 			p.MaxUnhealthyPercent, p.FailOpen, secs(p.LatencyMarginSeconds))
+	}
+	if len(r.Remediations) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintln(tw, "REMEDIATION\tPOOLS\tAFTER\tBUDGET\tINSTANCES\tACTION")
+		for _, m := range r.Remediations {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d (%d in several pools)\t%s\n", m.Name, strings.Join(m.Pools, ","), secs(m.AfterSeconds),
+				budgetText(m), m.Instances, m.MultiPool, actionText(m))
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -274,6 +305,9 @@ func probeText(c checkReport) string {
 			add("max_body_bytes", strconv.Itoa(c.MaxBodyBytes))
 		}
 		add("host", c.Host)
+		if c.DefaultHost != "" {
+			add("host", c.DefaultHost+"[:port]")
+		}
 		add("sni", c.SNI)
 		if c.UserAgent != "" {
 			add("user_agent", strconv.Quote(c.UserAgent))
@@ -306,11 +340,60 @@ func rate(r float64) string {
 	return strconv.FormatFloat(r, 'g', 4, 64)
 }
 
-func portText(p *uint16) string {
+// portText is a check's port: "-" for none, "8080!" when it overrides the
+// targets' own ports.
+func portText(p *uint16, wins bool) string {
 	if p == nil {
 		return "-"
 	}
+	if wins {
+		return strconv.Itoa(int(*p)) + "!"
+	}
 	return strconv.Itoa(int(*p))
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// budgetText describes a remediation's caps: "1/h 3/day", "no cap".
+func budgetText(m remediationReport) string {
+	var parts []string
+	for _, b := range []struct {
+		n    int
+		unit string
+	}{{m.MaxPerHour, "/h"}, {m.MaxPer12h, "/12h"}, {m.MaxPerDay, "/day"}} {
+		if b.n > 0 {
+			parts = append(parts, strconv.Itoa(b.n)+b.unit)
+		}
+	}
+	if len(parts) == 0 {
+		return "no cap"
+	}
+	return strings.Join(parts, " ")
+}
+
+// actionText describes what a remediation runs.
+func actionText(m remediationReport) string {
+	var parts []string
+	if len(m.Command) > 0 {
+		args := make([]string, len(m.Command))
+		for i, a := range m.Command {
+			args[i] = strconv.Quote(a)
+		}
+		parts = append(parts, "command ["+strings.Join(args, " ")+"]")
+	}
+	if m.WebhookURL != "" {
+		w := "webhook " + m.WebhookURL
+		if m.WebhookSigned {
+			w += " (signed)"
+		}
+		parts = append(parts, w)
+	}
+	return strings.Join(parts, ", ") + ", timeout " + secs(m.TimeoutSeconds)
 }
 
 func orDash(s string) string {

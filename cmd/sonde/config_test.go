@@ -55,6 +55,7 @@ func TestConfigCheckJSON(t *testing.T) {
 			FailureWindowSeconds float64                       `json:"failure_window_seconds"`
 			SuccessWindowSeconds float64                       `json:"success_window_seconds"`
 			OnsetWindowSeconds   float64                       `json:"failure_window_from_onset_seconds"`
+			Cadence              string                        `json:"cadence"`
 			ProbeClass           int                           `json:"probe_class"`
 		} `json:"checks"`
 		Pools []struct {
@@ -79,18 +80,20 @@ func TestConfigCheckJSON(t *testing.T) {
 	}
 
 	type windows struct {
-		preset            string
+		preset, cadence   string
 		interval, timeout float64
 		rise, fall        int
 		window            bool
 		w1, w2, w3        float64
 	}
 	want := map[string]windows{
-		// W1 = t*k + i*(k-1), W2 = r*k + i*(k-1) with r = t, W3 = W1 + i.
-		"app":  {"appservice", 60, 60, 1, 10, false, 60*10 + 60*9, 60, 1140 + 60},
-		"edge": {"frontdoor", 30, 30, 2, 3, true, 30*3 + 30*2, 30*2 + 30, 150 + 30},
-		"gw":   {"appgateway", 30, 30, 1, 3, false, 30*3 + 30*2, 30, 150 + 30},
-		"ga":   {"globalaccelerator", 2, 3, 3, 3, false, 13, 3*3 + 2*2, 13 + 2},
+		// Fixed rate: W1 = i*(k-1) + t, W2 = i*(k-1) + r with r = t.
+		// After completion: W1 = t*k + i*(k-1), W2 = r*k + i*(k-1).
+		// Both: W3 = W1 + i.
+		"app":  {"appservice", "fixed_rate", 60, 60, 1, 10, false, 600, 60, 660},
+		"edge": {"frontdoor", "fixed_rate", 30, 30, 2, 3, true, 90, 60, 120},
+		"gw":   {"appgateway", "fixed_rate", 30, 30, 1, 3, false, 90, 30, 120},
+		"ga":   {"globalaccelerator", "after_completion", 2, 3, 3, 3, false, 13, 3*3 + 2*2, 13 + 2},
 	}
 	seen := 0
 	for _, c := range rep.Checks {
@@ -99,8 +102,8 @@ func TestConfigCheckJSON(t *testing.T) {
 			continue
 		}
 		seen++
-		if c.Preset == nil || *c.Preset != w.preset {
-			t.Errorf("%s: preset %v, want %s", c.Name, c.Preset, w.preset)
+		if c.Preset == nil || *c.Preset != w.preset || c.Cadence != w.cadence {
+			t.Errorf("%s: preset %v cadence %s, want %s %s", c.Name, c.Preset, c.Cadence, w.preset, w.cadence)
 		}
 		if c.IntervalSeconds != w.interval || c.TimeoutSeconds != w.timeout || c.Rise != w.rise || c.Fall != w.fall || (c.Window != nil) != w.window {
 			t.Errorf("%s: interval %v timeout %v rise %d fall %d window %v, want %v %v %d %d window %t",
@@ -141,10 +144,10 @@ func TestConfigCheckText(t *testing.T) {
 	}
 	// Rows of the check table, compared field by field.
 	wantRows := map[string]string{
-		"ga":   "ga globalaccelerator tcp 9000 2s 3s rise 3 fall 3 unknown 13s 13s 15s 0.5/s 2",
-		"edge": "edge frontdoor http 80 30s 30s window 2 of 4 unknown 150s 90s 180s 0.03333/s 1",
-		"app":  "app appservice http 80 60s 60s rise 1 fall 10 unknown 1140s 60s 1200s 0.01667/s 0",
-		"gw":   "gw appgateway http 80 30s 30s rise 1 fall 3 unhealthy 150s 30s 180s 0.03333/s 3",
+		"ga":   "ga globalaccelerator tcp 9000 after_completion 2s 3s rise 3 fall 3 unknown 13s 13s 15s 0.5/s 2",
+		"edge": "edge frontdoor http 80 fixed_rate 30s 30s window 2 of 4 unknown 90s 60s 120s 0.03333/s 1",
+		"app":  "app appservice http 80 fixed_rate 60s 60s rise 1 fall 10 unknown 600s 60s 660s 0.01667/s 0",
+		"gw":   "gw appgateway http 80 fixed_rate 30s 30s rise 1 fall 3 unhealthy 90s 30s 120s 0.03333/s 3",
 	}
 	for _, line := range strings.Split(out.String(), "\n") {
 		f := strings.Fields(line)
@@ -206,5 +209,82 @@ func TestExampleConfig(t *testing.T) {
 	err := run(context.Background(), []string{"config", "check", "../../examples/sonde.yaml"}, &out, &errOut)
 	if code := report(err, &errOut); code != exitOK {
 		t.Fatalf("examples/sonde.yaml: exit %d, stderr %q", code, errOut.String())
+	}
+}
+
+// TestConfigCheckRemediation checks what `sonde config check` shows of a
+// remediation (its budget, action and the instances it covers), of a pool
+// with health checks off, and of App Gateway's probe port and Host.
+func TestConfigCheckRemediation(t *testing.T) {
+	file := writeConfig(t, `checks:
+  app: {preset: appservice, path: /health}
+  gw: {preset: appgateway, port: 8080}
+pools:
+  - {name: app-a, check: app, targets: ["127.0.0.1:8081", "127.0.0.2:8081"]}
+  - {name: app-b, check: app, targets: ["127.0.0.1:8082"]}
+  - {name: static, check: app, targets: ["127.0.0.3:8081"], health_checks: false}
+  - {name: gw, check: gw, targets: ["127.0.0.4:9000"]}
+remediation:
+  - name: plan-a
+    pools: [app-a, app-b, static]
+    after: 1h
+    command: ["/usr/local/bin/replace-instance", "--plan", "plan-a"]
+`)
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"config", "check", "-json", file}, &out, &errOut); err != nil {
+		t.Fatalf("run: %v (stderr %q)", err, errOut.String())
+	}
+	var rep struct {
+		Checks []struct {
+			Name        string `json:"name"`
+			PortWins    bool   `json:"port_wins"`
+			DefaultHost string `json:"default_host"`
+		} `json:"checks"`
+		Pools []struct {
+			Name         string `json:"name"`
+			HealthChecks bool   `json:"health_checks"`
+		} `json:"pools"`
+		Remediations []struct {
+			Name               string   `json:"name"`
+			AfterSeconds       float64  `json:"after_seconds"`
+			MaxPerHour         int      `json:"max_per_hour"`
+			MaxPer12h          int      `json:"max_per_12h"`
+			MaxPerDay          int      `json:"max_per_day"`
+			Command            []string `json:"command"`
+			Instances          int      `json:"instances"`
+			MultiPoolInstances int      `json:"multi_pool_instances"`
+		} `json:"remediations"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Remediations) != 1 {
+		t.Fatalf("remediations %+v", rep.Remediations)
+	}
+	r := rep.Remediations[0]
+	if r.Name != "plan-a" || r.AfterSeconds != 3600 || r.MaxPerHour != 1 || r.MaxPer12h != 0 || r.MaxPerDay != 3 ||
+		len(r.Command) != 3 || r.Instances != 2 || r.MultiPoolInstances != 1 {
+		t.Errorf("remediation %+v: want App Service's budget, 2 instances (127.0.0.3 is in a pool without health checks), 1 in two pools", r)
+	}
+	if gw := rep.Checks[1]; gw.Name != "gw" || !gw.PortWins || gw.DefaultHost != "127.0.0.1" {
+		t.Errorf("check %+v: want gw's port winning and Host 127.0.0.1", gw)
+	}
+	if p := rep.Pools[2]; p.Name != "static" || p.HealthChecks {
+		t.Errorf("pool %+v: want health checks off", p)
+	}
+
+	out.Reset()
+	if err := run(context.Background(), []string{"config", "check", file}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"plan-a       app-a,app-b,static  3600s  1/h 3/day  2 (1 in several pools)",
+		`command ["/usr/local/bin/replace-instance" "--plan" "plan-a"], timeout 60s`,
+		"8080!",
+		"host 127.0.0.1[:port]",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
 	}
 }

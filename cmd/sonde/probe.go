@@ -26,8 +26,9 @@ URL is one of
   http://HOST[:PORT][/PATH][?QUERY]
   https://HOST[:PORT][/PATH][?QUERY]
 The URL's path and query are the request path; its host is resolved (see
--ip-family) and is the default Host header and TLS server name. HTTP flags
-apply to http:// and https:// URLs only, TLS flags to https:// only.
+-ip-family) and is the default Host header (127.0.0.1 with -preset
+appgateway, as its default probe) and TLS server name. HTTP flags apply to
+http:// and https:// URLs only, TLS flags to https:// only.
 Each URL is a check: -preset (or sonde's defaults) with the flags on top,
 validated like a check in a config file.
 
@@ -63,7 +64,7 @@ var probeSettings = []probeSetting{
 		set: func(s *config.CheckSpec, v string) error { s.HealthyStatus = &v; return nil }},
 	{flag: "body", key: "body_contains", only: config.HTTP, usage: "`text` the response body must contain",
 		set: func(s *config.CheckSpec, v string) error { s.BodyContains = &v; return nil }},
-	{flag: "host", key: "host", only: config.HTTP, usage: "`name[:port]` sent as the Host header (default: the URL's host and port)",
+	{flag: "host", key: "host", only: config.HTTP, usage: "`name[:port]` sent as the Host header (default: the URL's host and port; 127.0.0.1[:port] with -preset appgateway)",
 		set: func(s *config.CheckSpec, v string) error { s.Host = &v; return nil }},
 	{flag: "user-agent", key: "user_agent", only: config.HTTP, usage: "`text` of the User-Agent header (default sonde's, or the preset's)",
 		set: func(s *config.CheckSpec, v string) error { s.UserAgent = &v; return nil }},

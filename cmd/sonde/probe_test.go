@@ -245,6 +245,23 @@ func TestProbePresetFrontDoor(t *testing.T) {
 	}
 }
 
+// TestProbePresetAppGateway checks App Gateway's default probe: Host
+// 127.0.0.1 with the port, unless -host says otherwise.
+func TestProbePresetAppGateway(t *testing.T) {
+	srv := newRecordingServer(t, false, answer(302, ""))
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
+	if r := runProbeTest(t, nil, "-preset", "appgateway", srv.URL); r.code != exitOK {
+		t.Fatalf("exit %d, want 0 (302 is healthy for appgateway); stderr %s", r.code, r.stderr)
+	}
+	if r := runProbeTest(t, nil, "-preset", "appgateway", "-host", "api.internal", srv.URL); r.code != exitOK {
+		t.Fatalf("exit %d; stderr %s", r.code, r.stderr)
+	}
+	got := srv.requests()
+	if len(got) != 2 || got[0].Host != "127.0.0.1:"+port || got[1].Host != "api.internal" {
+		t.Errorf("requests %+v, want Host 127.0.0.1:%s, then api.internal", got, port)
+	}
+}
+
 // TestProbeMixedText checks the text output: one line per target in
 // argument order, the reason for each failure, and exit 1.
 func TestProbeMixedText(t *testing.T) {

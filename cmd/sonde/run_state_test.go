@@ -66,7 +66,7 @@ func TestRunStateSurvivesKill(t *testing.T) {
 	state := filepath.Join(dir, "state")
 	yaml := fmt.Sprintf(`
 checks:
-  gw: {preset: appgateway, protocol: http, interval: 200ms, timeout: 2s}
+  gw: {preset: appgateway, protocol: http, interval: 500ms, timeout: 500ms}
 pools:
   - {name: gw, check: gw, targets: [%q]}
 `, strings.TrimPrefix(backend.URL, "http://"))

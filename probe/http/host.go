@@ -50,16 +50,32 @@ func HostName(h string) string {
 	return strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
 }
 
+// validBareHost reports whether h is a host name or an IP address without
+// a port or brackets.
+func validBareHost(h string) bool {
+	a, err := netip.ParseAddr(h)
+	return err == nil && a.Zone() == "" || probe.ValidHostName(h)
+}
+
+// targetHost returns t's host name, else its address.
+func targetHost(t probe.Target) string {
+	if t.Host != "" {
+		return t.Host
+	}
+	return t.Addr.Unmap().WithZone("").String()
+}
+
 // hostHeader returns the Host header for t (H6): Options.Host as written,
-// else the target's host name, else its address; a derived host carries
-// ":port" unless the port is the scheme's default, as in a URL.
+// else Options.DefaultHost, else the target's host name, else its address; a
+// derived host carries ":port" unless the port is the scheme's default, as
+// in a URL.
 func (p *Prober) hostHeader(t probe.Target) string {
 	if p.opts.Host != "" {
 		return p.opts.Host
 	}
-	h := t.Host
+	h := p.opts.DefaultHost
 	if h == "" {
-		h = t.Addr.Unmap().WithZone("").String()
+		h = targetHost(t)
 	}
 	if t.Port == p.defaultPort {
 		if strings.Contains(h, ":") { // IPv6 literal
@@ -70,12 +86,16 @@ func (p *Prober) hostHeader(t probe.Target) string {
 	return net.JoinHostPort(h, strconv.Itoa(int(t.Port)))
 }
 
-// serverName returns the TLS server name for a probe whose Host header is
-// host: Options.SNI, else host without its port. When that is an IP address,
-// crypto/tls sends no SNI and verifies the address instead.
-func (p *Prober) serverName(host string) string {
-	if p.opts.SNI != "" {
+// serverName returns the TLS server name for a probe of t whose Host header
+// is host: Options.SNI, else host without its port, else (when host is
+// Options.DefaultHost) t's host name or address. When that is an IP
+// address, crypto/tls sends no SNI and verifies the address instead.
+func (p *Prober) serverName(t probe.Target, host string) string {
+	switch {
+	case p.opts.SNI != "":
 		return p.opts.SNI
+	case p.opts.Host == "" && p.opts.DefaultHost != "":
+		return targetHost(t)
 	}
 	return HostName(host)
 }

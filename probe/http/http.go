@@ -95,7 +95,7 @@ func (p *Prober) fixedServerName() string {
 	if p.opts.SNI == "" && p.opts.Host == "" {
 		return ""
 	}
-	return p.serverName(p.opts.Host)
+	return p.serverName(probe.Target{}, p.opts.Host)
 }
 
 // requestHeader returns the headers every request of o carries.
@@ -152,7 +152,7 @@ func (p *Prober) run(ctx context.Context, trace *httptrace.ClientTrace, tm *timi
 	host := p.hostHeader(t)
 	var rw net.Conn = conn
 	if p.tls != nil {
-		tc, expiry, err := p.handshake(trace, conn, p.serverName(host))
+		tc, expiry, err := p.handshake(trace, conn, p.serverName(t, host))
 		rep.CertExpiry = expiry
 		if err != nil {
 			return fail(phaseTLS, err, nil)

@@ -185,6 +185,8 @@ func TestHostAndSNI(t *testing.T) {
 		{"sni override", Options{Host: "app.sonde.test", SNI: "other.sonde.test"}, "", "app.sonde.test", "other.sonde.test"},
 		{"sni only", Options{SNI: "other.sonde.test"}, "", "", "other.sonde.test"},
 		{"ip host header sends no sni", Options{Host: "127.0.0.1"}, "", "127.0.0.1", ""},
+		{"default host (App Gateway), sni from the target", Options{DefaultHost: "127.0.0.1"}, "app.sonde.test", "127.0.0.1:%d", "app.sonde.test"},
+		{"host option wins over default host", Options{Host: "app.sonde.test", DefaultHost: "127.0.0.1"}, "", "app.sonde.test", "app.sonde.test"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -232,6 +234,21 @@ func TestHostDefaultPort(t *testing.T) {
 	for _, tt := range tests {
 		if got := p.hostHeader(tt.target); got != tt.want {
 			t.Errorf("hostHeader(%v) = %q, want %q", tt.target, got, tt.want)
+		}
+	}
+	// App Gateway's default probe: 127.0.0.1, with the port unless it is
+	// the scheme's default.
+	gw := mustNew(t, Options{DefaultHost: "127.0.0.1"})
+	for _, tt := range []struct {
+		target probe.Target
+		want   string
+	}{
+		{probe.Target{Addr: netip.MustParseAddr("192.0.2.1"), Port: 80}, "127.0.0.1"},
+		{probe.Target{Addr: netip.MustParseAddr("2001:db8::1"), Port: 8080}, "127.0.0.1:8080"},
+		{probe.Target{Host: "www.sonde.test", Port: 81}, "127.0.0.1:81"},
+	} {
+		if got := gw.hostHeader(tt.target); got != tt.want {
+			t.Errorf("default host: hostHeader(%v) = %q, want %q", tt.target, got, tt.want)
 		}
 	}
 }

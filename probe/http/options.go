@@ -54,10 +54,15 @@ type Options struct {
 	// MaxBodyBytes bounds how much of the body is read; default 65536. The
 	// probe's last byte (H8) is the last byte read.
 	MaxBodyBytes int64
-	// Host is the Host header (H6), sent as written. Empty means the
-	// target's host name, else its address, with ":port" unless the port is
-	// the scheme's default.
+	// Host is the Host header (H6), sent as written. Empty means
+	// DefaultHost, else the target's host name, else its address, with
+	// ":port" unless the port is the scheme's default.
 	Host string
+	// DefaultHost, when Host is empty, replaces the target's name or address
+	// in the Host header; the target's port is added as for them. It names no
+	// TLS server: the server name still comes from the target. App Gateway's
+	// default probe sends 127.0.0.1 (its URL is <protocol>://127.0.0.1:<port>/).
+	DefaultHost string
 	// SNI is the TLS server name, sent in the handshake and verified against
 	// the server's certificate. Empty means the host of the Host header, and
 	// no SNI when that is an IP address (which is then verified instead).
@@ -159,6 +164,8 @@ func (o Options) Validate() error {
 		return bad("body match of %d bytes is longer than max body bytes %d", len(o.Body), o.MaxBodyBytes)
 	case o.Host != "" && !ValidHost(o.Host):
 		return bad("host %q: want a host name or IP address with an optional port", o.Host)
+	case o.DefaultHost != "" && !validBareHost(o.DefaultHost):
+		return bad("default host %q: want a host name or IP address without a port", o.DefaultHost)
 	case o.SNI != "" && !probe.ValidHostName(o.SNI):
 		return bad("sni %q: want a DNS name (TLS sends no IP addresses)", o.SNI)
 	case !ValidHeaderValue(o.UserAgent):

@@ -25,6 +25,7 @@ func TestValidate(t *testing.T) {
 		{"body longer than bound", Options{Body: "abcdef", MaxBodyBytes: 5}, `invalid http probe options: body match of 6 bytes is longer than max body bytes 5`},
 		{"body with HEAD", Options{Method: "HEAD", Body: "ok"}, `invalid http probe options: body match needs method GET: a HEAD response has no body`},
 		{"host with path", Options{Host: "a.test/x"}, `invalid http probe options: host "a.test/x": want a host name or IP address with an optional port`},
+		{"default host with port", Options{DefaultHost: "127.0.0.1:80"}, `invalid http probe options: default host "127.0.0.1:80": want a host name or IP address without a port`},
 		{"host with CRLF", Options{Host: "a.test\r\nX: y"}, `invalid http probe options: host "a.test\r\nX: y": want a host name or IP address with an optional port`},
 		{"sni is an IP", Options{Scheme: "https", SNI: "10.0.0.1"}, `invalid http probe options: sni "10.0.0.1": want a DNS name (TLS sends no IP addresses)`},
 		{"sni with port", Options{Scheme: "https", SNI: "a.test:443"}, `invalid http probe options: sni "a.test:443": want a DNS name (TLS sends no IP addresses)`},

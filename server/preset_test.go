@@ -1,0 +1,145 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// hostRecorder is a loopback HTTP server that answers 200 and remembers the
+// Host header of every request.
+type hostRecorder struct {
+	addr  string
+	mu    sync.Mutex
+	hosts []string
+}
+
+func newHostRecorder(t *testing.T, ip string) *hostRecorder {
+	t.Helper()
+	h := &hostRecorder{}
+	h.addr = serve(t, ip, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		h.hosts = append(h.hosts, r.Host)
+		h.mu.Unlock()
+	}))
+	return h
+}
+
+func (h *hostRecorder) seen() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.hosts...)
+}
+
+// serve runs handler on ip (a loopback address) at a free port until the
+// test ends, and returns its address.
+func serve(t *testing.T, ip string, handler http.Handler) string {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return l.Addr().String()
+}
+
+// TestAppGatewayDefaultProbe runs the appgateway preset with its defaults
+// (30 s interval and timeout, targets unhealthy until a probe succeeds):
+// the pool is routable after the first probe, long before an interval
+// could pass, the probe's Host is 127.0.0.1 with the backend's port, a
+// host setting replaces it, and a pool with health checks off is routed
+// without a probe.
+func TestAppGatewayDefaultProbe(t *testing.T) {
+	gw, custom, static := newHostRecorder(t, "127.0.0.1"), newHostRecorder(t, "127.0.0.1"), newHostRecorder(t, "127.0.0.1")
+	start := time.Now()
+	td := startDaemon(t, fmt.Sprintf(`
+checks:
+  gw: {preset: appgateway}
+  custom: {preset: appgateway, host: api.internal}
+pools:
+  - {name: gw, check: gw, targets: [%q]}
+  - {name: custom, check: custom, targets: [%q]}
+  - {name: static, check: gw, targets: [%q], health_checks: false}
+`, gw.addr, custom.addr, static.addr))
+	for _, name := range []string{"gw", "custom"} {
+		deadline := start.Add(15 * time.Second) // half the 30 s interval: a first probe inside the interval would often miss it
+		for td.pool(t, name).Routable != 1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("pool %s not routable %v after start: %+v", name, time.Since(start), td.pool(t, name))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	_, port, _ := net.SplitHostPort(gw.addr)
+	if got := gw.seen(); len(got) != 1 || got[0] != "127.0.0.1:"+port {
+		t.Errorf("default probe Host headers %q, want one 127.0.0.1:%s", got, port)
+	}
+	if got := custom.seen(); len(got) != 1 || got[0] != "api.internal" {
+		t.Errorf("custom probe Host headers %q, want one api.internal", got)
+	}
+
+	p := td.pool(t, "static")
+	if p.HealthChecks || p.Unprobed != 1 || p.Routable != 1 || p.Unhealthy != 0 || p.Cadence != "fixed_rate" || p.FailureWindowSeconds != 90 {
+		t.Errorf("pool static %+v: want 1 unprobed and routable, fixed_rate, W1 90 s", p)
+	}
+	var tl struct {
+		Targets []TargetJSON `json:"targets"`
+	}
+	td.getJSON(t, "/api/v1/targets?pool=static&state=unprobed", &tl)
+	if len(tl.Targets) != 1 || tl.Targets[0].Route != "routed" {
+		t.Errorf("static targets %+v: want one unprobed, routed", tl.Targets)
+	}
+	if got := static.seen(); len(got) != 0 {
+		t.Errorf("the pool with health checks off was probed: %q", got)
+	}
+}
+
+// TestCadenceAtHangingServer counts the probes a server that never answers
+// receives in each cadence, with interval = timeout = 300 ms: after
+// completion one per 600 ms at most (a hard bound: each cycle waits out the
+// timeout), at a fixed rate one per 300 ms. The lower bound leaves the
+// fixed-rate check a quarter of its rate for a loaded machine.
+func TestCadenceAtHangingServer(t *testing.T) {
+	var counts [2]atomic.Int64
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	addrs := make([]string, 2)
+	for i := range addrs {
+		addrs[i] = serve(t, "127.0.0.1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			counts[i].Add(1)
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		}))
+	}
+	td := startDaemon(t, fmt.Sprintf(`
+checks:
+  after: {protocol: http, cadence: after_completion, interval: 300ms, timeout: 300ms, rise: 1, fall: 1}
+  fixed: {protocol: http, cadence: fixed_rate, interval: 300ms, timeout: 300ms, rise: 1, fall: 1}
+pools:
+  - {name: after, check: after, targets: [%q]}
+  - {name: fixed, check: fixed, targets: [%q]}
+`, addrs[0], addrs[1]))
+	for counts[0].Load() == 0 || counts[1].Load() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	c0, c1, t0 := counts[0].Load(), counts[1].Load(), time.Now()
+	time.Sleep(6 * time.Second)
+	after, fixed, w := counts[0].Load()-c0, counts[1].Load()-c1, time.Since(t0)
+	if limit := int64(w/(600*time.Millisecond)) + 1; after > limit {
+		t.Errorf("after completion: %d probes in %v, more than one per timeout + interval (%d)", after, w, limit)
+	}
+	if fixed < int64(w/(300*time.Millisecond))*3/4 || fixed <= after {
+		t.Errorf("fixed rate: %d probes in %v, want about one per 300 ms (after completion: %d)", fixed, w, after)
+	}
+	if p := td.pool(t, "fixed"); p.Unhealthy != 1 {
+		t.Errorf("pool fixed %+v: want its target unhealthy", p)
+	}
+}
