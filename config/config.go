@@ -60,13 +60,16 @@ type Config struct {
 	Remediations []*Remediation
 	// Metrics holds the metrics options.
 	Metrics Metrics
+	// Webhooks are the endpoints that receive events, in file order.
+	Webhooks []*EventWebhook
 	// Shard is the slice of the targets this configuration holds
 	// ([LoadOptions.Shard]): Targets, Pools' members and Hostnames are those
 	// of this shard only.
 	Shard Shard
 	// Files are the files the configuration was read from, each once: the
 	// config file (when read by [Load]), then the targets files and the TLS
-	// and secret files its pools, checks and remediations name, as opened.
+	// and secret files its pools, checks, remediations and webhooks name, as
+	// opened.
 	Files []string
 }
 
@@ -166,22 +169,29 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 		return nil, err
 	}
 	cfg.Targets, cfg.Hostnames = x.dedup(cfg.Pools)
-	cfg.Files = readFiles(cfg.Checks, cfg.Remediations, x.files)
 	if f.Metrics != nil && f.Metrics.PerTarget != nil {
 		cfg.Metrics.PerTarget = *f.Metrics.PerTarget
 	}
+	if cfg.Webhooks, err = resolveWebhooks(f.Webhooks, dir, cfg.Pools); err != nil {
+		return nil, err
+	}
+	cfg.Files = readFiles(cfg.Checks, cfg.Remediations, cfg.Webhooks, x.files)
 	return cfg, nil
 }
 
 // readFiles lists, each once, the targets files, then the TLS and secret
-// files of the checks, then the webhook secret files of the remediations.
-func readFiles(checks []*Check, rems []*Remediation, targetsFiles []string) []string {
+// files of the checks, then the webhook secret files of the remediations,
+// then the secret files of the event webhooks.
+func readFiles(checks []*Check, rems []*Remediation, hooks []*EventWebhook, targetsFiles []string) []string {
 	files := slices.Clone(targetsFiles)
 	for _, c := range checks {
 		files = append(files, c.AuthToken.SecretFile, c.TLS.CAFile, c.TLS.CertFile, c.TLS.KeyFile)
 	}
 	for _, r := range rems {
 		files = append(files, r.WebhookSecretFile)
+	}
+	for _, w := range hooks {
+		files = append(files, w.SecretFile)
 	}
 	seen := map[string]bool{"": true}
 	return slices.DeleteFunc(files, func(f string) bool {

@@ -2,7 +2,6 @@ package config
 
 import (
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -153,12 +152,8 @@ func (r *Remediation) resolveCommand(argv []string, dir string) error {
 
 func (r *Remediation) resolveWebhook(s *WebhookSpec, dir string) error {
 	f := r.field("webhook")
-	if s.URL == nil {
-		return fieldErr(f+".url", "missing")
-	}
-	u, err := url.Parse(*s.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
-		return fieldErr(f+".url", "%q is not an http or https URL with a host (and no user info)", *s.URL)
+	if _, err := checkWebhookURL(f+".url", s.URL); err != nil {
+		return err
 	}
 	r.WebhookURL = *s.URL
 	if s.SecretFile != nil {

@@ -260,6 +260,7 @@ func TestLoadFiles(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, dir, "targets.txt", "198.18.4.1\n")
 	writeFile(t, dir, "secret.txt", "s\n")
+	writeFile(t, dir, "hook.secret", "h\n")
 	writeFile(t, dir, "sonde.yaml", `
 checks:
   a: {protocol: http, port: 80, auth_token: {secret_file: secret.txt}}
@@ -267,13 +268,16 @@ checks:
 pools:
   - {name: p, check: a, targets_file: targets.txt}
   - {name: q, check: b, targets_file: targets.txt}
+webhooks:
+  - {url: "http://127.0.0.1:9124/", secret_file: hook.secret}
+  - {url: "http://127.0.0.1:9125/", secret_file: secret.txt}
 `)
 	path := filepath.Join(dir, "sonde.yaml")
 	cfg, err := Load(path, testOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{path, filepath.Join(dir, "targets.txt"), filepath.Join(dir, "secret.txt")}
+	want := []string{path, filepath.Join(dir, "targets.txt"), filepath.Join(dir, "secret.txt"), filepath.Join(dir, "hook.secret")}
 	if diff := cmp.Diff(want, cfg.Files); diff != "" {
 		t.Errorf("Files (-want +got):\n%s", diff)
 	}

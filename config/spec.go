@@ -14,6 +14,7 @@ type File struct {
 	Pools       []*PoolSpec           `yaml:"pools"`       // pools in file order
 	Remediation []*RemediationSpec    `yaml:"remediation"` // remediation actions (R1, R2)
 	Metrics     *MetricsSpec          `yaml:"metrics"`     // metrics options
+	Webhooks    []*EventWebhookSpec   `yaml:"webhooks"`    // where events are posted
 }
 
 // CheckSpec is one entry of "checks" as written. See [Check] for the

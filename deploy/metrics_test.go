@@ -103,13 +103,21 @@ func TestMetricTableMatchesDaemon(t *testing.T) {
 			c.Close()
 		}
 	}()
+	secure := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(secure.Close)
+	// An HTTPS check exports certificate expiries; a webhook its delivery
+	// counters (it posts to the plain server, which accepts anything).
 	cfg := fmt.Sprintf(`checks:
   web: {protocol: http, path: /, interval: 100ms, timeout: 1s, rise: 1, fall: 2}
   tcp: {protocol: tcp, tcp_mode: connect, interval: 100ms, timeout: 1s, rise: 1, fall: 2}
+  tls: {protocol: https, path: /, interval: 100ms, timeout: 1s, rise: 1, fall: 2, tls: {insecure_skip_verify: true}}
 pools:
   - {name: web, check: web, targets: [%q]}
   - {name: tcp, check: tcp, targets: [%q]}
-`, strings.TrimPrefix(web.URL, "http://"), l.Addr().String())
+  - {name: tls, check: tls, targets: [%q]}
+webhooks:
+  - {url: %q}
+`, strings.TrimPrefix(web.URL, "http://"), l.Addr().String(), strings.TrimPrefix(secure.URL, "https://"), web.URL+"/")
 	d := startDaemon(t, cfg)
 
 	// Per-target series appear once the targets are decided; a reload (the

@@ -37,4 +37,10 @@
 // later. Only the check's [Pace] spreads them, for a launcher that cannot
 // take them all at once. Every first probe, at start or of a target added
 // later, is filed the same way.
+//
+// A [Router] applies the pool policy ([PoolPolicy]: P1 cap, P2 fail-open, E7
+// preferred set) as states change: the observer notifies it of each change
+// through a lock-free ring, and its own goroutine updates the pools'
+// decisions, publishes them for readers and reports each change as a
+// [RouteEvent]. Probes cost it nothing.
 package scheduler

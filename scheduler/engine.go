@@ -206,7 +206,7 @@ func (e *Engine) newShard(idx int, opt Options) *shard {
 	s := &shard{
 		e:    e,
 		idx:  idx,
-		ring: newRing(opt.RingSize),
+		ring: newRing[arrival](opt.RingSize),
 		rng:  mix64(opt.Seed+uint64(idx)) | 1,
 		wake: make(chan struct{}, 1),
 	}

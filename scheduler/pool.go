@@ -74,6 +74,7 @@ type PoolSummary struct {
 	Unprobed    int  // enabled members of a pool with health checks off: routed, never probed
 	Removed     int  // unhealthy targets taken out of rotation (P1–P3)
 	Routable    int  // targets receiving traffic: healthy ones, unhealthy ones not removed, unprobed ones
+	Preferred   int  // healthy targets within the latency margin of the fastest (E7)
 	FailingOpen bool // the pool has unhealthy targets, none healthy, and keeps them all (P2)
 }
 
@@ -89,104 +90,18 @@ func (p *Pool) Each(fn func(id uint32, disabled bool)) {
 	}
 }
 
-// Summary reads the members' states from e and applies the policy. It makes
-// one pass and allocates nothing, so it suits a metrics scrape of a
-// million-target pool.
-func (p *Pool) Summary(e *Engine) PoolSummary {
-	var s PoolSummary
-	p.Each(func(id uint32, disabled bool) {
-		s.Members++
-		switch {
-		case disabled:
-			s.Disabled++
-			return
-		case p.Unprobed:
-			s.Unprobed++
-			return
-		}
-		switch e.Status(id).State {
-		case Healthy:
-			s.Healthy++
-		case Unhealthy:
-			s.Unhealthy++
-		default:
-			s.Unknown++
-		}
-	})
-	s.finish(p.Policy)
-	return s
-}
-
-func (s *PoolSummary) finish(p PoolPolicy) {
-	enabled := s.Members - s.Disabled
-	s.Removed = p.Removed(enabled, s.Healthy, s.Unhealthy)
-	s.Routable = s.Healthy + s.Unhealthy - s.Removed + s.Unprobed
-	s.FailingOpen = p.FailOpen && s.Healthy == 0 && s.Unhealthy > 0
-}
-
 // MemberRoute is one member's decision.
 type MemberRoute struct {
 	ID        uint32
 	Status    TargetStatus
 	Route     Route
-	Preferred bool // healthy, routed and within the latency margin of the fastest (E7)
+	Preferred bool // healthy and within the latency margin of the fastest at the latest ranking (E7)
 	Rank      int  // 1-based latency rank among healthy routed members, 0 otherwise
 }
 
-// Routes decides every member's route. Among unhealthy members the ones
-// unhealthy the longest are removed first (ties by id), so a target that just
-// failed waits for a free slot under the P1 cap. Healthy members are ranked by
-// smoothed latency (E7). It allocates one slice for the answer.
-func (p *Pool) Routes(e *Engine) ([]MemberRoute, PoolSummary) {
-	out := make([]MemberRoute, 0, len(p.Members))
-	var s PoolSummary
-	p.Each(func(id uint32, disabled bool) {
-		m := MemberRoute{ID: id, Status: e.Status(id)}
-		s.Members++
-		switch {
-		case disabled:
-			s.Disabled++
-			m.Route = Excluded
-		case p.Unprobed:
-			s.Unprobed++
-		case m.Status.State == Healthy:
-			s.Healthy++
-		case m.Status.State == Unhealthy:
-			s.Unhealthy++
-		default:
-			s.Unknown++
-			m.Route = Pending
-		}
-		out = append(out, m)
-	})
-	s.finish(p.Policy)
-
-	var sick, well []*MemberRoute
-	for i := range out {
-		m := &out[i]
-		if m.Route != Routed || p.Unprobed {
-			continue
-		}
-		if m.Status.State == Unhealthy {
-			sick = append(sick, m)
-		} else {
-			well = append(well, m)
-		}
-	}
-	slices.SortFunc(sick, func(a, b *MemberRoute) int {
-		return cmp.Or(cmp.Compare(a.Status.Since, b.Status.Since), cmp.Compare(a.ID, b.ID))
-	})
-	for _, m := range sick[:s.Removed] {
-		m.Route = Removed
-	}
-	rankByLatency(well, p.Policy.LatencyMargin)
-	return out, s
-}
-
-// rankByLatency sets Rank and Preferred on healthy members (E7). Members
-// without a latency sample rank last and are preferred only when no member has
-// one.
-func rankByLatency(well []*MemberRoute, margin time.Duration) {
+// rankByLatency sets Rank on healthy members by smoothed latency (E7), ties
+// by id. Members without a latency sample rank last.
+func rankByLatency(well []*MemberRoute) {
 	slices.SortFunc(well, func(a, b *MemberRoute) int {
 		la, lb := a.Status.Smoothed, b.Status.Smoothed
 		if (la == 0) != (lb == 0) {
@@ -197,13 +112,7 @@ func rankByLatency(well []*MemberRoute, margin time.Duration) {
 		}
 		return cmp.Or(cmp.Compare(la, lb), cmp.Compare(a.ID, b.ID))
 	})
-	if len(well) == 0 {
-		return
-	}
-	fastest := well[0].Status.Smoothed
 	for i, m := range well {
 		m.Rank = i + 1
-		l := m.Status.Smoothed
-		m.Preferred = fastest == 0 || (l != 0 && l <= fastest+margin)
 	}
 }

@@ -56,11 +56,11 @@ func TestPoolPolicySplit(t *testing.T) {
 					sl.Disabled = append(sl.Disabled, id)
 				}
 			}
-			wr, w := whole.Routes(s.eng)
+			wr, w := decide(s.eng, whole)
 			var sum PoolSummary
 			preferred := map[uint32]bool{}
 			for i, sl := range slices {
-				routes, ss := sl.Routes(s.eng)
+				routes, ss := decide(s.eng, sl)
 				sum.Members += ss.Members
 				sum.Disabled += ss.Disabled
 				sum.Healthy += ss.Healthy

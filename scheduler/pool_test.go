@@ -35,6 +35,12 @@ func TestPolicyRemoved(t *testing.T) {
 	}
 }
 
+// decide returns a router's decisions for p from e's current states.
+func decide(e *Engine, p *Pool) ([]MemberRoute, PoolSummary) {
+	r := NewRouter(e, []*Pool{p}, RouterOptions{RingSize: 1})
+	return r.Routes(0), r.Summary(0)
+}
+
 // poolSim builds a pool of n targets whose answers follow sick: a target id in
 // sick refuses from the time given, and runs it long enough to decide all.
 func poolSim(t *testing.T, n int, sickFrom map[uint32]time.Duration, latency func(id uint32) time.Duration) *sim {
@@ -62,13 +68,11 @@ func TestPoolAppServiceExample(t *testing.T) {
 	sickFrom := map[uint32]time.Duration{1: 3 * sec, 2: 5 * sec, 3: 7 * sec}
 	s := poolSim(t, 4, sickFrom, func(uint32) time.Duration { return time.Millisecond })
 	p := &Pool{Name: "web", Policy: PoolPolicy{MaxUnhealthyPercent: 50, FailOpen: true}, Members: []uint32{0, 1, 2, 3}}
-	routes, sum := p.Routes(s.eng)
-	wantSum := PoolSummary{Members: 4, Healthy: 1, Unhealthy: 3, Removed: 2, Routable: 2}
+	r := NewRouter(s.eng, []*Pool{p}, RouterOptions{})
+	routes, sum := r.Routes(0), r.Summary(0)
+	wantSum := PoolSummary{Members: 4, Healthy: 1, Unhealthy: 3, Removed: 2, Routable: 2, Preferred: 1}
 	if diff := cmp.Diff(wantSum, sum); diff != "" {
 		t.Fatalf("summary (-want +got):\n%s", diff)
-	}
-	if got := p.Summary(s.eng); got != sum {
-		t.Fatalf("Summary %+v differs from Routes' %+v", got, sum)
 	}
 	got := map[uint32]Route{}
 	for _, r := range routes {
@@ -86,12 +90,12 @@ func TestPoolFailOpen(t *testing.T) {
 	sickFrom := map[uint32]time.Duration{0: 0, 1: 0, 2: 0}
 	s := poolSim(t, 3, sickFrom, func(uint32) time.Duration { return time.Millisecond })
 	p := &Pool{Policy: PoolPolicy{MaxUnhealthyPercent: 100, FailOpen: true}, Members: []uint32{0, 1, 2}}
-	sum := p.Summary(s.eng)
+	sum := NewRouter(s.eng, []*Pool{p}, RouterOptions{}).Summary(0)
 	if !sum.FailingOpen || sum.Removed != 0 || sum.Routable != 3 {
 		t.Fatalf("all unhealthy: %+v, want failing open with all 3 routable", sum)
 	}
 	p.Policy.FailOpen = false
-	if sum := p.Summary(s.eng); sum.FailingOpen || sum.Removed != 3 || sum.Routable != 0 {
+	if sum := NewRouter(s.eng, []*Pool{p}, RouterOptions{}).Summary(0); sum.FailingOpen || sum.Removed != 3 || sum.Routable != 0 {
 		t.Fatalf("all unhealthy without fail open: %+v, want all removed", sum)
 	}
 }
@@ -104,7 +108,8 @@ func TestPoolDisabledAndPending(t *testing.T) {
 	s := newSim(t, checks, targets, 1)
 	s.runFor(1500 * time.Millisecond) // one result each: still unknown with rise 3
 	p := &Pool{Policy: PoolPolicy{MaxUnhealthyPercent: 50}, Members: []uint32{0, 1, 2}, Disabled: []uint32{1}}
-	routes, sum := p.Routes(s.eng)
+	r := NewRouter(s.eng, []*Pool{p}, RouterOptions{})
+	routes, sum := r.Routes(0), r.Summary(0)
 	want := PoolSummary{Members: 3, Disabled: 1, Unknown: 2}
 	if diff := cmp.Diff(want, sum); diff != "" {
 		t.Fatalf("summary (-want +got):\n%s", diff)
@@ -126,7 +131,7 @@ func TestPoolLatencyRanking(t *testing.T) {
 	lat := map[uint32]time.Duration{0: 30 * time.Millisecond, 1: 10 * time.Millisecond, 2: 14 * time.Millisecond, 3: 12 * time.Millisecond}
 	s := poolSim(t, 4, nil, func(id uint32) time.Duration { return lat[id] })
 	p := &Pool{Policy: PoolPolicy{MaxUnhealthyPercent: 100, LatencyMargin: 3 * time.Millisecond}, Members: []uint32{0, 1, 2, 3}}
-	routes, _ := p.Routes(s.eng)
+	routes := NewRouter(s.eng, []*Pool{p}, RouterOptions{}).Routes(0)
 	type rank struct {
 		Rank      int
 		Preferred bool
@@ -150,13 +155,10 @@ func TestPoolLatencyRanking(t *testing.T) {
 func TestPoolUnprobed(t *testing.T) {
 	s := poolSim(t, 3, map[uint32]time.Duration{0: 0}, func(uint32) time.Duration { return time.Millisecond })
 	p := &Pool{Policy: PoolPolicy{MaxUnhealthyPercent: 100}, Members: []uint32{0, 1, 2}, Disabled: []uint32{2}, Unprobed: true}
-	routes, sum := p.Routes(s.eng)
+	routes, sum := decide(s.eng, p)
 	want := PoolSummary{Members: 3, Disabled: 1, Unprobed: 2, Routable: 2}
 	if diff := cmp.Diff(want, sum); diff != "" {
 		t.Fatalf("summary (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(want, p.Summary(s.eng)); diff != "" {
-		t.Fatalf("Summary (-want +got):\n%s", diff)
 	}
 	for _, r := range routes {
 		wantRoute := Routed

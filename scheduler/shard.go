@@ -18,6 +18,14 @@ const (
 	flagShared               // member of a shared stream: shard.members holds its successor
 )
 
+// arrival is a probe result on its way to its shard, with the shard-local
+// index of its target that Deliver looked up, so the shard does not look it
+// up again.
+type arrival struct {
+	r   probe.Result
+	idx uint32
+}
+
 // maxBatch is the most requests handed to a launcher in one call.
 const maxBatch = 256
 
@@ -61,7 +69,7 @@ type shard struct {
 	tab       *checkTable
 	wheel     *wheel
 	deadlines []deadlineQueue // one per distinct timeout; checkTable.queueOf maps checks to them
-	ring      *ring
+	ring      *ring[arrival]
 	batches   [][]probe.Request // per launcher
 	now       int64             // time of the step in progress
 	rng       uint64            // jitter random state
@@ -437,9 +445,10 @@ func (s *shard) run(ctx context.Context) {
 // deliver queues a result for the target at local index i and wakes the
 // shard if it sleeps. It reports whether the result overflowed the ring.
 func (s *shard) deliver(r *probe.Result, i uint32) (overflowed bool) {
-	if !s.ring.push(r, i) {
+	a := arrival{r: *r, idx: i}
+	if !s.ring.push(&a) {
 		s.overflowMu.Lock()
-		s.overflow = append(s.overflow, arrival{r: *r, idx: i})
+		s.overflow = append(s.overflow, a)
 		s.overflowed.Store(true)
 		s.overflowMu.Unlock()
 		overflowed = true

@@ -19,7 +19,8 @@ import (
 //	GET  /metrics          Prometheus metrics
 //	GET  /api/v1/pools     pools with counts and policy
 //	GET  /api/v1/targets   targets (filters pool=, state=; paging limit=, offset=)
-//	GET  /api/v1/events    recent state changes (since=SEQ, limit=)
+//	GET  /api/v1/events    recent events (since=SEQ, limit=), or a stream of them (Accept: text/event-stream)
+//	GET  /probe            one probe of target= with the check module=, answered like blackbox_exporter
 //	GET  /api/v1/remediations  remediations, their budgets and recent firings
 //	GET  /-/healthy        200 while the process runs
 //	GET  /-/ready          200 once a configuration is running
@@ -30,6 +31,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/pools", d.handlePools)
 	mux.HandleFunc("GET /api/v1/targets", d.handleTargets)
 	mux.HandleFunc("GET /api/v1/events", d.handleEvents)
+	mux.HandleFunc("GET /probe", d.handleProbe)
 	mux.HandleFunc("GET /api/v1/remediations", d.handleRemediations)
 	mux.HandleFunc("GET /-/healthy", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })
 	mux.HandleFunc("GET /-/ready", d.handleReady)
@@ -83,6 +85,7 @@ type PoolJSON struct {
 	Unprobed             int     `json:"unprobed"` // enabled members of a pool with health checks off: routed, never probed
 	Removed              int     `json:"removed"`
 	Routable             int     `json:"routable"`
+	Preferred            int     `json:"preferred"`
 	FailingOpen          bool    `json:"failing_open"`
 	HealthChecks         bool    `json:"health_checks"`
 	MaxUnhealthyPercent  int     `json:"max_unhealthy_percent"`
@@ -109,13 +112,13 @@ func (d *Daemon) handlePools(w http.ResponseWriter, _ *http.Request) {
 func (g *generation) poolsJSON() []PoolJSON {
 	out := make([]PoolJSON, 0, len(g.pools))
 	for pi, p := range g.pools {
-		s := p.Summary(g.engine)
+		s := g.router.Summary(pi)
 		cp := g.cfg.Pools[pi]
 		c := g.cfg.Checks[cp.CheckIndex]
 		out = append(out, PoolJSON{
 			Name: p.Name, Check: c.Name, Protocol: c.Protocol.String(),
 			Targets: s.Members, Disabled: s.Disabled, Healthy: s.Healthy, Unhealthy: s.Unhealthy,
-			Unknown: s.Unknown, Unprobed: s.Unprobed, Removed: s.Removed, Routable: s.Routable, FailingOpen: s.FailingOpen,
+			Unknown: s.Unknown, Unprobed: s.Unprobed, Removed: s.Removed, Routable: s.Routable, Preferred: s.Preferred, FailingOpen: s.FailingOpen,
 			HealthChecks: cp.HealthChecks, MaxUnhealthyPercent: cp.MaxUnhealthyPercent, FailOpen: cp.FailOpen,
 			LatencyMarginSeconds: cp.LatencyMargin.Seconds(),
 			Cadence:              c.Cadence.String(),
@@ -147,6 +150,7 @@ type TargetJSON struct {
 	SmoothedLatencySeconds *float64   `json:"smoothed_latency_seconds"`
 	StateSince             time.Time  `json:"state_since"`
 	LastProbe              *time.Time `json:"last_probe"`
+	CertExpiry             *time.Time `json:"cert_expiry,omitempty"` // HTTPS: when the earliest certificate of the last handshake expires
 	FailureWindowSeconds   float64    `json:"failure_window_seconds"`
 	SuccessWindowSeconds   float64    `json:"success_window_seconds"` // W2 with the target's measured latency
 }
@@ -220,7 +224,7 @@ func (g *generation) targetsJSON(f targetFilter) ([]TargetJSON, int) {
 		if f.pool >= 0 && pi != f.pool {
 			continue
 		}
-		routes, _ := p.Routes(g.engine)
+		routes := g.router.Routes(pi)
 		for _, m := range routes {
 			state := m.Status.State.String()
 			switch {
@@ -268,6 +272,10 @@ func (g *generation) targetJSON(pi int, m scheduler.MemberRoute, state string, c
 		lp := scheduler.WallTime(clock, st.LastProbe)
 		j.LastProbe = &lp
 	}
+	if exp := g.certExpiry(m.ID); exp != 0 {
+		t := time.Unix(exp, 0).UTC()
+		j.CertExpiry = &t
+	}
 	if st.Latency > 0 {
 		l, s := st.Latency.Seconds(), st.Smoothed.Seconds()
 		j.LatencySeconds, j.SmoothedLatencySeconds = &l, &s
@@ -275,7 +283,26 @@ func (g *generation) targetJSON(pi int, m scheduler.MemberRoute, state string, c
 	return j
 }
 
+// maxEventsPage is the most events one poll of /api/v1/events returns.
+const maxEventsPage = 10000
+
+// EventsPage is the answer of a poll of /api/v1/events.
+type EventsPage struct {
+	Events []Event `json:"events"` // the oldest events after since, oldest first
+	Next   uint64  `json:"next"`   // ask with since=next for the events after these
+	// Lost counts the events after since that fell out of the ring of
+	// recent events before they were asked for: a client that sees it
+	// non-zero missed them and should read the current state.
+	Lost uint64 `json:"lost"`
+}
+
+// handleEvents answers a poll with a page of events or, for a client that
+// accepts text/event-stream, streams them (see [Daemon.streamEvents]).
 func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
+	if wantsStream(r) {
+		d.streamEvents(w, r)
+		return
+	}
 	q := r.URL.Query()
 	var since uint64
 	limit := 1000
@@ -289,17 +316,17 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			http.Error(w, fmt.Sprintf("limit=%q: want a whole number ≥ 0", s), http.StatusBadRequest)
+		if err != nil || n < 0 || n > maxEventsPage {
+			http.Error(w, fmt.Sprintf("limit=%q: want a whole number 1..%d, or 0 for the most", s, maxEventsPage), http.StatusBadRequest)
 			return
 		}
 		limit = n
 	}
-	evs, next := d.events.since(since, limit)
-	writeJSON(w, struct {
-		Events []Event `json:"events"`
-		Next   uint64  `json:"next"` // ask with since=next for newer events
-	}{evs, next})
+	if limit == 0 {
+		limit = maxEventsPage
+	}
+	evs, next, lost := d.events.page(since, limit)
+	writeJSON(w, EventsPage{Events: evs, Next: next, Lost: lost})
 }
 
 // handleRemediations lists the remediations with their budgets and the

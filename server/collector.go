@@ -43,6 +43,7 @@ var (
 	descSynDrops     = desc("sonde_syn_ring_drops_total", "Replies lost because the capture ring was full.")
 	descTargetUp     = desc("sonde_target_healthy", "1 when the target is healthy, 0 when unhealthy; absent while undecided or disabled.", "pool", "target")
 	descTargetLat    = desc("sonde_target_latency_seconds", "Smoothed latency of the target's successful probes.", "pool", "target")
+	descCertExpiry   = desc("sonde_tls_earliest_cert_expiry_seconds", "Unix time at which the earliest certificate an HTTPS target presented in its last handshake expires.", "pool", "target")
 )
 
 // counterTotals accumulates the counters of probers a reload retired (a
@@ -92,7 +93,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		descPoolTargets, descPoolRoutable, descPoolRemoved, descPoolOpen, descFailWin, descSuccessWin, descOnsetWin,
 		descTargets, descStreams, descDispatched, descTimeouts, descStale, descLate, descOverflow, descLateness,
 		descWorkPending, descWorkFlight, descWorkLate, descTCPPath, descSynSent, descSynErrors, descSynReplies,
-		descSynInvalid, descSynStale, descSynDup, descSynDrops, descTargetUp, descTargetLat,
+		descSynInvalid, descSynStale, descSynDup, descSynDrops, descTargetUp, descTargetLat, descCertExpiry,
 	} {
 		ch <- d
 	}
@@ -169,8 +170,8 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (c *stateCollector) collectPools(g *generation, gauge func(*prometheus.Desc, float64, ...string)) {
-	for _, p := range g.pools {
-		s := p.Summary(g.engine)
+	for pi, p := range g.pools {
+		s := g.router.Summary(pi)
 		gauge(descPoolTargets, float64(s.Healthy), p.Name, "healthy")
 		gauge(descPoolTargets, float64(s.Unhealthy), p.Name, "unhealthy")
 		gauge(descPoolTargets, float64(s.Unknown), p.Name, "unknown")
@@ -192,11 +193,20 @@ func (c *stateCollector) collectTargets(g *generation, gauge func(*prometheus.De
 			continue
 		}
 		p.Each(func(id uint32, disabled bool) {
-			st := g.engine.Status(id)
-			if disabled || st.State == scheduler.Unknown {
+			if disabled {
+				return
+			}
+			st, exp := g.engine.Status(id), g.certExpiry(id)
+			if st.State == scheduler.Unknown && exp == 0 {
 				return
 			}
 			name := g.cfg.Targets[id].AddrPort().String()
+			if exp != 0 {
+				gauge(descCertExpiry, float64(exp), p.Name, name)
+			}
+			if st.State == scheduler.Unknown {
+				return
+			}
 			up := 0.0
 			if st.State == scheduler.Healthy {
 				up = 1

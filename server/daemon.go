@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +64,21 @@ type Options struct {
 	// StateInterval is the time between two saves of the state file;
 	// default DefaultStateInterval.
 	StateInterval time.Duration
+	// WebhookMinBackoff and WebhookMaxBackoff bound the wait between
+	// delivery attempts of event webhooks, which doubles from the first;
+	// default 500 ms and 30 s.
+	WebhookMinBackoff, WebhookMaxBackoff time.Duration
+	// EventKeepAlive is the longest silence on an event stream before a
+	// keep-alive comment; default 15 s.
+	EventKeepAlive time.Duration
+	// EventWriteTimeout is how long a write to an event stream may block
+	// before the client counts as too slow and is dropped; default 10 s.
+	EventWriteTimeout time.Duration
+	// MaxEventStreams bounds the event streams served at once; default 64.
+	MaxEventStreams int
+	// ProbeConcurrency bounds the /probe requests probing at once, so they
+	// cannot crowd out scheduled probes; default 16.
+	ProbeConcurrency int
 }
 
 // DefaultReloadGap is the least time between the starts of two reloads. A
@@ -80,6 +96,9 @@ type Daemon struct {
 	log     *slog.Logger
 	metrics *metrics
 	events  *eventLog
+	hooks   hookSet
+	streams streams
+	probes  chan struct{} // one token per /probe request probing
 	totals  counterTotals
 	obs     observer
 	mem     memoryTuner
@@ -129,9 +148,24 @@ func New(opt Options) (*Daemon, error) {
 	if err := opt.Shard.Validate(); err != nil {
 		return nil, fmt.Errorf("server: Options.Shard: %w", err)
 	}
+	if opt.EventKeepAlive <= 0 {
+		opt.EventKeepAlive = 15 * time.Second
+	}
+	if opt.EventWriteTimeout <= 0 {
+		opt.EventWriteTimeout = 10 * time.Second
+	}
+	if opt.MaxEventStreams <= 0 {
+		opt.MaxEventStreams = 64
+	}
+	if opt.ProbeConcurrency <= 0 {
+		opt.ProbeConcurrency = 16
+	}
 	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events), mem: newMemoryTuner(&opt)}
 	d.errs.m = map[uint32]string{}
 	d.obs = newObserver(d)
+	d.hooks = hookSet{opt: &d.opt, log: d.log, feed: d.events.setHooks}
+	d.streams.done = make(chan struct{})
+	d.probes = make(chan struct{}, opt.ProbeConcurrency)
 	d.metrics = newMetrics(d)
 	d.rem = remediate.New(remediate.Options{Logger: opt.Logger, Registerer: d.metrics.reg})
 	d.reloads.d = d
@@ -187,6 +221,10 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 	if err != nil {
 		return nil, err
 	}
+	hooks, err := d.hooks.prepare(cfg)
+	if err != nil {
+		return nil, err
+	}
 	shards := d.opt.Shards
 	if shards <= 0 {
 		shards = runtime.GOMAXPROCS(0)
@@ -236,7 +274,10 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 	sink.e.Store(engine)
 	retire := pp.commit(cfg, added)
 	g := d.newGeneration(cfg, engine, pp.ls, slots, plan)
+	d.hooks.replace(hooks)
+	g.decide(d)
 	d.publish(g)
+	g.runRouter()
 	retire()
 	d.engine, d.probers, d.cancel = engine, ps, cancel
 	d.done = make(chan struct{})
@@ -259,7 +300,10 @@ func (d *Daemon) newGeneration(cfg *config.Config, e *scheduler.Engine, ls *laun
 	g.indexPools()
 	for _, p := range cfg.Pools {
 		proto := cfg.Checks[p.CheckIndex].Protocol.String()
-		g.obs = append(g.obs, d.metrics.instruments(p.Name, proto))
+		g.inst = append(g.inst, d.metrics.instruments(p.Name, proto))
+	}
+	if slices.ContainsFunc(cfg.Checks, func(c *config.Check) bool { return c.Protocol == config.HTTPS }) {
+		g.certs = make([]atomic.Int64, len(cfg.Targets))
 	}
 	return g
 }
@@ -341,29 +385,39 @@ func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
 	if err != nil {
 		return nil, 0, 0, err
 	}
+	hooks, err := d.hooks.prepare(cfg)
+	if err != nil {
+		return nil, 0, 0, err
+	}
 	slots, nslots := slotsFor(old, cfg)
 	pp, err := d.probers.prepare(cfg)
 	if err != nil {
 		return nil, 0, 0, err
 	}
 	ed := d.engine.Edit()
-	next, added, removed, err := edit(ed, old, cfg, pp.ls, slots, nslots)
+	ch, err := edit(ed, old, cfg, pp.ls, slots, nslots)
 	if err != nil {
 		ed.Abort()
 		pp.abort()
 		return nil, 0, 0, err
 	}
-	retire := pp.commit(next, added)
-	g := d.newGeneration(next, d.engine, pp.ls, slots, plan)
+	retire := pp.commit(ch.cfg, ch.added)
+	g := d.newGeneration(ch.cfg, d.engine, pp.ls, slots, plan)
+	g.keepCerts(old, ch.removed)
+	d.hooks.replace(hooks)
+	g.decide(d)
+	old.routeChanges(g, ch.kept, d.events.add)
 	// Readers and the observer see the new generation first: the engine
 	// still runs the removed targets until its shards apply the edit, and
 	// the generation knows them as gone.
 	d.publish(g)
 	ed.Commit()
+	old.stopRouter()
+	g.runRouter()
 	retire()
-	d.errs.forget(removed)
+	d.errs.forget(ch.removed)
 	d.metrics.forgetPools(removedPools(old, g))
-	return g, len(added), len(removed), nil
+	return g, len(ch.added), len(ch.removed), nil
 }
 
 // UpdatePool adds targets to pool and removes targets from it, without
@@ -452,11 +506,13 @@ func (d *Daemon) Stop() error {
 	}
 	d.stopped = true
 	d.rem.Close()
+	defer d.hooks.stopAll()
 	if d.engine == nil {
 		return nil
 	}
 	d.cancel()
 	<-d.done
+	d.cur.Load().stopRouter()
 	var errs []error
 	if d.opt.StateFile != "" {
 		if err := d.saveState(); err != nil {
@@ -481,6 +537,7 @@ func (d *Daemon) TCPPath() (probe.TCPPath, error) {
 // the server down gracefully.
 func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
 	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv.RegisterOnShutdown(d.streams.end) // event streams never go idle by themselves
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(l) }()
 	select {

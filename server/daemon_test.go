@@ -77,6 +77,7 @@ type testDaemon struct {
 	path string
 }
 
+// startDaemon runs a daemon over the config text.
 func startDaemon(t *testing.T, yaml string) *testDaemon {
 	t.Helper()
 	return startDaemonWith(t, yaml, nil)
@@ -167,6 +168,23 @@ func (td *testDaemon) pool(t *testing.T, name string) PoolJSON {
 	return PoolJSON{}
 }
 
+// waitPool polls /api/v1/pools until pool name satisfies ok: the router
+// publishes a pool's decisions just after the state change behind them.
+func (td *testDaemon) waitPool(t *testing.T, name, want string, ok func(PoolJSON) bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p := td.pool(t, name)
+		if ok(p) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool %s: %+v, want %s", name, p, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestDaemonEndToEnd runs the daemon against loopback servers with short
 // intervals, makes one fail, and checks through /api/v1/events that it
 // turned unhealthy after exactly fall failed probes and healthy after exactly
@@ -213,25 +231,25 @@ pools:
 	if n := b[0].answeredBefore(ev.Time, true); n != fall {
 		t.Fatalf("%d failing answers before the unhealthy event, want exactly %d", n, fall)
 	}
-	if p := td.pool(t, "api"); p.Unhealthy != 1 || p.Removed != 1 || p.Routable != 3 {
-		t.Fatalf("pool with one unhealthy: %+v, want 1 removed, 3 routable", p)
-	}
+	td.waitPool(t, "api", "one unhealthy: 1 removed, 3 routable", func(p PoolJSON) bool {
+		return p.Unhealthy == 1 && p.Removed == 1 && p.Routable == 3
+	})
 
 	// Three of four unhealthy: 50 % caps the removal at two (P1).
 	b[1].failing.Store(true)
 	b[2].failing.Store(true)
 	td.waitEvent(t, b[1].addr(), "unhealthy", next.Next)
 	td.waitEvent(t, b[2].addr(), "unhealthy", next.Next)
-	if p := td.pool(t, "api"); p.Unhealthy != 3 || p.Removed != 2 || p.Routable != 2 {
-		t.Fatalf("pool with three unhealthy: %+v, want 2 removed, 2 routable (P1)", p)
-	}
+	td.waitPool(t, "api", "three unhealthy: 2 removed, 2 routable (P1)", func(p PoolJSON) bool {
+		return p.Unhealthy == 3 && p.Removed == 2 && p.Routable == 2
+	})
 
 	// All four unhealthy: fail open (P2).
 	b[3].failing.Store(true)
 	td.waitEvent(t, b[3].addr(), "unhealthy", next.Next)
-	if p := td.pool(t, "api"); !p.FailingOpen || p.Removed != 0 || p.Routable != 4 {
-		t.Fatalf("pool all unhealthy: %+v, want failing open with 4 routable (P2)", p)
-	}
+	td.waitPool(t, "api", "all unhealthy: failing open with 4 routable (P2)", func(p PoolJSON) bool {
+		return p.FailingOpen && p.Removed == 0 && p.Routable == 4
+	})
 
 	// Recovery: healthy after exactly rise successful probes.
 	td.getJSON(t, "/api/v1/events", &next)
@@ -245,9 +263,9 @@ pools:
 	if oks != rise {
 		t.Fatalf("%d successful answers before the healthy event, want exactly %d", oks, rise)
 	}
-	if p := td.pool(t, "api"); p.FailingOpen || p.Healthy != 1 || p.Removed != 2 || p.Routable != 2 {
-		t.Fatalf("pool after one recovery: %+v, want normal selection with 2 removed", p)
-	}
+	td.waitPool(t, "api", "one recovered: normal selection with 2 removed", func(p PoolJSON) bool {
+		return !p.FailingOpen && p.Healthy == 1 && p.Removed == 2 && p.Routable == 2
+	})
 
 	var tl struct {
 		Targets []TargetJSON `json:"targets"`

@@ -18,4 +18,14 @@
 // leader; what a probe tells beyond its result (the error behind a failure,
 // HTTP phase timings) is kept under the leader and shown for every member,
 // in every pool that lists one.
+//
+// Decisions leave the daemon as events: the engine's state changes and the
+// route decisions of each generation's scheduler.Router (removed, put back,
+// preferred, fail-open) are numbered in one event log, a ring that the API
+// pages, that event streams (Server-Sent Events) follow by cursor, and that
+// feeds each event webhook's bounded queue, delivered in order by
+// server/webhook with retries. Nothing in that path waits for a reader: a
+// slow stream is dropped, a full webhook queue drops its oldest events, and
+// both are counted. /probe answers one-off probes the way blackbox_exporter
+// does, with probers of their own and bounded concurrency.
 package server

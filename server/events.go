@@ -5,56 +5,141 @@ import (
 	"time"
 )
 
-// Event is a target's state change as the API shows it.
+// The kinds of events, in Event.Kind: a target's state change, and the
+// route decisions of the pool policy (scheduler.RouteKind names).
+const (
+	KindState     = "state"     // a target's health state changed
+	KindRoute     = "route"     // a pool member was removed, put back, or decided (routed, removed, pending)
+	KindPreferred = "preferred" // a pool member entered or left the preferred set (E7)
+	KindFailOpen  = "fail_open" // a pool started or stopped failing open (P2)
+)
+
+// EventKinds are the kinds of events, in the order the documentation lists them.
+var EventKinds = []string{KindState, KindRoute, KindPreferred, KindFailOpen}
+
+// Event is one event as the API, the event stream and webhooks show it: a
+// target's state change (kind "state") or a change of a pool's traffic
+// decision (kinds "route", "preferred" and "fail_open"). From and To are
+// states for "state"; routes (routed, removed, pending) for "route";
+// not_preferred and preferred for "preferred"; normal and failing_open for
+// "fail_open".
 type Event struct {
+	Seq     uint64    `json:"seq"` // position in the daemon's event stream, from 1
 	Time    time.Time `json:"time"`
-	Target  string    `json:"target"`         // address:port
+	Kind    string    `json:"kind"`
+	Target  string    `json:"target"`         // address:port; for fail_open, the member whose change flipped it
 	Host    string    `json:"host,omitempty"` // host name the target was given as
-	Pools   []string  `json:"pools"`
+	Pools   []string  `json:"pools"`          // the target's pools for "state"; the pool decided for the others
 	Check   string    `json:"check"`
 	From    string    `json:"from"`
 	To      string    `json:"to"`
-	Reason  string    `json:"reason"`           // outcome of the probe that caused it
-	Status  int       `json:"status,omitempty"` // its HTTP status
-	Streak  int       `json:"consecutive"`      // consecutive results of that kind
-	Seq     uint64    `json:"seq"`              // position in the daemon's event stream
-	Message string    `json:"error,omitempty"`  // why the probe failed, when known
+	Reason  string    `json:"reason"`                // "state": outcome of the probe behind it; others: what moved the decision
+	Status  int       `json:"status,omitempty"`      // "state": the probe's HTTP status
+	Streak  int       `json:"consecutive,omitempty"` // "state": consecutive results of that kind
+	Message string    `json:"error,omitempty"`       // "state": why the probe failed, when known
 }
 
-// eventLog keeps the most recent state changes in a ring. It is safe for
-// concurrent use; state changes are rare next to probes, so a mutex is fine.
+// eventLog keeps the most recent events in a ring, numbers them, and hands
+// each to the event webhooks that want it. It is safe for concurrent use;
+// events are rare next to probes, so a mutex is fine. Readers that follow
+// the log (event streams) wait on the channel of [eventLog.read].
 type eventLog struct {
-	mu   sync.Mutex
-	buf  []Event
-	next uint64 // sequence number of the next event
+	mu    sync.Mutex
+	buf   []Event
+	next  uint64        // sequence number of the next event; the first is 1
+	wake  chan struct{} // closed by the next add; nil while nobody waits
+	hooks []*hook       // event webhooks, fed in sequence order
 }
 
-func newEventLog(size int) *eventLog { return &eventLog{buf: make([]Event, size)} }
+func newEventLog(size int) *eventLog { return &eventLog{buf: make([]Event, size), next: 1} }
 
+// add numbers e, keeps it, offers it to the webhooks and wakes the readers.
 func (l *eventLog) add(e Event) {
 	l.mu.Lock()
 	e.Seq = l.next
 	l.buf[l.next%uint64(len(l.buf))] = e
 	l.next++
+	for _, h := range l.hooks {
+		h.offer(&e)
+	}
+	if l.wake != nil {
+		close(l.wake)
+		l.wake = nil
+	}
 	l.mu.Unlock()
 }
 
-// since returns up to limit events with sequence ≥ from, oldest first, and the
-// sequence number to ask for next.
-func (l *eventLog) since(from uint64, limit int) ([]Event, uint64) {
+// setHooks replaces the webhooks that new events are offered to.
+func (l *eventLog) setHooks(hooks []*hook) {
+	l.mu.Lock()
+	l.hooks = hooks
+	l.mu.Unlock()
+}
+
+// oldest returns the sequence number of the oldest event kept (l.next when
+// none is). l.mu is held.
+func (l *eventLog) oldest() uint64 {
+	if n := uint64(len(l.buf)); l.next-1 > n {
+		return l.next - n
+	}
+	return 1
+}
+
+// last returns the sequence number of the newest event, 0 before the first.
+func (l *eventLog) last() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	first := uint64(0)
-	if l.next > uint64(len(l.buf)) {
-		first = l.next - uint64(len(l.buf))
+	return l.next - 1
+}
+
+// page returns the oldest events after sequence number since, at most
+// limit of them (0: every one kept), and how many events after since are
+// lost: fallen out of the ring before this call. next is the sequence number
+// to ask for next: the last one returned, or the newest one when none is
+// (so a client that asks from beyond the newest event, after a restart,
+// starts again from the present).
+func (l *eventLog) page(since uint64, limit int) (evs []Event, next, lost uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	newest := l.next - 1
+	if since >= newest {
+		return []Event{}, newest, 0
 	}
-	from = min(max(from, first), l.next)
-	if limit > 0 && l.next-from > uint64(limit) {
-		from = l.next - uint64(limit)
+	from := since + 1
+	if first := l.oldest(); from < first {
+		lost, from = first-from, first
 	}
-	out := make([]Event, 0, l.next-from)
-	for s := from; s < l.next; s++ {
-		out = append(out, l.buf[s%uint64(len(l.buf))])
+	n := newest + 1 - from
+	if limit > 0 {
+		n = min(n, uint64(limit))
 	}
-	return out, l.next
+	evs = make([]Event, 0, n)
+	for s := from; s < from+n; s++ {
+		evs = append(evs, l.buf[s%uint64(len(l.buf))])
+	}
+	return evs, from + n - 1, lost
+}
+
+// read copies into buf the oldest events after sequence number after, as
+// many as fit, and reports how many events after after were lost to the
+// ring. When there is nothing new, it returns a channel that is closed when
+// the next event is added.
+func (l *eventLog) read(after uint64, buf []Event) (evs []Event, lost uint64, wait <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	from := after + 1
+	if first := l.oldest(); from < first {
+		lost, from = first-from, first
+	}
+	evs = buf[:0]
+	for s := from; s < l.next && len(evs) < cap(buf); s++ {
+		evs = append(evs, l.buf[s%uint64(len(l.buf))])
+	}
+	if len(evs) == 0 {
+		if l.wake == nil {
+			l.wake = make(chan struct{})
+		}
+		wait = l.wake
+	}
+	return evs, lost, wait
 }

@@ -1,36 +1,75 @@
 package server
 
-import "testing"
+import (
+	"testing"
+)
 
-func TestEventLogSince(t *testing.T) {
+// TestEventLogPage pins polling (issue 10): since returns the oldest events
+// after it, up to limit, and says how many fell out of the ring.
+func TestEventLogPage(t *testing.T) {
 	l := newEventLog(4)
-	for i := range 6 {
+	for i := range 6 { // seq 1..6 = a..f; the ring keeps c..f
 		l.add(Event{Target: string(rune('a' + i))})
 	}
 	tests := []struct {
-		from      uint64
-		limit     int
-		want      string
-		wantNext  uint64
-		wantFirst uint64
+		name     string
+		since    uint64
+		limit    int
+		want     string
+		wantNext uint64
+		wantLost uint64
 	}{
-		{0, 0, "cdef", 6, 2}, // the ring keeps the last 4
-		{3, 0, "def", 6, 3},  // from the middle
-		{0, 2, "ef", 6, 4},   // the newest 2
-		{6, 0, "", 6, 0},     // nothing new
-		{100, 0, "", 6, 0},   // from the future: nothing, no panic
+		{"from the start: the oldest kept, and two lost", 0, 0, "cdef", 6, 2},
+		{"oldest first up to limit", 0, 2, "cd", 4, 2},
+		{"the next page", 4, 2, "ef", 6, 0},
+		{"from the middle", 3, 0, "def", 6, 0},
+		{"just wrapped", 2, 1, "c", 3, 0},
+		{"one lost", 1, 0, "cdef", 6, 1},
+		{"nothing new", 6, 0, "", 6, 0},
+		{"from the future (a restarted daemon): start again from now", 100, 0, "", 6, 0},
 	}
 	for _, tt := range tests {
-		evs, next := l.since(tt.from, tt.limit)
-		got := ""
-		for _, e := range evs {
-			got += e.Target
-		}
-		if got != tt.want || next != tt.wantNext {
-			t.Errorf("since(%d, %d) = %q next %d, want %q next %d", tt.from, tt.limit, got, next, tt.want, tt.wantNext)
-		}
-		if len(evs) > 0 && evs[0].Seq != tt.wantFirst {
-			t.Errorf("since(%d, %d): first seq %d, want %d", tt.from, tt.limit, evs[0].Seq, tt.wantFirst)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			evs, next, lost := l.page(tt.since, tt.limit)
+			got := ""
+			for i, e := range evs {
+				got += e.Target
+				if want := tt.since + lost + uint64(i) + 1; e.Seq != want {
+					t.Errorf("event %d: seq %d, want %d", i, e.Seq, want)
+				}
+			}
+			if got != tt.want || next != tt.wantNext || lost != tt.wantLost {
+				t.Errorf("page(%d, %d) = %q next %d lost %d, want %q next %d lost %d",
+					tt.since, tt.limit, got, next, lost, tt.want, tt.wantNext, tt.wantLost)
+			}
+		})
+	}
+}
+
+// TestEventLogRead checks the stream side: a batch at most as large as the
+// buffer, a wait channel when there is nothing new, closed by the next add.
+func TestEventLogRead(t *testing.T) {
+	l := newEventLog(8)
+	evs, lost, wait := l.read(0, make([]Event, 0, 4))
+	if len(evs) != 0 || lost != 0 || wait == nil {
+		t.Fatalf("empty log: %d events, lost %d, wait %v", len(evs), lost, wait)
+	}
+	for range 6 {
+		l.add(Event{})
+	}
+	select {
+	case <-wait:
+	default:
+		t.Fatal("add did not close the wait channel")
+	}
+	evs, _, wait = l.read(0, make([]Event, 0, 4))
+	if len(evs) != 4 || evs[3].Seq != 4 || wait != nil {
+		t.Fatalf("read: %d events ending at %d, wait %v; want 4 ending at 4 and no wait", len(evs), evs[len(evs)-1].Seq, wait)
+	}
+	for range 10 {
+		l.add(Event{})
+	}
+	if _, lost, _ := l.read(4, make([]Event, 0, 4)); lost != 4 {
+		t.Fatalf("reader at 4 after 16 events in a ring of 8: lost %d, want 4", lost)
 	}
 }

@@ -1,7 +1,10 @@
 package server
 
 import (
+	"context"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
@@ -23,6 +26,7 @@ import (
 type generation struct {
 	cfg      *config.Config
 	engine   *scheduler.Engine
+	router   *scheduler.Router // the pools' decisions; built by decide
 	launch   *launchers
 	pools    []*scheduler.Pool
 	poolOf   []uint16            // per target, the first pool that lists it; noPool for none
@@ -31,9 +35,14 @@ type generation struct {
 	errs     *lastErrors         // why each failing stream failed, by leader id, for the API
 	slots    []uint16            // per check, its index in the engine's checks
 	targets  int                 // targets in use (cfg.Targets less the placeholders)
-	obs      []*poolInstruments  // per pool, its per-result instruments
+	inst     []*poolInstruments  // per pool, its per-result instruments
+	oneShots oneShotProbers      // probers of /probe requests
+	certs    []atomic.Int64      // per stream leader, Unix time of the earliest certificate expiry seen; nil without HTTPS checks
 	remedies *remediate.Plan     // the configuration's remediations, for the daemon's manager
 	loaded   time.Time
+
+	cancel context.CancelFunc // stops the router
+	done   chan struct{}      // closed when the router stopped
 }
 
 // noPool in generation.poolOf marks an id no pool lists.
@@ -93,6 +102,100 @@ func (g *generation) streamPoolsOf(leader uint32, fn func(pi int)) {
 // kept under the stream's leader.
 func (g *generation) lastError(id uint32) string {
 	return g.errs.get(g.cfg.Targets[id].Leader)
+}
+
+// certExpiry returns the Unix time at which the earliest certificate that
+// target id's stream last presented expires, 0 when none was seen.
+func (g *generation) certExpiry(id uint32) int64 {
+	if g.certs == nil {
+		return 0
+	}
+	return g.certs[g.cfg.Targets[id].Leader].Load()
+}
+
+// keepCerts carries over the certificate expiries old saw, but those of
+// removed, whose ids may be given to new targets.
+func (g *generation) keepCerts(old *generation, removed []uint32) {
+	if g.certs == nil || old == nil || old.certs == nil {
+		return
+	}
+	for id := range min(len(g.certs), len(old.certs)) {
+		g.certs[id].Store(old.certs[id].Load())
+	}
+	for _, id := range removed {
+		if int(id) < len(g.certs) {
+			g.certs[id].Store(0)
+		}
+	}
+}
+
+// decide takes the pools' decisions from the targets' current states,
+// without events: the router that runRouter runs.
+func (g *generation) decide(d *Daemon) {
+	g.router = scheduler.NewRouter(g.engine, g.pools, scheduler.RouterOptions{Observer: &routeObserver{o: &d.obs, g: g}})
+}
+
+// runRouter runs the generation's router until stopRouter.
+func (g *generation) runRouter() {
+	ctx, cancel := context.WithCancel(context.Background())
+	g.cancel, g.done = cancel, make(chan struct{})
+	go func() {
+		defer close(g.done)
+		g.router.Run(ctx)
+	}()
+}
+
+// stopRouter stops the router and waits for it.
+func (g *generation) stopRouter() {
+	if g.cancel != nil {
+		g.cancel()
+		<-g.done
+	}
+}
+
+// routeChanges reports, as events with reason "reload", every decision of
+// next's router that differs from g's for a target both have (kept, the same
+// engine id) in a pool of the same name, and every pool that starts or stops
+// failing open: a load balancer that follows events learns what a new
+// policy (or a target newly disabled) changed. next has decided.
+func (g *generation) routeChanges(next *generation, kept []uint32, add func(Event)) {
+	oldPool := make(map[string]int, len(g.pools))
+	for pi, p := range g.pools {
+		oldPool[p.Name] = pi
+	}
+	now := next.engine.Clock().Now()
+	for _, id := range kept {
+		next.poolsOf(id, func(pi int) {
+			name := next.pools[pi].Name
+			opi, ok := oldPool[name]
+			if !ok {
+				return
+			}
+			om, found := slices.BinarySearch(g.pools[opi].Members, id)
+			if !found {
+				return
+			}
+			nm, _ := slices.BinarySearch(next.pools[pi].Members, id)
+			from, _ := g.router.Route(opi, om)
+			to, _ := next.router.Route(pi, nm)
+			if from == to {
+				return
+			}
+			add(Event{Kind: KindRoute, Time: now, Target: next.cfg.Targets[id].AddrPort().String(), Host: next.cfg.Hostnames[id],
+				Pools: []string{name}, Check: next.checkName(id), From: from.String(), To: to.String(), Reason: "reload"})
+		})
+	}
+	for pi, p := range next.pools {
+		opi, ok := oldPool[p.Name]
+		if !ok {
+			continue
+		}
+		was, is := g.router.Summary(opi).FailingOpen, next.router.Summary(pi).FailingOpen
+		if was != is {
+			from, to := pick2(failOpenNames, is)
+			add(Event{Kind: KindFailOpen, Time: now, Pools: []string{p.Name}, From: from, To: to, Reason: "reload"})
+		}
+	}
 }
 
 // poolsOf calls fn for every pool that lists target id; none for an id the

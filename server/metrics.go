@@ -26,6 +26,7 @@ type metrics struct {
 	duration   *prometheus.HistogramVec // pool, protocol
 	phases     *prometheus.HistogramVec // pool, phase
 	changes    *prometheus.CounterVec   // pool, to
+	routes     *prometheus.CounterVec   // pool, to
 	reloads    *prometheus.CounterVec   // result
 	reloadOK   prometheus.Gauge
 	reloadTime prometheus.Gauge
@@ -54,6 +55,10 @@ func newMetrics(d *Daemon) *metrics {
 			Name: "sonde_state_changes_total",
 			Help: "Target state changes, by pool and new state.",
 		}, []string{"pool", "to"}),
+		routes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sonde_route_changes_total",
+			Help: "Route changes of pool members decided by the pool policy, by pool and new route: routed, removed, pending.",
+		}, []string{"pool", "to"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sonde_config_reloads_total",
 			Help: "Configuration reloads, by result (success or failure).",
@@ -77,8 +82,9 @@ func newMetrics(d *Daemon) *metrics {
 		Help: "The slice of the targets this process probes: shard i of N (sonde run -shard i/N; 0 of 1 without it); the value is 1.",
 	}, []string{"shard", "shards"})
 	shard.WithLabelValues(strconv.Itoa(d.opt.Shard.Index), strconv.Itoa(d.opt.Shard.Shards())).Set(1)
-	m.reg.MustRegister(m.probes, m.duration, m.phases, m.changes, m.reloads, m.reloadOK, m.reloadTime, build, shard,
+	m.reg.MustRegister(m.probes, m.duration, m.phases, m.changes, m.routes, m.reloads, m.reloadOK, m.reloadTime, build, shard,
 		&stateCollector{d: d},
+		&eventCollector{d: d},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -92,6 +98,7 @@ func (m *metrics) forgetPools(names []string) {
 		m.duration.DeletePartialMatch(l)
 		m.phases.DeletePartialMatch(l)
 		m.changes.DeletePartialMatch(l)
+		m.routes.DeletePartialMatch(l)
 	}
 }
 
@@ -105,6 +112,7 @@ type poolInstruments struct {
 	duration prometheus.Observer
 	phases   [len(phaseNames)]prometheus.Observer
 	changes  [3]prometheus.Counter // by scheduler.State
+	routes   [3]prometheus.Counter // by scheduler.Route, up to Pending
 }
 
 // instruments resolves the per-result instruments of pool with protocol.
@@ -118,6 +126,9 @@ func (m *metrics) instruments(pool, protocol string) *poolInstruments {
 	}
 	for st := scheduler.Unknown; st <= scheduler.Unhealthy; st++ {
 		pi.changes[st] = m.changes.WithLabelValues(pool, st.String())
+	}
+	for r := scheduler.Routed; r <= scheduler.Pending; r++ {
+		pi.routes[r] = m.routes.WithLabelValues(pool, r.String())
 	}
 	return pi
 }

@@ -49,20 +49,23 @@ func (o *observer) Result(id uint32, r probe.Result) {
 }
 
 func (o *observer) count(g *generation, pi int, r *probe.Result) {
-	in := g.obs[pi]
+	in := g.inst[pi]
 	in.probes[r.Outcome].Inc()
 	in.duration.Observe(r.Latency.Seconds())
 }
 
 // report records the detail of a one-shot probe of the stream led by id: the
-// last error for the API and the HTTP phase timings of every pool that lists
-// a member of the stream.
+// last error for the API, the earliest certificate expiry, and the HTTP
+// phase timings of every pool that lists a member of the stream.
 func (o *observer) report(id uint32, r *probe.Report) {
 	g := o.d.cur.Load()
 	if !g.has(id) {
 		return
 	}
 	g.errs.record(id, r)
+	if g.certs != nil && !r.CertExpiry.IsZero() {
+		g.certs[id].Store(r.CertExpiry.Unix())
+	}
 	if r.Phases == (probe.Phases{}) {
 		return
 	}
@@ -70,14 +73,14 @@ func (o *observer) report(id uint32, r *probe.Report) {
 	g.streamPoolsOf(id, func(pi int) {
 		for i, v := range ph {
 			if v > 0 {
-				g.obs[pi].phases[i].Observe(v)
+				g.inst[pi].phases[i].Observe(v)
 			}
 		}
 	})
 }
 
 // Transition records a state change: a counter per pool, an event for the
-// API and an info log line.
+// API and an info log line; and it tells the router, whose decisions follow.
 func (o *observer) Transition(e scheduler.Event) {
 	g := o.d.cur.Load()
 	if !g.has(e.Target) {
@@ -85,6 +88,7 @@ func (o *observer) Transition(e scheduler.Event) {
 	}
 	t := g.cfg.Targets[e.Target]
 	ev := Event{
+		Kind:    KindState,
 		Time:    scheduler.WallTime(g.engine.Clock(), e.At),
 		Target:  t.AddrPort().String(),
 		Host:    g.cfg.Hostnames[e.Target],
@@ -101,12 +105,80 @@ func (o *observer) Transition(e scheduler.Event) {
 	}
 	g.poolsOf(e.Target, func(pi int) {
 		ev.Pools = append(ev.Pools, g.cfg.Pools[pi].Name)
-		g.obs[pi].changes[e.To].Inc()
+		g.inst[pi].changes[e.To].Inc()
 	})
 	o.d.events.add(ev)
+	if r := g.router; r != nil {
+		r.Notify(e.Target)
+	}
 	if o.info {
 		o.d.log.Info("state change", "target", ev.Target, "pool", ev.Pools, "check", ev.Check,
 			"from", ev.From, "to", ev.To, "reason", ev.Reason, "consecutive", ev.Streak)
+	}
+}
+
+// The From and To of "preferred" and "fail_open" events.
+var (
+	preferredNames = [2]string{"not_preferred", "preferred"}
+	failOpenNames  = [2]string{"normal", "failing_open"}
+)
+
+func pick2(names [2]string, on bool) (from, to string) {
+	if on {
+		return names[0], names[1]
+	}
+	return names[1], names[0]
+}
+
+// routeObserver reports the route decisions of one generation's router,
+// whose pool and target numbers are that generation's.
+type routeObserver struct {
+	o *observer
+	g *generation
+}
+
+// Route records a decision of the pool policy: an event for the API, a
+// counter and a log line. It runs on the router's goroutine.
+func (ro *routeObserver) Route(e scheduler.RouteEvent) {
+	o, g := ro.o, ro.g
+	pool := g.cfg.Pools[e.Pool].Name
+	ev := Event{
+		Kind:   e.Kind.String(),
+		Time:   scheduler.WallTime(g.engine.Clock(), e.At),
+		Target: g.cfg.Targets[e.Target].AddrPort().String(),
+		Host:   g.cfg.Hostnames[e.Target],
+		Pools:  []string{pool},
+		Check:  g.checkName(e.Target),
+		Reason: e.Cause.String(),
+	}
+	switch e.Kind {
+	case scheduler.RouteChanged:
+		ev.From, ev.To = e.From.String(), e.To.String()
+		if e.Cause == scheduler.CauseState {
+			ev.Reason = e.State.String()
+		}
+		if int(e.To) < len(g.inst[e.Pool].routes) { // the router never routes to Excluded
+			g.inst[e.Pool].routes[e.To].Inc()
+		}
+	case scheduler.PreferredChanged:
+		ev.From, ev.To = pick2(preferredNames, e.On)
+		if e.Cause == scheduler.CauseState {
+			ev.Reason = e.State.String()
+		}
+	case scheduler.FailOpenChanged:
+		ev.From, ev.To = pick2(failOpenNames, e.On)
+		ev.Reason = e.State.String()
+	}
+	o.d.events.add(ev)
+	switch {
+	case e.Kind == scheduler.FailOpenChanged && e.On:
+		o.d.log.Warn("pool fails open: no target is healthy, every one stays in rotation", "pool", pool, "target", ev.Target, "reason", ev.Reason)
+	case e.Kind == scheduler.FailOpenChanged:
+		o.d.log.Info("pool no longer fails open", "pool", pool, "target", ev.Target, "reason", ev.Reason)
+	case o.info && e.Kind == scheduler.RouteChanged:
+		o.d.log.Info("route change", "pool", pool, "target", ev.Target, "from", ev.From, "to", ev.To, "reason", ev.Reason)
+	case o.debug:
+		o.d.log.Debug("preference change", "pool", pool, "target", ev.Target, "to", ev.To, "reason", ev.Reason)
 	}
 }
 

@@ -279,11 +279,11 @@ func covers(p *syn.Prober, cfg *config.Config) bool {
 }
 
 // firstOfFamilies returns the first target address of each family among
-// cfg's TCP checks' targets.
+// cfg's targets: their routes choose the SYN prober's sources.
 func firstOfFamilies(cfg *config.Config) []netip.Addr {
 	var v4, v6 netip.Addr
 	for _, t := range cfg.Targets {
-		if !t.Addr.IsValid() || cfg.Checks[t.Check].Protocol != config.TCP {
+		if !t.Addr.IsValid() {
 			continue
 		}
 		if t.Addr.Is4() && !v4.IsValid() {

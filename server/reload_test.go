@@ -113,16 +113,47 @@ pools:
 
 func gatherText(t *testing.T, td *testDaemon) string {
 	t.Helper()
-	resp, err := http.Get(td.http.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	_, body := td.scrape(t, "/metrics", nil)
+	return body
+}
+
+// TestReloadRouteEvents checks that a reload that changes a pool's policy
+// reports the routes it changes, so a load balancer following events stays
+// right: with 49 % instead of 50 % of two targets, none may be removed.
+func TestReloadRouteEvents(t *testing.T) {
+	good, bad := newBackend(t), newBackend(t)
+	bad.failing.Store(true)
+	cfg := func(percent int) string {
+		return fmt.Sprintf(`
+checks:
+  web: {protocol: http, path: /, interval: 50ms, timeout: 1s, rise: 1, fall: 1}
+pools:
+  - {name: api, check: web, max_unhealthy_percent: %d, targets: [%q, %q]}
+`, percent, good.addr(), bad.addr())
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
+	td := startDaemon(t, cfg(50))
+	td.waitPool(t, "api", "one removed", func(p PoolJSON) bool { return p.Removed == 1 && p.Healthy == 1 })
+	var page EventsPage
+	td.getJSON(t, "/api/v1/events", &page)
+
+	td.rewrite(t, cfg(49))
+	if code := td.postReload(t); code != http.StatusOK {
+		t.Fatalf("reload: status %d", code)
 	}
-	return string(body)
+	td.getJSON(t, fmt.Sprintf("/api/v1/events?since=%d", page.Next), &page)
+	var got []string
+	for _, e := range page.Events {
+		if e.Kind == KindRoute {
+			got = append(got, fmt.Sprintf("%s %s>%s %s", e.Target, e.From, e.To, e.Reason))
+		}
+	}
+	want := bad.addr() + " removed>routed reload"
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("route events of the reload: %q, want [%q]", got, want)
+	}
+	if p := td.pool(t, "api"); p.Removed != 0 || p.Routable != 2 {
+		t.Fatalf("pool after the reload: %+v, want nothing removed", p)
+	}
 }
 
 // gate is a loopback HTTP backend that answers at once, or after a delay, or

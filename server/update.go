@@ -165,23 +165,23 @@ func engineChecks(e *scheduler.Engine, next *config.Config, slots []uint16, n in
 	return out
 }
 
-// streams are the probe streams of the new configuration: the members of
+// streamSet is the probe streams of the new configuration: the members of
 // stream i, as ids in next, are members[start[i]:start[i+1]], and leader[i]
 // is the engine id of its leader once known.
-type streams struct {
+type streamSet struct {
 	start   []uint32
 	members []uint32
 	leader  []uint32
 }
 
-func (ss *streams) of(i int) []uint32 { return ss.members[ss.start[i]:ss.start[i+1]] }
+func (ss *streamSet) of(i int) []uint32 { return ss.members[ss.start[i]:ss.start[i+1]] }
 
 // streamsOf groups next's targets by stream (their Leader in next) and finds
 // the engine leader each stream keeps: the old leader when the edit keeps it,
 // else the heir the engine gives the stream when the old leader goes (the
 // enabled kept member with the lowest engine id, or the lowest when none is
 // enabled), else noID for a stream of added targets only.
-func streamsOf(old *generation, next *config.Config, engineOf []uint32) *streams {
+func streamsOf(old *generation, next *config.Config, engineOf []uint32) *streamSet {
 	index := make([]uint32, len(next.Targets)) // per leader id in next: its stream
 	for i := range index {
 		index[i] = noID
@@ -194,7 +194,7 @@ func streamsOf(old *generation, next *config.Config, engineOf []uint32) *streams
 		}
 		count[index[t.Leader]]++
 	}
-	ss := &streams{start: make([]uint32, len(count)+1), members: make([]uint32, len(next.Targets)), leader: make([]uint32, len(count))}
+	ss := &streamSet{start: make([]uint32, len(count)+1), members: make([]uint32, len(next.Targets)), leader: make([]uint32, len(count))}
 	for i, c := range count {
 		ss.start[i+1] = ss.start[i] + c
 	}
@@ -232,7 +232,7 @@ func streamsOf(old *generation, next *config.Config, engineOf []uint32) *streams
 // reindex returns next as the engine runs it: targets at their engine ids
 // (placeholders at free ids up to size), leaders and pool members as engine
 // ids.
-func reindex(next *config.Config, engineOf []uint32, ss *streams, size int) *config.Config {
+func reindex(next *config.Config, engineOf []uint32, ss *streamSet, size int) *config.Config {
 	cp := *next
 	out := &cp
 	out.Pools = make([]*config.Pool, len(next.Pools))
@@ -270,27 +270,39 @@ func reindex(next *config.Config, engineOf []uint32, ss *streams, size int) *con
 	return out
 }
 
+// change is an edit of the running engine into a new configuration: the
+// configuration as the engine will run it, and the ids its targets kept, got
+// and lost.
+type change struct {
+	cfg                  *config.Config
+	kept, added, removed []uint32
+}
+
 // edit computes the edit that turns the engine from old's configuration into
 // next's and stages it in ed; the probers must already run next's checks (ls).
-// It returns next as the engine will run it, the ids added and the ids
-// removed.
-func edit(ed *scheduler.Edit, old *generation, next *config.Config, ls *launchers, slots []uint16, nslots int) (cfg *config.Config, added, removed []uint32, err error) {
+func edit(ed *scheduler.Edit, old *generation, next *config.Config, ls *launchers, slots []uint16, nslots int) (*change, error) {
 	engineOf, removed := match(old, next)
 	ss := streamsOf(old, next, engineOf)
+	ch := &change{removed: removed}
+	for _, e := range engineOf {
+		if e != noID {
+			ch.kept = append(ch.kept, e)
+		}
+	}
 	for n, e := range engineOf {
 		if e != noID && old.cfg.Targets[e].Disabled != next.Targets[n].Disabled {
 			if err := ed.SetDisabled(e, next.Targets[n].Disabled); err != nil {
-				return nil, nil, nil, err
+				return nil, err
 			}
 		}
 	}
 	for _, e := range removed {
 		if err := ed.Remove(e); err != nil {
-			return nil, nil, nil, err
+			return nil, err
 		}
 	}
 	if err := ed.SetChecks(engineChecks(old.engine, next, slots, nslots, ls)); err != nil {
-		return nil, nil, nil, fmt.Errorf("engine checks: %w", err)
+		return nil, fmt.Errorf("engine checks: %w", err)
 	}
 	add := func(n uint32, leader uint32) error {
 		t := next.Targets[n]
@@ -299,7 +311,7 @@ func edit(ed *scheduler.Edit, old *generation, next *config.Config, ls *launcher
 			return err
 		}
 		engineOf[n] = id
-		added = append(added, id)
+		ch.added = append(ch.added, id)
 		return nil
 	}
 	for si := range ss.leader {
@@ -314,17 +326,18 @@ func edit(ed *scheduler.Edit, old *generation, next *config.Config, ls *launcher
 				}
 			}
 			if err := add(lead, scheduler.Alone); err != nil {
-				return nil, nil, nil, err
+				return nil, err
 			}
 			ss.leader[si] = engineOf[lead]
 		}
 		for _, n := range members {
 			if engineOf[n] == noID {
 				if err := add(n, ss.leader[si]); err != nil {
-					return nil, nil, nil, err
+					return nil, err
 				}
 			}
 		}
 	}
-	return reindex(next, engineOf, ss, ed.Len()), added, removed, nil
+	ch.cfg = reindex(next, engineOf, ss, ed.Len())
+	return ch, nil
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,6 +33,67 @@ func RequirePrivileged(tb testing.TB, needs string) {
 		tb.Fatalf("test needs root (%s) and SONDE_REQUIRE_PRIV=1 is set", needs)
 	}
 	tb.Skipf("test needs root (%s); run as root, or set SONDE_REQUIRE_PRIV=1 to make this a failure", needs)
+}
+
+// Tool returns the path of the program name, which the Debian package pkg
+// installs (.ci/run installs it for CI). When it is missing the test skips,
+// or fails when SONDE_REQUIRE_PRIV is 1, so CI cannot skip it silently.
+func Tool(tb testing.TB, name, pkg string) string {
+	tb.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	if os.Getenv("SONDE_REQUIRE_PRIV") == "1" {
+		tb.Fatalf("test needs %s (Debian package %s) and SONDE_REQUIRE_PRIV=1 is set: %v", name, pkg, err)
+	}
+	tb.Skipf("test needs %s: apt-get install %s", name, pkg)
+	return ""
+}
+
+// Process is a program a test started with [Start].
+type Process struct {
+	mu  sync.Mutex
+	out []byte
+}
+
+// Write collects the program's output.
+func (p *Process) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.out = append(p.out, b...)
+	return len(b), nil
+}
+
+// Output returns what the program wrote to stdout and stderr so far.
+func (p *Process) Output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return string(p.out)
+}
+
+// Start starts cmd, collecting its output, and stops it by its PID when tb
+// ends: SIGTERM, then SIGKILL if it has not exited after 15 s.
+func Start(tb testing.TB, cmd *exec.Cmd) *Process {
+	tb.Helper()
+	p := &Process{}
+	cmd.Stdout, cmd.Stderr = p, p
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("start %s: %v", cmd.Path, err)
+	}
+	pid := cmd.Process.Pid
+	tb.Cleanup(func() {
+		_ = unix.Kill(pid, unix.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = unix.Kill(pid, unix.SIGKILL)
+			<-done
+		}
+	})
+	return p
 }
 
 // KernelAtLeast reports whether the running kernel's release is major.minor

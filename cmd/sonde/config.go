@@ -81,6 +81,17 @@ type configReport struct {
 	ProbeRate    rateReport          `json:"probe_rate"`
 	Endpoints    []endpointReport    `json:"endpoints,omitempty"` // with -endpoints
 	Metrics      metricsReport       `json:"metrics"`
+	Webhooks     []webhookReport     `json:"webhooks,omitempty"`
+}
+
+// webhookReport is one webhook: where events go and which.
+type webhookReport struct {
+	Name           string   `json:"name"`
+	URL            string   `json:"url"`
+	Kinds          []string `json:"kinds"` // empty: every kind
+	Pools          []string `json:"pools"` // empty: every pool
+	Signed         bool     `json:"signed"`
+	TimeoutSeconds float64  `json:"timeout_seconds"`
 }
 
 // checkReport is one check's effective settings and windows: its probe
@@ -170,6 +181,10 @@ func newConfigReport(cfg *config.Config, endpoints bool) *configReport {
 	}
 	for _, r := range cfg.Remediations {
 		rep.Remediations = append(rep.Remediations, remediationReport{remediate.SettingsOf(r), remediate.CoverageOf(cfg, r)})
+	}
+	for _, w := range cfg.Webhooks {
+		rep.Webhooks = append(rep.Webhooks, webhookReport{Name: w.Name, URL: w.URL, Kinds: w.Kinds, Pools: w.Pools,
+			Signed: w.SecretFile != "", TimeoutSeconds: w.Timeout.Seconds()})
 	}
 	rs := cfg.ProbeRates()
 	rep.ProbeRate = rateReport{Endpoints: rs.Endpoints, MaxPerEndpoint: rs.Max, Total: rs.Total}
@@ -283,8 +298,26 @@ func (r *configReport) writeText(w io.Writer) error {
 			return err
 		}
 	}
-	_, err := fmt.Fprintf(w, "per-target metrics: %t\n", r.Metrics.PerTarget)
-	return err
+	if _, err := fmt.Fprintf(w, "per-target metrics: %t\n", r.Metrics.PerTarget); err != nil {
+		return err
+	}
+	if len(r.Webhooks) == 0 {
+		return nil
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nWEBHOOK\tURL\tKINDS\tPOOLS\tSIGNED\tTIMEOUT")
+	for _, h := range r.Webhooks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%s\n", h.Name, h.URL, orAll(h.Kinds), orAll(h.Pools), h.Signed, secs(h.TimeoutSeconds))
+	}
+	return tw.Flush()
+}
+
+// orAll lists names, or says "all" for none.
+func orAll(names []string) string {
+	if len(names) == 0 {
+		return "all"
+	}
+	return strings.Join(names, ",")
 }
 
 // probeText describes what one probe of the check sends and accepts.

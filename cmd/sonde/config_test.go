@@ -288,3 +288,48 @@ remediation:
 		}
 	}
 }
+
+// TestConfigCheckWebhooks shows the webhooks: where events go, which, and
+// whether requests are signed.
+func TestConfigCheckWebhooks(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "hook.secret"), []byte("k"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "sonde.yaml")
+	if err := os.WriteFile(file, []byte(presetsConfig+`webhooks:
+  - {url: "http://127.0.0.1:9124/", name: lb, secret_file: hook.secret, timeout: 5s, events: {kinds: [route, fail_open], pools: [app]}}
+  - {url: "https://hooks.internal/sonde"}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"config", "check", file}, &out, &errOut); err != nil {
+		t.Fatalf("run: %v (stderr %q)", err, errOut.String())
+	}
+	for _, want := range []string{
+		"lb http://127.0.0.1:9124/ route,fail_open app true 5s",
+		"hooks.internal https://hooks.internal/sonde all all false 10s",
+	} {
+		found := false
+		for line := range strings.Lines(out.String()) {
+			found = found || strings.Join(strings.Fields(line), " ") == want
+		}
+		if !found {
+			t.Errorf("output lacks the row %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"config", "check", "-json", file}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Webhooks []webhookReport `json:"webhooks"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Webhooks) != 2 || !rep.Webhooks[0].Signed || rep.Webhooks[0].TimeoutSeconds != 5 || rep.Webhooks[1].Name != "hooks.internal" {
+		t.Fatalf("JSON webhooks %+v", rep.Webhooks)
+	}
+}

@@ -228,7 +228,8 @@ func (d *demo) Banner(w io.Writer, listen string) {
 		{"/metrics", "Prometheus metrics"},
 		{"/api/v1/pools", "pools: targets by state, routable count"},
 		{"/api/v1/targets", "every target's state, last outcome and latency"},
-		{"/api/v1/events", "state changes as they happen"},
+		{"/api/v1/events", "state and route changes (curl -N -H 'Accept: text/event-stream' follows them)"},
+		{"/probe?module=gateway&target=" + d.backend("healthy").String(), "one probe, answered like blackbox_exporter"},
 	} {
 		fmt.Fprintf(w, "  %-40s %s\n", base+p.path, p.what)
 	}

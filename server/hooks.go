@@ -1,0 +1,308 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/server/webhook"
+)
+
+// Delivery settings of event webhooks.
+const (
+	// hookQueue is the number of events a webhook keeps while its receiver
+	// is slow or down; beyond it the oldest are dropped and counted.
+	hookQueue = 10000
+	// hookBatch is the most events sent in one request.
+	hookBatch = 500
+	// hookAttempts is the number of attempts of one round of retries; a
+	// batch that fails a round waits the longest backoff and tries again, so
+	// it is never given up while the receiver only fails.
+	hookAttempts = 4
+)
+
+// HookBatch is the JSON document a webhook receives: events in sequence
+// order, oldest first. Lost counts the events this webhook wanted that were
+// dropped before this batch because its queue was full: a receiver that
+// sees it non-zero should read the current state from the API.
+type HookBatch struct {
+	Webhook string  `json:"webhook"` // the webhook's name
+	Lost    uint64  `json:"lost"`
+	Events  []Event `json:"events"`
+}
+
+// hook delivers the events one webhook wants, in batches, in order: one
+// goroutine takes the oldest queued events, posts them until they are
+// accepted, then takes the next. [hook.offer] only queues, so the engine
+// and the router never wait for a receiver.
+type hook struct {
+	cfg    *config.EventWebhook
+	key    string // the settings that make two hooks the same
+	sender *webhook.Sender
+	log    *slog.Logger
+
+	mu   sync.Mutex
+	q    []Event // ring of hookQueue events once grown
+	head int
+	n    int
+	lost uint64 // dropped since the last batch was taken
+	wake chan struct{}
+
+	delivered, dropped         atomic.Uint64 // events
+	succeeded, failed, refused atomic.Uint64 // requests
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// newHook prepares the delivery of w, reading its secret.
+func newHook(w *config.EventWebhook, opt *Options, log *slog.Logger) (*hook, error) {
+	var secret []byte
+	if w.SecretFile != "" {
+		var err error
+		if secret, err = webhook.ReadSecret(w.SecretFile); err != nil {
+			return nil, fmt.Errorf("webhook %s: %w", w.Name, err)
+		}
+	}
+	key, err := json.Marshal(struct {
+		W      *config.EventWebhook
+		Secret []byte
+	}{w, secret})
+	if err != nil {
+		return nil, fmt.Errorf("webhook %s: %w", w.Name, err)
+	}
+	return &hook{
+		cfg: w,
+		key: string(key),
+		sender: &webhook.Sender{
+			URL:         w.URL,
+			Secret:      secret,
+			Timeout:     w.Timeout,
+			MaxAttempts: hookAttempts,
+			MinBackoff:  opt.WebhookMinBackoff,
+			MaxBackoff:  opt.WebhookMaxBackoff,
+			UserAgent:   "sonde/" + opt.Version,
+		},
+		log:  log.With("webhook", w.Name),
+		wake: make(chan struct{}, 1),
+	}, nil
+}
+
+// offer queues e if the webhook wants it. It never blocks on delivery:
+// when the queue is full, the oldest event is dropped.
+func (h *hook) offer(e *Event) {
+	if !h.cfg.Wants(e.Kind, e.Pools) {
+		return
+	}
+	h.mu.Lock()
+	if h.n == len(h.q) {
+		if len(h.q) < hookQueue {
+			h.grow()
+		} else {
+			h.head = (h.head + 1) % len(h.q)
+			h.n--
+			h.lost++
+			h.dropped.Add(1)
+		}
+	}
+	h.q[(h.head+h.n)%len(h.q)] = *e
+	h.n++
+	h.mu.Unlock()
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// grow doubles the queue up to hookQueue; a webhook that keeps up holds few
+// events. h.mu is held.
+func (h *hook) grow() {
+	q := make([]Event, min(max(2*len(h.q), 64), hookQueue))
+	for i := range h.n {
+		q[i] = h.q[(h.head+i)%len(h.q)]
+	}
+	h.q, h.head = q, 0
+}
+
+// take removes up to limit events from the queue, oldest first, with the
+// number lost before them.
+func (h *hook) take(limit int) ([]Event, uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := min(h.n, limit)
+	out := make([]Event, k)
+	for i := range k {
+		j := (h.head + i) % len(h.q)
+		out[i], h.q[j] = h.q[j], Event{}
+	}
+	if k > 0 {
+		h.head = (h.head + k) % len(h.q)
+		h.n -= k
+	}
+	lost := h.lost
+	h.lost = 0
+	return out, lost
+}
+
+// queued returns the number of events waiting.
+func (h *hook) queued() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n
+}
+
+// start runs the delivery goroutine until stop.
+func (h *hook) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan struct{})
+	go func() {
+		defer close(h.done)
+		h.run(ctx)
+	}()
+}
+
+// stop ends delivery; queued events and a batch being retried are dropped.
+func (h *hook) stop() {
+	h.cancel()
+	<-h.done
+}
+
+func (h *hook) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		batch, lost := h.take(hookBatch)
+		if len(batch) == 0 && lost == 0 {
+			select {
+			case <-h.wake:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		body, err := json.Marshal(HookBatch{Webhook: h.cfg.Name, Lost: lost, Events: batch})
+		if err != nil { // Event holds only strings, numbers and times
+			h.log.Error("encode webhook batch", "err", err)
+			continue
+		}
+		h.deliver(ctx, body, len(batch))
+	}
+}
+
+// deliver posts body until the receiver accepts it, refuses it for good, or
+// ctx ends. A receiver that is down or failing delays the batch and those
+// behind it, and loses none of them.
+func (h *hook) deliver(ctx context.Context, body []byte, events int) {
+	failing := false
+	for {
+		attempts, err := h.sender.Post(ctx, body)
+		switch {
+		case err == nil:
+			h.failed.Add(uint64(attempts - 1))
+			h.succeeded.Add(1)
+			h.delivered.Add(uint64(events))
+			if failing || attempts > 1 {
+				h.log.Info("webhook delivered after retries", "events", events)
+			}
+			return
+		case errors.Is(err, webhook.ErrRejected):
+			h.failed.Add(uint64(attempts - 1))
+			h.refused.Add(1)
+			h.dropped.Add(uint64(events))
+			h.log.Error("webhook refused a batch; its events are dropped", "events", events, "err", err)
+			return
+		}
+		h.failed.Add(uint64(attempts))
+		if ctx.Err() != nil {
+			h.dropped.Add(uint64(events))
+			return
+		}
+		if !failing {
+			h.log.Warn("webhook delivery failing; retrying until the receiver accepts", "events", events, "err", err)
+			failing = true
+		}
+		t := time.NewTimer(h.maxBackoff())
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+}
+
+func (h *hook) maxBackoff() time.Duration {
+	if h.sender.MaxBackoff > 0 {
+		return h.sender.MaxBackoff
+	}
+	return webhook.DefaultMaxBackoff
+}
+
+// hookSet is the daemon's running webhooks.
+type hookSet struct {
+	mu   sync.Mutex // one update at a time
+	cur  atomic.Pointer[[]*hook]
+	opt  *Options
+	log  *slog.Logger
+	feed func([]*hook) // hands the set to the event log
+}
+
+// prepare builds the hooks of cfg, reusing running ones whose settings did
+// not change, so their queues carry over a reload. It starts nothing.
+func (s *hookSet) prepare(cfg *config.Config) ([]*hook, error) {
+	var old []*hook
+	if p := s.cur.Load(); p != nil {
+		old = *p
+	}
+	var next []*hook
+	for _, w := range cfg.Webhooks {
+		h, err := newHook(w, s.opt, s.log)
+		if err != nil {
+			return nil, err
+		}
+		if i := slices.IndexFunc(old, func(o *hook) bool { return o.key == h.key }); i >= 0 {
+			h = old[i]
+		}
+		next = append(next, h)
+	}
+	return next, nil
+}
+
+// replace makes next the running set: new hooks start, and hooks that are
+// not in next stop.
+func (s *hookSet) replace(next []*hook) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var old []*hook
+	if p := s.cur.Load(); p != nil {
+		old = *p
+	}
+	for _, h := range next {
+		if h.done == nil {
+			h.start()
+		}
+	}
+	s.feed(next)
+	s.cur.Store(&next)
+	for _, h := range old {
+		if !slices.Contains(next, h) {
+			h.stop()
+		}
+	}
+}
+
+// stopAll stops every hook.
+func (s *hookSet) stopAll() {
+	s.replace(nil)
+}
+
+// list returns the running hooks.
+func (s *hookSet) list() []*hook {
+	if p := s.cur.Load(); p != nil {
+		return *p
+	}
+	return nil
+}

@@ -1,0 +1,188 @@
+package server
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Event streams (Server-Sent Events on /api/v1/events).
+const (
+	// streamBatch is the most events a stream copies out of the log at
+	// once: its memory bound besides the connection's buffers.
+	streamBatch = 256
+	// streamRetry is the reconnection delay suggested to clients.
+	streamRetry = 2 * time.Second
+)
+
+// streams counts the event streams served and ends them at shutdown.
+type streams struct {
+	n       atomic.Int64
+	dropped atomic.Uint64 // clients dropped for being too slow
+	once    sync.Once
+	done    chan struct{} // closed when the HTTP server shuts down
+}
+
+// end makes every stream return, so a graceful shutdown does not wait for
+// clients that never hang up.
+func (s *streams) end() { s.once.Do(func() { close(s.done) }) }
+
+// wantsStream reports whether r asks for Server-Sent Events.
+func wantsStream(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
+			if strings.EqualFold(strings.TrimSpace(mt), "text/event-stream") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// streamStart returns the sequence number a stream starts after: the
+// Last-Event-ID of a reconnecting client, else since=, else the newest event
+// (a new client sees what happens from now on).
+func (d *Daemon) streamStart(r *http.Request) (uint64, error) {
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("Last-Event-ID %q: want an event sequence number", v)
+		}
+		return n, nil
+	}
+	if v := r.URL.Query().Get("since"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("since=%q: want an event sequence number", v)
+		}
+		return n, nil
+	}
+	return d.events.last(), nil
+}
+
+// streamEvents serves the event log as Server-Sent Events: one "id:" (the
+// sequence number), "event:" (the kind) and "data:" (the event's JSON) per
+// event, a comment when nothing happened for a while, and an event "lost"
+// when a reconnecting client asked for events that fell out of the ring. A
+// client that falls so far behind that the ring wraps past it, or whose
+// connection accepts no data for Options.EventWriteTimeout, is dropped: it reads
+// at its own pace and never slows the daemon.
+func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
+	after, err := d.streamStart(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if d.streams.n.Add(1) > int64(d.opt.MaxEventStreams) {
+		d.streams.n.Add(-1)
+		w.Header().Set("Retry-After", "10")
+		http.Error(w, fmt.Sprintf("too many event streams (at most %d)", d.opt.MaxEventStreams), http.StatusServiceUnavailable)
+		return
+	}
+	defer d.streams.n.Add(-1)
+
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // tells proxies not to buffer the stream
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriter(w)
+	// send runs write and flushes, within the write timeout: a client that
+	// accepts nothing for that long is dropped.
+	send := func(write func() error) bool {
+		if rc.SetWriteDeadline(time.Now().Add(d.opt.EventWriteTimeout)) != nil {
+			return false
+		}
+		err := write()
+		if err == nil {
+			err = bw.Flush()
+		}
+		if err == nil {
+			err = rc.Flush()
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			d.streams.dropped.Add(1)
+			d.log.Warn("event stream client too slow; dropped", "remote", r.RemoteAddr, "stalled", d.opt.EventWriteTimeout)
+		}
+		return err == nil
+	}
+	if !send(func() error { _, err := fmt.Fprintf(bw, "retry: %d\n\n", streamRetry.Milliseconds()); return err }) {
+		return
+	}
+
+	keepAlive := time.NewTimer(d.opt.EventKeepAlive)
+	defer keepAlive.Stop()
+	buf := make([]Event, 0, streamBatch)
+	first := true
+	for {
+		evs, lost, wait := d.events.read(after, buf)
+		if lost > 0 && !first {
+			d.streams.dropped.Add(1)
+			d.log.Warn("event stream client too slow; dropped", "remote", r.RemoteAddr, "lost", lost)
+			return
+		}
+		first = false
+		if len(evs) > 0 || lost > 0 {
+			ok := send(func() error {
+				if lost > 0 { // a reconnecting client asked for events the ring no longer has
+					fmt.Fprintf(bw, "event: lost\ndata: {\"lost\":%d}\n\n", lost)
+				}
+				for i := range evs {
+					if err := writeEvent(bw, &evs[i]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if !ok {
+				return
+			}
+			if len(evs) > 0 {
+				after = evs[len(evs)-1].Seq
+			}
+			keepAlive.Reset(d.opt.EventKeepAlive)
+		}
+		if wait == nil {
+			continue
+		}
+		select {
+		case <-wait:
+		case <-keepAlive.C:
+			if !send(func() error { _, err := bw.WriteString(": keep-alive\n\n"); return err }) {
+				return
+			}
+			keepAlive.Reset(d.opt.EventKeepAlive)
+		case <-r.Context().Done():
+			return
+		case <-d.streams.done:
+			return
+		}
+	}
+}
+
+// writeEvent writes one event as an SSE message. The JSON of an event is one
+// line: encoding/json escapes line breaks inside strings.
+func writeEvent(w *bufio.Writer, e *Event) error {
+	data, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	w.WriteString("id: ")
+	w.WriteString(strconv.FormatUint(e.Seq, 10))
+	w.WriteString("\nevent: ")
+	w.WriteString(e.Kind)
+	w.WriteString("\ndata: ")
+	w.Write(data)
+	_, err = w.WriteString("\n\n")
+	return err
+}

@@ -1,0 +1,287 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sondeprobe/sonde/config"
+)
+
+// sseMessage is one Server-Sent Events message as a client reads it.
+type sseMessage struct {
+	id, event, data string
+	retry           string
+	comment         bool
+	at              time.Time // when the client read it
+}
+
+// sseClient follows a stream and hands every message to a channel.
+type sseClient struct {
+	resp *http.Response
+	msgs chan sseMessage
+}
+
+// openStream connects to url with Accept: text/event-stream and extra
+// headers, and reads messages until the test ends.
+func openStream(t *testing.T, url string, header http.Header) *sseClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %s %q: %s", url, resp.Status, resp.Header.Get("Content-Type"), body)
+	}
+	c := &sseClient{resp: resp, msgs: make(chan sseMessage, 1024)}
+	go func() {
+		defer close(c.msgs)
+		sc := bufio.NewScanner(resp.Body)
+		var m sseMessage
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if m != (sseMessage{}) {
+					m.at = time.Now()
+					c.msgs <- m
+				}
+				m = sseMessage{}
+			case strings.HasPrefix(line, ":"):
+				m.comment = true
+			case strings.HasPrefix(line, "id: "):
+				m.id = line[4:]
+			case strings.HasPrefix(line, "event: "):
+				m.event = line[7:]
+			case strings.HasPrefix(line, "data: "):
+				m.data = line[6:]
+			case strings.HasPrefix(line, "retry: "):
+				m.retry = line[7:]
+			}
+		}
+	}()
+	return c
+}
+
+// next returns the next message that satisfies ok, failing after timeout.
+func (c *sseClient) next(t *testing.T, timeout time.Duration, what string, ok func(sseMessage) bool) sseMessage {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case m, open := <-c.msgs:
+			if !open {
+				t.Fatalf("stream ended before %s", what)
+			}
+			if ok(m) {
+				return m
+			}
+		case <-deadline:
+			t.Fatalf("no %s within %v", what, timeout)
+		}
+	}
+}
+
+func (m sseMessage) decode(t *testing.T) Event {
+	t.Helper()
+	var e Event
+	if err := json.Unmarshal([]byte(m.data), &e); err != nil {
+		t.Fatalf("event data %q: %v", m.data, err)
+	}
+	if m.id != strconv.FormatUint(e.Seq, 10) || m.event != e.Kind {
+		t.Fatalf("message id %q event %q for event seq %d kind %q", m.id, m.event, e.Seq, e.Kind)
+	}
+	return e
+}
+
+// TestEventStreamStateAndRoute is issue 13's first done-when: a client of
+// the stream sees a state change and the route change it causes within a
+// second of the probe that caused them.
+func TestEventStreamStateAndRoute(t *testing.T) {
+	good, bad := newBackend(t), newBackend(t)
+	td := startDaemon(t, fmt.Sprintf(`
+checks:
+  web: {protocol: http, path: /, interval: 100ms, timeout: 1s, rise: 1, fall: 1}
+pools:
+  - {name: api, check: web, max_unhealthy_percent: 50, targets: [%q, %q]}
+`, good.addr(), bad.addr()))
+	td.waitPool(t, "api", "both healthy", func(p PoolJSON) bool { return p.Healthy == 2 })
+	c := openStream(t, td.http.URL+"/api/v1/events", nil)
+
+	bad.failing.Store(true)
+	// The bound is generous for a loaded machine: events reach a stream
+	// within milliseconds of the probe that caused them.
+	const within = time.Second
+	state := c.next(t, 20*time.Second, "state event", func(m sseMessage) bool { return m.event == KindState })
+	se := state.decode(t)
+	if se.Target != bad.addr() || se.From != "healthy" || se.To != "unhealthy" || se.Reason != "http_status" {
+		t.Fatalf("state event %+v: want %s healthy → unhealthy by http_status", se, bad.addr())
+	}
+	if d := state.at.Sub(se.Time); d > within {
+		t.Errorf("state event read %v after the probe that caused it, want within %v", d, within)
+	}
+	route := c.next(t, 5*time.Second, "route event", func(m sseMessage) bool { return m.event == KindRoute })
+	re := route.decode(t)
+	if re.Target != bad.addr() || re.From != "routed" || re.To != "removed" || re.Reason != "unhealthy" || re.Seq <= se.Seq ||
+		len(re.Pools) != 1 || re.Pools[0] != "api" {
+		t.Fatalf("route event %+v: want %s routed → removed in api because unhealthy, after seq %d", re, bad.addr(), se.Seq)
+	}
+	if d := route.at.Sub(re.Time); d > within {
+		t.Errorf("route event read %v after the state change behind it, want within %v", d, within)
+	}
+
+	// Polling shows the same events, oldest first.
+	var page EventsPage
+	td.getJSON(t, fmt.Sprintf("/api/v1/events?since=%d&limit=2", se.Seq-1), &page)
+	if len(page.Events) != 2 || page.Events[0].Seq != se.Seq || page.Events[0].Kind != KindState || page.Next != page.Events[1].Seq {
+		t.Fatalf("poll from %d: %+v", se.Seq-1, page)
+	}
+}
+
+// streamDaemon is a daemon whose event log the test fills itself.
+func streamDaemon(t *testing.T, opt Options) (*Daemon, *httptest.Server) {
+	t.Helper()
+	opt.Load = func() (*config.Config, error) { return nil, fmt.Errorf("not loaded") }
+	opt.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	d, err := New(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	t.Cleanup(srv.Close)
+	return d, srv
+}
+
+// TestEventStreamResume checks Last-Event-ID: a reconnecting client gets the
+// events after the one it saw last, and an event "lost" when the ring no
+// longer has some of them; a new client starts with what happens next.
+func TestEventStreamResume(t *testing.T) {
+	d, srv := streamDaemon(t, Options{Events: 8, EventKeepAlive: 50 * time.Millisecond})
+	for i := range 20 {
+		d.events.add(Event{Kind: KindState, Target: strconv.Itoa(i + 1)})
+	}
+	isEvent := func(m sseMessage) bool { return m.event != "" }
+
+	c := openStream(t, srv.URL+"/api/v1/events", http.Header{"Last-Event-ID": {"15"}})
+	for want := uint64(16); want <= 20; want++ {
+		if e := c.next(t, 5*time.Second, "resumed event", isEvent).decode(t); e.Seq != want {
+			t.Fatalf("resumed at 15: event %d, want %d", e.Seq, want)
+		}
+	}
+	// Idle: keep-alive comments.
+	c.next(t, 5*time.Second, "keep-alive comment", func(m sseMessage) bool { return m.comment })
+
+	old := openStream(t, srv.URL+"/api/v1/events", http.Header{"Last-Event-ID": {"2"}})
+	m := old.next(t, 5*time.Second, "lost notice", isEvent)
+	if m.event != "lost" || m.data != `{"lost":10}` {
+		t.Fatalf("resume at 2 with 13..20 kept: %+v, want event lost with 10", m)
+	}
+	if e := old.next(t, 5*time.Second, "oldest kept", isEvent).decode(t); e.Seq != 13 {
+		t.Fatalf("after the lost notice: event %d, want 13", e.Seq)
+	}
+
+	fresh := openStream(t, srv.URL+"/api/v1/events", nil)
+	if m := fresh.next(t, 5*time.Second, "first message", func(sseMessage) bool { return true }); m.retry != "2000" {
+		t.Fatalf("first message %+v, want retry 2000", m)
+	}
+	d.events.add(Event{Kind: KindRoute})
+	if e := fresh.next(t, 5*time.Second, "new event", isEvent).decode(t); e.Seq != 21 || e.Kind != KindRoute {
+		t.Fatalf("new client: event %+v, want 21 route", e)
+	}
+}
+
+// TestEventStreamSlowClient stalls a client that stops reading: the daemon
+// keeps adding events at full speed, and drops the client once a write has
+// waited longer than the write timeout.
+func TestEventStreamSlowClient(t *testing.T) {
+	d, srv := streamDaemon(t, Options{Events: 1 << 16, EventWriteTimeout: 200 * time.Millisecond})
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+	deadline := time.Now().Add(10 * time.Second)
+	for d.streams.n.Load() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Far more than the socket buffers hold; the client reads nothing.
+	pad := strings.Repeat("x", 1000)
+	for i := range 1 << 15 {
+		d.events.add(Event{Kind: KindState, Target: strconv.Itoa(i), Message: pad})
+	}
+	for d.streams.dropped.Load() != 1 || d.streams.n.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("stalled client not dropped: %d dropped, %d streams", d.streams.dropped.Load(), d.streams.n.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestEventStreamLimit refuses streams beyond MaxEventStreams.
+func TestEventStreamLimit(t *testing.T) {
+	_, srv := streamDaemon(t, Options{MaxEventStreams: 1})
+	openStream(t, srv.URL+"/api/v1/events", nil)
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/events", nil)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("second stream: %s, want 503", resp.Status)
+	}
+}
+
+// TestEventStreamShutdown checks that a graceful shutdown ends streams
+// instead of waiting for their clients.
+func TestEventStreamShutdown(t *testing.T) {
+	d, _ := streamDaemon(t, Options{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- d.Serve(ctx, l) }()
+	c := openStream(t, "http://"+l.Addr().String()+"/api/v1/events", nil)
+	c.next(t, 5*time.Second, "retry field", func(m sseMessage) bool { return m.retry != "" })
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v, want a clean shutdown", err)
+		}
+	case <-time.After(4 * time.Second): // the shutdown's own limit is 5 s
+		t.Fatal("shutdown waited for the event stream's client")
+	}
+}
