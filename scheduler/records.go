@@ -2,23 +2,17 @@ package scheduler
 
 import "sync/atomic"
 
-// Records and the id → record map live in fixed-size blocks that are never
-// moved, so the tables grow while shards and readers use them: the shard
-// goroutine keeps writing the records it owns, readers keep loading their
-// published fields, and nothing is copied or locked. Only the short
-// directories of blocks are copied when they grow, and published with an
-// atomic pointer.
+// Records live in fixed-size blocks that are never moved, so the tables grow
+// while shards and readers use them: the shard goroutine keeps writing the
+// records it owns, readers keep loading their published fields, and nothing
+// is copied or locked. Only the short directory of blocks is copied when it
+// grows, and published with an atomic pointer.
 const (
 	recShift = 10 // 1024 records, 64 KiB, a block
 	recMask  = 1<<recShift - 1
-	locShift = 12 // 4096 ids, 16 KiB, a block
-	locMask  = 1<<locShift - 1
 )
 
-type (
-	recBlock [1 << recShift]record
-	locBlock [1 << locShift]uint32 // per id: shard-local index << shardBits | shard
-)
+type recBlock [1 << recShift]record
 
 // rec returns the shard's record at local index i. Only the shard's
 // goroutine calls it: it reads the shard's own copy of the directory.
@@ -57,15 +51,18 @@ func (s *shard) refresh() { s.blocks = *s.dir.Load() }
 // locTable maps ids to their shard and local index. An id keeps its place
 // for the engine's life: when an id is reused its entry does not change, so
 // entries are written once, before the id is published, and read without a
-// lock by Deliver on any goroutine.
+// lock by Deliver on any goroutine. The entries lie in one array that grows
+// by copying; a reader holding an older copy reads the same entries for the
+// ids it knows.
 type locTable struct {
-	n   atomic.Uint32               // ids assigned; entries below n are valid
-	dir atomic.Pointer[[]*locBlock] // written by the editor only
+	n   atomic.Uint32            // ids assigned; entries below n are valid
+	pub atomic.Pointer[[]uint32] // the array, to its capacity: written before n counts an entry
+	all []uint32                 // the same array, to n; the editor's
 }
 
 func newLocTable() *locTable {
 	t := &locTable{}
-	t.dir.Store(new([]*locBlock))
+	t.pub.Store(new([]uint32))
 	return t
 }
 
@@ -74,20 +71,19 @@ func (t *locTable) get(id uint32) (uint32, bool) {
 	if id >= t.n.Load() {
 		return 0, false
 	}
-	return (*t.dir.Load())[id>>locShift][id&locMask], true
+	return (*t.pub.Load())[id], true
 }
 
 // assign gives the next id the entry loc and returns the id. Only the editor
 // calls it.
 func (t *locTable) assign(loc uint32) uint32 {
-	id := t.n.Load()
-	d := *t.dir.Load()
-	if int(id>>locShift) == len(d) {
-		grown := append(d[:len(d):len(d)], new(locBlock))
-		t.dir.Store(&grown)
-		d = grown
+	id := uint32(len(t.all))
+	grown := len(t.all) == cap(t.all)
+	t.all = append(t.all, loc)
+	if grown {
+		full := t.all[:cap(t.all)]
+		t.pub.Store(&full)
 	}
-	d[id>>locShift][id&locMask] = loc
 	t.n.Store(id + 1)
 	return id
 }
