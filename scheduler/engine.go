@@ -178,6 +178,7 @@ func (e *Engine) place(targets []TargetSpec) error {
 	shardOf := func(leader uint32) int { return int(mix64(e.seed^uint64(leader)) % n) }
 	maxLocal := uint32(1<<(32-e.shardBits) - 1)
 	ed := e.Edit()
+	e.locs.reserve(len(targets))
 	for id, t := range targets {
 		sh := shardOf(t.Leader)
 		if ed.e.books.shards[sh].next == maxLocal {

@@ -74,6 +74,16 @@ func (t *locTable) get(id uint32) (uint32, bool) {
 	return (*t.pub.Load())[id], true
 }
 
+// reserve makes room for n more ids without growing. Only the editor calls
+// it.
+func (t *locTable) reserve(n int) {
+	if len(t.all)+n > cap(t.all) {
+		t.all = append(make([]uint32, 0, len(t.all)+n), t.all...)
+		full := t.all[:cap(t.all)]
+		t.pub.Store(&full)
+	}
+}
+
 // assign gives the next id the entry loc and returns the id. Only the editor
 // calls it.
 func (t *locTable) assign(loc uint32) uint32 {

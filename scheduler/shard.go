@@ -164,6 +164,9 @@ func (s *shard) drain() {
 	for i := range s.spare {
 		s.receive(&s.spare[i])
 	}
+	if cap(s.spare) > len(s.rx)<<10 {
+		s.spare = nil // a burst's; the steady state needs no such room
+	}
 }
 
 // receive applies one result if it answers the target's probe in flight.
