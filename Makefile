@@ -9,8 +9,10 @@ RUN_LISTEN ?= 127.0.0.1:9123
 
 .PHONY: build run test test-race bench generate lint clean
 
+# CGO_ENABLED=0: a static binary, and one that can drop the capabilities of
+# all its threads after start (see server/privilege).
 build:
-	$(GO) build -o $(BIN) ./cmd/sonde
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/sonde
 
 # `make run` starts demo backends on loopback and probes them with one check
 # per preset; states change within a minute. Ctrl-C stops it.

@@ -3,10 +3,12 @@
 package bpf
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -19,19 +21,79 @@ import (
 const (
 	tcHClsact        = 0xfffffff1 // TC_H_CLSACT: parent of the clsact qdisc
 	tcHMinIngress    = 0xfff2     // TC_H_MIN_INGRESS
+	tcHMinEgress     = 0xfff3     // TC_H_MIN_EGRESS
 	tcaBPFFD         = 6          // TCA_BPF_FD
 	tcaBPFName       = 7          // TCA_BPF_NAME
 	tcaBPFFlags      = 8          // TCA_BPF_FLAGS
 	tcaBPFActDirect  = 1          // TCA_BPF_FLAG_ACT_DIRECT
-	tcFilterPriority = 0xc0de     // our filter's priority, so Close deletes only ours
+	tcFilterPriority = 0xc0de     // our filters' priority
 	tcmsgLen         = 20         // sizeof(struct tcmsg)
 )
 
 var nlSeq atomic.Uint32
 
+// Our filters are found by kind, priority and name: a direct-action cls_bpf
+// filter at tcFilterPriority named tcFilterName. Each attachment gets its own
+// handle, pid<<10 | seq: a new one never collides with the previous
+// generation's (which a reload removes only after the new one is attached),
+// and one left behind by a process that died (kill -9) names a process that
+// no longer exists, so the next start removes it.
+const (
+	tcFilterName  = "sonde_capture"
+	tcHandleShift = 10
+)
+
+// tcState is what this process has attached with TC: its filters by
+// handle, and the clsact qdiscs it is to remove once no filter is left on
+// them (it created them, or took them over from a crashed run), by network
+// namespace and interface. A reload attaches the new generation's filter
+// before it detaches the old one, so a qdisc outlives each generation.
+var tcState = struct {
+	sync.Mutex
+	seq     uint32
+	filters map[uint32]bool
+	qdiscs  map[qdiscKey]bool
+}{filters: map[uint32]bool{}, qdiscs: map[qdiscKey]bool{}}
+
+// qdiscKey names an interface: the network namespace's inode and the
+// interface's index in it.
+type qdiscKey struct {
+	netns   uint64
+	ifindex int
+}
+
+// newHandle returns a filter handle of this process not in use.
+func newHandle() uint32 {
+	tcState.Lock()
+	defer tcState.Unlock()
+	for {
+		tcState.seq++
+		h := uint32(os.Getpid())<<tcHandleShift | tcState.seq&(1<<tcHandleShift-1)
+		if h != 0 && !tcState.filters[h] {
+			return h
+		}
+	}
+}
+
+// stale reports whether a sonde filter with handle h was left by a process
+// that is gone: the pid in its handle exists no more (or is 0: the fixed
+// handle of older versions), or is this process but not one of its filters
+// (a container restarted with the same pid).
+func stale(h uint32) bool {
+	pid := int(h >> tcHandleShift)
+	if pid == os.Getpid() {
+		tcState.Lock()
+		defer tcState.Unlock()
+		return !tcState.filters[h]
+	}
+	return pid == 0 || errors.Is(unix.Kill(pid, 0), unix.ESRCH)
+}
+
 // attachClsact attaches prog as a direct-action cls_bpf filter on ifindex's
-// ingress, adding a clsact qdisc when there is none. The returned function
-// removes the filter, and the qdisc when this call added it.
+// ingress, adding a clsact qdisc when there is none, after removing the
+// filters of sonde processes that are gone. The returned function removes
+// the filter, and the qdisc when this process added it (or took it over)
+// and no filter is left on it.
 func attachClsact(ifindex int, prog *ebpf.Program) (_ func() error, err error) {
 	fd, err := openNetlink()
 	if err != nil {
@@ -42,38 +104,128 @@ func attachClsact(ifindex int, prog *ebpf.Program) (_ func() error, err error) {
 			unix.Close(fd)
 		}
 	}()
-	createdQdisc := true
+	key, err := netnsKey(ifindex)
+	if err != nil {
+		return nil, err
+	}
+	created := true
 	err = tcRequest(fd, unix.RTM_NEWQDISC, unix.NLM_F_CREATE|unix.NLM_F_EXCL, ifindex,
 		tcHClsact&0xffff0000, tcHClsact, 0, tcAttrs("clsact", nil))
 	if errors.Is(err, unix.EEXIST) {
-		createdQdisc, err = false, nil
+		created, err = false, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("add clsact qdisc: %w", err)
 	}
+	if !created {
+		removed, err := removeStale(fd, ifindex)
+		if err != nil {
+			return nil, err
+		}
+		if removed > 0 {
+			// A crashed run left the qdisc; take it over when nobody
+			// else uses it.
+			empty, err := clsactEmpty(fd, ifindex)
+			if err != nil {
+				return nil, err
+			}
+			created = empty
+		}
+	}
+	if created {
+		tcState.Lock()
+		tcState.qdiscs[key] = true
+		tcState.Unlock()
+	}
+	handle := newHandle()
 	info := uint32(tcFilterPriority)<<16 | uint32(htons(unix.ETH_P_ALL))
 	parent := uint32(tcHClsact&0xffff0000 | tcHMinIngress)
 	var opts []byte
 	opts = appendAttr(opts, tcaBPFFD, binary.NativeEndian.AppendUint32(nil, uint32(prog.FD())))
-	opts = appendAttr(opts, tcaBPFName, []byte("sonde_capture\x00"))
+	opts = appendAttr(opts, tcaBPFName, []byte(tcFilterName+"\x00"))
 	opts = appendAttr(opts, tcaBPFFlags, binary.NativeEndian.AppendUint32(nil, tcaBPFActDirect))
-	err = tcRequest(fd, unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_EXCL, ifindex, 1, parent, info, tcAttrs("bpf", opts))
+	err = tcRequest(fd, unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_EXCL, ifindex, handle, parent, info, tcAttrs("bpf", opts))
 	if err != nil {
-		if createdQdisc {
-			err = errors.Join(err, deleteClsact(fd, ifindex))
-		}
-		return nil, fmt.Errorf("add bpf filter: %w", err)
+		return nil, errors.Join(fmt.Errorf("add bpf filter: %w", err), releaseQdisc(fd, ifindex, key))
 	}
+	tcState.Lock()
+	tcState.filters[handle] = true
+	tcState.Unlock()
 	return func() error {
-		err := tcRequest(fd, unix.RTM_DELTFILTER, 0, ifindex, 1, parent, info, tcAttrs("bpf", nil))
+		err := tcRequest(fd, unix.RTM_DELTFILTER, 0, ifindex, handle, parent, info, tcAttrs("bpf", nil))
 		if errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENOENT) {
 			err = nil // the interface went away, and the filter with it
 		}
-		if createdQdisc {
-			err = errors.Join(err, deleteClsact(fd, ifindex))
-		}
-		return errors.Join(err, unix.Close(fd))
+		tcState.Lock()
+		delete(tcState.filters, handle)
+		tcState.Unlock()
+		return errors.Join(err, releaseQdisc(fd, ifindex, key), unix.Close(fd))
 	}, nil
+}
+
+// releaseQdisc removes the clsact qdisc of key when this process is to
+// remove it and no filter is left on it.
+func releaseQdisc(fd, ifindex int, key qdiscKey) error {
+	tcState.Lock()
+	defer tcState.Unlock()
+	if !tcState.qdiscs[key] {
+		return nil
+	}
+	empty, err := clsactEmpty(fd, ifindex)
+	if errors.Is(err, unix.ENODEV) || errors.Is(err, unix.EINVAL) {
+		delete(tcState.qdiscs, key) // the interface or the qdisc is gone
+		return nil
+	}
+	if err != nil || !empty {
+		return err
+	}
+	delete(tcState.qdiscs, key)
+	return deleteClsact(fd, ifindex)
+}
+
+// removeStale deletes the sonde filters on ifindex's ingress that processes
+// which are gone left behind, and returns how many.
+func removeStale(fd, ifindex int) (int, error) {
+	fs, err := tcDumpFilters(fd, ifindex, tcHClsact&0xffff0000|tcHMinIngress)
+	if err != nil {
+		return 0, fmt.Errorf("list tc filters: %w", err)
+	}
+	n := 0
+	for _, f := range fs {
+		if f.kind != "bpf" || f.name != tcFilterName || f.info>>16 != tcFilterPriority || !stale(f.handle) {
+			continue
+		}
+		err := tcRequest(fd, unix.RTM_DELTFILTER, 0, ifindex, f.handle, f.parent, f.info, tcAttrs("bpf", nil))
+		if err != nil && !errors.Is(err, unix.ENOENT) {
+			return n, fmt.Errorf("remove stale bpf filter %#x: %w", f.handle, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// clsactEmpty reports whether the clsact qdisc of ifindex holds no filter
+// on ingress nor egress.
+func clsactEmpty(fd, ifindex int) (bool, error) {
+	for _, parent := range []uint32{tcHClsact&0xffff0000 | tcHMinIngress, tcHClsact&0xffff0000 | tcHMinEgress} {
+		fs, err := tcDumpFilters(fd, ifindex, parent)
+		if err != nil {
+			return false, err
+		}
+		if len(fs) > 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// netnsKey names ifindex in the calling thread's network namespace.
+func netnsKey(ifindex int) (qdiscKey, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return qdiscKey{}, fmt.Errorf("network namespace: %w", err)
+	}
+	return qdiscKey{netns: st.Ino, ifindex: ifindex}, nil
 }
 
 func deleteClsact(fd, ifindex int) error {
@@ -163,4 +315,105 @@ func tcRequest(fd int, typ uint16, flags uint16, ifindex int, handle, parent, in
 			return nil
 		}
 	}
+}
+
+// tcFilter is one filter as a dump lists it.
+type tcFilter struct {
+	handle, parent, info uint32
+	kind, name           string // TCA_KIND, and TCA_BPF_NAME for bpf filters
+}
+
+// tcDumpFilters lists the filters of ifindex under parent. The heads of
+// the filter chains (handle 0) are left out.
+func tcDumpFilters(fd, ifindex int, parent uint32) ([]tcFilter, error) {
+	seq := nlSeq.Add(1)
+	ne := binary.NativeEndian
+	msg := make([]byte, unix.NLMSG_HDRLEN, unix.NLMSG_HDRLEN+tcmsgLen)
+	msg = append(msg, unix.AF_UNSPEC, 0, 0, 0)
+	msg = ne.AppendUint32(msg, uint32(int32(ifindex)))
+	msg = ne.AppendUint32(msg, 0)
+	msg = ne.AppendUint32(msg, parent)
+	msg = ne.AppendUint32(msg, 0)
+	ne.PutUint32(msg[0:4], uint32(len(msg)))
+	ne.PutUint16(msg[4:6], unix.RTM_GETTFILTER)
+	ne.PutUint16(msg[6:8], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	ne.PutUint32(msg[8:12], seq)
+	if err := unix.Sendto(fd, msg, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return nil, os.NewSyscallError("sendto", err)
+	}
+	var out []tcFilter
+	buf := make([]byte, 32<<10)
+	for {
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if err != nil {
+			return nil, os.NewSyscallError("recvfrom", err)
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		if err != nil {
+			return nil, fmt.Errorf("parse netlink answer: %w", err)
+		}
+		for _, m := range msgs {
+			if m.Header.Seq != seq {
+				continue
+			}
+			switch m.Header.Type {
+			case unix.NLMSG_DONE:
+				return out, nil
+			case unix.NLMSG_ERROR:
+				if len(m.Data) >= 4 {
+					if errno := int32(ne.Uint32(m.Data[0:4])); errno != 0 {
+						return nil, unix.Errno(-errno)
+					}
+				}
+				return out, nil
+			case unix.RTM_NEWTFILTER:
+				if f, ok := parseFilter(m.Data); ok && f.handle != 0 {
+					out = append(out, f)
+				}
+			}
+		}
+	}
+}
+
+// parseFilter decodes a tcmsg and its attributes.
+func parseFilter(b []byte) (tcFilter, bool) {
+	if len(b) < tcmsgLen {
+		return tcFilter{}, false
+	}
+	ne := binary.NativeEndian
+	f := tcFilter{handle: ne.Uint32(b[8:12]), parent: ne.Uint32(b[12:16]), info: ne.Uint32(b[16:20])}
+	eachAttr(b[tcmsgLen:], func(typ uint16, data []byte) {
+		switch typ &^ unix.NLA_F_NESTED {
+		case unix.TCA_KIND:
+			f.kind = cString(data)
+		case unix.TCA_OPTIONS:
+			eachAttr(data, func(typ uint16, data []byte) {
+				if typ&^unix.NLA_F_NESTED == tcaBPFName {
+					f.name = cString(data)
+				}
+			})
+		}
+	})
+	return f, true
+}
+
+// eachAttr calls fn for every netlink attribute in b.
+func eachAttr(b []byte, fn func(typ uint16, data []byte)) {
+	ne := binary.NativeEndian
+	for len(b) >= 4 {
+		l := int(ne.Uint16(b[0:2]))
+		if l < 4 || l > len(b) {
+			return
+		}
+		fn(ne.Uint16(b[2:4]), b[4:l])
+		b = b[min((l+3)&^3, len(b)):]
+	}
+}
+
+// cString returns the text of a NUL-terminated attribute.
+func cString(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
 }

@@ -261,6 +261,9 @@ func (c *Check) validateProbe(p Preset) error {
 	if !httpprobe.ValidHeaderValue(c.UserAgent) {
 		return fieldErr(c.field("user_agent"), "%q contains a control character", c.UserAgent)
 	}
+	if len(c.UserAgent) > httpprobe.MaxHeaderValueBytes {
+		return fieldErr(c.field("user_agent"), "%d bytes, more than %d", len(c.UserAgent), httpprobe.MaxHeaderValueBytes)
+	}
 	for _, name := range slices.Sorted(maps.Keys(c.Headers)) {
 		if err := c.validateHeader(name, c.Headers[name]); err != nil {
 			return err
@@ -279,6 +282,9 @@ func (c *Check) validateHeader(name, value string) error {
 	}
 	if !httpprobe.ValidHeaderValue(value) {
 		return fieldErr(f, "%q contains a control character", value)
+	}
+	if len(value) > httpprobe.MaxHeaderValueBytes {
+		return fieldErr(f, "%d bytes, more than %d", len(value), httpprobe.MaxHeaderValueBytes)
 	}
 	return nil
 }

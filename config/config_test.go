@@ -2,10 +2,12 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -214,9 +216,8 @@ func TestFilesRelativeToConfig(t *testing.T) {
 		}
 	}
 	write("secret", "s3cret\n")
-	write("ca.pem", "x")
-	write("client.pem", "x")
-	write("client.key", "x")
+	writeCertFiles(t, dir, "ca.pem", "ca.key")
+	writeCertFiles(t, dir, "client.pem", "client.key")
 	write("targets.txt", "# fleet\n127.0.0.1\n\n  127.0.0.2:8443 # spare\n")
 	write("sonde.yaml", `checks:
   file-token:
@@ -280,6 +281,37 @@ func TestLoadErrors(t *testing.T) {
 	var fe *FieldError
 	if !errors.As(err, &fe) || fe.Field != "pools[0].targets_file" {
 		t.Errorf("missing targets_file: %v, want a FieldError on pools[0].targets_file", err)
+	}
+}
+
+// TestTargetsFileNotRegular checks that a FIFO, a directory or a device as
+// targets_file is refused at once: reading a FIFO nobody writes would hang
+// the load.
+func TestTargetsFileNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "dir"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"fifo", "dir", "/dev/null"} {
+		t.Run(name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				_, err := Parse([]byte("checks: {c: {protocol: http}}\npools: [{name: p, check: c, targets_file: "+name+"}]\n"), dir, testOptions())
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				want := fmt.Sprintf("pools[0].targets_file: %q is not a regular file", name)
+				if err == nil || err.Error() != want {
+					t.Fatalf("error %v, want %q", err, want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the load hangs on a FIFO")
+			}
+		})
 	}
 }
 

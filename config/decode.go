@@ -178,6 +178,9 @@ func (d *decoder) decodeStruct(n *yaml.Node, path string, v reflect.Value, depth
 		if k.Value == "<<" {
 			return fieldErr(join(path, k.Value), "YAML merge keys are not supported")
 		}
+		if k.Value == "" {
+			return fieldErr(orRoot(path), "line %d column %d: empty key; want a field name", k.Line, k.Column)
+		}
 		field := join(path, k.Value)
 		if seen[k.Value] {
 			return fieldErr(field, "set more than once")
@@ -220,6 +223,9 @@ func (d *decoder) decodeMap(n *yaml.Node, path string, v reflect.Value, depth in
 		k, val := n.Content[i], n.Content[i+1]
 		if k.Kind != yaml.ScalarNode || isNull(k) {
 			return fieldErr(path, "expected a name, got %s", kindName(k))
+		}
+		if k.Value == "" {
+			return fieldErr(path, "line %d column %d: empty key; want a name", k.Line, k.Column)
 		}
 		field := join(path, k.Value)
 		key := reflect.ValueOf(k.Value)

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"net/netip"
 	"net/textproto"
@@ -234,6 +235,18 @@ func (c *Check) resolveTLS(s *TLSSpec, dir string) (httpprobe.TLSOptions, string
 		*x.dst = resolvePath(dir, *x.p)
 		if err := checkFile(f+"."+x.name, *x.p, *x.dst); err != nil {
 			return t, "", err
+		}
+	}
+	// Read the files as the prober will, so that a file it would refuse
+	// fails here, naming the field.
+	if s.CAFile != nil {
+		if _, err := httpprobe.ReadCAFile(t.CAFile); err != nil {
+			return t, "", &FieldError{Field: f + ".ca_file", Msg: fmt.Sprintf("%q: %s", *s.CAFile, errText(err)), Err: err}
+		}
+	}
+	if s.CertFile != nil {
+		if _, err := httpprobe.LoadClientCert(t.CertFile, t.KeyFile); err != nil {
+			return t, "", &FieldError{Field: f + ".cert_file", Msg: fmt.Sprintf("%q with key_file %q: %s", *s.CertFile, *s.KeyFile, errText(err)), Err: err}
 		}
 	}
 	if serverName != "" && !probe.ValidHostName(serverName) {

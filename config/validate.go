@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	httpprobe "github.com/sondeprobe/sonde/probe/http"
@@ -177,6 +178,29 @@ func checkFile(field, p, abs string) error {
 		return fieldErr(field, "%q is not a regular file", p)
 	}
 	return nil
+}
+
+// errNotRegular is returned by openRegular for a file that is not a
+// regular file.
+var errNotRegular = errors.New("not a regular file")
+
+// openRegular opens the file at path for reading, and refuses anything but a
+// regular file without waiting: opening a FIFO for reading would block until
+// a writer came.
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = errNotRegular
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // errText returns the innermost message of a file error ("no such file or

@@ -15,7 +15,12 @@ import (
 // Dialer opens the TCP connections of one-shot probes (connect() and HTTP).
 // Every connection it returns is set to close with an RST (SO_LINGER 0), so a
 // prober opening thousands of connections a second leaves no TIME_WAIT
-// sockets behind. A Dialer is immutable and safe for concurrent use.
+// sockets behind. With a source address, sockets are bound with
+// IP_BIND_ADDRESS_NO_PORT, so the kernel picks the local port at connect()
+// time per destination, not at bind() time from the whole ephemeral range:
+// binding would exhaust the range after about 28,000 probes in flight,
+// whatever their destinations. A Dialer is immutable and safe for
+// concurrent use.
 type Dialer struct {
 	d net.Dialer
 }
@@ -29,6 +34,7 @@ func NewDialer(source netip.Addr) *Dialer {
 	}}
 	if source.IsValid() {
 		d.d.LocalAddr = &net.TCPAddr{IP: source.Unmap().AsSlice()}
+		d.d.Control = setLingerZeroNoPort
 	}
 	return d
 }
@@ -67,17 +73,39 @@ func setLingerZero(_, _ string, rc syscall.RawConn) error {
 	return nil
 }
 
+// setLingerZeroNoPort is setLingerZero for a socket that is bound to a
+// source address before connecting: it also sets IP_BIND_ADDRESS_NO_PORT
+// (Linux 4.2; it applies to IPv6 sockets too), so bind() takes no port.
+func setLingerZeroNoPort(network, address string, rc syscall.RawConn) error {
+	if err := setLingerZero(network, address, rc); err != nil {
+		return err
+	}
+	var serr error
+	err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1)
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("set IP_BIND_ADDRESS_NO_PORT: %w", err)
+	}
+	return nil
+}
+
 // NetOutcome classifies a network error from connecting to or talking with a
-// target: Timeout for an expired deadline or a connection attempt the kernel
+// target: LocalError when this host could not run the probe ([LocalCauseOf]:
+// out of descriptors, local ports or buffers, or not allowed to open the
+// socket), Timeout for an expired deadline or a connection attempt the kernel
 // gave up on, Refused for an RST answering the SYN, Unreachable when there is
 // no route to the target, Error for anything else, and Success for nil. It
-// inspects error types and errnos, never messages. EADDRNOTAVAIL is Error, not
-// Unreachable: Linux also returns it when the prober runs out of local ports,
-// which is the prober's problem, not the target's.
+// inspects error types and errnos, never messages.
 func NetOutcome(err error) Outcome {
 	switch {
 	case err == nil:
 		return Success
+	case LocalCauseOf(err) != CauseNone:
+		return LocalError
 	case IsTimeout(err):
 		return Timeout
 	case errors.Is(err, unix.ECONNREFUSED):

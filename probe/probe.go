@@ -29,7 +29,8 @@ const (
 	HTTPStatus                     // HTTP status outside the healthy set
 	BodyMismatch                   // HTTP body lacks the required substring
 	InvalidResponse                // the peer answered with something that is not HTTP
-	Error                          // any other failure (local errors, resets mid-request)
+	Error                          // any other failure (resets mid-request, a cancelled probe)
+	LocalError                     // this host could not run the probe (see LocalCause): no verdict on the target
 
 	// NumOutcomes is the number of outcomes; arrays indexed by Outcome use it.
 	NumOutcomes
@@ -45,6 +46,7 @@ var outcomeNames = [NumOutcomes]string{
 	BodyMismatch:    "body_mismatch",
 	InvalidResponse: "invalid_response",
 	Error:           "error",
+	LocalError:      "local_error",
 }
 
 // String returns the outcome's reason as used in output and metric labels.
@@ -57,6 +59,11 @@ func (o Outcome) String() string {
 
 // Healthy reports whether the outcome counts as a successful probe.
 func (o Outcome) Healthy() bool { return o == Success }
+
+// Verdict reports whether the outcome says something about the target:
+// every outcome but LocalError, which says the prober's own host could not
+// run the probe. Evaluators skip outcomes without a verdict.
+func (o Outcome) Verdict() bool { return o != LocalError }
 
 // ParseOutcome returns the outcome whose String is s.
 func ParseOutcome(s string) (Outcome, error) {
@@ -87,6 +94,7 @@ type Result struct {
 	ID      uint32        // the Request's ID
 	Gen     uint32        // the Request's Gen
 	Outcome Outcome       // how the probe ended
+	Cause   LocalCause    // why a LocalError probe could not run, CauseNone otherwise
 	Status  uint16        // HTTP status code, 0 when there was none
 	Latency time.Duration // round-trip time (SYN) or request-to-last-byte time (HTTP)
 	Done    int64         // when the probe completed, in scheduler nanoseconds

@@ -111,6 +111,50 @@ func TestStaleAndLateAnswers(t *testing.T) {
 	}
 }
 
+// TestLocalErrorNoVerdict checks that a LocalError (the prober's host could
+// not run the probe) moves neither state nor streak, shows as the last
+// outcome, and leaves the next probe at the state's interval: a run of local
+// errors between failures does not delay nor hasten detection by more than
+// the probes it cost.
+func TestLocalErrorNoVerdict(t *testing.T) {
+	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 3, FastRecheck: 200 * time.Millisecond, Initial: Healthy}}}
+	s := newSim(t, checks, []TargetSpec{{Leader: 0}}, 1)
+	s.runFor(5 * sec)
+	before := s.eng.Status(0)
+	if before.State != Healthy || before.Streak < 4 {
+		t.Fatalf("status %+v, want healthy with a streak of successes", before)
+	}
+	s.behave = func(probe.Request) answer { return answer{outcome: probe.LocalError, after: time.Millisecond} }
+	sent := len(s.sent)
+	s.runFor(10 * sec)
+	st := s.eng.Status(0)
+	if st.State != Healthy || st.Streak != before.Streak || st.LastOutcome != probe.LocalError {
+		t.Fatalf("after local errors: status %+v, want healthy, streak %d, last outcome local_error", st, before.Streak)
+	}
+	if len(s.events) != 0 {
+		t.Fatalf("local errors made transitions: %+v", s.events)
+	}
+	// The interval, not the fast re-check: a local error is no failure.
+	if n := len(s.sent) - sent; n < 9 || n > 11 {
+		t.Errorf("%d probes in 10 s of local errors, want about 10 (1 s interval)", n)
+	}
+	// Failures still count from where the streak stood.
+	s.behave = func(probe.Request) answer { return answer{outcome: probe.Refused, after: time.Millisecond} }
+	s.runFor(5 * sec)
+	if len(s.events) != 1 || s.events[0].To != Unhealthy || s.events[0].Streak != 3 {
+		t.Fatalf("events %+v, want one change to unhealthy after 3 failures", s.events)
+	}
+	var local int
+	for _, r := range s.result {
+		if r.r.Outcome == probe.LocalError {
+			local++
+		}
+	}
+	if local == 0 {
+		t.Error("the observer saw no local_error result")
+	}
+}
+
 // TestFirstProbesPrompt checks that first probes leave when the engine
 // starts, not somewhere inside the first interval: without a pace all at
 // once, with one the burst at once and the rest at the pace's rate, so the

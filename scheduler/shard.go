@@ -335,8 +335,18 @@ func (s *shard) next(m uint32) uint32 {
 }
 
 // apply evaluates one member's result, publishes it to readers and reports a
-// state change.
+// state change. A result without a verdict on the target (a LocalError) is
+// published and observed but not evaluated: state and streak stay, and the
+// next probe follows the current state's gap.
 func (s *shard) apply(rec *record, c *Check, r *probe.Result) {
+	if !r.Outcome.Verdict() {
+		rec.last.Store(r.Done)
+		rec.word.Store(packWord(&rec.ev, false, true, r.Outcome, 0))
+		if obs := s.e.observer; obs != nil {
+			obs.Result(rec.id, *r)
+		}
+		return
+	}
 	from := rec.ev.state
 	ok := r.Outcome == probe.Success
 	changed := c.observe(&rec.ev, ok)

@@ -34,7 +34,7 @@ type TargetStatus struct {
 	Probed      bool          // at least one result has been applied
 	LastOutcome probe.Outcome // outcome of the most recent probe
 	LastStatus  uint16        // HTTP status of the most recent probe, 0 if none
-	Streak      int           // consecutive results with the most recent result's kind
+	Streak      int           // consecutive results with the most recent verdict's kind (a LocalError is no verdict)
 	Latency     time.Duration // latency of the most recent successful probe (µs resolution)
 	Smoothed    time.Duration // exponentially smoothed latency of successful probes (E7)
 	Since       int64         // Nanotime when the target entered its state

@@ -17,17 +17,24 @@ import (
 //
 //	GET  /                 status page
 //	GET  /metrics          Prometheus metrics
-//	GET  /api/v1/pools     pools with counts and policy
-//	GET  /api/v1/targets   targets (filters pool=, state=; paging limit=, offset=)
+//	GET  /api/v1/pools     pools with counts and policy (paging limit=, after=)
+//	GET  /api/v1/targets   targets (filters pool=, state=; paging limit=, after=)
 //	GET  /api/v1/events    recent events (since=SEQ, limit=), or a stream of them (Accept: text/event-stream)
 //	GET  /probe            one probe of target= with the check module=, answered like blackbox_exporter
 //	GET  /api/v1/remediations  remediations, their budgets and recent firings
 //	GET  /-/healthy        200 while the process runs
 //	GET  /-/ready          200 once a configuration is running
-//	POST /-/reload         reload the configuration
+//	POST /-/reload         reload the configuration (see [Daemon.lifecycle])
+//
+// State-changing endpoints answer 403 unless Options.Web.EnableLifecycle is
+// set, and refuse cross-site browser requests; new ones must be wrapped in
+// lifecycle too.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{Registry: d.metrics.reg}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{
+		Registry:            d.metrics.reg,
+		MaxRequestsInFlight: heavyRequests, // with per-target series, a scrape of a large fleet is heavy
+	}))
 	mux.HandleFunc("GET /api/v1/pools", d.handlePools)
 	mux.HandleFunc("GET /api/v1/targets", d.handleTargets)
 	mux.HandleFunc("GET /api/v1/events", d.handleEvents)
@@ -35,7 +42,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/remediations", d.handleRemediations)
 	mux.HandleFunc("GET /-/healthy", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })
 	mux.HandleFunc("GET /-/ready", d.handleReady)
-	mux.HandleFunc("POST /-/reload", d.handleReload)
+	mux.Handle("POST /-/reload", d.lifecycle(d.handleReload))
 	mux.HandleFunc("GET /{$}", d.handleIndex)
 	return mux
 }
@@ -97,37 +104,23 @@ type PoolJSON struct {
 	OnsetWindowSeconds   float64 `json:"failure_window_from_onset_seconds"`
 }
 
-func (d *Daemon) handlePools(w http.ResponseWriter, _ *http.Request) {
-	g := d.running(w)
-	if g == nil {
-		return
+// poolJSON describes pool pi, with its counts as of the router's latest
+// decisions.
+func (g *generation) poolJSON(pi int) PoolJSON {
+	s := g.router.Summary(pi)
+	cp := g.cfg.Pools[pi]
+	c := g.cfg.Checks[cp.CheckIndex]
+	return PoolJSON{
+		Name: cp.Name, Check: c.Name, Protocol: c.Protocol.String(),
+		Targets: s.Members, Disabled: s.Disabled, Healthy: s.Healthy, Unhealthy: s.Unhealthy,
+		Unknown: s.Unknown, Unprobed: s.Unprobed, Removed: s.Removed, Routable: s.Routable, Preferred: s.Preferred, FailingOpen: s.FailingOpen,
+		HealthChecks: cp.HealthChecks, MaxUnhealthyPercent: cp.MaxUnhealthyPercent, FailOpen: cp.FailOpen,
+		LatencyMarginSeconds: cp.LatencyMargin.Seconds(),
+		Cadence:              c.Cadence.String(),
+		FailureWindowSeconds: c.FailureWindow().Seconds(),
+		SuccessWindowSeconds: c.SuccessWindow(c.Timeout).Seconds(),
+		OnsetWindowSeconds:   c.FailureWindowFromOnset().Seconds(),
 	}
-	writeJSON(w, struct {
-		Shard  int        `json:"shard"`  // this process's shard i (sonde run -shard i/N)
-		Shards int        `json:"shards"` // N; each pool's numbers are those of this shard's slice
-		Pools  []PoolJSON `json:"pools"`
-	}{g.cfg.Shard.Index, g.cfg.Shard.Shards(), g.poolsJSON()})
-}
-
-func (g *generation) poolsJSON() []PoolJSON {
-	out := make([]PoolJSON, 0, len(g.pools))
-	for pi, p := range g.pools {
-		s := g.router.Summary(pi)
-		cp := g.cfg.Pools[pi]
-		c := g.cfg.Checks[cp.CheckIndex]
-		out = append(out, PoolJSON{
-			Name: p.Name, Check: c.Name, Protocol: c.Protocol.String(),
-			Targets: s.Members, Disabled: s.Disabled, Healthy: s.Healthy, Unhealthy: s.Unhealthy,
-			Unknown: s.Unknown, Unprobed: s.Unprobed, Removed: s.Removed, Routable: s.Routable, Preferred: s.Preferred, FailingOpen: s.FailingOpen,
-			HealthChecks: cp.HealthChecks, MaxUnhealthyPercent: cp.MaxUnhealthyPercent, FailOpen: cp.FailOpen,
-			LatencyMarginSeconds: cp.LatencyMargin.Seconds(),
-			Cadence:              c.Cadence.String(),
-			FailureWindowSeconds: c.FailureWindow().Seconds(),
-			SuccessWindowSeconds: c.SuccessWindow(c.Timeout).Seconds(),
-			OnsetWindowSeconds:   c.FailureWindowFromOnset().Seconds(),
-		})
-	}
-	return out
 }
 
 // TargetJSON is a target in /api/v1/targets, as a member of one pool.
@@ -153,97 +146,6 @@ type TargetJSON struct {
 	CertExpiry             *time.Time `json:"cert_expiry,omitempty"` // HTTPS: when the earliest certificate of the last handshake expires
 	FailureWindowSeconds   float64    `json:"failure_window_seconds"`
 	SuccessWindowSeconds   float64    `json:"success_window_seconds"` // W2 with the target's measured latency
-}
-
-// targetFilter selects targets for the API.
-type targetFilter struct {
-	pool          int // -1: every pool
-	state         string
-	offset, limit int
-}
-
-func (g *generation) parseTargetFilter(r *http.Request) (targetFilter, error) {
-	f := targetFilter{pool: -1, limit: 1000}
-	q := r.URL.Query()
-	if name := q.Get("pool"); name != "" {
-		for pi, p := range g.pools {
-			if p.Name == name {
-				f.pool = pi
-			}
-		}
-		if f.pool < 0 {
-			return f, fmt.Errorf("pool=%q: no such pool", name)
-		}
-	}
-	switch f.state = q.Get("state"); f.state {
-	case "", "healthy", "unhealthy", "unknown", "disabled", "unprobed":
-	default:
-		return f, fmt.Errorf("state=%q: want healthy, unhealthy, unknown, disabled or unprobed", f.state)
-	}
-	for _, p := range []struct {
-		name string
-		v    *int
-	}{{"offset", &f.offset}, {"limit", &f.limit}} {
-		s := q.Get(p.name)
-		if s == "" {
-			continue
-		}
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 0 {
-			return f, fmt.Errorf("%s=%q: want a whole number ≥ 0", p.name, s)
-		}
-		*p.v = n
-	}
-	return f, nil
-}
-
-func (d *Daemon) handleTargets(w http.ResponseWriter, r *http.Request) {
-	g := d.running(w)
-	if g == nil {
-		return
-	}
-	f, err := g.parseTargetFilter(r)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	out, total := g.targetsJSON(f)
-	writeJSON(w, struct {
-		Targets []TargetJSON `json:"targets"`
-		Total   int          `json:"total"` // targets matching the filters
-		Offset  int          `json:"offset"`
-		Limit   int          `json:"limit"`
-	}{out, total, f.offset, f.limit})
-}
-
-func (g *generation) targetsJSON(f targetFilter) ([]TargetJSON, int) {
-	out := []TargetJSON{}
-	total := 0
-	clock := g.engine.Clock()
-	for pi, p := range g.pools {
-		if f.pool >= 0 && pi != f.pool {
-			continue
-		}
-		routes := g.router.Routes(pi)
-		for _, m := range routes {
-			state := m.Status.State.String()
-			switch {
-			case m.Route == scheduler.Excluded:
-				state = "disabled"
-			case p.Unprobed:
-				state = "unprobed"
-			}
-			if f.state != "" && f.state != state {
-				continue
-			}
-			total++
-			if total <= f.offset || (f.limit > 0 && len(out) >= f.limit) {
-				continue
-			}
-			out = append(out, g.targetJSON(pi, m, state, clock))
-		}
-	}
-	return out, total
 }
 
 func (g *generation) targetJSON(pi int, m scheduler.MemberRoute, state string, clock scheduler.Clock) TargetJSON {
@@ -345,11 +247,24 @@ var indexPage = template.Must(template.New("index").Parse(`<!doctype html>
 <p><a href="/metrics">/metrics</a> · <a href="/api/v1/pools">/api/v1/pools</a> · <a href="/api/v1/targets">/api/v1/targets</a> · <a href="/api/v1/events">/api/v1/events</a> · <a href="/api/v1/remediations">/api/v1/remediations</a></p>
 </body></html>`))
 
-func (d *Daemon) handleIndex(w http.ResponseWriter, _ *http.Request) {
+// indexPools is the most pools the status page shows; /api/v1/pools pages
+// through all of them.
+const indexPools = 1000
+
+func (d *Daemon) handleIndex(w http.ResponseWriter, r *http.Request) {
 	g := d.running(w)
 	if g == nil {
 		return
 	}
+	release := d.heavy(w, r)
+	if release == nil {
+		return
+	}
+	defer release()
+	pools := make([]PoolJSON, 0, min(len(g.pools), indexPools))
+	for pi := range cap(pools) {
+		pools = append(pools, g.poolJSON(pi))
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_ = indexPage.Execute(w, g.poolsJSON())
+	_ = indexPage.Execute(w, pools)
 }

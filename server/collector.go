@@ -41,6 +41,10 @@ var (
 	descSynStale     = desc("sonde_syn_stale_replies_total", "Replies to an older probe of a target, dropped.")
 	descSynDup       = desc("sonde_syn_duplicate_replies_total", "Second replies to an answered probe, dropped.")
 	descSynDrops     = desc("sonde_syn_ring_drops_total", "Replies lost because the capture ring was full.")
+	descHTTPConns    = desc("sonde_http_connections", "Open connections to the HTTP server.")
+	descHTTPMax      = desc("sonde_http_connections_max", "Most connections the HTTP server keeps open (-web.max-connections, at most a quarter of the file descriptor limit).")
+	descHTTPEvicted  = desc("sonde_http_connections_evicted_total", "Idle connections closed to make room for new ones at the connection limit.")
+	descHTTPRefused  = desc("sonde_http_connections_refused_total", "New connections closed at once because every connection was busy.")
 	descTargetUp     = desc("sonde_target_healthy", "1 when the target is healthy, 0 when unhealthy; absent while undecided or disabled.", "pool", "target")
 	descTargetLat    = desc("sonde_target_latency_seconds", "Smoothed latency of the target's successful probes.", "pool", "target")
 	descCertExpiry   = desc("sonde_tls_earliest_cert_expiry_seconds", "Unix time at which the earliest certificate an HTTPS target presented in its last handshake expires.", "pool", "target")
@@ -94,6 +98,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		descTargets, descStreams, descDispatched, descTimeouts, descStale, descLate, descOverflow, descLateness,
 		descWorkPending, descWorkFlight, descWorkLate, descTCPPath, descSynSent, descSynErrors, descSynReplies,
 		descSynInvalid, descSynStale, descSynDup, descSynDrops, descTargetUp, descTargetLat, descCertExpiry,
+		descHTTPConns, descHTTPMax, descHTTPEvicted, descHTTPRefused,
 	} {
 		ch <- d
 	}
@@ -101,15 +106,22 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the current generation.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	g := c.d.cur.Load()
-	if g == nil {
-		return
-	}
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	if lim := c.d.conns.Load(); lim != nil {
+		open, evicted, refused := lim.counts()
+		gauge(descHTTPConns, float64(open))
+		gauge(descHTTPMax, float64(lim.max))
+		counter(descHTTPEvicted, evicted)
+		counter(descHTTPRefused, refused)
+	}
+	g := c.d.cur.Load()
+	if g == nil {
+		return
 	}
 	c.collectPools(g, gauge)
 	for _, chk := range g.cfg.Checks {

@@ -5,8 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
@@ -50,6 +49,9 @@ type Options struct {
 	// another shard is rejected. It is reported in the start log,
 	// /api/v1/pools and sonde_shard_info.
 	Shard config.Shard
+	// Web configures the HTTP server: lifecycle endpoints, allowed hosts,
+	// connection limit.
+	Web WebOptions
 	// NoMemoryLimit leaves the Go runtime's memory limit alone. By default
 	// the daemon sets it after every load to the memory in use plus an
 	// eighth (see memoryTuner), unless GOMEMLIMIT is set.
@@ -107,6 +109,11 @@ type Daemon struct {
 	// instance state are kept by remediation name and address.
 	rem *remediate.Manager
 
+	local      rateLimit                   // logs of local errors
+	conns      atomic.Pointer[connLimiter] // the HTTP server's, once it serves
+	heavySlots chan struct{}               // slots of list requests running (see heavy)
+	layouts    atomic.Uint32               // the last pool layout; from a random start, so cursors die with the process
+
 	cur atomic.Pointer[generation]
 
 	// updateMu serialises the loads and edits of the running engine; it
@@ -163,6 +170,9 @@ func New(opt Options) (*Daemon, error) {
 	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events), mem: newMemoryTuner(&opt)}
 	d.errs.m = map[uint32]string{}
 	d.obs = newObserver(d)
+	d.local.period = localLogEvery
+	d.heavySlots = make(chan struct{}, heavyRequests)
+	d.layouts.Store(rand.Uint32())
 	d.hooks = hookSet{opt: &d.opt, log: d.log, feed: d.events.setHooks}
 	d.streams.done = make(chan struct{})
 	d.probes = make(chan struct{}, opt.ProbeConcurrency)
@@ -298,6 +308,8 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 func (d *Daemon) newGeneration(cfg *config.Config, e *scheduler.Engine, ls *launchers, slots []uint16, remedies *remediate.Plan) *generation {
 	g := &generation{cfg: cfg, engine: e, launch: ls, errs: &d.errs, slots: slots, remedies: remedies, loaded: d.opt.Clock.Now()}
 	g.indexPools()
+	g.rankCache = make([]rankCache, len(g.pools))
+	g.layout = d.layoutOf(g)
 	for _, p := range cfg.Pools {
 		proto := cfg.Checks[p.CheckIndex].Protocol.String()
 		g.inst = append(g.inst, d.metrics.instruments(p.Name, proto))
@@ -306,6 +318,16 @@ func (d *Daemon) newGeneration(cfg *config.Config, e *scheduler.Engine, ls *laun
 		g.certs = make([]atomic.Int64, len(cfg.Targets))
 	}
 	return g
+}
+
+// layoutOf returns the pool layout of g: that of the running generation when
+// g's pools have the same names in the same order, a new one otherwise.
+func (d *Daemon) layoutOf(g *generation) uint32 {
+	old := d.cur.Load()
+	if old != nil && slices.EqualFunc(old.pools, g.pools, func(a, b *scheduler.Pool) bool { return a.Name == b.Name }) {
+		return old.layout
+	}
+	return d.layouts.Add(1)
 }
 
 // publish makes g the generation readers, the observer and remediation see.
@@ -416,7 +438,7 @@ func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
 	g.runRouter()
 	retire()
 	d.errs.forget(ch.removed)
-	d.metrics.forgetPools(removedPools(old, g))
+	d.metrics.forget(staleSeries(old.cfg, g.cfg))
 	return g, len(ch.added), len(ch.removed), nil
 }
 
@@ -480,19 +502,24 @@ func (d *Daemon) loaded(g *generation, reload bool, kept, added, removed int, to
 	}
 }
 
-// removedPools returns the names of old's pools that next lacks.
-func removedPools(old, next *generation) []string {
-	keep := map[string]bool{}
-	for _, p := range next.cfg.Pools {
-		keep[p.Name] = true
+// staleSeries returns the names of old's pools that next lacks, and the
+// pool and protocol of those next keeps with another protocol: their series
+// by protocol are stale.
+func staleSeries(old, next *config.Config) (gone []string, moved []poolProtocol) {
+	now := map[string]string{}
+	for _, p := range next.Pools {
+		now[p.Name] = next.Checks[p.CheckIndex].Protocol.String()
 	}
-	var gone []string
-	for _, p := range old.cfg.Pools {
-		if !keep[p.Name] {
+	for _, p := range old.Pools {
+		proto := old.Checks[p.CheckIndex].Protocol.String()
+		switch np, ok := now[p.Name]; {
+		case !ok:
 			gone = append(gone, p.Name)
+		case np != proto:
+			moved = append(moved, poolProtocol{p.Name, proto})
 		}
 	}
-	return gone
+	return gone, moved
 }
 
 // Stop ends probing and remediation (an action in flight is cancelled) and
@@ -531,24 +558,4 @@ func (d *Daemon) TCPPath() (probe.TCPPath, error) {
 		return "", nil
 	}
 	return g.launch.tcpPath, g.launch.synErr
-}
-
-// Serve serves the daemon's HTTP endpoints on l until ctx is done, then shuts
-// the server down gracefully.
-func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
-	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	srv.RegisterOnShutdown(d.streams.end) // event streams never go idle by themselves
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve http: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shut down http: %w", err)
-	}
-	return nil
 }

@@ -95,6 +95,7 @@ func startDaemonWith(t testing.TB, yaml string, set func(*Options)) *testDaemon 
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Shards: 2,
 		NoSyn:  true,
+		Web:    WebOptions{EnableLifecycle: true},
 	}
 	if set != nil {
 		set(&opt)
@@ -118,6 +119,15 @@ func startDaemonWith(t testing.TB, yaml string, set func(*Options)) *testDaemon 
 
 func (td *testDaemon) getJSON(t *testing.T, path string, v any) {
 	t.Helper()
+	if code, body := td.get(t, path, v); code != http.StatusOK {
+		t.Fatalf("GET %s: %d: %s", path, code, body)
+	}
+}
+
+// get fetches path and, when the answer is 200, decodes it into v; it
+// returns the status, and the body of any other answer.
+func (td *testDaemon) get(t *testing.T, path string, v any) (int, string) {
+	t.Helper()
 	resp, err := http.Get(td.http.URL + path)
 	if err != nil {
 		t.Fatal(err)
@@ -125,11 +135,12 @@ func (td *testDaemon) getJSON(t *testing.T, path string, v any) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET %s: %s: %s", path, resp.Status, body)
+		return resp.StatusCode, string(body)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
+	return resp.StatusCode, ""
 }
 
 // waitEvent polls the events API until an event for target reaches state to,

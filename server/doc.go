@@ -13,6 +13,8 @@
 // service discovery ([Daemon.UpdatePool]), matches the new targets with the
 // running ones and turns the difference into an edit of the engine
 // (scheduler.Edit). Reloads are coalesced and paced ([Options.ReloadGap]).
+// Edits keep the ids of the targets they keep, so the API's paging cursors,
+// which name ids, outlive reloads that keep the pools.
 //
 // Targets that share a probe stream (P4) are probed under the stream's
 // leader; what a probe tells beyond its result (the error behind a failure,

@@ -41,6 +41,9 @@ type generation struct {
 	remedies *remediate.Plan     // the configuration's remediations, for the daemon's manager
 	loaded   time.Time
 
+	layout    uint32      // the pools' layout: the same while their names and order are (see cursor)
+	rankCache []rankCache // per pool, the latest latency ranking for the API
+
 	cancel context.CancelFunc // stops the router
 	done   chan struct{}      // closed when the router stopped
 }

@@ -30,6 +30,8 @@ type metrics struct {
 	reloads    *prometheus.CounterVec   // result
 	reloadOK   prometheus.Gauge
 	reloadTime prometheus.Gauge
+
+	local [probe.NumLocalCauses]prometheus.Counter // sonde_probe_local_errors_total by cause
 }
 
 // newMetrics creates the instruments and registers them, with the state
@@ -72,6 +74,13 @@ func newMetrics(d *Daemon) *metrics {
 			Help: "Time of the last successful configuration load.",
 		}),
 	}
+	local := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sonde_probe_local_errors_total",
+		Help: "Probes this host could not run, by cause: descriptors, ports, buffers, permissions. They are no verdict on their targets.",
+	}, []string{"cause"})
+	for c := probe.CauseNone + 1; c < probe.NumLocalCauses; c++ {
+		m.local[c] = local.WithLabelValues(c.String())
+	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sonde_build_info",
 		Help: "sonde's version and Go version; the value is 1.",
@@ -82,7 +91,7 @@ func newMetrics(d *Daemon) *metrics {
 		Help: "The slice of the targets this process probes: shard i of N (sonde run -shard i/N; 0 of 1 without it); the value is 1.",
 	}, []string{"shard", "shards"})
 	shard.WithLabelValues(strconv.Itoa(d.opt.Shard.Index), strconv.Itoa(d.opt.Shard.Shards())).Set(1)
-	m.reg.MustRegister(m.probes, m.duration, m.phases, m.changes, m.routes, m.reloads, m.reloadOK, m.reloadTime, build, shard,
+	m.reg.MustRegister(m.probes, m.duration, m.phases, m.changes, local, m.routes, m.reloads, m.reloadOK, m.reloadTime, build, shard,
 		&stateCollector{d: d},
 		&eventCollector{d: d},
 		collectors.NewGoCollector(),
@@ -90,15 +99,24 @@ func newMetrics(d *Daemon) *metrics {
 	return m
 }
 
-// forgetPools deletes the series of pools that no longer exist.
-func (m *metrics) forgetPools(names []string) {
-	for _, name := range names {
+// poolProtocol names a pool's series of one protocol.
+type poolProtocol struct{ pool, protocol string }
+
+// forget deletes the series of pools that no longer exist, and those of the
+// protocols pools no longer probe with.
+func (m *metrics) forget(gone []string, moved []poolProtocol) {
+	for _, name := range gone {
 		l := prometheus.Labels{"pool": name}
 		m.probes.DeletePartialMatch(l)
 		m.duration.DeletePartialMatch(l)
 		m.phases.DeletePartialMatch(l)
 		m.changes.DeletePartialMatch(l)
 		m.routes.DeletePartialMatch(l)
+	}
+	for _, pp := range moved {
+		l := prometheus.Labels{"pool": pp.pool, "protocol": pp.protocol}
+		m.probes.DeletePartialMatch(l)
+		m.duration.DeletePartialMatch(l)
 	}
 }
 

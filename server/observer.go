@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
+	"time"
 
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
@@ -34,6 +36,9 @@ func (o *observer) Result(id uint32, r probe.Result) {
 	if !g.has(id) {
 		return
 	}
+	if r.Outcome == probe.LocalError {
+		o.localError(g, id, &r)
+	}
 	if pi := g.poolOf[id]; pi != noPool {
 		o.count(g, int(pi), &r)
 	}
@@ -52,6 +57,44 @@ func (o *observer) count(g *generation, pi int, r *probe.Result) {
 	in := g.inst[pi]
 	in.probes[r.Outcome].Inc()
 	in.duration.Observe(r.Latency.Seconds())
+}
+
+// localError counts a probe this host could not run and logs it, at most
+// once every localLogEvery with the number of others since.
+func (o *observer) localError(g *generation, id uint32, r *probe.Result) {
+	if r.Cause < probe.NumLocalCauses {
+		if c := o.d.metrics.local[r.Cause]; c != nil {
+			c.Inc()
+		}
+	}
+	skipped, ok := o.d.local.allow(time.Now())
+	if !ok {
+		return
+	}
+	o.d.log.Warn("probe could not run on this host; the target keeps its state", "cause", r.Cause,
+		"target", g.cfg.Targets[id].AddrPort(), "check", g.checkName(id), "err", g.lastError(id),
+		"not_logged_since", skipped)
+}
+
+// localLogEvery is how often local errors are logged at most.
+const localLogEvery = 10 * time.Second
+
+// rateLimit lets one event through every period and counts the others.
+type rateLimit struct {
+	period  time.Duration
+	next    atomic.Int64 // UnixNano from which the next event may pass
+	skipped atomic.Uint64
+}
+
+// allow reports whether an event at now may pass, and how many were held
+// back since the last one that did.
+func (l *rateLimit) allow(now time.Time) (skipped uint64, ok bool) {
+	next := l.next.Load()
+	if now.UnixNano() < next || !l.next.CompareAndSwap(next, now.Add(l.period).UnixNano()) {
+		l.skipped.Add(1)
+		return 0, false
+	}
+	return l.skipped.Swap(0), true
 }
 
 // report records the detail of a one-shot probe of the stream led by id: the

@@ -111,6 +111,29 @@ pools:
 	}
 }
 
+// TestReloadProtocolChange checks that the series of a pool's old protocol
+// go away when its check changes protocol, and the new protocol's appear.
+func TestReloadProtocolChange(t *testing.T) {
+	a := newBackend(t)
+	pool := fmt.Sprintf("\npools:\n  - {name: one, check: web, targets: [%q]}\n", a.addr())
+	td := startDaemon(t, "checks:\n  web: {protocol: http, interval: 50ms, timeout: 1s}"+pool)
+	td.waitEvent(t, a.addr(), "healthy", 0)
+	if text := gatherText(t, td); !strings.Contains(text, `sonde_probes_total{outcome="success",pool="one",protocol="http"}`) {
+		t.Fatalf("no http series before the change:\n%s", text)
+	}
+	td.rewrite(t, "checks:\n  web: {protocol: tcp, tcp_mode: connect, interval: 50ms, timeout: 1s}"+pool)
+	if code := td.postReload(t); code != http.StatusOK {
+		t.Fatalf("reload: status %d", code)
+	}
+	text := gatherText(t, td)
+	if strings.Contains(text, `protocol="http"`) {
+		t.Errorf("series of the old protocol remain:\n%s", text)
+	}
+	if !strings.Contains(text, `pool="one",protocol="tcp"`) {
+		t.Errorf("no series of the new protocol:\n%s", text)
+	}
+}
+
 func gatherText(t *testing.T, td *testDaemon) string {
 	t.Helper()
 	_, body := td.scrape(t, "/metrics", nil)
@@ -307,12 +330,14 @@ pools:
 	}
 }
 
-// TestReloadSpam is issue 10's reload spam: a reload asked for every 0.3 s,
-// each with a changed file, while a backend hangs. Reloads are coalesced and
-// paced, probes in flight are kept, so the hung backend turns unhealthy
-// within W3 from the hang (with slack for a loaded machine), where re-sent
-// probes used to keep it healthy indefinitely. An unchanged file's reloads
-// do nothing at all.
+// TestReloadSpam is issue 10's reload spam: POST /-/reload every 0.3 s to
+// the daemon's own HTTP server (lifecycle endpoints on, as with
+// -web.enable-lifecycle), each with a changed file, while a backend hangs.
+// Reloads are coalesced and paced, probes in flight are kept, so the hung
+// backend turns unhealthy within W3 from the hang (with slack for a loaded
+// machine), where re-sent probes used to keep it healthy indefinitely, and
+// every request is answered 200. An unchanged file's reloads do nothing at
+// all.
 func TestReloadSpam(t *testing.T) {
 	hung, other := newGate(t), newGate(t)
 	conf := func(extra bool) string {
@@ -327,7 +352,9 @@ pools:
 		}
 		return s
 	}
-	td := startDaemon(t, conf(false))
+	td := startDaemonWith(t, conf(false), func(o *Options) { o.Web.EnableLifecycle = true })
+	reloadURL := "http://" + served(t, td.d) + "/-/reload"
+	client := &http.Client{Timeout: 30 * time.Second}
 	td.waitState(t, "web", hung.addr(), "healthy")
 	c := td.d.cur.Load().cfg.Checks[0]
 	w3 := c.FailureWindowFromOnset()
@@ -348,8 +375,15 @@ pools:
 			td.rewrite(t, conf(i%2 == 0))
 			asked.Add(1)
 			wg.Go(func() {
-				if err := td.d.Reload(); err != nil && ctx.Err() == nil {
-					t.Errorf("reload: %v", err)
+				resp, err := client.Post(reloadURL, "", nil)
+				if err != nil {
+					t.Errorf("POST /-/reload: %v", err)
+					return
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("POST /-/reload: %s: %s", resp.Status, body)
 				}
 			})
 		}

@@ -152,6 +152,7 @@ func Sonde(tb testing.TB) string {
 		sonde.path = filepath.Join(sonde.dir, "sonde")
 		cmd := exec.Command("go", "build", "-o", sonde.path, "./cmd/sonde")
 		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build: it can drop capabilities
 		if out, err := cmd.CombinedOutput(); err != nil {
 			sonde.err = fmt.Errorf("go build ./cmd/sonde: %w\n%s", err, out)
 		}

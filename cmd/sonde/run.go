@@ -12,13 +12,18 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/watch"
+	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/server"
+	"github.com/sondeprobe/sonde/server/privilege"
 )
 
 // defaultListen is where the daemon serves metrics and the API unless told
@@ -40,11 +45,17 @@ type runFlags struct {
 	watch     bool
 	stateFile string
 	stateGap  time.Duration
+	web       server.WebOptions
 }
 
 // runRun runs the daemon until SIGINT or SIGTERM; SIGHUP, and a change of
-// the configuration's files unless -watch=false, reload it.
+// the configuration's files unless -watch=false, reload it. SIGHUP is caught
+// from the first instruction: one that arrives while the daemon starts
+// reloads once it has started.
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var f runFlags
@@ -61,6 +72,16 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	shardFlag(fs, &f.shard, "probe only shard `i/N` of the targets: N processes with shards 0/N … N-1/N probe each target once")
 	fs.StringVar(&f.stateFile, "state-file", "", "`file` keeping target states across restarts (saved periodically and at exit, restored at start)")
 	fs.DurationVar(&f.stateGap, "state-interval", server.DefaultStateInterval, "`time` between two saves of -state-file")
+	fs.BoolVar(&f.web.EnableLifecycle, "web.enable-lifecycle", false, "allow POST /-/reload (otherwise 403)")
+	fs.Func("web.allowed-hosts", "comma-separated host `names` requests may name in Host when -listen is on loopback (besides IP addresses and localhost)", func(v string) error {
+		for h := range strings.SplitSeq(v, ",") {
+			if h = strings.TrimSpace(h); h != "" {
+				f.web.AllowedHosts = append(f.web.AllowedHosts, h)
+			}
+		}
+		return nil
+	})
+	fs.IntVar(&f.web.MaxConnections, "web.max-connections", 512, "most open HTTP `connections` (at most a quarter of the file descriptor limit)")
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
 	}
@@ -77,7 +98,13 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if f.stateGap <= 0 {
 		return usageError(fmt.Errorf("run: -state-interval %v: want a positive duration", f.stateGap))
 	}
-	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Shard: f.shard,
+	if f.web.MaxConnections < 1 {
+		return usageError(fmt.Errorf("run: -web.max-connections %d: want 1 or more", f.web.MaxConnections))
+	}
+	if host, _, err := net.SplitHostPort(f.listen); err == nil && host != "" {
+		f.web.AllowedHosts = append(f.web.AllowedHosts, host) // the name the operator listens on
+	}
+	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Shard: f.shard, Web: f.web,
 		StateFile: f.stateFile, StateInterval: f.stateGap}
 	if opt.Syn, err = synFlags(f); err != nil {
 		return usageError(err)
@@ -89,7 +116,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		defer d.Close()
 		opt.Load = func() (*config.Config, error) { return config.Parse(d.Config, "", config.LoadOptions{Shard: f.shard}) }
-		return serveDaemon(ctx, opt, f.listen, log, nil, func() { d.Banner(stdout, f.listen) })
+		return serveDaemon(ctx, opt, f.listen, hup, nil, func() { d.Banner(stdout, f.listen) })
 	}
 	path := f.config
 	w := watchConfig(f.watch, path, log)
@@ -105,7 +132,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return cfg, nil
 	}
-	return serveDaemon(ctx, opt, f.listen, log, w, nil)
+	return serveDaemon(ctx, opt, f.listen, hup, w, nil)
 }
 
 // watchConfig returns a watcher of the configuration file, or nil when
@@ -123,10 +150,19 @@ func watchConfig(on bool, path string, log *slog.Logger) *watch.Watcher {
 	return w
 }
 
-// serveDaemon starts the daemon and its HTTP server, reloads on SIGHUP and
-// on every change w (which may be nil) reports, and stops gracefully when
-// ctx is done. ready is called once both run.
-func serveDaemon(ctx context.Context, opt server.Options, listen string, log *slog.Logger, w *watch.Watcher, ready func()) error {
+// serveDaemon listens, starts the daemon, reloads it on every signal from
+// hup and every change w (which may be nil) reports, and stops gracefully
+// when ctx is done. The HTTP server runs from the start (/-/ready answers
+// 503 until a configuration runs); ready is called once the daemon has
+// started. A ctx done during the start ends it as soon as the start
+// completes, with no error.
+func serveDaemon(ctx context.Context, opt server.Options, listen string, hup <-chan os.Signal, w *watch.Watcher, ready func()) error {
+	log := opt.Logger
+	if n, err := raiseFileLimit(); err != nil {
+		log.Warn("raising the file descriptor limit", "err", err)
+	} else {
+		log.Debug("file descriptor limit", "nofile", n)
+	}
 	var changes <-chan struct{} // nil: never
 	if w != nil {
 		changes = w.Changes()
@@ -142,37 +178,103 @@ func serveDaemon(ctx context.Context, opt server.Options, listen string, log *sl
 	if err != nil {
 		return err
 	}
-	if err := d.Start(); err != nil {
-		return err
-	}
-	defer d.Stop()
 	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	log.Info("serving", "listen", l.Addr().String())
-	if ready != nil {
+	httpCtx, stopHTTP := context.WithCancel(context.Background())
+	defer stopHTTP()
+	served := make(chan error, 1)
+	go func() { served <- d.Serve(httpCtx, l) }()
+	stop := func() error {
+		stopHTTP()
+		return <-served
+	}
+	if err := d.Start(); err != nil {
+		return errors.Join(err, stop())
+	}
+	defer d.Stop()
+	path, _ := d.TCPPath()
+	dropPrivileges(log, opt.NoSyn, path != probe.PathConnect)
+	log.Info("serving", "listen", l.Addr().String()) // a configuration runs
+	if ready != nil && ctx.Err() == nil {
 		ready()
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				_ = d.Reload() // logged by the daemon; the old configuration keeps running
-			case <-changes:
-				log.Info("configuration changed on disk")
-				_ = d.Reload()
-			}
+	rctx, stopReloads := context.WithCancel(ctx)
+	defer stopReloads() // before d.Stop, which fails a reload a signal may still wait for
+	go reloadOn(rctx, d, hup, changes, log)
+	select {
+	case <-ctx.Done():
+		log.Info("stopping")
+		return stop()
+	case err := <-served:
+		return err
+	}
+}
+
+// reloadOn reloads d on every signal from hup and every change from changes
+// until ctx is done. It runs apart from serveDaemon's wait for the end: a
+// reload waits for its turn (at most one a second), and a SIGTERM meanwhile
+// stops the daemon at once. Signals that arrive during a reload are answered
+// by one reload after it.
+func reloadOn(ctx context.Context, d *server.Daemon, hup <-chan os.Signal, changes <-chan struct{}, log *slog.Logger) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			_ = d.Reload() // logged by the daemon; the old configuration keeps running
+		case <-changes:
+			log.Info("configuration changed on disk")
+			_ = d.Reload()
 		}
-	}()
-	err = d.Serve(ctx, l)
-	log.Info("stopping")
-	return err
+	}
+}
+
+// dropPrivileges drops the capabilities the daemon no longer needs once its
+// raw sockets, eBPF program and listener are open, and sets no_new_privs.
+// It keeps CAP_NET_RAW, CAP_BPF and CAP_NET_ADMIN (those the process has)
+// while a reload can still start a SYN prober or one runs (synRuns). The
+// SYN prober persists across reloads, but a reload starts one when TCP
+// checks that want it arrive with none running (or come back after the
+// last one went), when targets of an address family it has no source
+// address for arrive, or to try again after one failed to start; and
+// closing one removes its TC filter, which takes CAP_NET_ADMIN. With
+// -syn=false (noSyn) only checks in tcp_mode syn start one: when none runs
+// after the start, the three go too, and a reload that adds such a check is
+// rejected.
+func dropPrivileges(log *slog.Logger, noSyn, synRuns bool) {
+	var keep privilege.Set
+	if !noSyn || synRuns {
+		keep = privilege.Of(unix.CAP_NET_RAW, unix.CAP_BPF, unix.CAP_NET_ADMIN)
+	}
+	res, err := privilege.Drop(keep)
+	if err != nil {
+		log.Warn("capabilities not dropped", "err", err)
+		return
+	}
+	attrs := []any{"kept", res.Kept, "dropped", res.Dropped, "bounding_set", res.Bounding, "no_new_privs", true}
+	if res.Kept != 0 {
+		attrs = append(attrs, "kept_for", "reloads that start a SYN prober (the first TCP check, a new address family, a retry) or close one")
+	}
+	log.Info("capabilities dropped", attrs...)
+}
+
+// raiseFileLimit raises the soft RLIMIT_NOFILE to the hard limit (the Go
+// runtime does too, on most versions) and returns it: every probe and API
+// connection takes a descriptor.
+func raiseFileLimit() (uint64, error) {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return 0, fmt.Errorf("getrlimit: %w", err)
+	}
+	if rl.Cur < rl.Max {
+		rl.Cur = rl.Max
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+			return 0, fmt.Errorf("setrlimit: %w", err)
+		}
+	}
+	return rl.Cur, nil
 }
 
 // synFlags turns the SYN prober flags into its settings.

@@ -37,7 +37,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -289,19 +288,27 @@ func (rl *relay) command(ctx context.Context, cmd string) (string, error) {
 	return string(out), nil
 }
 
-// resync reads every target's route from sonde's API and applies it.
+// resync reads every target's route from sonde's API, a page at a time
+// (following next), and applies it. A cursor outlives sonde's reloads that
+// keep the pools; a page answered 410 (the pools changed, or sonde
+// restarted, meanwhile) starts the listing again.
 func (rl *relay) resync(ctx context.Context) error {
-	for offset := 0; ; {
-		q := url.Values{"limit": {"1000"}, "offset": {strconv.Itoa(offset)}}
+	for after, restarts := "", 0; ; {
+		q := url.Values{"limit": {"1000"}, "after": {after}}
 		var page struct {
 			Targets []struct {
 				Target string `json:"target"`
 				Pool   string `json:"pool"`
 				Route  string `json:"route"`
 			} `json:"targets"`
-			Total int `json:"total"`
+			Next string `json:"next"`
 		}
-		if err := getJSON(ctx, rl.o.sonde+"/api/v1/targets?"+q.Encode(), &page); err != nil {
+		err := getJSON(ctx, rl.o.sonde+"/api/v1/targets?"+q.Encode(), &page)
+		if errors.Is(err, errGone) && restarts < 3 {
+			after, restarts = "", restarts+1
+			continue
+		}
+		if err != nil {
 			return err
 		}
 		for _, t := range page.Targets {
@@ -309,12 +316,16 @@ func (rl *relay) resync(ctx context.Context) error {
 				return err
 			}
 		}
-		offset += len(page.Targets)
-		if len(page.Targets) == 0 || offset >= page.Total {
+		if page.Next == "" {
 			return nil
 		}
+		after = page.Next
 	}
 }
+
+// errGone is returned by getJSON for 410 Gone: a paging cursor from before
+// a change of sonde's pools or a restart.
+var errGone = errors.New("gone")
 
 func getJSON(ctx context.Context, u string, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -326,8 +337,11 @@ func getJSON(ctx context.Context, u string, v any) error {
 		return fmt.Errorf("sonde API: %w", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("sonde API: GET %s: %s", u, resp.Status)
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return json.NewDecoder(resp.Body).Decode(v)
+	case http.StatusGone:
+		return fmt.Errorf("sonde API: GET %s: %w", u, errGone)
 	}
-	return json.NewDecoder(resp.Body).Decode(v)
+	return fmt.Errorf("sonde API: GET %s: %s", u, resp.Status)
 }

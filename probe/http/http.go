@@ -140,6 +140,9 @@ func (p *Prober) Report(ctx context.Context, t probe.Target) probe.Report {
 func (p *Prober) run(ctx context.Context, trace *httptrace.ClientTrace, tm *timing, t probe.Target, b *buffers) (rep probe.Report) {
 	fail := func(ph phase, err error, rr *respReader) probe.Report {
 		rep.Outcome, rep.Err = classify(ctx, ph, err, rr), err
+		if rep.Outcome == probe.LocalError {
+			rep.Cause = probe.LocalCauseOf(err)
+		}
 		return rep
 	}
 	conn, err := p.connect(ctx, t)

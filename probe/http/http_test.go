@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/probetest"
 )
 
 // codes is a StatusSet of single codes, as the config package builds for
@@ -608,6 +609,18 @@ func TestSource(t *testing.T) {
 	host, _, _ := net.SplitHostPort(srv.lastRequest(t).RemoteAddr)
 	if host != "127.0.0.2" {
 		t.Errorf("server saw the probe from %s, want 127.0.0.2", host)
+	}
+}
+
+// TestLocalError checks that a probe that cannot open its socket is a
+// LocalError with its cause, no verdict on the target.
+func TestLocalError(t *testing.T) {
+	srv := newServer(t, func(http.ResponseWriter, *http.Request) {}, nil)
+	p := mustNew(t, Options{})
+	var rep probe.Report
+	probetest.WithoutDescriptors(t, func() { rep = report(t, p, srv.target()) })
+	if rep.Outcome != probe.LocalError || rep.Cause != probe.CauseDescriptors || !errors.Is(rep.Err, syscall.EMFILE) {
+		t.Errorf("outcome %v cause %v (%v), want local_error descriptors from EMFILE", rep.Outcome, rep.Cause, rep.Err)
 	}
 }
 

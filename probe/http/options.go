@@ -170,6 +170,8 @@ func (o Options) Validate() error {
 		return bad("sni %q: want a DNS name (TLS sends no IP addresses)", o.SNI)
 	case !ValidHeaderValue(o.UserAgent):
 		return bad("user agent %q contains control characters", o.UserAgent)
+	case len(o.UserAgent) > MaxHeaderValueBytes:
+		return bad("user agent is %d bytes, more than %d", len(o.UserAgent), MaxHeaderValueBytes)
 	case o.Scheme == "http" && (!o.TLS.isZero() || o.SNI != ""):
 		return bad("tls settings and sni need scheme https")
 	case (o.TLS.CertFile == "") != (o.TLS.KeyFile == ""):
@@ -190,10 +192,18 @@ func validateHeaders(h http.Header, bad func(string, ...any) error) error {
 			if !ValidHeaderValue(v) {
 				return bad("header %q value contains control characters", name)
 			}
+			if len(v) > MaxHeaderValueBytes {
+				return bad("header %q value is %d bytes, more than %d", name, len(v), MaxHeaderValueBytes)
+			}
 		}
 	}
 	return nil
 }
+
+// MaxHeaderValueBytes bounds the value of a request header a probe sends
+// (extra headers and the user agent): servers refuse request heads of more
+// than 8 KiB or so, and a probe that cannot be read is no probe.
+const MaxHeaderValueBytes = 4096
 
 // ValidPath reports whether p can be the request target of a probe: "/"
 // followed by printable ASCII other than space. "//" at the start would read

@@ -11,6 +11,30 @@ import (
 	"time"
 )
 
+// ErrNoPEMCertificate is returned (wrapped) by [ReadCAFile] for a file that
+// holds no PEM certificate.
+var ErrNoPEMCertificate = errors.New("no PEM certificate found")
+
+// ReadCAFile reads a PEM file of CA certificates into a pool. The config
+// check and the prober both use it, so a file one accepts the other does.
+func ReadCAFile(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, ErrNoPEMCertificate
+	}
+	return pool, nil
+}
+
+// LoadClientCert reads a client certificate and its key (PEM files), as
+// the config check and the prober both do.
+func LoadClientCert(certFile, keyFile string) (tls.Certificate, error) {
+	return tls.LoadX509KeyPair(certFile, keyFile)
+}
+
 // loadTLSConfig builds the client TLS configuration of o.TLS, reading its
 // files. ServerName is left for each probe to set.
 func loadTLSConfig(o TLSOptions) (*tls.Config, error) {
@@ -19,18 +43,14 @@ func loadTLSConfig(o TLSOptions) (*tls.Config, error) {
 		NextProtos:         []string{"http/1.1"},
 	}
 	if o.CAFile != "" {
-		pem, err := os.ReadFile(o.CAFile)
+		pool, err := ReadCAFile(o.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("read ca file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("ca file %s: no PEM certificate found", o.CAFile)
+			return nil, fmt.Errorf("ca file %s: %w", o.CAFile, err)
 		}
 		cfg.RootCAs = pool
 	}
 	if o.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+		cert, err := LoadClientCert(o.CertFile, o.KeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("load client certificate %s: %w", o.CertFile, err)
 		}

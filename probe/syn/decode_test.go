@@ -192,6 +192,22 @@ func TestLaunchSendErrors(t *testing.T) {
 	if c := p.Counters(); c.Sent != 3 || c.SendErrors != 2 {
 		t.Errorf("after ENOBUFS: sent %d, errors %d; want 3, 2", c.Sent, c.SendErrors)
 	}
+	// Buffers that stay full are this host's trouble: a LocalError.
+	ws[0][0].fail, ws[0][0].failN = unix.ENOBUFS, maxRetries+1
+	p.Launch(0, []probe.Request{{ID: 1, Gen: 3}})
+	want := []probe.Result{{ID: 1, Gen: 3, Outcome: probe.LocalError, Cause: probe.CauseBuffers, Done: 1_000_000}}
+	if diff := cmp.Diff(want, sink.Take()); diff != "" {
+		t.Errorf("after lasting ENOBUFS (-want +got):\n%s", diff)
+	}
+	// A firewall's EPERM concerns the target: the probe times out.
+	ws[0][0].fail = unix.EPERM
+	p.Launch(0, []probe.Request{{ID: 2, Gen: 4}})
+	if got := sink.Take(); len(got) != 0 {
+		t.Errorf("after EPERM: delivered %+v, want nothing", got)
+	}
+	if c := p.Counters(); c.SendErrors != 4 {
+		t.Errorf("send errors %d, want 4", c.SendErrors)
+	}
 }
 
 func TestLaunchBatches(t *testing.T) {

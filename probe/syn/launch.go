@@ -43,7 +43,8 @@ func (l *lane) setWriter(fam int, w batchWriter) {
 // Launch sends one SYN per request, in batches of up to Config.Batch packets
 // a system call. It never waits for replies; a send the kernel refuses is
 // retried briefly when its buffers are full, then counted as a send error (and
-// delivered as Unreachable when the kernel has no route). lane must be below
+// delivered as Unreachable when the kernel has no route, or as LocalError
+// when buffers stayed full). lane must be below
 // Config.Lanes, and calls for one lane must not overlap.
 func (p *Prober) Launch(lane int, batch []probe.Request) {
 	l := p.lanes[lane]
@@ -109,9 +110,12 @@ func (p *Prober) flush(l *lane, fam int) {
 		retries = 0
 		if off < n {
 			l.errs.Add(1)
+			id := ids[off]
 			if noRoute(err) {
 				l.unreach.Add(1)
-				p.sink.Deliver(probe.Result{ID: ids[off], Gen: p.probes.get(ids[off]).gen.Load(), Outcome: probe.Unreachable, Done: p.now()})
+				p.sink.Deliver(probe.Result{ID: id, Gen: p.probes.get(id).gen.Load(), Outcome: probe.Unreachable, Done: p.now()})
+			} else if cause := sendCause(err); cause != probe.CauseNone {
+				p.sink.Deliver(probe.Result{ID: id, Gen: p.probes.get(id).gen.Load(), Outcome: probe.LocalError, Cause: cause, Done: p.now()})
 			}
 			off++
 		}
@@ -127,6 +131,16 @@ const (
 
 func retryable(err error) bool {
 	return errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.ENOBUFS) || errors.Is(err, unix.EINTR)
+}
+
+// sendCause tells a send error that is this host's trouble (no buffer left
+// after the retries, no memory) from one that concerns the target. Other
+// errors (a firewall's EPERM) leave the probe to time out.
+func sendCause(err error) probe.LocalCause {
+	if errors.Is(err, unix.EAGAIN) {
+		return probe.CauseBuffers // the socket's send queue stayed full
+	}
+	return probe.LocalCauseOf(err)
 }
 
 func noRoute(err error) bool {

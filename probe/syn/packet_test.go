@@ -147,7 +147,8 @@ type memWriter struct {
 	pkts  [][]byte
 	calls int
 	keep  bool
-	fail  error // returned for the first packet, once
+	fail  error // returned for the first packet, once, or failN times
+	failN int
 }
 
 func (w *memWriter) writeBatch(pkts [][]byte) (int, error) {
@@ -155,7 +156,9 @@ func (w *memWriter) writeBatch(pkts [][]byte) (int, error) {
 	defer w.mu.Unlock()
 	if w.fail != nil {
 		err := w.fail
-		w.fail = nil
+		if w.failN--; w.failN <= 0 {
+			w.fail, w.failN = nil, 0
+		}
 		return 0, err
 	}
 	w.calls++

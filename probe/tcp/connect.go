@@ -2,7 +2,9 @@
 // sockets are not allowed (SEMANTICS T1–T4). A probe is one connect(): an
 // established connection is success, an RST is refused, silence until the
 // deadline is a timeout, and a missing route is unreachable. No data is
-// sent (T3); the connection is closed at once with an RST.
+// sent (T3); the connection is closed at once with an RST. A connect() that
+// fails for this host's own reasons (descriptors, local ports, buffers,
+// permissions) is a LocalError, no verdict on the target.
 package tcp
 
 import (
@@ -58,7 +60,7 @@ func (p *Prober) Report(ctx context.Context, t probe.Target) probe.Report {
 	rep.Phases.Connect = rep.Latency
 	if err != nil {
 		// A cancelled ctx gives an error that is not a timeout: Error.
-		rep.Outcome, rep.Err = probe.NetOutcome(err), fmt.Errorf("connect: %w", err)
+		rep.Outcome, rep.Cause, rep.Err = probe.NetOutcome(err), probe.LocalCauseOf(err), fmt.Errorf("connect: %w", err)
 		return rep
 	}
 	_ = c.Close() // SO_LINGER 0: an RST; a close error changes nothing for the verdict

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/probetest"
 )
 
 var loopback = netip.MustParseAddr("127.0.0.1")
@@ -144,6 +147,37 @@ func TestConnect(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("server read did not end")
 	}
+}
+
+// TestLocalErrors checks that a probe this host cannot run is a LocalError
+// with its cause, not a failure of the target.
+func TestLocalErrors(t *testing.T) {
+	open := listen(t, func(*net.TCPConn) {})
+	probeIt := func(o Options) probe.Report {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		return New(o).Report(ctx, open)
+	}
+	check := func(t *testing.T, rep probe.Report, cause probe.LocalCause) {
+		t.Helper()
+		if rep.Outcome != probe.LocalError || rep.Cause != cause {
+			t.Errorf("outcome %v cause %v (%v), want local_error %v", rep.Outcome, rep.Cause, rep.Err, cause)
+		}
+	}
+	t.Run("out of descriptors", func(t *testing.T) {
+		var rep probe.Report
+		probetest.WithoutDescriptors(t, func() { rep = probeIt(Options{}) })
+		check(t, rep, probe.CauseDescriptors)
+		if !errors.Is(rep.Err, syscall.EMFILE) {
+			t.Errorf("err %v, want EMFILE", rep.Err)
+		}
+	})
+	t.Run("source address not local", func(t *testing.T) {
+		if b, _ := os.ReadFile("/proc/sys/net/ipv4/ip_nonlocal_bind"); strings.TrimSpace(string(b)) == "1" {
+			t.Skip("net.ipv4.ip_nonlocal_bind is 1: any source address binds")
+		}
+		check(t, probeIt(Options{Source: netip.MustParseAddr("192.0.2.1")}), probe.CausePorts)
+	})
 }
 
 func TestCancelled(t *testing.T) {

@@ -1,0 +1,127 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestDetectionUnderAPILoad runs the daemon's HTTP server under many
+// concurrent list requests (limit=0 included), clients that never read
+// their answers, and more idle connections than it keeps, while a backend
+// starts failing: the failure must be detected within its window from the
+// onset (W3), a healthy target must not move, and the API must keep
+// answering. It takes about ten seconds.
+func TestDetectionUnderAPILoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("load test")
+	}
+	flaky, steady := newBackend(t), newBackend(t)
+	td := startDaemonWith(t, fmt.Sprintf(`
+checks:
+  web: {protocol: http, path: /, interval: 200ms, timeout: 500ms, rise: 1, fall: 3}
+  idle: {protocol: tcp, tcp_mode: connect, port: 9, interval: 60s}
+pools:
+  - {name: api, check: web, targets: [%q, %q]}
+  - {name: big, check: idle, targets: ["198.18.0.0/16"], disabled: ["198.18.0.0/16"]}
+`, flaky.addr(), steady.addr()), func(o *Options) { o.Web.MaxConnections = 64 })
+	td.waitEvent(t, flaky.addr(), "healthy", 0)
+	td.waitEvent(t, steady.addr(), "healthy", 0)
+	addr := served(t, td.d)
+	base := "http://" + addr
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	var lists, listErrs atomic.Int64
+	for i := range 16 {
+		path := "/api/v1/targets?limit=0"
+		if i%4 == 3 {
+			path = "/api/v1/pools"
+		}
+		wg.Go(func() {
+			c := &http.Client{Timeout: 10 * time.Second}
+			for ctx.Err() == nil {
+				resp, err := c.Get(base + path)
+				if err != nil {
+					listErrs.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				lists.Add(1)
+			}
+		})
+	}
+	for range 4 { // clients that ask for a big page and never read it
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET /api/v1/targets?limit=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	}
+	for range 200 { // idle connections, more than the server keeps
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+
+	time.Sleep(2 * time.Second)
+	before := td.d.events.last()
+	onset := time.Now()
+	flaky.failing.Store(true)
+
+	// The API answers throughout: a health check every 100 ms.
+	checker := &http.Client{Timeout: 5 * time.Second}
+	var ev Event
+	deadline := onset.Add(20 * time.Second)
+	for found := false; !found; {
+		if time.Now().After(deadline) {
+			t.Fatal("no unhealthy event within 20 s")
+		}
+		resp, err := checker.Get(base + "/-/healthy")
+		if err != nil {
+			t.Fatalf("the API stopped answering under load: %v", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		evs, _, _ := td.d.events.page(before, 0)
+		for _, e := range evs {
+			switch {
+			case e.Kind != KindState:
+			case e.Target == steady.addr():
+				t.Fatalf("the healthy target changed state under API load: %+v", e)
+			case e.Target == flaky.addr() && e.To == "unhealthy":
+				ev, found = e, true
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var w3 time.Duration
+	for _, c := range td.d.cur.Load().cfg.Checks {
+		if c.Name == "web" {
+			w3 = c.FailureWindowFromOnset()
+		}
+	}
+	if took := ev.Time.Sub(onset); took > w3 {
+		t.Errorf("failure detected %v after its onset under API load, beyond W3 %v", took, w3)
+	}
+	if lists.Load() == 0 {
+		t.Errorf("no list request completed (%d errors)", listErrs.Load())
+	}
+	_, evicted, _ := td.d.conns.Load().counts()
+	if evicted == 0 {
+		t.Error("no idle connection was evicted: the load did not reach the connection limit")
+	}
+	t.Logf("detected after %v (W3 %v); %d list requests, %d failed; %d idle connections evicted",
+		ev.Time.Sub(onset).Round(time.Millisecond), w3, lists.Load(), listErrs.Load(), evicted)
+}
