@@ -171,11 +171,12 @@ func (c *Check) TargetPort(entry uint16) uint16 {
 	return entry
 }
 
-// hostNameMatters reports whether a target's host name changes the probe:
+// HostNameMatters reports whether a target's host name changes the probe:
 // it does for HTTP(S) checks without a Host setting, where it becomes the
 // Host header (unless the check has a default host) and, for HTTPS without
-// an SNI setting, the TLS server name.
-func (c *Check) hostNameMatters() bool {
+// an SNI setting, the TLS server name. Two targets of such a check differ by
+// their host names too.
+func (c *Check) HostNameMatters() bool {
 	switch c.Protocol {
 	case HTTP:
 		return c.Host == "" && c.DefaultHost == ""

@@ -189,7 +189,7 @@ func checkInvariants(t *testing.T, cfg *Config) {
 	seen := make(map[row]bool)
 	for id, tg := range cfg.Targets {
 		r := row{EP: tg.AddrPort().String(), Check: cfg.Checks[tg.Check].Name}
-		if cfg.Checks[tg.Check].hostNameMatters() {
+		if cfg.Checks[tg.Check].HostNameMatters() {
 			r.EP += " " + cfg.Hostnames[uint32(id)] // the Host header tells these apart
 		}
 		if seen[r] {

@@ -177,7 +177,7 @@ func (x *expander) add(a netip.Addr, port uint16, name string, ci uint16, c *Che
 			x.nameIdx[name] = idx
 		}
 		x.hostRefs = append(x.hostRefs, hostRef{seq: e.seq, name: idx})
-		if c.hostNameMatters() {
+		if c.HostNameMatters() {
 			e.hkey = idx
 		}
 	}

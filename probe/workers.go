@@ -23,7 +23,9 @@ type WorkersOptions struct {
 	// instead of Probe so that OnReport sees the detail.
 	Prober Prober
 	// Target returns the destination of the target with the given id. It is
-	// called on worker goroutines and must be safe for concurrent use.
+	// called on worker goroutines and must be safe for concurrent use. A
+	// Target without an address means the target is gone: its request is
+	// dropped and counted as abandoned.
 	Target func(id uint32) Target
 	// Sink receives one Result for every probe that ran to its end.
 	Sink Sink
@@ -45,7 +47,7 @@ type WorkerStats struct {
 	Started     uint64 // probes started
 	Delivered   uint64 // results handed to the Sink
 	SkippedLate uint64 // requests whose deadline had passed when a worker took them
-	Abandoned   uint64 // requests dropped because the pool stopped: still queued, launched after the stop, or cut short by it
+	Abandoned   uint64 // requests dropped because the pool stopped (still queued, launched after the stop, or cut short by it) or their target is gone
 	InFlight    int64  // probes running now
 	Pending     int64  // requests waiting in the queue now
 }
@@ -59,7 +61,9 @@ type WorkerStats struct {
 // shards); it only appends to the queue. [Workers.Run] owns the worker
 // goroutines: it starts them, and they live until Run's context is done.
 // Each worker owns the probe it runs and calls OnReport and Sink.Deliver.
-// [Workers.Stats] may be called from any goroutine.
+// [Workers.Stats], [Workers.SetProber] and [Workers.SetConcurrency] may be
+// called from any goroutine: a configuration reload changes a running pool
+// with them, without stopping it or the probes it runs.
 //
 // Queue policy: the queue is unbounded, so Launch never blocks on probes and
 // never loses a request. Its length is bounded in practice by the scheduler,
@@ -68,22 +72,35 @@ type WorkerStats struct {
 // 65536 requests. A request whose deadline has passed when a worker takes it
 // is skipped and counted (the scheduler has timed it out already).
 type Workers struct {
-	prober   Prober
-	reporter Reporter // prober as a Reporter, or nil
+	prober   atomic.Pointer[proberOf]
 	target   func(uint32) Target
 	sink     Sink
 	now      func() int64
 	onReport func(uint32, *Report)
-	n        int
 
-	mu    sync.Mutex
-	cond  sync.Cond // signalled when the queue gains requests or the pool stops
-	q     requestRing
-	idle  int // workers waiting on cond
-	state poolState
+	mu      sync.Mutex
+	cond    sync.Cond // signalled when the queue gains requests, the pool shrinks or stops
+	q       requestRing
+	idle    int // workers waiting on cond
+	n       int // workers wanted
+	running int // worker goroutines alive
+	state   poolState
+	ctx     context.Context // Run's, while it runs
+	wg      sync.WaitGroup  // worker goroutines
 
 	queued, started, delivered, skippedLate, abandoned atomic.Uint64
 	inFlight, pending                                  atomic.Int64
+}
+
+// proberOf is a prober and, when it is one, the same prober as a Reporter.
+type proberOf struct {
+	p Prober
+	r Reporter
+}
+
+func newProberOf(p Prober) *proberOf {
+	r, _ := p.(Reporter)
+	return &proberOf{p: p, r: r}
 }
 
 type poolState uint8
@@ -115,16 +132,46 @@ func NewWorkers(o WorkersOptions) (*Workers, error) {
 		o.Concurrency = DefaultConcurrency
 	}
 	w := &Workers{
-		prober:   o.Prober,
 		target:   o.Target,
 		sink:     o.Sink,
 		now:      o.Now,
 		onReport: o.OnReport,
 		n:        o.Concurrency,
 	}
-	w.reporter, _ = o.Prober.(Reporter)
+	w.prober.Store(newProberOf(o.Prober))
 	w.cond.L = &w.mu
 	return w, nil
+}
+
+// SetProber makes p run the probes that start from now on; probes running
+// finish with the prober they started with.
+func (w *Workers) SetProber(p Prober) { w.prober.Store(newProberOf(p)) }
+
+// SetConcurrency sets the number of worker goroutines, at least 1 (0 means
+// DefaultConcurrency). A running pool starts the extra workers at once; when
+// it shrinks, workers leave as they finish their probe.
+func (w *Workers) SetConcurrency(n int) {
+	if n <= 0 {
+		n = DefaultConcurrency
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.n = n
+	if w.state != poolRunning {
+		return
+	}
+	w.spawn()
+	if w.running > w.n {
+		w.cond.Broadcast()
+	}
+}
+
+// spawn starts workers until w.n run. It is called with w.mu held, while
+// the pool runs.
+func (w *Workers) spawn() {
+	for ; w.running < w.n; w.running++ {
+		w.wg.Go(func() { w.work(w.ctx) })
+	}
 }
 
 // Launch queues batch for the workers and returns at once. lane is not used:
@@ -163,6 +210,8 @@ func (w *Workers) Run(ctx context.Context) error {
 		return ErrWorkersStarted
 	}
 	w.state = poolRunning
+	w.ctx = ctx
+	w.spawn()
 	w.mu.Unlock()
 
 	stop := context.AfterFunc(ctx, func() {
@@ -173,11 +222,7 @@ func (w *Workers) Run(ctx context.Context) error {
 	})
 	defer stop()
 
-	var wg sync.WaitGroup
-	for range w.n {
-		wg.Go(func() { w.work(ctx) })
-	}
-	wg.Wait()
+	w.wg.Wait()
 
 	w.mu.Lock()
 	w.state = poolStopped // workers may have seen ctx before the AfterFunc ran
@@ -212,22 +257,27 @@ func (w *Workers) work(ctx context.Context) {
 		}
 		if ctx.Err() != nil { // stopping: the pool state may not say so yet
 			w.abandoned.Add(1)
+			w.mu.Lock()
+			w.running--
+			w.mu.Unlock()
 			return
 		}
 		w.run(ctx, req, &rep)
 	}
 }
 
-// next waits for a request; it returns false when the pool stops.
+// next waits for a request; it returns false when the pool stops or has a
+// worker too many, and the worker then ends.
 func (w *Workers) next() (Request, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for w.q.len() == 0 && w.state == poolRunning {
+	for w.q.len() == 0 && w.state == poolRunning && w.running <= w.n {
 		w.idle++
 		w.cond.Wait()
 		w.idle--
 	}
-	if w.state != poolRunning {
+	if w.state != poolRunning || w.running > w.n {
+		w.running--
 		return Request{}, false
 	}
 	w.pending.Add(-1)
@@ -241,12 +291,17 @@ func (w *Workers) run(ctx context.Context, req Request, rep *Report) {
 		w.skippedLate.Add(1)
 		return
 	}
+	t := w.target(req.ID)
+	if !t.Addr.IsValid() {
+		w.abandoned.Add(1)
+		return
+	}
 	w.started.Add(1)
 	w.inFlight.Add(1)
 	defer w.inFlight.Add(-1)
 
 	pctx, cancel := context.WithTimeout(ctx, time.Duration(req.Deadline-now))
-	*rep = w.probe(pctx, w.target(req.ID))
+	*rep = w.probe(pctx, t)
 	cancel()
 	if ctx.Err() != nil && !rep.Outcome.Healthy() {
 		// The failure may be the shutdown's doing: not a verdict on the target.
@@ -261,12 +316,13 @@ func (w *Workers) run(ctx context.Context, req Request, rep *Report) {
 	w.delivered.Add(1)
 }
 
-// probe runs the prober, through Report when it has one.
+// probe runs the current prober, through Report when it has one.
 func (w *Workers) probe(ctx context.Context, t Target) Report {
-	if w.reporter != nil {
-		return w.reporter.Report(ctx, t)
+	p := w.prober.Load()
+	if p.r != nil {
+		return p.r.Report(ctx, t)
 	}
-	return Report{Result: w.prober.Probe(ctx, t)}
+	return Report{Result: p.p.Probe(ctx, t)}
 }
 
 // shrinkAbove is the capacity beyond which an emptied queue frees its memory.

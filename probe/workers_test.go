@@ -45,6 +45,24 @@ func (c *collector) Deliver(r Result) {
 	c.wg.Done()
 }
 
+// taken returns a copy of the results delivered so far, in order.
+func (c *collector) taken() []Result {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Result(nil), c.results...)
+}
+
+// waitFor polls cond until it holds, failing the test after a generous
+// deadline.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 30s")
+		}
+	}
+}
+
 func (c *collector) byID() map[uint32]Result {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -452,5 +470,74 @@ func TestWorkersAllocs(t *testing.T) {
 		if perProbe > 4 {
 			t.Errorf("%.2f allocations per request, want <= 4", perProbe)
 		}
+	})
+}
+
+// TestWorkersChangeWhileRunning changes a running pool's prober and size, as
+// a configuration reload does: a probe that runs finishes with its prober,
+// later ones use the new one, the pool grows and shrinks without losing a
+// request, and requests of targets that are gone are dropped.
+func TestWorkersChangeWhileRunning(t *testing.T) {
+	release := make(chan struct{})
+	var running atomic.Int64
+	prober := func(o Outcome) funcProber {
+		return funcProber(func(ctx context.Context, tg Target) Result {
+			running.Add(1)
+			defer running.Add(-1)
+			if tg.Port == 1 {
+				<-release
+			}
+			return Result{Outcome: o}
+		})
+	}
+	sink := &collector{}
+	w := newWorkers(t, WorkersOptions{
+		Prober: prober(Success),
+		Target: func(id uint32) Target {
+			if id == 99 {
+				return Target{} // gone
+			}
+			return Target{Addr: netip.MustParseAddr("192.0.2.1"), Port: uint16(id)}
+		},
+		Sink:        sink,
+		Now:         func() int64 { return 0 },
+		Concurrency: 1,
+	})
+	start(t, w)
+	sink.wg.Add(1)
+	w.Launch(0, []Request{{ID: 1, Deadline: 1 << 62}}) // blocks the only worker
+	for running.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	w.SetProber(prober(Refused))
+	w.SetConcurrency(4)
+	const more = 40
+	sink.wg.Add(more)
+	reqs := []Request{{ID: 99, Deadline: 1 << 62}}
+	for i := range more {
+		reqs = append(reqs, Request{ID: uint32(10 + i), Deadline: 1 << 62})
+	}
+	w.Launch(0, reqs)
+	waitFor(t, func() bool { return len(sink.taken()) == more })
+	w.SetConcurrency(1)
+	close(release)
+	sink.wg.Wait()
+	got := sink.taken()
+	for _, r := range got[:more] {
+		if r.Outcome != Refused {
+			t.Fatalf("a probe started after SetProber: %v, want the new prober's refused", r.Outcome)
+		}
+	}
+	if last := got[more]; last.ID != 1 || last.Outcome != Success {
+		t.Fatalf("the probe running during SetProber: %+v, want id 1 success from its own prober", last)
+	}
+	st := w.Stats()
+	if st.Abandoned != 1 || st.Delivered != more+1 {
+		t.Fatalf("stats %+v: want one abandoned (the gone target) and every other delivered", st)
+	}
+	waitFor(t, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.running == 1
 	})
 }

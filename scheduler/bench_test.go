@@ -10,13 +10,21 @@ import (
 	"github.com/sondeprobe/sonde/probe"
 )
 
-// echoLauncher answers every probe at once with a success, through the
-// engine's ring, as a prober on another goroutine would.
+// echoLauncher answers every probe with a success, through the engine's
+// ring, as a prober on another goroutine would: at once, but a target's
+// first probe after a pseudo-random time below a second, which scatters the
+// targets' phases over the second in no particular order of their records,
+// as those of a long-running engine's targets are: the load is even, and the
+// records each tick touches are spread over the table.
 type echoLauncher struct{ e *Engine }
 
 func (l *echoLauncher) Launch(lane int, batch []probe.Request) {
 	for _, req := range batch {
-		l.e.Deliver(probe.Result{ID: req.ID, Gen: req.Gen, Outcome: probe.Success, Latency: time.Microsecond, Done: req.Sent})
+		done := req.Sent
+		if req.Gen == 1 {
+			done += int64(mix64(uint64(req.ID))%uint64(time.Second/time.Millisecond-1)) * int64(time.Millisecond)
+		}
+		l.e.Deliver(probe.Result{ID: req.ID, Gen: req.Gen, Outcome: probe.Success, Latency: time.Microsecond, Done: done})
 	}
 }
 
@@ -27,28 +35,29 @@ func (nopObserver) Result(uint32, probe.Result) {}
 func (nopObserver) Transition(Event)            {}
 
 // newEchoEngine builds an engine of n targets at interval 1 s on one shard,
-// answered at once. Their first probes are scattered over the first second
-// in no particular order of their records, as the phases of a long-running
-// engine's targets are: the load is even, and the records each tick touches
-// are spread over the table.
+// answered at once.
 func newEchoEngine(tb testing.TB, n int) (*Engine, *SimClock) {
 	tb.Helper()
-	clock := NewSimClock(time.Unix(0, 0))
 	l := &echoLauncher{}
+	e, clock := newBenchEngine(tb, n, 1, l)
+	l.e = e
+	return e, clock
+}
+
+// newBenchEngine builds an engine of n targets at interval 1 s on shards
+// shards, whose probes go to l.
+func newBenchEngine(tb testing.TB, n, shards int, l probe.Launcher) (*Engine, *SimClock) {
+	tb.Helper()
+	clock := NewSimClock(time.Unix(0, 0))
 	checks := []Check{{Timing: Timing{Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 3}, Launcher: l}}
 	targets := make([]TargetSpec, n)
 	for i := range targets {
 		targets[i].Leader = uint32(i)
 	}
-	e, err := New(checks, targets, Options{Shards: 1, Clock: clock, Observer: nopObserver{}})
+	e, err := New(checks, targets, Options{Shards: shards, Clock: clock, Observer: nopObserver{}})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for id := range uint32(n) {
-		s, i := e.locate(id)
-		s.rec[i].at = int64(mix64(uint64(id))%uint64(time.Second/time.Millisecond)+1) * int64(time.Millisecond)
-	}
-	l.e = e
 	return e, clock
 }
 
@@ -120,4 +129,49 @@ func TestRecordIsOneCacheLine(t *testing.T) {
 	if got := unsafe.Sizeof(record{}); got != 64 {
 		t.Fatalf("record is %d bytes, want 64 (one cache line)", got)
 	}
+}
+
+// silentLauncher never answers.
+type silentLauncher struct{}
+
+func (silentLauncher) Launch(int, []probe.Request) {}
+
+// BenchmarkEdit100k measures what a reload or a service-discovery update
+// costs the engine: 100,000 targets added to an engine that runs 100,000
+// (the edit built and committed, then applied by the shards, first probes
+// sent), then removed again. It reports CPU time per edit of 100,000.
+func BenchmarkEdit100k(b *testing.B) {
+	const n = 100_000
+	e, clock := newBenchEngine(b, n, 2, silentLauncher{})
+	e.Step(clock.Nanotime())
+	ids := make([]uint32, n)
+	var err error
+	var add, remove time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		cpu0 := cpuTime()
+		ed := e.Edit()
+		for i := range ids {
+			if ids[i], err = ed.Add(TargetSpec{Leader: Alone}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		ed.Commit()
+		clock.Advance(time.Millisecond)
+		e.Step(clock.Nanotime())
+		cpu1 := cpuTime()
+		ed = e.Edit()
+		for _, id := range ids {
+			if err := ed.Remove(id); err != nil {
+				b.Fatal(err)
+			}
+		}
+		ed.Commit()
+		clock.Advance(time.Millisecond)
+		e.Step(clock.Nanotime())
+		add += cpu1 - cpu0
+		remove += cpuTime() - cpu1
+	}
+	b.ReportMetric(float64(add.Milliseconds())/float64(b.N), "add-cpu-ms/100k")
+	b.ReportMetric(float64(remove.Milliseconds())/float64(b.N), "remove-cpu-ms/100k")
 }

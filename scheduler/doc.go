@@ -11,6 +11,18 @@
 // state change is reported to the [Observer]. Readers see each target through
 // atomics ([Engine.Status]), never by stopping a shard.
 //
+// A running engine is changed in place by an [Edit]: targets added (probed at
+// once), removed, disabled or enabled, checks retimed. The editor builds each
+// shard's part as a batch of commands and pushes it onto the shard's
+// lock-free inbox; the shard applies it between two steps. Targets an edit
+// does not name keep their state, streak, schedule and probe in flight.
+// Records live in blocks that are never moved, so the tables grow while
+// shards and readers use them. An id keeps its shard and record for the
+// engine's life and is given out again only after its shard applied the
+// removal; it keeps its probe generation, and timers, which cannot be
+// cancelled, count only when they find their record waiting for that very
+// tick, so nothing of a removed target reaches the one that takes its id.
+//
 // A [Check] is what the engine runs for the targets of one check: its
 // [Timing] (cadence, intervals, timeout, thresholds or window, initial
 // state), the launcher of its probes and the pace of its first probes. The

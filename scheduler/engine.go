@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/bits"
 	"runtime"
 	"sync"
@@ -14,13 +13,25 @@ import (
 	"github.com/sondeprobe/sonde/probe"
 )
 
-// TargetSpec describes one target to the engine. Its index in the slice given
-// to [New] is its id.
+// TargetSpec describes one target to the engine.
 type TargetSpec struct {
-	Check    uint16 // index of the target's check
-	Leader   uint32 // id of the target whose probes this one shares (P4); its own id when it leads
-	Disabled bool   // excluded from probing, evaluation and pool decisions (E6)
+	Check uint16 // index of the target's check
+	// Leader names the target whose probes this one shares (P4). For [New]
+	// it is the leader's index in the slice, the target's own index when it
+	// leads. For [Edit.Add] it is the id of a target in the engine (or one
+	// added earlier in the same edit) whose stream this one joins, or
+	// [Alone].
+	Leader   uint32
+	Disabled bool // excluded from probing, evaluation and pool decisions (E6)
+	// Resume, when not nil, is the state the target starts in instead of
+	// its check's initial state: its state before a restart. Only the
+	// published fields count; Disabled is taken from the spec.
+	Resume *TargetStatus
 }
+
+// Alone as a [TargetSpec.Leader] given to [Edit.Add] makes the target lead a
+// probe stream of its own.
+const Alone = ^uint32(0)
 
 // Event is a state change of one target.
 type Event struct {
@@ -56,32 +67,36 @@ type Options struct {
 
 // Engine schedules probes and evaluates their results. Build it with [New],
 // then either call [Engine.Run] (real time) or drive it with [Engine.Step]
-// (simulation). Deliver and the reader methods are safe for concurrent use.
+// (simulation); change its checks and targets while it works with
+// [Engine.Edit]. Deliver, Edit and the reader methods are safe for
+// concurrent use.
 type Engine struct {
-	clock      Clock
-	observer   Observer
-	checks     []Check
-	launchers  []probe.Launcher
-	launcherOf []int    // per check, index into launchers
-	queueOf    []int    // per check, index of its timeout's deadline queue in each shard
-	timeouts   []int64  // per deadline queue, its timeout in ns
-	loc        []uint32 // per target: local index << shardBits | shard
-	shardBits  uint
-	shards     []*shard
-	tick       int64 // ns
-	base       int64 // Nanotime of tick 0
-	invalid    atomic.Uint64
-	overflows  atomic.Uint64
-	started    bool // first probes filed; set by the first Step or Run
-	stopped    atomic.Bool
+	clock     Clock
+	observer  Observer
+	tick      int64 // ns
+	base      int64 // Nanotime of tick 0
+	seed      uint64
+	shardBits uint
+	shards    []*shard
+	locs      *locTable
+	tab       atomic.Pointer[checkTable] // the latest checks, for readers and the editor
+	live      atomic.Int64               // targets in the engine
+	invalid   atomic.Uint64
+	overflows atomic.Uint64
+	stopped   atomic.Bool
+
+	editMu sync.Mutex // one Edit at a time; guards books
+	books  books
 }
 
-// ErrInvalidTarget is returned (wrapped) by New for a target it cannot run.
+// ErrInvalidTarget is returned (wrapped) by New and Edit for a target the
+// engine cannot run.
 var ErrInvalidTarget = errors.New("invalid target")
 
-// New builds an engine for targets evaluated by checks. Each check of an
-// enabled target needs a Launcher. The first probe of every stream leaves
-// when the engine starts, paced only by its check's [Check.FirstProbes].
+// New builds an engine for targets evaluated by checks; target i gets id i.
+// Each check of an enabled target needs a Launcher. The first probe of every
+// stream leaves when the engine starts (its first Step or Run), paced only
+// by its check's [Check.FirstProbes].
 func New(checks []Check, targets []TargetSpec, opt Options) (*Engine, error) {
 	if opt.Shards <= 0 {
 		opt.Shards = runtime.GOMAXPROCS(0)
@@ -101,79 +116,47 @@ func New(checks []Check, targets []TargetSpec, opt Options) (*Engine, error) {
 	if len(targets) >= 1<<32-1 {
 		return nil, fmt.Errorf("%w: %d targets is more than the engine holds", ErrInvalidTarget, len(targets))
 	}
-	e := &Engine{
-		clock:    opt.Clock,
-		observer: opt.Observer,
-		checks:   append([]Check(nil), checks...),
-		tick:     int64(opt.Tick),
-		base:     opt.Clock.Nanotime(),
-	}
-	if err := e.indexLaunchers(); err != nil {
-		return nil, err
-	}
-	active, err := validateTargets(e.checks, targets)
+	tab, err := newCheckTable(checks, nil)
 	if err != nil {
 		return nil, err
 	}
-	e.shardBits = uint(bits.Len(uint(opt.Shards - 1)))
-	if err := e.placeTargets(targets, active, opt); err != nil {
+	if err := validateTargets(tab.checks, targets); err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		clock:     opt.Clock,
+		observer:  opt.Observer,
+		tick:      int64(opt.Tick),
+		base:      opt.Clock.Nanotime(),
+		seed:      opt.Seed,
+		shardBits: uint(bits.Len(uint(opt.Shards - 1))),
+		locs:      newLocTable(),
+	}
+	e.tab.Store(tab)
+	e.shards = make([]*shard, opt.Shards)
+	for i := range e.shards {
+		e.shards[i] = e.newShard(i, opt)
+		e.shards[i].use(tab)
+	}
+	e.books.init(len(e.shards))
+	if err := e.place(targets); err != nil {
 		return nil, err
 	}
 	return e, nil
 }
 
-// indexLaunchers assigns each distinct launcher an index.
-func (e *Engine) indexLaunchers() error {
-	e.launcherOf = make([]int, len(e.checks))
-	for ci := range e.checks {
-		c := &e.checks[ci]
-		if err := c.Validate(); err != nil {
-			return fmt.Errorf("check %d: %w", ci, err)
-		}
-		e.queueOf = append(e.queueOf, e.timeoutQueue(c.Timeout))
-		e.launcherOf[ci] = -1
-		if c.Launcher == nil {
-			continue
-		}
-		for li, l := range e.launchers {
-			if l == c.Launcher {
-				e.launcherOf[ci] = li
-				break
-			}
-		}
-		if e.launcherOf[ci] < 0 {
-			e.launcherOf[ci] = len(e.launchers)
-			e.launchers = append(e.launchers, c.Launcher)
-		}
-	}
-	return nil
-}
-
-// timeoutQueue returns the index of the deadline queue for timeout d,
-// creating it on first use.
-func (e *Engine) timeoutQueue(d time.Duration) int {
-	for qi, t := range e.timeouts {
-		if t == int64(d) {
-			return qi
-		}
-	}
-	e.timeouts = append(e.timeouts, int64(d))
-	return len(e.timeouts) - 1
-}
-
-// validateTargets checks the specs and returns, per leader, whether any member
-// of its stream is enabled.
-func validateTargets(checks []Check, targets []TargetSpec) ([]bool, error) {
+// validateTargets checks the specs given to New.
+func validateTargets(checks []Check, targets []TargetSpec) error {
 	active := make([]bool, len(targets))
 	for id, t := range targets {
 		if int(t.Check) >= len(checks) {
-			return nil, fmt.Errorf("%w: target %d: check %d does not exist", ErrInvalidTarget, id, t.Check)
+			return fmt.Errorf("%w: target %d: check %d does not exist", ErrInvalidTarget, id, t.Check)
 		}
 		if int(t.Leader) >= len(targets) || targets[t.Leader].Leader != t.Leader {
-			return nil, fmt.Errorf("%w: target %d: leader %d does not lead a stream", ErrInvalidTarget, id, t.Leader)
+			return fmt.Errorf("%w: target %d: leader %d does not lead a stream", ErrInvalidTarget, id, t.Leader)
 		}
 		if checks[t.Check].Timeout != checks[targets[t.Leader].Check].Timeout {
-			return nil, fmt.Errorf("%w: target %d: its timeout differs from its leader %d's", ErrInvalidTarget, id, t.Leader)
+			return fmt.Errorf("%w: target %d: its timeout differs from its leader %d's", ErrInvalidTarget, id, t.Leader)
 		}
 		if !t.Disabled {
 			active[t.Leader] = true
@@ -181,101 +164,69 @@ func validateTargets(checks []Check, targets []TargetSpec) ([]bool, error) {
 	}
 	for id, t := range targets {
 		if t.Leader == uint32(id) && active[id] && checks[t.Check].Launcher == nil {
-			return nil, fmt.Errorf("%w: target %d: check %d has no launcher", ErrInvalidTarget, id, t.Check)
+			return fmt.Errorf("%w: target %d: check %d has no launcher", ErrInvalidTarget, id, t.Check)
 		}
-	}
-	return active, nil
-}
-
-// placeTargets assigns every target to a shard (a stream's members share
-// their leader's shard), fills the shards' tables and files each active
-// leader's first probe.
-func (e *Engine) placeTargets(targets []TargetSpec, active []bool, opt Options) error {
-	n := opt.Shards
-	e.loc = make([]uint32, len(targets))
-	counts := make([]uint32, n)
-	maxLocal := uint32(1<<(32-e.shardBits) - 1)
-	for id, t := range targets {
-		sh := uint32(mix64(opt.Seed^uint64(t.Leader)) % uint64(n))
-		if counts[sh] == maxLocal {
-			return fmt.Errorf("%w: %d targets do not fit %d shards", ErrInvalidTarget, len(targets), n)
-		}
-		e.loc[id] = counts[sh]<<e.shardBits | sh
-		counts[sh]++
-	}
-	e.shards = make([]*shard, n)
-	for i := range e.shards {
-		e.shards[i] = e.newShard(i, int(counts[i]), opt)
-	}
-	last := make(map[uint32]uint32) // leader id → last local index in its chain, for shared streams
-	now := e.clock.Nanotime()
-	for id, t := range targets {
-		s, i := e.locate(uint32(id))
-		rec := &s.rec[i]
-		rec.id = uint32(id)
-		rec.check = t.Check
-		c := &e.checks[t.Check]
-		rec.ev.state = c.Initial
-		rec.since.Store(now)
-		rec.word.Store(packWord(&rec.ev, t.Disabled, false, 0, 0))
-		if t.Disabled {
-			rec.flags |= flagDisabled
-		}
-		if t.Leader == uint32(id) {
-			rec.flags |= flagLeader
-			if active[id] {
-				rec.flags |= flagActive
-				rec.at = unfiled // filed by start, after any Restore
-			}
-			continue
-		}
-		_, li := e.locate(t.Leader)
-		prev, ok := last[t.Leader]
-		if !ok {
-			prev = li
-		}
-		if s.members == nil {
-			s.members = make([]uint32, len(s.rec))
-		}
-		s.members[prev] = i
-		s.members[i] = noEntry
-		s.rec[prev].flags |= flagShared
-		last[t.Leader] = i
 	}
 	return nil
 }
 
-func (e *Engine) newShard(idx, n int, opt Options) *shard {
+// place gives New's targets ids equal to their indices, puts every stream on
+// one shard (its leader's, chosen by a hash) and queues their addition, each
+// leader before its followers. The first Step or Run applies it.
+func (e *Engine) place(targets []TargetSpec) error {
+	n := uint64(len(e.shards))
+	shardOf := func(leader uint32) int { return int(mix64(e.seed^uint64(leader)) % n) }
+	maxLocal := uint32(1<<(32-e.shardBits) - 1)
+	ed := e.Edit()
+	e.locs.reserve(len(targets))
+	for id, t := range targets {
+		sh := shardOf(t.Leader)
+		if ed.e.books.shards[sh].next == maxLocal {
+			ed.Abort()
+			return fmt.Errorf("%w: %d targets do not fit %d shards", ErrInvalidTarget, len(targets), n)
+		}
+		ed.assign(uint32(id), sh, t)
+	}
+	for pass := range 2 {
+		for id, t := range targets {
+			if (t.Leader == uint32(id)) != (pass == 0) {
+				continue
+			}
+			leader := Alone
+			if pass == 1 {
+				leader = t.Leader
+			}
+			ed.queueAdd(uint32(id), leader, t)
+		}
+	}
+	ed.Commit()
+	return nil
+}
+
+func (e *Engine) newShard(idx int, opt Options) *shard {
 	s := &shard{
-		e:       e,
-		idx:     idx,
-		rec:     make([]record, n),
-		wheel:   newWheel(e.tickFloor(e.base)),
-		ring:    newRing[probe.Result](opt.RingSize),
-		batches: make([][]probe.Request, len(e.launchers)),
-		rng:     mix64(opt.Seed+uint64(idx)) | 1,
-		wake:    make(chan struct{}, 1),
-		first:   make([]pacer, len(e.checks)),
+		e:    e,
+		idx:  idx,
+		ring: newRing[arrival](opt.RingSize),
+		rng:  mix64(opt.Seed+uint64(idx)) | 1,
+		wake: make(chan struct{}, 1),
 	}
-	for ci := range e.checks {
-		s.first[ci] = newPacer(e.checks[ci].FirstProbes, opt.Shards)
-	}
-	for i := range s.batches {
-		s.batches[i] = make([]probe.Request, 0, maxBatch)
-	}
-	s.deadlines = make([]deadlineQueue, len(e.timeouts))
-	for qi, t := range e.timeouts {
-		s.deadlines[qi].timeout = t
-	}
+	s.dir.Store(new([]*recBlock))
+	s.refresh()
+	s.wheel = newWheel(e.tickFloor(e.base))
 	s.fire = s.onTimer
 	s.wheel.touch = s.touch
 	return s
 }
 
-// locate returns the shard and local index of target id.
-func (e *Engine) locate(id uint32) (*shard, uint32) {
-	l := e.loc[id]
-	return e.shards[l&(1<<e.shardBits-1)], l >> e.shardBits
+// locate returns the shard and local index of id, or false for an id the
+// engine never had.
+func (e *Engine) locate(id uint32) (*shard, uint32, bool) {
+	l, ok := e.locs.get(id)
+	if !ok {
+		return nil, 0, false
+	}
+	return e.shards[l&(1<<e.shardBits-1)], l >> e.shardBits, true
 }
 
 // tickFloor returns the last tick at or before ns.
@@ -293,55 +244,29 @@ func floorDiv(a, b int64) int64 {
 // Deliver hands a probe result to the shard that owns its target. It is safe
 // for concurrent use, never blocks and never drops a result: it takes no lock
 // unless the shard's lock-free ring is full, when the result waits in an
-// overflow list (counted in [Stats].Overflows). Results for unknown ids are
-// counted and dropped, and so are results after Run returned.
+// overflow list (counted in [Stats].Overflows). Results for ids the engine
+// never had are counted and dropped, and so are results after Run returned;
+// results for a probe no longer in flight (its target removed, say) are
+// counted as stale by the shard.
 func (e *Engine) Deliver(r probe.Result) {
-	if int(r.ID) >= len(e.loc) {
+	s, i, ok := e.locate(r.ID)
+	if !ok {
 		e.invalid.Add(1)
 		return
 	}
 	if e.stopped.Load() {
 		return
 	}
-	s, _ := e.locate(r.ID)
-	if s.deliver(&r) {
+	if s.deliver(&r, i) {
 		e.overflows.Add(1)
-	}
-}
-
-// unfiled marks in record.at an active stream whose first probe is not
-// filed yet.
-const unfiled = math.MinInt64
-
-// start files every active stream's next probe at time now: the time a
-// Restore gave it, or a first probe paced by [shard.fileFirst]. It runs
-// once, at the first Step or Run, so that Restore can set a stream's next
-// probe before it is filed.
-func (e *Engine) start(now int64) {
-	if e.started {
-		return
-	}
-	e.started = true
-	for _, s := range e.shards {
-		s.now = now
-		for i := range s.rec {
-			rec := &s.rec[i]
-			switch {
-			case rec.flags&flagActive == 0:
-			case rec.at == unfiled:
-				s.fileFirst(uint32(i))
-			default:
-				s.wheel.add(uint32(i), e.tickFloor(rec.at))
-			}
-		}
 	}
 }
 
 // Step runs every shard once at time now, in shard order on the calling
 // goroutine, and returns the Nanotime of the next timer (-1 when none). It is
-// for simulations with a [SimClock]; do not mix it with Run.
+// for simulations with a [SimClock]; do not mix it with Run. Edits committed
+// before a Step take effect in it.
 func (e *Engine) Step(now int64) int64 {
-	e.start(now)
 	next := int64(-1)
 	for _, s := range e.shards {
 		s.step(now)
@@ -355,7 +280,6 @@ func (e *Engine) Step(now int64) int64 {
 // Run drives the engine in real time, one goroutine per shard, until ctx is
 // done. Results delivered after Run returns are dropped.
 func (e *Engine) Run(ctx context.Context) {
-	e.start(e.clock.Nanotime())
 	var wg sync.WaitGroup
 	for _, s := range e.shards {
 		wg.Go(func() { s.run(ctx) })
@@ -364,23 +288,29 @@ func (e *Engine) Run(ctx context.Context) {
 	e.stopped.Store(true)
 }
 
-// Len returns the number of targets.
-func (e *Engine) Len() int { return len(e.loc) }
+// Len returns the number of ids the engine has given out, in use or free:
+// every id it ever had is below it.
+func (e *Engine) Len() int { return int(e.locs.n.Load()) }
 
-// Check returns the settings of check ci.
-func (e *Engine) Check(ci int) *Check { return &e.checks[ci] }
+// Checks returns the number of checks as of the latest edit.
+func (e *Engine) Checks() int { return len(e.tab.Load().checks) }
 
-// CheckOf returns the index of target id's check.
-func (e *Engine) CheckOf(id uint32) int {
-	s, i := e.locate(id)
-	return int(s.rec[i].check)
-}
+// Check returns the settings of check ci as of the latest edit.
+func (e *Engine) Check(ci int) *Check { return &e.tab.Load().checks[ci] }
 
 // Status returns a reader's copy of target id's health. It is safe to call at
-// any time from any goroutine.
+// any time from any goroutine; an id the engine never had reads as the zero
+// TargetStatus.
 func (e *Engine) Status(id uint32) TargetStatus {
-	s, i := e.locate(id)
-	return s.rec[i].load()
+	s, i, ok := e.locate(id)
+	if !ok {
+		return TargetStatus{}
+	}
+	rec := s.published(i)
+	if rec == nil {
+		return TargetStatus{}
+	}
+	return rec.load()
 }
 
 // Clock returns the engine's clock.
@@ -389,7 +319,7 @@ func (e *Engine) Clock() Clock { return e.clock }
 // Stats returns the engine's counters summed over its shards.
 func (e *Engine) Stats() Stats {
 	st := Stats{
-		Targets:   len(e.loc),
+		Targets:   int(e.live.Load()),
 		Shards:    len(e.shards),
 		Invalid:   e.invalid.Load(),
 		Overflows: e.overflows.Load(),

@@ -83,3 +83,14 @@ func (c *Timing) gap(st *evalState) time.Duration {
 	}
 	return c.Interval
 }
+
+// due returns when the next probe goes for a target in evaluator state st,
+// before jitter, after a probe sent at sent completed at done: the gap from
+// the probe's completion or, at a fixed rate, from its send.
+func (c *Timing) due(st *evalState, sent, done int64) int64 {
+	from := done
+	if c.Cadence == FixedRate {
+		from = sent
+	}
+	return from + int64(c.gap(st))
+}

@@ -13,10 +13,18 @@ import (
 const (
 	flagLeader   = 1 << iota // the target's probes are sent (it leads its stream)
 	flagActive               // leader with at least one enabled member: it is scheduled
-	flagInFlight             // a probe is out; the wheel holds its deadline
+	flagInFlight             // a probe is out; its deadline queue holds it
 	flagDisabled             // excluded from evaluation (E6)
-	flagShared               // member of a shared stream with a successor in shard.members
+	flagShared               // member of a shared stream: shard.members holds its successor
 )
+
+// arrival is a probe result on its way to its shard, with the shard-local
+// index of its target that Deliver looked up, so the shard does not look it
+// up again.
+type arrival struct {
+	r   probe.Result
+	idx uint32
+}
 
 // maxBatch is the most requests handed to a launcher in one call.
 const maxBatch = 256
@@ -25,7 +33,9 @@ const maxBatch = 256
 // dispatch and result touch, including what readers see, in one 64-byte cache
 // line. The shard writes word, latency, last and since with atomic stores;
 // readers load them (see [Engine.Status]). Every other field is the shard's
-// alone.
+// alone. A free record (its target removed, its id not yet given out again)
+// has no flags; it keeps gen, so an answer to its last probe can never pass
+// for one of a later target's.
 type record struct {
 	id      uint32        // global target id
 	dq      uint32        // position (low 32 bits) of the probe in flight in its deadline queue
@@ -36,33 +46,40 @@ type record struct {
 	since   atomic.Int64  // published Nanotime of the last state change
 	gen     uint32        // generation of the latest probe
 	ev      evalState     // evaluator state
-	check   uint16        // index into Engine.checks
+	check   uint16        // index into the check table
 	flags   uint8         // flag* bits
 	_       uint8
 }
 
-// shard owns a subset of the targets: their evaluator state, their timers in
-// its own timing wheel and the ring through which their results arrive. Only
-// the shard's goroutine (or the single goroutine calling Engine.Step) touches
-// its fields, except ring producers, the parked/wake pair, the published
-// stats and the views, which are atomic.
+// shard owns a subset of the targets: their records, their timers in its own
+// timing wheel, the ring through which their results arrive and the inbox
+// through which edits arrive. Only the shard's goroutine (or the single
+// goroutine calling Engine.Step) touches its fields, except ring producers,
+// the inbox, the parked/wake pair, the published stats, the record directory
+// and the published fields of records, which are atomic, and the overflow
+// list, which has its lock.
 type shard struct {
 	e   *Engine
 	idx int
 
-	rec     []record // per target, by shard-local index
-	members []uint32 // next member of a shared stream (P4), noEntry at the end; nil without shared streams
+	blocks  []*recBlock                 // the shard's copy of dir
+	dir     atomic.Pointer[[]*recBlock] // records by local index; grown by the editor
+	members []uint32                    // successor in a shared stream (P4), a circle; valid where flagShared
 
+	tab       *checkTable
 	wheel     *wheel
-	deadlines []deadlineQueue // one per distinct timeout; Engine.queueOf maps checks to them
-	ring      *ring[probe.Result]
+	deadlines []deadlineQueue // one per distinct timeout; checkTable.queueOf maps checks to them
+	ring      *ring[arrival]
 	batches   [][]probe.Request // per launcher
 	now       int64             // time of the step in progress
 	rng       uint64            // jitter random state
 	first     []pacer           // per check: the pace of its first probes
 	fire      func(t timer)     // s.onTimer, bound once
 	touched   uint8             // keeps touch's loads from being optimised away
-	rx        [64]probe.Result  // batch of results being applied
+	rx        [64]arrival       // batch of results being applied
+
+	inbox   atomic.Pointer[cmdBatch] // edits, newest first
+	applied atomic.Uint64            // seq of the last edit applied
 
 	count  shardCounts // the shard's own tallies, published to stats after each step
 	stats  shardStats
@@ -74,14 +91,15 @@ type shard struct {
 	// shard's own goroutine) and nothing is dropped. Off the hot path.
 	overflowed atomic.Bool
 	overflowMu sync.Mutex
-	overflow   []probe.Result
-	spare      []probe.Result // consumer-owned, swapped with overflow
+	overflow   []arrival
+	spare      []arrival // consumer-owned, swapped with overflow
 }
 
-// step applies arrived results, records the timeouts of probes past their
+// step applies edits, arrived results and the timeouts of probes past their
 // deadline, and launches due probes, at time now.
 func (s *shard) step(now int64) {
 	s.now = now
+	s.applyEdits()
 	s.drain()
 	s.expire()
 	s.wheel.advance(s.e.tickFloor(now), s.fire)
@@ -97,11 +115,19 @@ func (s *shard) expire() {
 		q := &s.deadlines[qi]
 		for {
 			e, ok := q.front()
-			if !ok || s.rec[e.idx].at+q.timeout > s.now {
+			if !ok {
+				break
+			}
+			rec := s.rec(e.idx)
+			if rec.flags&flagInFlight == 0 || rec.gen != e.gen {
+				q.pop() // its probe ended otherwise; the entry was not struck out
+				continue
+			}
+			if rec.at+q.timeout > s.now {
 				break
 			}
 			q.pop()
-			s.timeout(e.idx, q.timeout)
+			s.timeout(e.idx, rec, q.timeout)
 		}
 	}
 }
@@ -121,7 +147,7 @@ func (s *shard) drain() {
 		batch := s.rx[:n]
 		var sum uint8
 		for i := range batch {
-			sum += s.rec[s.e.loc[batch[i].ID]>>s.e.shardBits].flags
+			sum += s.rec(batch[i].idx).flags
 		}
 		s.touched += sum
 		for i := range batch {
@@ -138,17 +164,20 @@ func (s *shard) drain() {
 	for i := range s.spare {
 		s.receive(&s.spare[i])
 	}
+	if cap(s.spare) > len(s.rx)<<10 {
+		s.spare = nil // a burst's; the steady state needs no such room
+	}
 }
 
 // receive applies one result if it answers the target's probe in flight.
-func (s *shard) receive(r *probe.Result) {
-	i := s.e.loc[r.ID] >> s.e.shardBits
-	rec := &s.rec[i]
+func (s *shard) receive(a *arrival) {
+	i, r := a.idx, &a.r
+	rec := s.rec(i)
 	if rec.flags&flagInFlight == 0 || rec.gen != r.Gen {
 		s.count.stale++
 		return
 	}
-	deadline := rec.at + int64(s.e.checks[rec.check].Timeout)
+	deadline := rec.at + int64(s.tab.checks[rec.check].Timeout)
 	if r.Done > deadline {
 		// Answered after its timeout: it is a timeout, and the wheel
 		// will record it at the deadline.
@@ -158,8 +187,8 @@ func (s *shard) receive(r *probe.Result) {
 	if r.Done < rec.at {
 		r.Done = rec.at
 	}
-	s.deadlines[s.e.queueOf[rec.check]].strike(rec.dq, i, rec.gen)
-	s.complete(i, r)
+	s.deadlines[s.tab.queueOf[rec.check]].strike(rec.dq, i, rec.gen)
+	s.complete(i, rec, r)
 }
 
 // touch loads the records of a chunk of due timers before they fire: the
@@ -167,17 +196,29 @@ func (s *shard) receive(r *probe.Result) {
 func (s *shard) touch(ts []timer) {
 	var sum uint8
 	for _, t := range ts {
-		sum += s.rec[t.idx].flags
+		sum += s.rec(t.idx).flags
 	}
 	s.touched += sum
 }
 
-// onTimer handles a wheel expiry: a target's next send is due.
-func (s *shard) onTimer(t timer) { s.dispatch(t.idx) }
+// onTimer handles a wheel expiry: a target's next send is due. Timers cannot
+// be cancelled, so one may outlive what it was set for (its stream went idle,
+// was taken over, or its target was removed and its record given to another):
+// it counts only if its target leads an active stream, has no probe out, and
+// is due in this very tick.
+func (s *shard) onTimer(t timer) {
+	rec := s.rec(t.idx)
+	if rec.flags&(flagLeader|flagActive|flagInFlight) != flagLeader|flagActive {
+		return
+	}
+	if lo := s.e.base + s.wheel.now*s.e.tick; rec.at < lo || rec.at >= lo+s.e.tick {
+		return
+	}
+	s.dispatch(t.idx, rec)
+}
 
 // timeout records that target i's probe in flight reached its deadline.
-func (s *shard) timeout(i uint32, timeout int64) {
-	rec := &s.rec[i]
+func (s *shard) timeout(i uint32, rec *record, timeout int64) {
 	r := probe.Result{
 		ID:      rec.id,
 		Gen:     rec.gen,
@@ -186,35 +227,41 @@ func (s *shard) timeout(i uint32, timeout int64) {
 		Done:    rec.at + timeout,
 	}
 	s.count.timeouts++
-	s.complete(i, &r)
+	s.complete(i, rec, &r)
 }
 
-// fileFirst files target i's first probe: at once, or as soon as its check's
-// first-probe pace allows. Every first probe is filed here, at the engine's
-// start and for a target added later, so none waits for a slot inside its
-// interval.
-func (s *shard) fileFirst(i uint32) {
-	rec := &s.rec[i]
-	rec.at = s.first[rec.check].slot(s.now)
-	if t := s.e.tickFloor(rec.at); t > s.wheel.now {
+// schedule sets leader i's next send at time at: in the wheel, in the tick
+// that contains it (the wheel's resolution may send a probe up to one tick
+// early, never late, so it never lengthens a detection window), or at once
+// when that tick has come.
+func (s *shard) schedule(i uint32, rec *record, at int64) {
+	rec.at = at
+	if t := s.e.tickFloor(at); t > s.wheel.now {
 		s.wheel.add(i, t)
 		return
 	}
-	s.dispatch(i) // due now; the step in progress (or the next) flushes it
+	s.dispatch(i, rec)
 }
 
-// dispatch sends target i's next probe.
-func (s *shard) dispatch(i uint32) {
+// fileFirst files the first probe of the stream led by i: at once, or as
+// soon as its check's first-probe pace allows. Every first probe is filed
+// here, at the engine's start and for a target added later, so none waits
+// for a slot inside its interval.
+func (s *shard) fileFirst(i uint32, rec *record) {
+	s.schedule(i, rec, s.first[rec.check].slot(s.now))
+}
+
+// dispatch sends the next probe of target i, whose record is rec.
+func (s *shard) dispatch(i uint32, rec *record) {
 	now := s.now
-	rec := &s.rec[i]
 	s.observeLateness(now - rec.at)
 	rec.gen++
 	rec.flags |= flagInFlight
 	rec.at = now
-	qi := s.e.queueOf[rec.check]
+	qi := s.tab.queueOf[rec.check]
 	deadline := now + s.deadlines[qi].timeout
 	rec.dq = uint32(s.deadlines[qi].push(i, rec.gen))
-	li := s.e.launcherOf[rec.check]
+	li := s.tab.launcherOf[rec.check]
 	b := append(s.batches[li], probe.Request{ID: rec.id, Gen: rec.gen, Sent: now, Deadline: deadline})
 	s.batches[li] = b
 	s.count.dispatched++
@@ -223,53 +270,66 @@ func (s *shard) dispatch(i uint32) {
 	}
 }
 
-// complete applies a finished probe of leader i to every member of its stream
-// and schedules the stream's next probe: the earliest any member wants, each
-// counting its gap from the probe's completion or, at a fixed rate, from its
-// send.
-func (s *shard) complete(i uint32, r *probe.Result) {
-	rec := &s.rec[i]
-	rec.flags &^= flagInFlight
+// complete applies a finished probe of leader i to every enabled member of
+// its stream and schedules the stream's next probe, unless the stream went
+// idle while the probe was out: the earliest any member wants, each counting
+// its gap from the probe's completion or, at a fixed rate, from its send.
+func (s *shard) complete(i uint32, lead *record, r *probe.Result) {
+	lead.flags &^= flagInFlight
 	s.count.results++
-	sent := rec.at
-	due, jitter, first := int64(0), time.Duration(0), true
-	for m := i; m != noEntry; m = s.nextMember(m) {
-		mr := &s.rec[m]
-		if mr.flags&flagDisabled != 0 {
-			continue
-		}
-		c := &s.e.checks[mr.check]
-		s.apply(m, c, r)
-		from := r.Done
-		if c.Cadence == FixedRate {
-			from = sent
-		}
-		if d := from + int64(c.gap(&mr.ev)); first || d < due {
-			due = d
-		}
-		if first || c.Jitter < jitter {
-			jitter = c.Jitter
-		}
-		first = false
+	if lead.flags&flagActive == 0 {
+		return
+	}
+	sent := lead.at
+	var due int64
+	var jitter time.Duration
+	if lead.flags&(flagShared|flagDisabled) == 0 {
+		// Alone: the common case, without the walk of a stream.
+		c := &s.tab.checks[lead.check]
+		s.apply(lead, c, r)
+		due, jitter = c.due(&lead.ev, sent, r.Done), c.Jitter
+	} else {
+		due, jitter = s.completeStream(i, sent, r)
 	}
 	if jitter > 0 {
 		due += int64(s.random() % uint64(jitter))
 	}
-	rec.at = due
-	// File the send in the tick that contains its due time: the wheel's
-	// resolution may send a probe up to one tick early, never late, so it
-	// never lengthens a detection window.
-	if t := s.e.tickFloor(due); t > s.wheel.now {
-		s.wheel.add(i, t)
-		return
-	}
-	s.dispatch(i) // already due (a late result or a zero gap)
+	s.schedule(i, lead, due)
 }
 
-// nextMember returns the member after m in m's stream, or noEntry.
-func (s *shard) nextMember(m uint32) uint32 {
-	if s.rec[m].flags&flagShared == 0 {
-		return noEntry
+// completeStream applies a result to every enabled member of the stream led
+// by i, whose probe left at sent, and returns the earliest next send and the
+// least jitter among them: no member waits longer than its own check says.
+func (s *shard) completeStream(i uint32, sent int64, r *probe.Result) (due int64, jitter time.Duration) {
+	first := true
+	for m := i; ; {
+		mr := s.rec(m)
+		if mr.flags&flagDisabled == 0 {
+			c := &s.tab.checks[mr.check]
+			s.apply(mr, c, r)
+			if d := c.due(&mr.ev, sent, r.Done); first || d < due {
+				due = d
+			}
+			if first || c.Jitter < jitter {
+				jitter = c.Jitter
+			}
+			first = false
+		}
+		if mr.flags&flagShared == 0 {
+			break
+		}
+		if m = s.members[m]; m == i {
+			break
+		}
+	}
+	return due, jitter
+}
+
+// next returns the member after m in m's stream: m itself when it probes
+// alone.
+func (s *shard) next(m uint32) uint32 {
+	if s.rec(m).flags&flagShared == 0 {
+		return m
 	}
 	return s.members[m]
 }
@@ -278,8 +338,7 @@ func (s *shard) nextMember(m uint32) uint32 {
 // state change. A result without a verdict on the target (a LocalError) is
 // published and observed but not evaluated: state and streak stay, and the
 // next probe follows the current state's gap.
-func (s *shard) apply(m uint32, c *Check, r *probe.Result) {
-	rec := &s.rec[m]
+func (s *shard) apply(rec *record, c *Check, r *probe.Result) {
 	if !r.Outcome.Verdict() {
 		rec.last.Store(r.Done)
 		rec.word.Store(packWord(&rec.ev, false, true, r.Outcome, 0))
@@ -322,7 +381,7 @@ func (s *shard) apply(m uint32, c *Check, r *probe.Result) {
 
 // flush hands every pending batch to its launcher.
 func (s *shard) flush() {
-	for li := range s.batches {
+	for li := range s.tab.launchers {
 		if len(s.batches[li]) > 0 {
 			s.flushOne(li)
 		}
@@ -330,7 +389,7 @@ func (s *shard) flush() {
 }
 
 func (s *shard) flushOne(li int) {
-	s.e.launchers[li].Launch(s.idx, s.batches[li])
+	s.tab.launchers[li].Launch(s.idx, s.batches[li])
 	s.batches[li] = s.batches[li][:0]
 }
 
@@ -354,7 +413,7 @@ func (s *shard) nextEvent() int64 {
 	for qi := range s.deadlines {
 		q := &s.deadlines[qi]
 		if e, ok := q.front(); ok {
-			if d := s.rec[e.idx].at + q.timeout; next < 0 || d < next {
+			if d := s.rec(e.idx).at + q.timeout; next < 0 || d < next {
 				next = d
 			}
 		}
@@ -367,7 +426,7 @@ func (s *shard) nextEvent() int64 {
 const maxPark = time.Second
 
 // run is the shard's goroutine: step, then sleep until the next timer or
-// until a result arrives while it sleeps.
+// until a result or an edit arrives while it sleeps.
 func (s *shard) run(ctx context.Context) {
 	clock := s.e.clock
 	timer := time.NewTimer(maxPark)
@@ -382,7 +441,7 @@ func (s *shard) run(ctx context.Context) {
 			continue
 		}
 		s.parked.Store(true)
-		if !s.ring.empty() || s.overflowed.Load() {
+		if !s.ring.empty() || s.overflowed.Load() || s.inbox.Load() != nil {
 			s.parked.Store(false)
 			continue
 		}
@@ -396,23 +455,29 @@ func (s *shard) run(ctx context.Context) {
 	}
 }
 
-// deliver queues a result for the shard and wakes it if it sleeps. It reports
-// whether the result overflowed the ring.
-func (s *shard) deliver(r *probe.Result) (overflowed bool) {
-	if !s.ring.push(r) {
+// deliver queues a result for the target at local index i and wakes the
+// shard if it sleeps. It reports whether the result overflowed the ring.
+func (s *shard) deliver(r *probe.Result, i uint32) (overflowed bool) {
+	a := arrival{r: *r, idx: i}
+	if !s.ring.push(&a) {
 		s.overflowMu.Lock()
-		s.overflow = append(s.overflow, *r)
+		s.overflow = append(s.overflow, a)
 		s.overflowed.Store(true)
 		s.overflowMu.Unlock()
 		overflowed = true
 	}
+	s.wakeUp()
+	return overflowed
+}
+
+// wakeUp wakes the shard if it sleeps.
+func (s *shard) wakeUp() {
 	if s.parked.Load() && s.parked.CompareAndSwap(true, false) {
 		select {
 		case s.wake <- struct{}{}:
 		default:
 		}
 	}
-	return overflowed
 }
 
 // pacer spaces the first probes of one check in one shard: up to a burst at

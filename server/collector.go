@@ -50,38 +50,29 @@ var (
 	descCertExpiry   = desc("sonde_tls_earliest_cert_expiry_seconds", "Unix time at which the earliest certificate an HTTPS target presented in its last handshake expires.", "pool", "target")
 )
 
-// counterTotals accumulates the counters of retired generations, so the
-// exported counters keep growing across reloads.
+// counterTotals accumulates the counters of probers a reload retired (a
+// worker pool whose check went, a SYN prober replaced), so the exported
+// counters keep growing.
 type counterTotals struct {
-	mu    sync.Mutex
-	sched scheduler.Stats
-	late  uint64 // workers skipped late
-	syn   syn.Counters
+	mu   sync.Mutex
+	late uint64 // workers skipped late
+	syn  syn.Counters
 }
 
-func (t *counterTotals) retire(g *generation) {
-	st := g.engine.Stats()
+// retirePool adds the counters of a worker pool about to stop.
+func (t *counterTotals) retirePool(w *probe.Workers) {
+	late := w.Stats().SkippedLate
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	addStats(&t.sched, &st)
-	for _, w := range g.launch.workers {
-		t.late += w.Stats().SkippedLate
-	}
-	if g.launch.syn != nil {
-		addSyn(&t.syn, g.launch.syn.Counters())
-	}
+	t.late += late
 }
 
-func addStats(dst, src *scheduler.Stats) {
-	dst.Dispatched += src.Dispatched
-	dst.Timeouts += src.Timeouts
-	dst.Stale += src.Stale
-	dst.Late += src.Late
-	dst.Overflows += src.Overflows
-	dst.LatenessSum += src.LatenessSum
-	for i := range dst.LatenessCounts {
-		dst.LatenessCounts[i] += src.LatenessCounts[i]
-	}
+// retireSyn adds the counters of a SYN prober about to close.
+func (t *counterTotals) retireSyn(p *syn.Prober) {
+	c := p.Counters()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	addSyn(&t.syn, c)
 }
 
 func addSyn(dst *syn.Counters, c syn.Counters) {
@@ -138,15 +129,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descSuccessWin, chk.SuccessWindow(chk.Timeout).Seconds(), chk.Name)
 		gauge(descOnsetWin, chk.FailureWindowFromOnset().Seconds(), chk.Name)
 	}
-	gauge(descTargets, float64(len(g.cfg.Targets)))
+	gauge(descTargets, float64(g.targets))
 	gauge(descStreams, float64(g.cfg.Streams()))
 
 	t := &c.d.totals
 	t.mu.Lock()
-	st, late, sc := t.sched, t.late, t.syn
+	late, sc := t.late, t.syn
 	t.mu.Unlock()
-	cur := g.engine.Stats()
-	addStats(&st, &cur)
+	st := g.engine.Stats()
 	counter(descDispatched, st.Dispatched)
 	counter(descTimeouts, st.Timeouts)
 	counter(descStale, st.Stale)

@@ -1,9 +1,13 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +56,16 @@ type Options struct {
 	// the daemon sets it after every load to the memory in use plus an
 	// eighth (see memoryTuner), unless GOMEMLIMIT is set.
 	NoMemoryLimit bool
+	// ReloadGap is the least time between the starts of two reloads;
+	// default DefaultReloadGap. Reloads asked for meanwhile are coalesced
+	// into one.
+	ReloadGap time.Duration
+	// StateFile, when set, is where target states are kept across
+	// restarts: saved every StateInterval and at Stop, restored at Start.
+	StateFile string
+	// StateInterval is the time between two saves of the state file;
+	// default DefaultStateInterval.
+	StateInterval time.Duration
 	// WebhookMinBackoff and WebhookMaxBackoff bound the wait between
 	// delivery attempts of event webhooks, which doubles from the first;
 	// default 500 ms and 30 s.
@@ -73,9 +87,16 @@ type Options struct {
 	HistoryTargets, HistoryResults int
 }
 
-// Daemon is sonde's long-running process: one generation of probers and
-// scheduler at a time, metrics and an HTTP API over it. Its methods are safe
-// for concurrent use.
+// DefaultReloadGap is the least time between the starts of two reloads. A
+// reload costs CPU in proportion to the configuration (about half a second
+// at a million targets); one a second at most keeps a flood of reload
+// requests from taking more than half a core, and a file saved twice in a
+// row is read once.
+const DefaultReloadGap = time.Second
+
+// Daemon is sonde's long-running process: one scheduler engine and its
+// probers, changed in place by every reload, metrics and an HTTP API over
+// them. Its methods are safe for concurrent use.
 type Daemon struct {
 	opt     Options
 	log     *slog.Logger
@@ -87,6 +108,7 @@ type Daemon struct {
 	totals  counterTotals
 	obs     observer
 	mem     memoryTuner
+	errs    lastErrors
 	hist    *history // recent results of some targets, for the status page
 	// rem fires remediation actions. It outlives generations: budgets and
 	// instance state are kept by remediation name and address.
@@ -95,10 +117,21 @@ type Daemon struct {
 	local      rateLimit                   // logs of local errors
 	conns      atomic.Pointer[connLimiter] // the HTTP server's, once it serves
 	heavySlots chan struct{}               // slots of list requests running (see heavy)
-	loads      atomic.Uint64               // configurations built
+	layouts    atomic.Uint32               // the last pool layout; from a random start, so cursors die with the process
 
-	cur      atomic.Pointer[generation]
-	reloadMu sync.Mutex // one load or reload at a time
+	cur atomic.Pointer[generation]
+
+	// updateMu serialises the loads and edits of the running engine; it
+	// guards the fields below.
+	updateMu sync.Mutex
+	engine   *scheduler.Engine
+	probers  *proberSet
+	inputs   inputs // of the configuration running
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when the engine and the state saver stopped
+	stopped  bool
+
+	reloads reloader
 }
 
 // New returns a daemon; Start loads the configuration.
@@ -117,6 +150,12 @@ func New(opt Options) (*Daemon, error) {
 	}
 	if opt.Version == "" {
 		opt.Version = "devel"
+	}
+	if opt.ReloadGap <= 0 {
+		opt.ReloadGap = DefaultReloadGap
+	}
+	if opt.StateInterval <= 0 {
+		opt.StateInterval = DefaultStateInterval
 	}
 	if err := opt.Shard.Validate(); err != nil {
 		return nil, fmt.Errorf("server: Options.Shard: %w", err)
@@ -140,112 +179,332 @@ func New(opt Options) (*Daemon, error) {
 	opt.Web.RoutePrefix = prefix
 	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events), mem: newMemoryTuner(&opt),
 		hist: newHistory(opt.HistoryTargets, opt.HistoryResults)}
+	d.errs.m = map[uint32]string{}
+	d.obs = newObserver(d)
 	d.local.period = localLogEvery
 	d.heavySlots = make(chan struct{}, heavyRequests)
-	d.obs.d = d
+	d.layouts.Store(rand.Uint32())
 	d.hooks = hookSet{opt: &d.opt, log: d.log, feed: d.events.setHooks}
 	d.streams.done = make(chan struct{})
 	d.probes = make(chan struct{}, opt.ProbeConcurrency)
 	d.metrics = newMetrics(d)
 	d.rem = remediate.New(remediate.Options{Logger: opt.Logger, Registerer: d.metrics.reg})
+	d.reloads.d = d
 	return d, nil
 }
 
-// Start loads the configuration and starts probing. It fails when the
-// configuration cannot be loaded or its probers cannot start; the error is
-// returned, not logged: nothing runs, and the caller reports it.
+// Start loads the configuration and starts probing, with the states of the
+// state file (if any) for the targets whose probe is unchanged. It fails when
+// the configuration cannot be loaded or its probers cannot start; the error
+// is returned, not logged: nothing runs, and the caller reports it.
 func (d *Daemon) Start() error {
-	return d.Reload()
-}
-
-// Reload loads the configuration again and replaces the running generation.
-// Targets whose address, port, check name and probe definition are unchanged
-// keep their state, counts, latency and schedule. An invalid configuration is
-// rejected: the running one goes on, the error is returned (and logged), and
-// sonde_config_last_reload_successful drops to 0.
-func (d *Daemon) Reload() error {
-	d.reloadMu.Lock()
-	defer d.reloadMu.Unlock()
-	start := time.Now()
-	d.mem.beforeLoad()
-	old := d.cur.Load()
-	next, err := d.load()
-	var hooks []*hook
-	if err == nil {
-		if hooks, err = d.hooks.prepare(next.cfg); err != nil {
-			_ = next.launch.close()
-		}
+	d.updateMu.Lock()
+	defer d.updateMu.Unlock()
+	if d.engine != nil || d.stopped {
+		return errors.New("server: the daemon runs or ran already")
 	}
+	start := time.Now()
+	cfg, in, err := d.read(false)
 	if err != nil {
-		d.mem.afterLoad()
-		d.metrics.reloads.WithLabelValues("failure").Inc()
-		d.metrics.reloadOK.Set(0)
-		if old != nil {
-			d.log.Error("configuration rejected; the previous one keeps running", "err", err)
-		}
 		return err
 	}
-	reload := old != nil
-	var pairs [][2]uint32
-	var oldHist *histIndex
-	if reload {
-		if err := old.stop(); err != nil {
-			d.log.Warn("stopping probers", "err", err)
-		}
-		d.totals.retire(old)
-		pairs = old.carryOver(next)
-		d.metrics.forget(staleSeries(old.cfg, next.cfg))
-		oldHist = old.hist
+	g, err := d.first(cfg)
+	if err != nil {
+		d.loadFailed(err, false)
+		return fmt.Errorf("start probers: %w", err)
 	}
-	d.hist.adopt(oldHist, next.hist, pairs)
-	d.hooks.replace(hooks)
-	next.decide()
-	if reload {
-		old.routeChanges(next, pairs, d.events.add)
-	}
-	next.start()
-	d.cur.Store(next)
-	d.rem.Use(next.remedies, remediate.NewView(next.cfg, d.opt.Clock, next.engine.Status, next.lastError))
-	limit := d.mem.afterLoad()
-	d.metrics.reloads.WithLabelValues("success").Inc()
-	d.metrics.reloadOK.Set(1)
-	d.metrics.reloadTime.Set(float64(time.Now().Unix()))
-	d.logStart(next, reload, len(pairs), limit, time.Since(start))
+	d.inputs = in
+	d.mem.first()
+	d.loaded(g, false, 0, len(g.cfg.Targets), 0, time.Since(start))
 	return nil
 }
 
-// load reads the configuration and builds its generation, not yet started.
-func (d *Daemon) load() (*generation, error) {
+// read loads the configuration, which must be of the daemon's shard, with
+// the memory limit lifted, and digests the files it came from. A failure is
+// counted and, on a reload, logged.
+func (d *Daemon) read(reload bool) (*config.Config, inputs, error) {
+	d.mem.beforeLoad()
 	cfg, err := d.opt.Load()
+	if err == nil && cfg.Shard.String() != d.opt.Shard.String() {
+		err = fmt.Errorf("configuration holds the targets of shard %s, the daemon runs shard %s", cfg.Shard, d.opt.Shard)
+	}
 	if err != nil {
-		return nil, err
+		d.loadFailed(err, reload)
+		return nil, inputs{}, err
 	}
-	if cfg.Shard.String() != d.opt.Shard.String() {
-		return nil, fmt.Errorf("configuration holds the targets of shard %s, the daemon runs shard %s", cfg.Shard, d.opt.Shard)
-	}
-	d.mem.loaded()
+	return cfg, readInputs(cfg.Files), nil
+}
+
+// first builds the engine and the probers for the first configuration, ids
+// as in cfg, and starts them.
+func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 	plan, err := d.rem.Plan(cfg)
 	if err != nil {
 		return nil, err
 	}
-	g, err := buildGeneration(cfg, &d.opt, &d.obs)
+	hooks, err := d.hooks.prepare(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("start probers: %w", err)
+		return nil, err
 	}
-	g.seq = d.loads.Add(1)
-	g.remedies = plan
+	shards := d.opt.Shards
+	if shards <= 0 {
+		shards = runtime.GOMAXPROCS(0)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var engine *scheduler.Engine
+	sink := &engineSink{}
+	ps := &proberSet{
+		opt: &d.opt, sink: sink, target: d.target, onReport: d.obs.report,
+		onRetire: d.totals.retireSyn, onStop: d.totals.retirePool,
+		shards: shards, ctx: ctx, pools: map[string]*workerPool{}, table: probe.NewTable(len(cfg.Targets)),
+	}
+	added := make([]uint32, len(cfg.Targets))
+	for id := range added {
+		added[id] = uint32(id)
+	}
+	pp, err := ps.prepare(cfg)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	checks := make([]scheduler.Check, len(cfg.Checks))
+	slots := make([]uint16, len(cfg.Checks))
+	for ci, c := range cfg.Checks {
+		checks[ci] = scheduler.Check{Timing: c.Timing, Launcher: pp.ls.byCheck[ci], FirstProbes: pp.ls.firstProbes[ci]}
+		slots[ci] = uint16(ci)
+	}
+	resume := d.restore(cfg)
+	specs := make([]scheduler.TargetSpec, len(cfg.Targets))
+	for id, t := range cfg.Targets {
+		specs[id] = scheduler.TargetSpec{Check: t.Check, Leader: t.Leader, Disabled: t.Disabled}
+		if resume != nil {
+			specs[id].Resume = resume[id]
+		}
+	}
+	engine, err = scheduler.New(checks, specs, scheduler.Options{
+		Shards:   shards,
+		Clock:    d.opt.Clock,
+		Observer: &d.obs,
+		Seed:     d.opt.Seed,
+	})
+	if err != nil {
+		pp.abort()
+		cancel()
+		return nil, fmt.Errorf("build scheduler: %w", err)
+	}
+	sink.e.Store(engine)
+	retire := pp.commit(cfg, added)
+	g := d.newGeneration(cfg, engine, pp.ls, slots, plan)
+	d.hist.adopt(nil, g.hist, nil)
+	d.hooks.replace(hooks)
+	g.decide(d)
+	d.publish(g)
+	g.runRouter()
+	retire()
+	d.engine, d.probers, d.cancel = engine, ps, cancel
+	d.done = make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { engine.Run(ctx) })
+	if d.opt.StateFile != "" {
+		wg.Go(func() { d.saveEvery(ctx) })
+	}
+	go func() {
+		wg.Wait()
+		close(d.done)
+	}()
 	return g, nil
 }
 
-func (d *Daemon) logStart(g *generation, reload bool, kept int, memLimit int64, took time.Duration) {
+// newGeneration builds the generation of cfg (ids as the engine's) and
+// resolves its pools' instruments.
+func (d *Daemon) newGeneration(cfg *config.Config, e *scheduler.Engine, ls *launchers, slots []uint16, remedies *remediate.Plan) *generation {
+	g := &generation{cfg: cfg, engine: e, launch: ls, errs: &d.errs, slots: slots, remedies: remedies, loaded: d.opt.Clock.Now(),
+		hist: newHistIndex(len(cfg.Targets))}
+	g.indexPools()
+	g.rankCache = make([]rankCache, len(g.pools))
+	g.layout = d.layoutOf(g)
+	for _, p := range cfg.Pools {
+		proto := cfg.Checks[p.CheckIndex].Protocol.String()
+		g.inst = append(g.inst, d.metrics.instruments(p.Name, proto))
+	}
+	if slices.ContainsFunc(cfg.Checks, func(c *config.Check) bool { return c.Protocol == config.HTTPS }) {
+		g.certs = make([]atomic.Int64, len(cfg.Targets))
+	}
+	return g
+}
+
+// layoutOf returns the pool layout of g: that of the running generation when
+// g's pools have the same names in the same order, a new one otherwise.
+func (d *Daemon) layoutOf(g *generation) uint32 {
+	old := d.cur.Load()
+	if old != nil && slices.EqualFunc(old.pools, g.pools, func(a, b *scheduler.Pool) bool { return a.Name == b.Name }) {
+		return old.layout
+	}
+	return d.layouts.Add(1)
+}
+
+// publish makes g the generation readers, the observer and remediation see.
+func (d *Daemon) publish(g *generation) {
+	d.cur.Store(g)
+	d.rem.Use(g.remedies, remediate.NewView(g.cfg, d.opt.Clock, g.engine.Status, g.lastError))
+}
+
+// engineSink hands results to the engine, which is built after the
+// probers that need a sink.
+type engineSink struct {
+	e atomic.Pointer[scheduler.Engine]
+}
+
+func (s *engineSink) Deliver(r probe.Result) {
+	if e := s.e.Load(); e != nil {
+		e.Deliver(r)
+	}
+}
+
+// target returns the destination of target id in the running generation.
+func (d *Daemon) target(id uint32) probe.Target {
+	g := d.cur.Load()
+	if g == nil {
+		return probe.Target{}
+	}
+	return g.target(id)
+}
+
+// Reload loads the configuration again and applies it to the running engine
+// as an edit: targets added, removed, or changed (a new probe definition
+// starts them afresh); targets whose address, port, check name and probe
+// definition are unchanged keep their state, streak, latency, schedule and
+// the probe they may have in flight. A configuration whose files are
+// byte for byte the ones running is not even parsed. An invalid
+// configuration is rejected: the running one goes on, the error is
+// returned (and logged), and sonde_config_last_reload_successful drops to 0.
+//
+// Reloads are coalesced and rate-limited: a call waits for a reload that
+// starts after it, at most one starts per Options.ReloadGap, and every call
+// waiting when one starts gets its result.
+func (d *Daemon) Reload() error { return d.reloads.request() }
+
+// reload is one reload, run by the reloader.
+func (d *Daemon) reload() error {
+	d.updateMu.Lock()
+	defer d.updateMu.Unlock()
+	if d.engine == nil || d.stopped {
+		return errors.New("server: the daemon does not run")
+	}
+	start := time.Now()
+	if d.inputs.unchanged() {
+		d.metrics.reloads.WithLabelValues("success").Inc()
+		d.metrics.reloadOK.Set(1)
+		d.log.Debug("configuration unchanged", "files", len(d.inputs.files))
+		return nil
+	}
+	cfg, in, err := d.read(true)
+	if err != nil {
+		return err
+	}
+	g, added, removed, err := d.apply(cfg)
+	if err != nil {
+		d.loadFailed(err, true)
+		return fmt.Errorf("apply configuration: %w", err)
+	}
+	d.inputs = in
+	d.loaded(g, true, g.targets-added, added, removed, time.Since(start))
+	return nil
+}
+
+// apply edits the running engine and probers into cfg and publishes its
+// generation. It returns the numbers of targets added and removed.
+func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
+	old := d.cur.Load()
+	plan, err := d.rem.Plan(cfg)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	hooks, err := d.hooks.prepare(cfg)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	slots, nslots := slotsFor(old, cfg)
+	pp, err := d.probers.prepare(cfg)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	ed := d.engine.Edit()
+	ch, err := edit(ed, old, cfg, pp.ls, slots, nslots)
+	if err != nil {
+		ed.Abort()
+		pp.abort()
+		return nil, 0, 0, err
+	}
+	retire := pp.commit(ch.cfg, ch.added)
+	g := d.newGeneration(ch.cfg, d.engine, pp.ls, slots, plan)
+	g.keepCerts(old, ch.removed)
+	d.hist.adopt(old.hist, g.hist, ch.removed)
+	d.hooks.replace(hooks)
+	g.decide(d)
+	old.routeChanges(g, ch.kept, d.events.add)
+	// Readers and the observer see the new generation first: the engine
+	// still runs the removed targets until its shards apply the edit, and
+	// the generation knows them as gone.
+	d.publish(g)
+	ed.Commit()
+	old.stopRouter()
+	g.runRouter()
+	retire()
+	d.errs.forget(ch.removed)
+	d.metrics.forget(staleSeries(old.cfg, g.cfg))
+	return g, len(ch.added), len(ch.removed), nil
+}
+
+// UpdatePool adds targets to pool and removes targets from it, without
+// reading the configuration file: the way service discovery changes a pool.
+// The change is applied to the running engine like a reload: the targets it
+// does not name keep everything. Targets are removed by address and port.
+func (d *Daemon) UpdatePool(pool string, add, remove []config.Endpoint) error {
+	d.updateMu.Lock()
+	defer d.updateMu.Unlock()
+	if d.engine == nil || d.stopped {
+		return errors.New("server: the daemon does not run")
+	}
+	start := time.Now()
+	cfg, err := d.cur.Load().cfg.WithPoolTargets(pool, add, remove)
+	if err != nil {
+		return err
+	}
+	g, nadd, nrem, err := d.apply(cfg)
+	if err != nil {
+		return fmt.Errorf("update pool %s: %w", pool, err)
+	}
+	d.log.Info("pool updated", "pool", pool, "added", nadd, "removed", nrem, "targets", g.targets,
+		"took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// loadFailed counts and reports a load that failed.
+func (d *Daemon) loadFailed(err error, reload bool) {
+	d.mem.afterLoad()
+	d.metrics.reloads.WithLabelValues("failure").Inc()
+	d.metrics.reloadOK.Set(0)
+	if reload {
+		d.log.Error("configuration rejected; the previous one keeps running", "err", err)
+	}
+}
+
+// loaded counts and reports a load that succeeded.
+func (d *Daemon) loaded(g *generation, reload bool, kept, added, removed int, took time.Duration) {
+	limit := d.mem.afterLoad()
+	d.metrics.reloads.WithLabelValues("success").Inc()
+	d.metrics.reloadOK.Set(1)
+	d.metrics.reloadTime.Set(float64(time.Now().Unix()))
 	msg := "configuration loaded"
 	if reload {
 		msg = "configuration reloaded"
 	}
-	d.log.Info(msg, "shard", g.cfg.Shard.String(), "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", len(g.cfg.Targets),
-		"streams", g.cfg.Streams(), "remediations", len(g.cfg.Remediations), "kept_state", kept, "tcp_path", g.launch.tcpPath, "took", took.Round(time.Millisecond))
-	if memLimit > 0 {
-		d.log.Debug("memory limit set", "bytes", memLimit)
+	d.log.Info(msg, "shard", g.cfg.Shard.String(), "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", g.targets,
+		"streams", g.cfg.Streams(), "remediations", len(g.cfg.Remediations), "kept_state", kept, "added", added, "removed", removed,
+		"tcp_path", g.launch.tcpPath, "took", took.Round(time.Millisecond))
+	if limit > 0 {
+		d.log.Debug("memory limit set", "bytes", limit)
 	}
 	if g.launch.synErr != nil {
 		d.log.Warn("TCP checks use connect(), not the SYN prober", "reason", g.launch.synErr)
@@ -277,18 +536,32 @@ func staleSeries(old, next *config.Config) (gone []string, moved []poolProtocol)
 	return gone, moved
 }
 
-// Stop ends probing and remediation (an action in flight is cancelled).
-// The daemon cannot be started again.
+// Stop ends probing and remediation (an action in flight is cancelled) and
+// saves the state file. The daemon cannot be started again.
 func (d *Daemon) Stop() error {
-	d.reloadMu.Lock()
-	defer d.reloadMu.Unlock()
-	d.rem.Close()
-	defer d.hooks.stopAll()
-	g := d.cur.Load()
-	if g == nil {
+	d.reloads.stop()
+	d.updateMu.Lock()
+	defer d.updateMu.Unlock()
+	if d.stopped {
 		return nil
 	}
-	return g.stop()
+	d.stopped = true
+	d.rem.Close()
+	defer d.hooks.stopAll()
+	if d.engine == nil {
+		return nil
+	}
+	d.cancel()
+	<-d.done
+	d.cur.Load().stopRouter()
+	var errs []error
+	if d.opt.StateFile != "" {
+		if err := d.saveState(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, d.probers.close())
+	return errors.Join(errs...)
 }
 
 // TCPPath tells which prober runs TCP checks, and why it is not the SYN

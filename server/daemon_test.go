@@ -84,7 +84,7 @@ func startDaemon(t *testing.T, yaml string) *testDaemon {
 }
 
 // startDaemonWith is startDaemon with options changed by set (when not nil).
-func startDaemonWith(t *testing.T, yaml string, set func(*Options)) *testDaemon {
+func startDaemonWith(t testing.TB, yaml string, set func(*Options)) *testDaemon {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sonde.yaml")
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {

@@ -1,14 +1,25 @@
 // Package server runs sonde as a daemon: it turns a configuration into probers
-// and a scheduler, reloads it without losing the state of unchanged targets,
-// and serves Prometheus metrics, a JSON API and sonde's own health endpoints.
+// and a scheduler, changes them in place on every reload without losing the
+// state of unchanged targets or their probes in flight, keeps states across
+// restarts (a state file), and serves Prometheus metrics, a JSON API and
+// sonde's own health endpoints.
 //
-// Each loaded configuration is a generation: one prober per check, chosen by
-// [NewProber] (the same choice `sonde probe` makes), one SYN prober shared by
-// the TCP checks that run on it, a probe.Workers pool per other check, and
-// one scheduler engine. Targets that share a probe stream (P4) are probed
-// under the stream's leader; what a probe tells beyond its result (the error
-// behind a failure, HTTP phase timings) is kept under the leader and shown
-// for every member, in every pool that lists one.
+// The daemon has one scheduler engine and one set of probers for its life:
+// one prober per check, chosen by [NewProber] (the same choice `sonde probe`
+// makes), one SYN prober shared by the TCP checks that run on it, and a
+// probe.Workers pool per other check. Each loaded configuration is a
+// generation, the configuration as the engine runs it (its targets at their
+// engine ids), published for readers; a reload, or a pool change from
+// service discovery ([Daemon.UpdatePool]), matches the new targets with the
+// running ones and turns the difference into an edit of the engine
+// (scheduler.Edit). Reloads are coalesced and paced ([Options.ReloadGap]).
+// Edits keep the ids of the targets they keep, so the API's paging cursors,
+// which name ids, outlive reloads that keep the pools.
+//
+// Targets that share a probe stream (P4) are probed under the stream's
+// leader; what a probe tells beyond its result (the error behind a failure,
+// HTTP phase timings) is kept under the leader and shown for every member,
+// in every pool that lists one.
 //
 // Decisions leave the daemon as events: the engine's state changes and the
 // route decisions of each generation's scheduler.Router (removed, put back,
@@ -22,7 +33,9 @@
 //
 // The status page (status.go, its assets in server/ui) reads the same state
 // as the API and renders it on the server; its pool view lists members a
-// page at a time in one pass (statuspool.go), and its timelines come from a
-// fixed budget of per-target result rings (history.go) that the probe path
-// fills without locks.
+// page at a time in one pass (statuspool.go), with cursors that name the row
+// a page ends at (not an id), and its timelines come from a fixed budget of
+// per-target result rings (history.go) that the probe path fills without
+// locks. Rings are kept by engine id: an edit keeps those of the targets it
+// keeps and frees those of the targets it removes.
 package server

@@ -78,8 +78,12 @@ type histEntry struct {
 	data atomic.Uint64 // see packHist
 }
 
-// histIndex maps a generation's target ids to their slot (index + 1, 0 for
-// none). Each generation has its own, as ids are per generation.
+// histIndex maps the engine's target ids to their slot (index + 1, 0 for
+// none). Ids outlive reloads, and so do the rings of the targets they keep;
+// each generation still has its own copy of the index, so that a claim made
+// through a generation a reload replaced is refused (see adopt), and a
+// removed target, whose last results may come in after the reload, cannot
+// take a ring that its id's next target would inherit.
 type histIndex struct{ slot []atomic.Int32 }
 
 // HistoryResult is one probe result of a target's history.
@@ -286,37 +290,40 @@ func (r histRead) result(clock scheduler.Clock) HistoryResult {
 // newHistIndex returns an index of n targets without rings.
 func newHistIndex(n int) *histIndex { return &histIndex{slot: make([]atomic.Int32, n)} }
 
-// adopt makes ix, a new generation's index, the one rings are claimed for:
-// the targets of pairs (id in the old generation, id in the new) keep their
-// rings, and every other ring is freed. old is the previous generation's
-// index (nil at the first load); neither generation runs.
-func (h *history) adopt(old, ix *histIndex, pairs [][2]uint32) {
+// adopt makes ix, a new generation's index, the one rings are claimed for.
+// old is the running generation's index (nil at the first load); removed
+// are the engine ids the new generation no longer has. Every other target
+// keeps its ring at its id; the rings of removed targets are freed, before
+// the engine may give their ids to new targets. It runs before the new
+// generation is published.
+func (h *history) adopt(old, ix *histIndex, removed []uint32) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	kept := make([]bool, len(h.slots))
 	if old != nil {
-		for _, p := range pairs {
-			s := old.slot[p[0]].Load()
-			if s == 0 {
-				continue
-			}
-			sl := &h.slots[s-1]
-			own := sl.owner.Load()
-			if uint32(own) != p[0]+1 {
-				continue
-			}
-			sl.owner.Store(own&^(1<<32-1) | uint64(p[1]+1)) // same epoch: its entries stay valid
-			ix.slot[p[1]].Store(s)
-			kept[s-1] = true
+		for id := range min(len(old.slot), len(ix.slot)) {
+			ix.slot[id].Store(old.slot[id].Load())
 		}
 	}
-	for i := range h.slots {
-		if !kept[i] && h.slots[i].owner.Load() != 0 {
-			h.slots[i].owner.Store(0)
-			h.slots[i].keep.Store(0)
-			h.free = append(h.free, int32(i))
-			h.nfree.Add(1)
+	for _, id := range removed {
+		if int(id) < len(ix.slot) {
+			ix.slot[id].Store(0)
 		}
+	}
+	// Free every ring the new index does not point to: those of removed
+	// targets, and any whose owner lost it meanwhile.
+	for i := range h.slots {
+		sl := &h.slots[i]
+		own := sl.owner.Load()
+		if own == 0 {
+			continue
+		}
+		if id := uint32(own) - 1; int(id) < len(ix.slot) && ix.slot[id].Load() == int32(i)+1 {
+			continue
+		}
+		sl.owner.Store(0)
+		sl.keep.Store(0)
+		h.free = append(h.free, int32(i))
+		h.nfree.Add(1)
 	}
 	h.noVictimUntil.Store(0)
 	h.current = ix

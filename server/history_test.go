@@ -155,25 +155,39 @@ func TestHistoryEvictedWriter(t *testing.T) {
 	}
 }
 
-// TestHistoryAdopt checks that a reload keeps the rings of the targets it
-// keeps, under their new ids, and frees the others'.
+// TestHistoryAdopt checks that an edit of the engine keeps the rings of the
+// targets it keeps, at their ids, frees those of the targets it removes, and
+// that a removed target's late result, recorded through the index the edit
+// replaced, takes no ring its id's next target could inherit.
 func TestHistoryAdopt(t *testing.T) {
-	e := histEngine(t, 3)
-	h, old := newTestHistory(3, 8, 3)
+	e := histEngine(t, 4)
+	h, old := newTestHistory(4, 8, 3)
 	for id := range uint32(3) {
 		h.record(old, id, result(probe.Success, int64(id+1), 0), e)
 	}
-	next := newHistIndex(2)
-	h.adopt(old, next, [][2]uint32{{2, 0}}) // target 2 is now 0; 0 and 1 are gone
-	if got := h.read(next, 0, nil); len(got) != 1 || got[0].at != 3 {
-		t.Errorf("history of the kept target = %+v, want its one result at 3", got)
+	next := newHistIndex(4) // the engine grew by one id
+	h.adopt(old, next, []uint32{1})
+	for _, id := range []uint32{0, 2} {
+		if got := h.read(next, id, nil); len(got) != 1 || got[0].at != int64(id+1) {
+			t.Errorf("history of kept target %d = %+v, want its one result at %d", id, got, id+1)
+		}
+	}
+	if got := h.read(next, 1, nil); len(got) != 0 {
+		t.Errorf("history of removed target 1 = %+v, want none", got)
 	}
 	if h.nfree.Load() != 2 {
-		t.Errorf("%d rings free, want the 2 of the removed targets", h.nfree.Load())
+		t.Errorf("%d rings free, want the removed target's and the one never used", h.nfree.Load())
 	}
-	// The old index is no longer the one claimed for.
+	// The removed target's last result comes in through the old index.
+	h.record(old, 1, result(probe.Refused, 5, 0), e)
 	if h.view(old, 1, 10) || h.read(old, 1, nil) != nil {
-		t.Error("the old generation's index still gets rings")
+		t.Error("the replaced index still gets rings")
+	}
+	// A new target is given id 1 by a later edit: its history is its own.
+	h.adopt(next, newHistIndex(4), nil)
+	h.record(h.current, 1, result(probe.Timeout, 6, 0), e)
+	if got := outcomesOf(h, h.current, 1); len(got) != 1 || got[0] != "timeout" {
+		t.Errorf("history of the target given id 1 = %v, want only its own timeout", got)
 	}
 }
 

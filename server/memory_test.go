@@ -5,7 +5,9 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
+	"strings"
 	"testing"
 
 	"github.com/sondeprobe/sonde/config"
@@ -40,8 +42,21 @@ func TestMemoryLimit(t *testing.T) {
 	if err := td.d.Reload(); err != nil {
 		t.Fatal(err)
 	}
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Error("a reload of an unchanged file set the memory limit: it must do nothing")
+	}
+	td.rewrite(t, strings.Replace(memoryConfig, "interval: 1s", "interval: 2s", 1))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := td.d.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
 	if got := debug.SetMemoryLimit(-1); got == math.MaxInt64 {
 		t.Error("reload did not set the memory limit")
+	}
+	if after.NumForcedGC != before.NumForcedGC {
+		t.Errorf("a reload forced %d collections, want none", after.NumForcedGC-before.NumForcedGC)
 	}
 
 	debug.SetMemoryLimit(math.MaxInt64)
@@ -80,8 +95,9 @@ func TestTransitionAllocations(t *testing.T) {
 	}
 }
 
-// testObserver returns the observer of a generation built, not started, for
-// the config text yaml, with logging at level warn.
+// testObserver returns the observer of a daemon started over the config
+// text yaml, with logging at level warn; its targets probe an address that
+// refuses, once a minute.
 func testObserver(t *testing.T, yaml string) *observer {
 	t.Helper()
 	d, err := New(Options{
@@ -92,14 +108,9 @@ func testObserver(t *testing.T, yaml string) *observer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := d.opt.Load()
-	if err != nil {
+	if err := d.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g, err := buildGeneration(cfg, &d.opt, &d.obs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = g.launch.close() })
-	return d.obs.forGeneration(g)
+	t.Cleanup(func() { _ = d.Stop() })
+	return &d.obs
 }

@@ -11,12 +11,12 @@ import (
 )
 
 // observer turns engine results and transitions into metrics, events and log
-// lines. One is built per generation, with its pools' instruments resolved in
-// advance: the probe path does no label lookup and no allocation.
+// lines. It reads the running generation, whose pools' instruments are
+// resolved in advance: the probe path does no label lookup and no
+// allocation. An id the generation does not have (a target an edit removes,
+// whose last results the engine may still apply) is not counted.
 type observer struct {
 	d     *Daemon
-	g     *generation
-	pools []*poolInstruments
 	debug bool
 	// info is whether state changes are logged. Checked before the call,
 	// so a daemon logging at warn does not box the arguments of a million
@@ -24,29 +24,29 @@ type observer struct {
 	info bool
 }
 
-// forGeneration returns the observer of generation g.
-func (o *observer) forGeneration(g *generation) *observer {
+// newObserver returns the observer of daemon d.
+func newObserver(d *Daemon) observer {
 	ctx := context.Background()
-	ob := &observer{d: o.d, g: g, debug: o.d.log.Enabled(ctx, slog.LevelDebug), info: o.d.log.Enabled(ctx, slog.LevelInfo)}
-	for _, p := range g.cfg.Pools {
-		proto := g.cfg.Checks[p.CheckIndex].Protocol.String()
-		ob.pools = append(ob.pools, o.d.metrics.instruments(p.Name, proto))
-	}
-	return ob
+	return observer{d: d, debug: d.log.Enabled(ctx, slog.LevelDebug), info: d.log.Enabled(ctx, slog.LevelInfo)}
 }
 
 // Result counts a probe outcome for every pool of the target and keeps it
 // in the target's history when it has one.
 func (o *observer) Result(id uint32, r probe.Result) {
-	g := o.g
+	g := o.d.cur.Load()
+	if !g.has(id) {
+		return
+	}
 	o.d.hist.record(g.hist, id, &r, g.engine)
 	if r.Outcome == probe.LocalError {
-		o.localError(id, &r)
+		o.localError(g, id, &r)
 	}
-	o.count(int(g.poolOf[id]), &r)
+	if pi := g.poolOf[id]; pi != noPool {
+		o.count(g, int(pi), &r)
+	}
 	if len(g.morePool) > 0 {
 		for _, pi := range g.morePool[id] {
-			o.count(int(pi), &r)
+			o.count(g, int(pi), &r)
 		}
 	}
 	if o.debug {
@@ -55,15 +55,15 @@ func (o *observer) Result(id uint32, r probe.Result) {
 	}
 }
 
-func (o *observer) count(pi int, r *probe.Result) {
-	in := o.pools[pi]
+func (o *observer) count(g *generation, pi int, r *probe.Result) {
+	in := g.inst[pi]
 	in.probes[r.Outcome].Inc()
 	in.duration.Observe(r.Latency.Seconds())
 }
 
 // localError counts a probe this host could not run and logs it, at most
 // once every localLogEvery with the number of others since.
-func (o *observer) localError(id uint32, r *probe.Result) {
+func (o *observer) localError(g *generation, id uint32, r *probe.Result) {
 	if r.Cause < probe.NumLocalCauses {
 		if c := o.d.metrics.local[r.Cause]; c != nil {
 			c.Inc()
@@ -73,7 +73,6 @@ func (o *observer) localError(id uint32, r *probe.Result) {
 	if !ok {
 		return
 	}
-	g := o.g
 	o.d.log.Warn("probe could not run on this host; the target keeps its state", "cause", r.Cause,
 		"target", g.cfg.Targets[id].AddrPort(), "check", g.checkName(id), "err", g.lastError(id),
 		"not_logged_since", skipped)
@@ -104,7 +103,10 @@ func (l *rateLimit) allow(now time.Time) (skipped uint64, ok bool) {
 // last error for the API, the earliest certificate expiry, and the HTTP
 // phase timings of every pool that lists a member of the stream.
 func (o *observer) report(id uint32, r *probe.Report) {
-	g := o.g
+	g := o.d.cur.Load()
+	if !g.has(id) {
+		return
+	}
 	g.errs.record(id, r)
 	if g.certs != nil && !r.CertExpiry.IsZero() {
 		g.certs[id].Store(r.CertExpiry.Unix())
@@ -116,7 +118,7 @@ func (o *observer) report(id uint32, r *probe.Report) {
 	g.streamPoolsOf(id, func(pi int) {
 		for i, v := range ph {
 			if v > 0 {
-				o.pools[pi].phases[i].Observe(v)
+				g.inst[pi].phases[i].Observe(v)
 			}
 		}
 	})
@@ -125,7 +127,10 @@ func (o *observer) report(id uint32, r *probe.Report) {
 // Transition records a state change: a counter per pool, an event for the
 // API and an info log line; and it tells the router, whose decisions follow.
 func (o *observer) Transition(e scheduler.Event) {
-	g := o.g
+	g := o.d.cur.Load()
+	if !g.has(e.Target) {
+		return
+	}
 	t := g.cfg.Targets[e.Target]
 	ev := Event{
 		Kind:    KindState,
@@ -145,7 +150,7 @@ func (o *observer) Transition(e scheduler.Event) {
 	}
 	g.poolsOf(e.Target, func(pi int) {
 		ev.Pools = append(ev.Pools, g.cfg.Pools[pi].Name)
-		o.pools[pi].changes[e.To].Inc()
+		g.inst[pi].changes[e.To].Inc()
 	})
 	o.d.events.add(ev)
 	if r := g.router; r != nil {
@@ -170,10 +175,17 @@ func pick2(names [2]string, on bool) (from, to string) {
 	return names[1], names[0]
 }
 
+// routeObserver reports the route decisions of one generation's router,
+// whose pool and target numbers are that generation's.
+type routeObserver struct {
+	o *observer
+	g *generation
+}
+
 // Route records a decision of the pool policy: an event for the API, a
 // counter and a log line. It runs on the router's goroutine.
-func (o *observer) Route(e scheduler.RouteEvent) {
-	g := o.g
+func (ro *routeObserver) Route(e scheduler.RouteEvent) {
+	o, g := ro.o, ro.g
 	pool := g.cfg.Pools[e.Pool].Name
 	ev := Event{
 		Kind:   e.Kind.String(),
@@ -190,8 +202,8 @@ func (o *observer) Route(e scheduler.RouteEvent) {
 		if e.Cause == scheduler.CauseState {
 			ev.Reason = e.State.String()
 		}
-		if int(e.To) < len(o.pools[e.Pool].routes) { // the router never routes to Excluded
-			o.pools[e.Pool].routes[e.To].Inc()
+		if int(e.To) < len(g.inst[e.Pool].routes) { // the router never routes to Excluded
+			g.inst[e.Pool].routes[e.To].Inc()
 		}
 	case scheduler.PreferredChanged:
 		ev.From, ev.To = pick2(preferredNames, e.On)

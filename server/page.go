@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,22 +44,30 @@ const (
 	heavyWait     = time.Second
 )
 
-// errGone is returned for a cursor from an earlier configuration.
-var errGone = errors.New("the configuration was reloaded since this cursor was given; start again without after")
+// errGone is returned for a cursor of another pool layout.
+var errGone = errors.New("the pools were added, removed, renamed or reordered (or sonde restarted) since this cursor was given; start again without after")
 
-// cursor is where a listing goes on: the generation it belongs to, a pool
-// (index in configuration order) and a position in its members. Its text is
-// "SEQ.POOL.POS".
+// cursor is where a listing goes on: the pool layout it belongs to, a pool
+// (index in configuration order) and the least target id still to list in
+// it. Its text is "LAYOUT.POOL.ID".
+//
+// Target ids survive reloads and pool updates (a target the edit keeps keeps
+// its id, see Daemon.Reload), so a cursor stays valid across them as long as
+// the pools keep their names and order: every target there throughout the
+// listing is listed once; one added, removed or changed meanwhile may be
+// listed or not. A change of the pools, or a restart (whose ids are its own),
+// gives the daemon another layout, and the cursor is gone (410).
 type cursor struct {
-	seq       uint64
-	pool, pos int
+	layout uint32
+	pool   int
+	id     uint32
 }
 
-func (c cursor) String() string { return fmt.Sprintf("%d.%d.%d", c.seq, c.pool, c.pos) }
+func (c cursor) String() string { return fmt.Sprintf("%d.%d.%d", c.layout, c.pool, c.id) }
 
 // parseCursor reads after= for generation g; "" is the start.
 func (g *generation) parseCursor(s string) (cursor, error) {
-	c := cursor{seq: g.seq}
+	c := cursor{layout: g.layout}
 	if s == "" {
 		return c, nil
 	}
@@ -69,13 +78,16 @@ func (g *generation) parseCursor(s string) (cursor, error) {
 		v, err := strconv.ParseUint(parts[i], 10, 32)
 		ok, n[i] = err == nil, v
 	}
-	if !ok || n[1] > uint64(len(g.pools)) {
+	if !ok {
 		return c, fmt.Errorf("after=%q: want the next value of an earlier page", s)
 	}
-	if n[0] != g.seq {
+	if uint32(n[0]) != g.layout {
 		return c, errGone
 	}
-	c.pool, c.pos = int(n[1]), int(n[2])
+	if n[1] > uint64(len(g.pools)) {
+		return c, fmt.Errorf("after=%q: want the next value of an earlier page (no pool %d)", s, n[1])
+	}
+	c.pool, c.id = int(n[1]), uint32(n[2])
 	return c, nil
 }
 
@@ -133,7 +145,7 @@ func (g *generation) ranks(pi int) []uint32 {
 }
 
 // admitList answers a list request whose parameters are wrong (err: 410 for
-// a cursor of an earlier configuration, 400 otherwise), or admits it among
+// a cursor of another pool layout, 400 otherwise), or admits it among
 // the heavy requests. It returns the release function, or nil when the
 // request was answered.
 func (d *Daemon) admitList(w http.ResponseWriter, r *http.Request, err error) func() {
@@ -238,7 +250,7 @@ func (g *generation) parseTargetFilter(r *http.Request) (targetFilter, error) {
 		return f, err
 	}
 	if f.pool >= 0 && f.from.pool < f.pool {
-		f.from.pool, f.from.pos = f.pool, 0
+		f.from.pool, f.from.id = f.pool, 0
 	}
 	return f, nil
 }
@@ -287,12 +299,12 @@ func (g *generation) listTargets(f *targetFilter, emit func(v any) error) (curso
 		p := g.pools[pi]
 		pos := 0
 		if pi == at.pool {
-			pos = at.pos
+			pos, _ = slices.BinarySearch(p.Members, at.id)
 		}
 		ranks := g.ranks(pi)
 		stop := false
 		p.EachFrom(pos, func(pos int, id uint32, disabled bool) bool {
-			at = cursor{seq: g.seq, pool: pi, pos: pos + 1}
+			at = cursor{layout: g.layout, pool: pi, id: id + 1}
 			scanned++
 			st := g.engine.Status(id)
 			state := st.State.String()
@@ -330,7 +342,8 @@ func (g *generation) listTargets(f *targetFilter, emit func(v any) error) (curso
 // more reports whether any member lies at or after c in the pools before end.
 func (g *generation) more(c cursor, end int) bool {
 	for pi := c.pool; pi < end; pi++ {
-		if pi > c.pool && len(g.pools[pi].Members) > 0 || pi == c.pool && c.pos < len(g.pools[pi].Members) {
+		m := g.pools[pi].Members
+		if pi > c.pool && len(m) > 0 || pi == c.pool && len(m) > 0 && m[len(m)-1] >= c.id {
 			return true
 		}
 	}
@@ -399,7 +412,7 @@ func (d *Daemon) handlePools(w http.ResponseWriter, r *http.Request) {
 			return err
 		}
 		if end < len(g.pools) {
-			return field("next", cursor{seq: g.seq, pool: end}.String())
+			return field("next", cursor{layout: g.layout, pool: end}.String())
 		}
 		return nil
 	})

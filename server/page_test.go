@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -106,11 +108,17 @@ func TestTargetsScanBudget(t *testing.T) {
 }
 
 // TestListErrors checks the answers to bad paging parameters, and to a
-// cursor from before a reload.
+// cursor of another pool layout.
 func TestListErrors(t *testing.T) {
 	td := startDaemon(t, bigPoolConfig(24))
 	var p targetPage
 	td.getJSON(t, "/api/v1/targets?limit=10", &p)
+	layout, _, _ := strings.Cut(p.Next, ".")
+	n, err := strconv.ParseUint(layout, 10, 32)
+	if err != nil {
+		t.Fatalf("next %q: %v", p.Next, err)
+	}
+	other := strconv.FormatUint(n^1, 10)
 	for _, tt := range []struct {
 		path string
 		want int
@@ -119,20 +127,81 @@ func TestListErrors(t *testing.T) {
 		{"/api/v1/targets?limit=-1", http.StatusBadRequest},
 		{"/api/v1/targets?limit=x", http.StatusBadRequest},
 		{"/api/v1/targets?after=1.2", http.StatusBadRequest},
-		{"/api/v1/targets?after=1.9.0", http.StatusBadRequest}, // no pool 9
+		{"/api/v1/targets?after=" + layout + ".9.0", http.StatusBadRequest}, // no pool 9
+		{"/api/v1/targets?after=" + other + ".0.0", http.StatusGone},
 		{"/api/v1/targets?after=" + p.Next, http.StatusOK},
 		{"/api/v1/pools?after=x", http.StatusBadRequest},
+		{"/api/v1/pools?after=" + other + ".1.0", http.StatusGone},
 		{"/api/v1/pools?limit=-5", http.StatusBadRequest},
 	} {
 		if got, _ := td.get(t, tt.path, new(any)); got != tt.want {
 			t.Errorf("GET %s: status %d, want %d", tt.path, got, tt.want)
 		}
 	}
+}
+
+// TestCursorAcrossReload checks that a listing goes on across a reload that
+// keeps the pools: the targets the reload keeps keep their ids, and each is
+// listed once; only targets of the new configuration are listed after it.
+// A reload that adds a pool makes the cursor gone (410).
+func TestCursorAcrossReload(t *testing.T) {
+	conf := func(big []string, more string) string {
+		list := `["` + strings.Join(big, `", "`) + `"]`
+		return fmt.Sprintf(`
+checks:
+  web: {protocol: tcp, tcp_mode: connect, port: 9, interval: 60s}
+pools:
+  - {name: big, check: web, targets: %s, disabled: %s}
+  - {name: small, check: web, targets: ["127.0.0.1"], disabled: ["127.0.0.1"]}
+%s`, list, list, more)
+	}
+	td := startDaemon(t, conf([]string{"198.18.0.0/26"}, ""))
+	seen := map[string]int{}
+	var page targetPage
+	td.getJSON(t, "/api/v1/targets?pool=big&limit=20", &page)
+	for _, x := range page.Targets {
+		seen[x.Target]++
+	}
+	// Keep .0–.31 and .48–.63, remove .32–.47, add 198.18.1.0/28.
+	after := []string{"198.18.0.0/27", "198.18.0.48/28", "198.18.1.0/28"}
+	td.rewrite(t, conf(after, ""))
 	if code := td.postReload(t); code != http.StatusOK {
 		t.Fatalf("reload: %d", code)
 	}
-	if got, _ := td.get(t, "/api/v1/targets?after="+p.Next, new(any)); got != http.StatusGone {
-		t.Errorf("cursor from before a reload: status %d, want 410", got)
+	for page.Next != "" {
+		next := page.Next
+		page = targetPage{}
+		td.getJSON(t, "/api/v1/targets?pool=big&limit=20&after="+url.QueryEscape(next), &page)
+		for _, x := range page.Targets {
+			seen[x.Target]++
+			if strings.HasPrefix(x.Target, "198.18.0.") {
+				if a := netip.MustParseAddrPort(x.Target).Addr().As4(); a[3] >= 32 && a[3] < 48 {
+					t.Errorf("%s listed after the reload that removed it", x.Target)
+				}
+			}
+		}
+	}
+	for i := range 64 {
+		if i >= 32 && i < 48 {
+			continue
+		}
+		if k := fmt.Sprintf("198.18.0.%d:9", i); seen[k] != 1 {
+			t.Errorf("%s, kept by the reload, listed %d times, want once", k, seen[k])
+		}
+	}
+	for k, n := range seen {
+		if n > 1 {
+			t.Errorf("%s listed %d times", k, n)
+		}
+	}
+
+	td.getJSON(t, "/api/v1/targets?pool=big&limit=20", &page)
+	td.rewrite(t, conf(after, `  - {name: third, check: web, targets: ["127.0.0.2"], disabled: ["127.0.0.2"]}`+"\n"))
+	if code := td.postReload(t); code != http.StatusOK {
+		t.Fatalf("reload: %d", code)
+	}
+	if got, body := td.get(t, "/api/v1/targets?pool=big&after="+url.QueryEscape(page.Next), new(any)); got != http.StatusGone {
+		t.Errorf("cursor from before a reload that added a pool: status %d (%s), want 410", got, body)
 	}
 }
 

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"sync"
+	"time"
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
@@ -43,63 +46,193 @@ func NewProber(c *config.Check, synReady bool) (p probe.Reporter, useSyn bool, e
 	return tcp.New(c.TCPOptions()), false, nil
 }
 
-// launchers builds one launcher per check: a Workers pool per HTTP(S) and
-// connect() check, and one SYN prober shared by every TCP check that uses it.
+// launchers is what one generation runs its checks on: per check, the
+// launcher of its probes, with the SYN prober and the worker pools behind
+// them. The probers themselves belong to the daemon's proberSet and outlive
+// generations.
 type launchers struct {
 	byCheck     []probe.Launcher
 	firstProbes []scheduler.Pace // per check: what its launcher takes of first probes at once
-	workers     []*probe.Workers
+	workers     []*probe.Workers // of the HTTP(S) and connect() checks, in check order
 	syn         *syn.Prober
 	tcpPath     probe.TCPPath
 	synErr      error // why TCP checks in auto mode fell back to connect(), if they did
 }
 
-// buildLaunchers creates the probers of cfg's checks. Results go to sink;
-// onReport sees the detail of every one-shot probe.
-func buildLaunchers(cfg *config.Config, opt *Options, sink probe.Sink, clock scheduler.Clock, shards int, onReport func(uint32, *probe.Report)) (*launchers, error) {
-	ls := &launchers{byCheck: make([]probe.Launcher, len(cfg.Checks)), firstProbes: make([]scheduler.Pace, len(cfg.Checks)), tcpPath: probe.PathConnect}
-	target := func(id uint32) probe.Target {
-		t := cfg.Targets[id]
-		return probe.Target{Addr: t.Addr, Port: t.Port, Host: cfg.Hostnames[id]}
+// proberSet is the daemon's probers, kept across reloads: a probe.Workers
+// pool per HTTP(S) or connect() check, by check name, and one SYN prober
+// shared by the TCP checks that run on it, with the table of endpoints it
+// probes. A reload keeps a pool running — its queue, its workers and the
+// probes they run — and gives it the check's new prober (so certificates and
+// secrets are read again) and size; the SYN prober stays up while a check
+// uses it and its sources cover the address families of the targets it
+// probes. It is used only by the daemon's update path, one update at a time.
+type proberSet struct {
+	opt      *Options
+	sink     probe.Sink
+	target   func(uint32) probe.Target
+	onReport func(uint32, *probe.Report)
+	onRetire func(*syn.Prober)    // takes a retiring SYN prober's counters
+	onStop   func(*probe.Workers) // takes a retiring worker pool's counters
+	shards   int
+	ctx      context.Context // pools and retiring SYN probers run until it is done
+
+	pools map[string]*workerPool // by check name
+	syn   *syn.Prober
+	table *probe.Table   // endpoints by target id, for the SYN prober
+	wg    sync.WaitGroup // pools' Run, retiring SYN probers' Close
+}
+
+// workerPool is one check's running probe.Workers.
+type workerPool struct {
+	w      *probe.Workers
+	cancel context.CancelFunc
+}
+
+// proberPlan is a proberSet's change for one configuration, prepared but not
+// yet made: the probers its checks need, new ones created but not started.
+type proberPlan struct {
+	ps      *proberSet
+	ls      *launchers             // the configuration's launchers, by check
+	probers []probe.Reporter       // per check, its one-shot prober; nil on the SYN prober
+	sizes   []int                  // per check, its pool's size
+	fresh   map[string]*workerPool // pools to start, by check name
+}
+
+// prepare plans the probers of cfg: the SYN prober if a TCP check runs on it
+// (started now if none runs or the running one cannot probe every target), a
+// one-shot prober per other check, and a worker pool per such check (the
+// running one of the same name, or a new one). Nothing changes for the
+// running configuration until commit; when prepare fails, nothing did.
+func (ps *proberSet) prepare(cfg *config.Config) (*proberPlan, error) {
+	pp := &proberPlan{
+		ps: ps,
+		ls: &launchers{byCheck: make([]probe.Launcher, len(cfg.Checks)), firstProbes: make([]scheduler.Pace, len(cfg.Checks)),
+			tcpPath: probe.PathConnect},
+		probers: make([]probe.Reporter, len(cfg.Checks)),
+		sizes:   make([]int, len(cfg.Checks)),
+		fresh:   map[string]*workerPool{},
 	}
-	if err := ls.startSyn(cfg, opt, sink, shards); err != nil {
+	sp, err := ps.synFor(cfg, pp.ls)
+	if err != nil {
 		return nil, err
+	}
+	pp.ls.syn = sp
+	if sp != nil {
+		pp.ls.tcpPath = sp.Path()
 	}
 	streams := streamsPerCheck(cfg)
 	for ci, c := range cfg.Checks {
-		p, useSyn, err := NewProber(c, ls.syn != nil)
+		p, useSyn, err := NewProber(c, sp != nil)
 		if err != nil {
-			ls.close()
+			pp.abort()
 			return nil, err
 		}
 		if useSyn {
-			ls.byCheck[ci] = ls.syn
-			ls.firstProbes[ci] = firstProbePace(c, streams[ci], synFirstBurst, synFirstRate)
+			pp.ls.byCheck[ci] = sp
+			pp.ls.firstProbes[ci] = firstProbePace(c, streams[ci], synFirstBurst, synFirstRate)
 			continue
 		}
 		n := concurrencyFor(c, streams[ci])
-		ls.firstProbes[ci] = firstProbePace(c, streams[ci], n, float64(n)/c.Timeout.Seconds())
-		w, err := probe.NewWorkers(probe.WorkersOptions{
-			Prober:      p,
-			Target:      target,
-			Sink:        sink,
-			Now:         clock.Nanotime,
-			Concurrency: n,
-			OnReport:    onReport,
-		})
-		if err != nil {
-			ls.close()
-			return nil, fmt.Errorf("check %s: %w", c.Name, err)
+		pp.probers[ci], pp.sizes[ci] = p, n
+		pp.ls.firstProbes[ci] = firstProbePace(c, streams[ci], n, float64(n)/c.Timeout.Seconds())
+		wp := ps.pools[c.Name]
+		if wp == nil {
+			wp = ps.newPool(p, pp.sizes[ci])
+			pp.fresh[c.Name] = wp
 		}
-		ls.byCheck[ci] = w
-		ls.workers = append(ls.workers, w)
+		pp.ls.byCheck[ci] = wp.w
+		pp.ls.workers = append(pp.ls.workers, wp.w)
 	}
-	return ls, nil
+	return pp, nil
 }
 
-// startSyn starts the SYN prober when a TCP check wants it. A check in syn
-// mode needs it; in auto mode its failure falls back to connect().
-func (ls *launchers) startSyn(cfg *config.Config, opt *Options, sink probe.Sink, shards int) error {
+// abort drops a plan: a SYN prober it started is closed.
+func (pp *proberPlan) abort() {
+	if sp := pp.ls.syn; sp != nil && sp != pp.ps.syn {
+		_ = sp.Close()
+	}
+}
+
+// commit makes the plan the probers' state for cfg, whose ids are the
+// engine's: it puts the endpoints of the ids added in the SYN prober's table,
+// starts new pools and gives running ones their new prober and size. retire,
+// to call once the engine runs on the new launchers, stops the probers cfg
+// no longer uses.
+func (pp *proberPlan) commit(cfg *config.Config, added []uint32) (retire func()) {
+	ps := pp.ps
+	entries := make([]probe.TableEntry, len(added))
+	for i, id := range added {
+		entries[i] = probe.TableEntry{ID: id, Endpoint: cfg.Targets[id].AddrPort()}
+	}
+	ps.table.Put(entries)
+	old := ps.syn
+	ps.syn = pp.ls.syn
+	used := map[string]bool{}
+	for ci, c := range cfg.Checks {
+		if pp.probers[ci] == nil {
+			continue
+		}
+		used[c.Name] = true
+		if wp := pp.fresh[c.Name]; wp != nil {
+			ps.pools[c.Name] = wp
+			ps.run(wp)
+			continue
+		}
+		w := ps.pools[c.Name].w
+		w.SetProber(pp.probers[ci])
+		w.SetConcurrency(pp.sizes[ci])
+	}
+	var gone []*workerPool
+	for name, wp := range ps.pools {
+		if !used[name] {
+			gone = append(gone, wp)
+			delete(ps.pools, name)
+		}
+	}
+	return func() {
+		for _, wp := range gone {
+			wp.cancel() // their targets are gone: their probes may go too
+			if ps.onStop != nil {
+				ps.onStop(wp.w)
+			}
+		}
+		if old != nil && old != ps.syn {
+			ps.retireSyn(old, maxTCPTimeout(cfg))
+		}
+	}
+}
+
+// newPool returns a worker pool for prober p, not yet running.
+func (ps *proberSet) newPool(p probe.Prober, size int) *workerPool {
+	w, err := probe.NewWorkers(probe.WorkersOptions{
+		Prober:      p,
+		Target:      ps.target,
+		Sink:        ps.sink,
+		Now:         ps.opt.Clock.Nanotime,
+		Concurrency: size,
+		OnReport:    ps.onReport,
+	})
+	if err != nil {
+		panic(fmt.Sprintf("server: worker pool: %v", err)) // every option is set above
+	}
+	return &workerPool{w: w}
+}
+
+// run starts pool wp.
+func (ps *proberSet) run(wp *workerPool) {
+	ctx, cancel := context.WithCancel(ps.ctx)
+	wp.cancel = cancel
+	ps.wg.Go(func() { _ = wp.w.Run(ctx) }) // Run fails only when run twice
+}
+
+// synFor returns the SYN prober for cfg's TCP checks, or nil when none of
+// them runs on one. It keeps the running prober when its sources cover cfg,
+// and starts one when a TCP check wants it and none runs, or when cfg has
+// targets of an address family the running one has no source for. A check in
+// syn mode needs it; in auto mode a failure falls back to connect(), and
+// ls.synErr says why.
+func (ps *proberSet) synFor(cfg *config.Config, ls *launchers) (*syn.Prober, error) {
 	need, must := false, false
 	for _, c := range cfg.Checks {
 		if c.Protocol == config.TCP && c.TCPMode != config.TCPConnect {
@@ -107,49 +240,102 @@ func (ls *launchers) startSyn(cfg *config.Config, opt *Options, sink probe.Sink,
 			must = must || c.TCPMode == config.TCPSyn
 		}
 	}
-	if !need || (opt.NoSyn && !must) {
-		if opt.NoSyn {
+	if !need || (ps.opt.NoSyn && !must) {
+		if ps.opt.NoSyn {
 			ls.synErr = errors.New("disabled by -syn=false")
 		}
-		return nil
+		return nil, nil
 	}
-	table := probe.NewTable(len(cfg.Targets))
-	for _, t := range cfg.Targets {
-		table.Add(t.AddrPort())
+	if ps.syn != nil && covers(ps.syn, cfg) {
+		return ps.syn, nil
 	}
-	sc := opt.Syn
-	sc.Table, sc.Sink, sc.Lanes = table, sink, shards
+	sc := ps.opt.Syn
+	sc.Table, sc.Sink, sc.Lanes = ps.table, ps.sink, ps.shards
+	sc.Destinations = firstOfFamilies(cfg)
 	p, err := syn.New(sc)
 	if err != nil {
 		if must {
-			return fmt.Errorf("tcp_mode syn: %w", err)
+			return nil, fmt.Errorf("tcp_mode syn: %w", err)
 		}
 		ls.synErr = err
-		return nil
+		return nil, nil
 	}
-	ls.syn = p
-	ls.tcpPath = p.Path()
-	return nil
+	return p, nil
 }
 
-// run runs the worker pools until ctx is done.
-func (ls *launchers) run(ctx context.Context) {
-	done := make(chan struct{}, len(ls.workers))
-	for _, w := range ls.workers {
-		go func() {
-			_ = w.Run(ctx) // only fails when run twice, which run never does
-			done <- struct{}{}
-		}()
+// covers reports whether SYN prober p has a source address for every
+// address family among cfg's targets of TCP checks.
+func covers(p *syn.Prober, cfg *config.Config) bool {
+	v4, v6 := p.Sources()
+	for _, t := range cfg.Targets {
+		if !t.Addr.IsValid() || cfg.Checks[t.Check].Protocol != config.TCP {
+			continue
+		}
+		if t.Addr.Is4() && !v4.IsValid() || t.Addr.Is6() && !v6.IsValid() {
+			return false
+		}
 	}
-	for range ls.workers {
-		<-done
-	}
+	return true
 }
 
-// close releases the SYN prober's sockets and eBPF objects.
-func (ls *launchers) close() error {
-	if ls.syn != nil {
-		return ls.syn.Close()
+// firstOfFamilies returns the first target address of each family among
+// cfg's targets: their routes choose the SYN prober's sources.
+func firstOfFamilies(cfg *config.Config) []netip.Addr {
+	var v4, v6 netip.Addr
+	for _, t := range cfg.Targets {
+		if !t.Addr.IsValid() {
+			continue
+		}
+		if t.Addr.Is4() && !v4.IsValid() {
+			v4 = t.Addr
+		} else if t.Addr.Is6() && !v6.IsValid() {
+			v6 = t.Addr
+		}
+	}
+	var out []netip.Addr
+	for _, a := range []netip.Addr{v4, v6} {
+		if a.IsValid() {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// retireSyn closes a SYN prober the configuration no longer uses, once the
+// answers to its last probes are in: after their longest timeout (wait) and
+// a second more.
+func (ps *proberSet) retireSyn(p *syn.Prober, wait time.Duration) {
+	ps.wg.Go(func() {
+		t := time.NewTimer(wait + time.Second)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ps.ctx.Done():
+		}
+		if ps.onRetire != nil {
+			ps.onRetire(p)
+		}
+		_ = p.Close() // nothing to do about a failed close of sockets no one uses
+	})
+}
+
+// maxTCPTimeout is the longest timeout of cfg's TCP checks.
+func maxTCPTimeout(cfg *config.Config) time.Duration {
+	var d time.Duration
+	for _, c := range cfg.Checks {
+		if c.Protocol == config.TCP {
+			d = max(d, c.Timeout)
+		}
+	}
+	return d
+}
+
+// close stops every prober once ctx, which the set was made with, is done:
+// it waits for the pools to stop and closes the SYN prober.
+func (ps *proberSet) close() error {
+	ps.wg.Wait()
+	if ps.syn != nil {
+		return ps.syn.Close()
 	}
 	return nil
 }

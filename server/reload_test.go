@@ -1,18 +1,30 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
+// rewrite replaces the daemon's config file, at once (a reload never reads
+// half of it).
 func (td *testDaemon) rewrite(t *testing.T, yaml string) {
 	t.Helper()
-	if err := os.WriteFile(td.path, []byte(yaml), 0o644); err != nil {
+	tmp := td.path + ".new"
+	if err := os.WriteFile(tmp, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, td.path); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -164,5 +176,250 @@ pools:
 	}
 	if p := td.pool(t, "api"); p.Removed != 0 || p.Routable != 2 {
 		t.Fatalf("pool after the reload: %+v, want nothing removed", p)
+	}
+}
+
+// gate is a loopback HTTP backend that answers at once, or after a delay, or
+// hangs (accepts the request and never answers) while hang is set.
+type gate struct {
+	srv    *httptest.Server
+	delay  atomic.Int64 // ns before answering
+	hang   atomic.Bool
+	active atomic.Int64 // requests being answered
+	served atomic.Int64 // requests answered
+	stop   chan struct{}
+}
+
+func newGate(t *testing.T) *gate {
+	g := &gate{stop: make(chan struct{})}
+	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.active.Add(1)
+		defer g.active.Add(-1)
+		if g.hang.Load() {
+			select {
+			case <-g.stop:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		if d := time.Duration(g.delay.Load()); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		io.WriteString(w, "ok")
+		g.served.Add(1)
+	}))
+	t.Cleanup(func() {
+		close(g.stop)
+		g.srv.Close()
+	})
+	return g
+}
+
+func (g *gate) addr() string { return strings.TrimPrefix(g.srv.URL, "http://") }
+
+// target returns the target at addr in pool (any pool for ""), or false.
+func (td *testDaemon) target(t *testing.T, pool, addr string) (TargetJSON, bool) {
+	t.Helper()
+	var page struct {
+		Targets []TargetJSON `json:"targets"`
+	}
+	td.getJSON(t, "/api/v1/targets?limit=0&pool="+pool, &page)
+	for _, x := range page.Targets {
+		if x.Target == addr {
+			return x, true
+		}
+	}
+	return TargetJSON{}, false
+}
+
+// waitState polls until the target at addr in pool is in state.
+func (td *testDaemon) waitState(t *testing.T, pool, addr, state string) TargetJSON {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		x, ok := td.target(t, pool, addr)
+		if ok && x.State == state {
+			return x
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s in pool %s: %+v (present %v), want state %s", addr, pool, x, ok, state)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// sinceSlack bounds how far two API readings of one state_since may differ:
+// it is turned into wall-clock time with a pair of clock reads, which a
+// loaded machine may stretch by milliseconds.
+const sinceSlack = 50 * time.Millisecond
+
+// TestReloadInPlace checks that a reload edits the running engine: a probe
+// in flight during the reload finishes and counts (nothing is abandoned or
+// sent again), the worker pool of an unchanged check keeps running, an
+// unchanged target keeps its id and state, an added target is probed at
+// once, a removed one leaves the API and its series, and a target whose
+// probe changed starts afresh.
+func TestReloadInPlace(t *testing.T) {
+	slow, fast, gone, added := newGate(t), newGate(t), newGate(t), newGate(t)
+	slow.delay.Store(int64(600 * time.Millisecond))
+	conf := func(altPath string, pools string) string {
+		return fmt.Sprintf(`
+checks:
+  web: {protocol: http, path: /, interval: 100ms, timeout: 3s, rise: 1, fall: 2}
+  alt: {protocol: http, path: %s, interval: 100ms, timeout: 3s, rise: 2, fall: 2}
+pools:
+%s`, altPath, pools)
+	}
+	before := fmt.Sprintf("  - {name: keep, check: web, targets: [%q, %q]}\n  - {name: gone, check: web, targets: [%q]}\n  - {name: alt, check: alt, targets: [%q]}\n",
+		slow.addr(), fast.addr(), gone.addr(), fast.addr())
+	td := startDaemon(t, conf("/a", before))
+	keep := td.waitState(t, "keep", slow.addr(), "healthy")
+	td.waitState(t, "keep", fast.addr(), "healthy")
+	td.waitState(t, "gone", gone.addr(), "healthy")
+	td.waitState(t, "alt", fast.addr(), "healthy")
+	pool := td.d.probers.pools["web"]
+	time.Sleep(4 * sinceSlack) // a state started afresh at the reload would have a later since
+
+	after := fmt.Sprintf("  - {name: keep, check: web, targets: [%q, %q]}\n  - {name: new, check: web, targets: [%q]}\n  - {name: alt, check: alt, targets: [%q]}\n",
+		slow.addr(), fast.addr(), added.addr(), fast.addr())
+	td.rewrite(t, conf("/b", after))
+	// Reload while the slow target's probe is out.
+	for slow.active.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	servedBefore := slow.served.Load()
+	reloaded := time.Now()
+	if err := td.d.Reload(); err != nil {
+		t.Fatal(err)
+	}
+
+	x := td.waitState(t, "new", added.addr(), "healthy")
+	if x.LastProbe == nil || x.LastProbe.Sub(reloaded) > 3*time.Second {
+		t.Errorf("added target first probed at %v, reload at %v: want at once", x.LastProbe, reloaded)
+	}
+	if x, ok := td.target(t, "alt", fast.addr()); !ok || x.StateSince.Before(reloaded.Add(-time.Millisecond)) {
+		t.Errorf("target whose probe changed: %+v, want it started afresh at the reload (%v)", x, reloaded)
+	}
+	if _, ok := td.target(t, "", gone.addr()); ok {
+		t.Error("a target of a removed pool is still listed")
+	}
+	for slow.served.Load() <= servedBefore {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	k := td.waitState(t, "keep", slow.addr(), "healthy")
+	if d := k.StateSince.Sub(keep.StateSince).Abs(); k.ID != keep.ID || d > sinceSlack {
+		t.Errorf("unchanged target after reload: id %d since %v, want id %d since %v", k.ID, k.StateSince, keep.ID, keep.StateSince)
+	}
+	if td.d.probers.pools["web"] != pool {
+		t.Error("the worker pool of an unchanged check was replaced")
+	}
+	if ws := pool.w.Stats(); ws.Abandoned != 0 {
+		t.Errorf("worker stats %+v: the reload abandoned probes", ws)
+	}
+	if st := td.d.engine.Stats(); st.Stale != 0 {
+		t.Errorf("engine stats %+v: an answer found its probe gone", st)
+	}
+	text := gatherText(t, td)
+	if strings.Contains(text, gone.addr()) || strings.Contains(text, `pool="gone"`) {
+		t.Error("series of the removed target or pool are still exported")
+	}
+}
+
+// TestReloadSpam is issue 10's reload spam: POST /-/reload every 0.3 s to
+// the daemon's own HTTP server (lifecycle endpoints on, as with
+// -web.enable-lifecycle), each with a changed file, while a backend hangs.
+// Reloads are coalesced and paced, probes in flight are kept, so the hung
+// backend turns unhealthy within W3 from the hang (with slack for a loaded
+// machine), where re-sent probes used to keep it healthy indefinitely, and
+// every request is answered 200. An unchanged file's reloads do nothing at
+// all.
+func TestReloadSpam(t *testing.T) {
+	hung, other := newGate(t), newGate(t)
+	conf := func(extra bool) string {
+		s := fmt.Sprintf(`
+checks:
+  web: {protocol: http, path: /, interval: 500ms, timeout: 1s, rise: 1, fall: 3}
+pools:
+  - {name: web, check: web, targets: [%q]}
+`, hung.addr())
+		if extra {
+			s += fmt.Sprintf("  - {name: extra, check: web, targets: [%q]}\n", other.addr())
+		}
+		return s
+	}
+	td := startDaemonWith(t, conf(false), func(o *Options) { o.Web.EnableLifecycle = true })
+	reloadURL := "http://" + served(t, td.d) + "/-/reload"
+	client := &http.Client{Timeout: 30 * time.Second}
+	td.waitState(t, "web", hung.addr(), "healthy")
+	c := td.d.cur.Load().cfg.Checks[0]
+	w3 := c.FailureWindowFromOnset()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var asked atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(300 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ctx.Err() == nil; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			td.rewrite(t, conf(i%2 == 0))
+			asked.Add(1)
+			wg.Go(func() {
+				resp, err := client.Post(reloadURL, "", nil)
+				if err != nil {
+					t.Errorf("POST /-/reload: %v", err)
+					return
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("POST /-/reload: %s: %s", resp.Status, body)
+				}
+			})
+		}
+	})
+	time.Sleep(time.Second)
+	rounds0 := testutil.ToFloat64(td.d.metrics.reloads.WithLabelValues("success"))
+	onset := time.Now()
+	hung.hang.Store(true)
+	x := td.waitState(t, "web", hung.addr(), "unhealthy")
+	detected := time.Now()
+	cancel()
+	wg.Wait()
+	if took := x.StateSince.Sub(onset); took > w3+time.Second {
+		t.Errorf("the hung backend turned unhealthy %v after the hang, W3 is %v", took, w3)
+	}
+	if took := detected.Sub(onset); took > w3+5*time.Second {
+		t.Errorf("the API showed it unhealthy %v after the hang, W3 is %v", took, w3)
+	}
+	rounds := testutil.ToFloat64(td.d.metrics.reloads.WithLabelValues("success")) - rounds0
+	elapsed := time.Since(onset)
+	if max := elapsed.Seconds()/DefaultReloadGap.Seconds() + 2; rounds > max {
+		t.Errorf("%v reloads in %v, want at most %v: one per %v", rounds, elapsed, max, DefaultReloadGap)
+	}
+	if n := float64(asked.Load()); rounds >= n {
+		t.Errorf("%v reloads for %v requests: want them coalesced", rounds, n)
+	}
+	t.Logf("detected %v after the hang (W3 %v) with %d reload requests, %v reloads", x.StateSince.Sub(onset), w3, asked.Load(), rounds)
+
+	// An unchanged file: reloads change nothing, not even the generation.
+	g := td.d.cur.Load()
+	for range 3 {
+		if err := td.d.Reload(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if td.d.cur.Load() != g {
+		t.Error("a reload of an unchanged file made a new generation")
 	}
 }

@@ -7,11 +7,16 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sondeprobe/sonde/config"
 )
 
 // TestLifecycleDisabled checks that without EnableLifecycle a reload POST
@@ -85,7 +90,13 @@ func TestLifecycleCrossSite(t *testing.T) {
 // client sends one request to the test daemon and returns the status.
 func (td *testDaemon) client(t *testing.T, method, path string, header map[string]string) int {
 	t.Helper()
-	req, err := http.NewRequest(method, td.http.URL+path, nil)
+	return httpStatus(t, method, td.http.URL+path, header)
+}
+
+// httpStatus sends one request without a body and returns the status.
+func httpStatus(t *testing.T, method, url string, header map[string]string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,5 +284,67 @@ func TestShutdownSlowClient(t *testing.T) {
 		}
 	case <-time.After(4 * time.Second): // below the 5 s header timeout
 		t.Fatal("Serve waited for the slow client beyond its grace")
+	}
+}
+
+// TestServeBeforeStart checks the daemon's HTTP server while the first
+// configuration loads: it serves from the start, /-/ready and the API answer
+// 503 until a configuration runs, and a reload asked for meanwhile is
+// answered by a reload after the start.
+func TestServeBeforeStart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sonde.yaml")
+	if err := os.WriteFile(path, []byte(oneTargetConfig(t)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loading := make(chan struct{})
+	var loads atomic.Int64
+	d, err := New(Options{
+		Load: func() (*config.Config, error) {
+			if loads.Add(1) == 1 {
+				<-loading // the first load takes until the test lets it go
+			}
+			return config.Load(path, config.LoadOptions{})
+		},
+		NoSyn: true,
+		Web:   WebOptions{EnableLifecycle: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	base := "http://" + served(t, d)
+	started := make(chan error, 1)
+	go func() { started <- d.Start() }()
+	status := func(method, path string) int {
+		t.Helper()
+		return httpStatus(t, method, base+path, nil)
+	}
+	for loads.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	for path, want := range map[string]int{
+		"/-/healthy": http.StatusOK, "/metrics": http.StatusOK, "/-/ready": http.StatusServiceUnavailable,
+		"/api/v1/targets": http.StatusServiceUnavailable, "/api/v1/pools": http.StatusServiceUnavailable,
+	} {
+		if got := status(http.MethodGet, path); got != want {
+			t.Errorf("GET %s while loading: %d, want %d", path, got, want)
+		}
+	}
+	reloaded := make(chan int, 1)
+	go func() { reloaded <- status(http.MethodPost, "/-/reload") }()
+	time.Sleep(50 * time.Millisecond) // the request waits for the start
+	close(loading)
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	if got := <-reloaded; got != http.StatusOK {
+		t.Errorf("POST /-/reload during the start: %d, want 200 once started", got)
+	}
+	if got := status(http.MethodGet, "/-/ready"); got != http.StatusOK {
+		t.Errorf("GET /-/ready once started: %d, want 200", got)
 	}
 }

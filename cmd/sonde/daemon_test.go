@@ -138,19 +138,20 @@ pools:
 `
 
 // TestRunSignalsDuringStart sends SIGHUP while the daemon loads its
-// configuration: harmless, and a reload follows once it has started. Then
+// configuration: harmless, and a reload follows once it has started (of an
+// unchanged file: it finds the file unchanged, logged at debug level). Then
 // SIGTERM stops it with exit 0.
 func TestRunSignalsDuringStart(t *testing.T) {
 	file := writeConfig(t, slowStartConfig)
-	p := startDaemonProc(t, nil, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false")
+	p := startDaemonProc(t, nil, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false", "-watch=false", "-log-level", "debug")
 	p.waitLog(t, listeningRE, 30*time.Second) // logged just before the load
 	for range 3 {
 		p.signal(t, syscall.SIGHUP)
 		time.Sleep(5 * time.Millisecond)
 	}
 	p.waitLog(t, loadedRE, 60*time.Second)
-	p.waitLog(t, regexp.MustCompile(`msg="configuration reloaded"`), 60*time.Second)
-	if strings.Index(p.logText(), "configuration reloaded") < strings.Index(p.logText(), "configuration loaded") {
+	p.waitLog(t, regexp.MustCompile(`msg="configuration unchanged"`), 60*time.Second)
+	if strings.Index(p.logText(), "configuration unchanged") < strings.Index(p.logText(), "configuration loaded") {
 		t.Fatal("reloaded before the first load completed")
 	}
 	p.signal(t, syscall.SIGTERM)
@@ -285,43 +286,53 @@ func capLines(t *testing.T, pid int) map[string]map[string]string {
 }
 
 // TestRunDropsCapabilities starts the daemon with a TCP check on the SYN
-// prober in a namespace of its own, as root, as root with -syn=false, and as
-// an unprivileged user given exactly CAP_NET_RAW, CAP_BPF and CAP_NET_ADMIN
+// prober in a namespace of its own, as root, as root with -syn=false (with a
+// check in tcp_mode auto, and with one in tcp_mode syn), and as an
+// unprivileged user given exactly CAP_NET_RAW, CAP_BPF and CAP_NET_ADMIN
 // (setpriv): once started, every thread holds only what reloads need (the
-// three, or none without the SYN prober), no_new_privs is set, and a reload
-// still runs the SYN prober with eBPF.
+// three while a reload may start a SYN prober or one runs, else none),
+// no_new_privs is set, and a reload of a changed file still runs the SYN
+// prober with eBPF.
 func TestRunDropsCapabilities(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces, raw sockets, eBPF, setpriv")
 	if _, err := exec.LookPath("setpriv"); err != nil {
 		t.Skip("setpriv not installed")
 	}
-	const three = "0000008000003000" // CAP_NET_ADMIN (12), CAP_NET_RAW (13), CAP_BPF (39)
-	file := writeConfig(t, "checks:\n  t: {protocol: tcp, port: 1, interval: 200ms, timeout: 500ms}\npools:\n  - {name: lo, check: t, targets: [127.0.0.1]}\n")
-	for _, p := range []string{filepath.Dir(filepath.Dir(file)), filepath.Dir(file)} { // readable by nobody
-		if err := os.Chmod(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chmod(file, 0o644); err != nil {
-		t.Fatal(err)
+	const (
+		three = "0000008000003000" // CAP_NET_ADMIN (12), CAP_NET_RAW (13), CAP_BPF (39)
+		none  = "0000000000000000"
+	)
+	conf := func(mode string, interval int) string {
+		return fmt.Sprintf("checks:\n  t: {protocol: tcp, tcp_mode: %s, port: 1, interval: %dms, timeout: 500ms}\npools:\n  - {name: lo, check: t, targets: [127.0.0.1]}\n", mode, interval)
 	}
 	unprivileged := []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
 		"--inh-caps=+net_raw,+bpf,+net_admin", "--ambient-caps=+net_raw,+bpf,+net_admin", "--bounding-set=+net_raw,+bpf,+net_admin"}
 	for _, tt := range []struct {
 		name   string
+		mode   string
 		prefix []string
 		flags  []string
 		want   map[string]string
 		path   string
 	}{
-		{"root", nil, nil, map[string]string{"CapEff": three, "CapPrm": three, "CapBnd": three, "CapInh": "0000000000000000", "CapAmb": "0000000000000000", "NoNewPrivs": "1"}, "syn-bpf"},
-		{"root without the SYN prober", nil, []string{"-syn=false"}, map[string]string{"CapEff": "0000000000000000", "CapPrm": "0000000000000000", "CapBnd": "0000000000000000", "NoNewPrivs": "1"}, "connect"},
-		{"unprivileged with three capabilities", unprivileged, nil, map[string]string{"CapEff": three, "CapPrm": three, "CapAmb": "0000000000000000", "CapInh": "0000000000000000", "NoNewPrivs": "1"}, "syn-bpf"},
+		{"root", "auto", nil, nil, map[string]string{"CapEff": three, "CapPrm": three, "CapBnd": three, "CapInh": none, "CapAmb": none, "NoNewPrivs": "1"}, "syn-bpf"},
+		{"root without the SYN prober", "auto", nil, []string{"-syn=false"}, map[string]string{"CapEff": none, "CapPrm": none, "CapBnd": none, "NoNewPrivs": "1"}, "connect"},
+		{"root with -syn=false and a check in tcp_mode syn", "syn", nil, []string{"-syn=false"}, map[string]string{"CapEff": three, "CapPrm": three, "CapBnd": three, "NoNewPrivs": "1"}, "syn-bpf"},
+		{"unprivileged with three capabilities", "auto", unprivileged, nil, map[string]string{"CapEff": three, "CapPrm": three, "CapAmb": none, "CapInh": none, "NoNewPrivs": "1"}, "syn-bpf"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			file := writeConfig(t, conf(tt.mode, 200))
+			for _, p := range []string{filepath.Dir(filepath.Dir(file)), filepath.Dir(file)} { // readable by nobody
+				if err := os.Chmod(p, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Chmod(file, 0o644); err != nil {
+				t.Fatal(err)
+			}
 			ns := testenv.LoopbackNamespace(t)
 			prefix := append([]string{"ip", "netns", "exec", ns}, tt.prefix...)
-			args := append([]string{"run", "-config", file, "-listen", "127.0.0.1:0"}, tt.flags...)
+			args := append([]string{"run", "-config", file, "-listen", "127.0.0.1:0", "-watch=false"}, tt.flags...)
 			p := startDaemonProc(t, prefix, args...)
 			p.waitLog(t, regexp.MustCompile(`msg="capabilities dropped"`), 30*time.Second)
 			if !strings.Contains(p.logText(), "tcp_path="+tt.path) {
@@ -333,6 +344,10 @@ func TestRunDropsCapabilities(t *testing.T) {
 						t.Errorf("%s: %s %s, want %s", task, k, got[k], v)
 					}
 				}
+			}
+			// A changed file (an unchanged one is not even read again).
+			if err := os.WriteFile(file, []byte(conf(tt.mode, 300)), 0o644); err != nil {
+				t.Fatal(err)
 			}
 			p.signal(t, syscall.SIGHUP)
 			m := p.waitLog(t, regexp.MustCompile(`msg="configuration reloaded".* tcp_path=(\S+)`), 30*time.Second)

@@ -14,11 +14,13 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/watch"
+	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/server"
 	"github.com/sondeprobe/sonde/server/privilege"
@@ -41,6 +43,8 @@ type runFlags struct {
 	shards    int
 	shard     config.Shard
 	watch     bool
+	stateFile string
+	stateGap  time.Duration
 	web       server.WebOptions
 	history   int
 }
@@ -69,6 +73,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.StringVar(&f.web.RoutePrefix, "web.route-prefix", "", "serve every endpoint under this `path` (/sonde: the status page at /sonde/), for a reverse proxy that forwards one")
 	fs.IntVar(&f.history, "web.history-targets", 0, "how many `targets` keep their recent results for the status page's timelines (default 1024)")
 	shardFlag(fs, &f.shard, "probe only shard `i/N` of the targets: N processes with shards 0/N … N-1/N probe each target once")
+	fs.StringVar(&f.stateFile, "state-file", "", "`file` keeping target states across restarts (saved periodically and at exit, restored at start)")
+	fs.DurationVar(&f.stateGap, "state-interval", server.DefaultStateInterval, "`time` between two saves of -state-file")
 	fs.BoolVar(&f.web.EnableLifecycle, "web.enable-lifecycle", false, "allow POST /-/reload (otherwise 403)")
 	fs.Func("web.allowed-hosts", "comma-separated host `names` requests may name in Host when -listen is on loopback (besides IP addresses and localhost)", func(v string) error {
 		for h := range strings.SplitSeq(v, ",") {
@@ -92,6 +98,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return usageError(err)
 	}
+	if f.stateGap <= 0 {
+		return usageError(fmt.Errorf("run: -state-interval %v: want a positive duration", f.stateGap))
+	}
 	if f.web.MaxConnections < 1 {
 		return usageError(fmt.Errorf("run: -web.max-connections %d: want 1 or more", f.web.MaxConnections))
 	}
@@ -102,7 +111,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usageError(fmt.Errorf("run: -web.history-targets %d: want a number of targets ≥ 1, or 0 for the default", f.history))
 	}
 	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Shard: f.shard, Web: f.web,
-		HistoryTargets: f.history}
+		StateFile: f.stateFile, StateInterval: f.stateGap, HistoryTargets: f.history}
 	if opt.Syn, err = synFlags(f); err != nil {
 		return usageError(err)
 	}
@@ -191,18 +200,34 @@ func serveDaemon(ctx context.Context, opt server.Options, listen string, hup <-c
 		return errors.Join(err, stop())
 	}
 	defer d.Stop()
-	dropPrivileges(log, opt.NoSyn)
+	path, _ := d.TCPPath()
+	dropPrivileges(log, opt.NoSyn, path != probe.PathConnect)
 	log.Info("serving", "listen", l.Addr().String()) // a configuration runs
 	if ready != nil && ctx.Err() == nil {
 		ready()
 	}
+	rctx, stopReloads := context.WithCancel(ctx)
+	defer stopReloads() // before d.Stop, which fails a reload a signal may still wait for
+	go reloadOn(rctx, d, hup, changes, log)
+	select {
+	case <-ctx.Done():
+		log.Info("stopping")
+		return stop()
+	case err := <-served:
+		return err
+	}
+}
+
+// reloadOn reloads d on every signal from hup and every change from changes
+// until ctx is done. It runs apart from serveDaemon's wait for the end: a
+// reload waits for its turn (at most one a second), and a SIGTERM meanwhile
+// stops the daemon at once. Signals that arrive during a reload are answered
+// by one reload after it.
+func reloadOn(ctx context.Context, d *server.Daemon, hup <-chan os.Signal, changes <-chan struct{}, log *slog.Logger) {
 	for {
 		select {
 		case <-ctx.Done():
-			log.Info("stopping")
-			return stop()
-		case err := <-served:
-			return err
+			return
 		case <-hup:
 			_ = d.Reload() // logged by the daemon; the old configuration keeps running
 		case <-changes:
@@ -215,11 +240,18 @@ func serveDaemon(ctx context.Context, opt server.Options, listen string, hup <-c
 // dropPrivileges drops the capabilities the daemon no longer needs once its
 // raw sockets, eBPF program and listener are open, and sets no_new_privs.
 // It keeps CAP_NET_RAW, CAP_BPF and CAP_NET_ADMIN (those the process has)
-// unless the SYN prober is off: a reload builds a new SYN prober, which
-// opens raw sockets and loads and attaches its eBPF program again.
-func dropPrivileges(log *slog.Logger, noSyn bool) {
+// while a reload can still start a SYN prober or one runs (synRuns). The
+// SYN prober persists across reloads, but a reload starts one when TCP
+// checks that want it arrive with none running (or come back after the
+// last one went), when targets of an address family it has no source
+// address for arrive, or to try again after one failed to start; and
+// closing one removes its TC filter, which takes CAP_NET_ADMIN. With
+// -syn=false (noSyn) only checks in tcp_mode syn start one: when none runs
+// after the start, the three go too, and a reload that adds such a check is
+// rejected.
+func dropPrivileges(log *slog.Logger, noSyn, synRuns bool) {
 	var keep privilege.Set
-	if !noSyn {
+	if !noSyn || synRuns {
 		keep = privilege.Of(unix.CAP_NET_RAW, unix.CAP_BPF, unix.CAP_NET_ADMIN)
 	}
 	res, err := privilege.Drop(keep)
@@ -227,8 +259,11 @@ func dropPrivileges(log *slog.Logger, noSyn bool) {
 		log.Warn("capabilities not dropped", "err", err)
 		return
 	}
-	log.Info("capabilities dropped", "kept", res.Kept, "kept_for", "reloads: the SYN prober's raw sockets and eBPF program",
-		"dropped", res.Dropped, "bounding_set", res.Bounding, "no_new_privs", true)
+	attrs := []any{"kept", res.Kept, "dropped", res.Dropped, "bounding_set", res.Bounding, "no_new_privs", true}
+	if res.Kept != 0 {
+		attrs = append(attrs, "kept_for", "reloads that start a SYN prober (the first TCP check, a new address family, a retry) or close one")
+	}
+	log.Info("capabilities dropped", attrs...)
 }
 
 // raiseFileLimit raises the soft RLIMIT_NOFILE to the hard limit (the Go

@@ -289,8 +289,9 @@ func (rl *relay) command(ctx context.Context, cmd string) (string, error) {
 }
 
 // resync reads every target's route from sonde's API, a page at a time
-// (following next), and applies it. A page answered 410 (sonde reloaded
-// meanwhile) starts the listing again.
+// (following next), and applies it. A cursor outlives sonde's reloads that
+// keep the pools; a page answered 410 (the pools changed, or sonde
+// restarted, meanwhile) starts the listing again.
 func (rl *relay) resync(ctx context.Context) error {
 	for after, restarts := "", 0; ; {
 		q := url.Values{"limit": {"1000"}, "after": {after}}
@@ -323,7 +324,7 @@ func (rl *relay) resync(ctx context.Context) error {
 }
 
 // errGone is returned by getJSON for 410 Gone: a paging cursor from before
-// a reload of sonde.
+// a change of sonde's pools or a restart.
 var errGone = errors.New("gone")
 
 func getJSON(ctx context.Context, u string, v any) error {

@@ -60,7 +60,7 @@ func BenchmarkReceive(b *testing.B) {
 		if decodeEvent(&ev, &r) != nil {
 			b.Fatal("decode")
 		}
-		p.done[0].Store(0) // let the same reply be delivered again
+		p.probes.get(0).done.Store(0) // let the same reply be delivered again
 		p.handle(&r)
 	}
 	if p.Counters().SynAck == 0 {

@@ -11,9 +11,10 @@ import (
 
 // Config configures a [Prober]. Table and Sink are required.
 type Config struct {
-	// Table holds the targets, addressed by id. It must be filled before New
-	// (the prober sizes its per-target state from it); ids added later are
-	// not probed and count as send errors.
+	// Table holds the targets, addressed by id. It may grow and change while
+	// the prober runs (a reload or discovery adds targets): an id is probed
+	// once the table has it. Its targets at New choose the default source
+	// addresses; a target of a family without a source gets outcome error.
 	Table *probe.Table
 	// Sink receives the results.
 	Sink probe.Sink
@@ -21,9 +22,13 @@ type Config struct {
 	// each lane has its own sockets and buffers. Default 1.
 	Lanes int
 	// Source4 and Source6 are the source addresses for IPv4 and IPv6 targets.
-	// By default each is the kernel's route source towards the table's first
-	// target of that family.
+	// By default each is the kernel's route source towards the first of
+	// Destinations, else the table's first target, of that family.
 	Source4, Source6 netip.Addr
+	// Destinations are addresses the prober is about to probe that the
+	// table may not hold yet (a daemon starting the prober for targets it
+	// adds): their routes choose the default source addresses. Optional.
+	Destinations []netip.Addr
 	// Interface is the interface whose ingress carries the replies. By default
 	// the one holding the source address (IPv4 first).
 	Interface string

@@ -428,3 +428,43 @@ func TestPacer(t *testing.T) {
 		t.Errorf("an unlimited pacer slept %v", slept)
 	}
 }
+
+// TestMatchTableChanges checks the prober against a table that changes while
+// it runs, as a reload or service discovery changes it: targets added after
+// New (beyond its first block of state) are probed and their replies
+// delivered, and a reply to a probe of an id whose endpoint changed since is
+// dropped as invalid.
+func TestMatchTableChanges(t *testing.T) {
+	sink := &probetest.Sink{}
+	p, ws := testProber(t, sink, 1, target4)
+	old := sentPackets(t, p, ws, 1)
+	const late = 3000 // an id far beyond the prober's state at New
+	moved := netip.MustParseAddrPort("198.18.9.9:80")
+	entries := []probe.TableEntry{{ID: 0, Endpoint: moved}}
+	for id := uint32(1); id <= late; id++ {
+		entries = append(entries, probe.TableEntry{ID: id, Endpoint: netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 10, byte(id)}), 80)})
+	}
+	p.table.Put(entries)
+
+	p.Launch(0, []probe.Request{{ID: late, Gen: 4}})
+	syn := ws[0][0].pkts[0]
+	ws[0][0].pkts = nil
+	feed := func(pkt []byte) {
+		t.Helper()
+		var r reply
+		if err := decodePacket(pkt, &r); err != nil {
+			t.Fatal(err)
+		}
+		r.ktime = 2_000_000
+		p.handle(&r)
+	}
+	feed(answer(t, syn, bpf.KindSynAck, 0))
+	feed(answer(t, old[0], bpf.KindSynAck, 0)) // id 0 moved since
+	want := []probe.Result{{ID: late, Gen: 4, Outcome: probe.Success, Latency: time.Millisecond, Done: 2_000_000}}
+	if diff := cmp.Diff(want, sink.Take()); diff != "" {
+		t.Fatalf("delivered (-want +got):\n%s", diff)
+	}
+	if c := p.Counters(); c.InvalidCookie != 1 || c.SendErrors != 0 {
+		t.Errorf("invalid %d, send errors %d; want 1, 0", c.InvalidCookie, c.SendErrors)
+	}
+}

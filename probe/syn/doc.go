@@ -25,7 +25,10 @@
 // an older probe of the same target arrives on the wrong port and is dropped
 // as stale. RTT is the reply's kernel timestamp minus the send time, both
 // CLOCK_MONOTONIC. A probe nobody answers produces no Result: the scheduler
-// times it out itself.
+// times it out itself. The targets' table and this state grow while the
+// prober runs (a daemon's reload adds targets, and gives the ids of removed
+// ones to new ones): a reply is checked against the endpoint its id has now,
+// so one to an id's former target is dropped as invalid.
 //
 // # Capturing replies
 //

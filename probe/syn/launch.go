@@ -50,7 +50,7 @@ func (p *Prober) Launch(lane int, batch []probe.Request) {
 	l := p.lanes[lane]
 	for _, req := range batch {
 		id := req.ID
-		if int(id) >= len(p.sent) {
+		if int(id) >= p.table.Len() {
 			l.errs.Add(1)
 			continue
 		}
@@ -64,8 +64,9 @@ func (p *Prober) Launch(lane int, batch []probe.Request) {
 			p.sink.Deliver(probe.Result{ID: id, Gen: req.Gen, Outcome: probe.Error, Done: p.now()})
 			continue
 		}
-		p.gen[id].Store(req.Gen)
-		p.done[id].Store(0)
+		st := p.probes.reserve(id)
+		st.gen.Store(req.Gen)
+		st.done.Store(0)
 		sport := p.ports.Port(id, req.Gen)
 		dport := p.table.Port(id)
 		k := l.n[fam]
@@ -90,7 +91,7 @@ func (p *Prober) flush(l *lane, fam int) {
 	ids := l.ids[fam][:n]
 	now := p.now()
 	for _, id := range ids {
-		p.sent[id].Store(now)
+		p.probes.get(id).sent.Store(now)
 	}
 	pkts := l.out[fam][:n]
 	retries := 0
@@ -112,9 +113,9 @@ func (p *Prober) flush(l *lane, fam int) {
 			id := ids[off]
 			if noRoute(err) {
 				l.unreach.Add(1)
-				p.sink.Deliver(probe.Result{ID: id, Gen: p.gen[id].Load(), Outcome: probe.Unreachable, Done: p.now()})
+				p.sink.Deliver(probe.Result{ID: id, Gen: p.probes.get(id).gen.Load(), Outcome: probe.Unreachable, Done: p.now()})
 			} else if cause := sendCause(err); cause != probe.CauseNone {
-				p.sink.Deliver(probe.Result{ID: id, Gen: p.gen[id].Load(), Outcome: probe.LocalError, Cause: cause, Done: p.now()})
+				p.sink.Deliver(probe.Result{ID: id, Gen: p.probes.get(id).gen.Load(), Outcome: probe.LocalError, Cause: cause, Done: p.now()})
 			}
 			off++
 		}

@@ -35,15 +35,16 @@ const (
 // match checks a reply against its cookie and the target's state.
 func (p *Prober) match(r *reply) (probe.Result, verdict) {
 	id := p.key.id(r.seq, &r.local, &r.remote, r.localPort, r.remotePort)
-	if int(id) >= len(p.sent) || *p.table.IP16(id) != r.remote || p.table.Port(id) != r.remotePort {
+	st := p.probes.get(id)
+	if st == nil || int(id) >= p.table.Len() || *p.table.IP16(id) != r.remote || p.table.Port(id) != r.remotePort {
 		return probe.Result{}, verdictInvalid
 	}
-	gen := p.gen[id].Load()
-	sent := p.sent[id].Load()
+	gen := st.gen.Load()
+	sent := st.sent.Load()
 	if sent == 0 || r.localPort != p.ports.Port(id, gen) {
 		return probe.Result{}, verdictStale
 	}
-	if p.done[id].Swap(gen+1) == gen+1 {
+	if st.done.Swap(gen+1) == gen+1 {
 		return probe.Result{}, verdictDuplicate
 	}
 	res := probe.Result{ID: id, Gen: gen, Latency: time.Duration(max(r.ktime-sent, 0)), Done: r.ktime}

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sondeprobe/sonde/bpf"
@@ -29,10 +28,7 @@ type Prober struct {
 
 	tmpl4, tmpl6 *template
 
-	// Per-target state, indexed by id, written by Launch and read by the reader.
-	sent []atomic.Int64  // CLOCK_MONOTONIC ns of the last probe's send
-	gen  []atomic.Uint32 // generation of the last probe
-	done []atomic.Uint32 // generation+1 of the last probe answered, 0 if none
+	probes *states // per target id: its last probe
 
 	lanes []*lane
 
@@ -112,11 +108,10 @@ func newProber(cfg *Config) (*Prober, error) {
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 2 * time.Millisecond
 	}
-	n := cfg.Table.Len()
 	p := &Prober{
 		table: cfg.Table, sink: cfg.Sink, key: newCookieKey(), ports: cfg.Ports,
 		batch: cfg.Batch, poll: cfg.PollInterval, now: probe.Nanotime,
-		sent: make([]atomic.Int64, n), gen: make([]atomic.Uint32, n), done: make([]atomic.Uint32, n),
+		probes: newStates(cfg.Table.Len()),
 	}
 	for range cfg.Lanes {
 		l := &lane{}

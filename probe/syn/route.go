@@ -10,13 +10,18 @@ import (
 // capture interface.
 func resolveInterface(cfg *Config) (*net.Interface, error) {
 	var first4, first6 netip.Addr
-	for id := 0; id < cfg.Table.Len() && !(first4.IsValid() && first6.IsValid()); id++ {
-		a := cfg.Table.Endpoint(uint32(id)).Addr()
+	see := func(a netip.Addr) {
 		if a.Is4() && !first4.IsValid() {
 			first4 = a
 		} else if a.Is6() && !first6.IsValid() {
 			first6 = a
 		}
+	}
+	for _, a := range cfg.Destinations {
+		see(a.Unmap())
+	}
+	for id := 0; id < cfg.Table.Len() && !(first4.IsValid() && first6.IsValid()); id++ {
+		see(cfg.Table.Endpoint(uint32(id)).Addr())
 	}
 	for _, f := range []struct {
 		src   *netip.Addr

@@ -1,0 +1,222 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/scheduler"
+)
+
+const stateConfig = `
+checks:
+  web: {protocol: http, path: /a, interval: 1s, timeout: 1s, rise: 2, fall: 3}
+  named: {protocol: http, path: /, interval: 1s, timeout: 1s}
+pools:
+  - {name: one, check: web, targets: ["192.0.2.1:80", "192.0.2.2:80"]}
+  - {name: two, check: web, targets: ["192.0.2.2:80"]}
+  - {name: three, check: named, targets: ["192.0.2.3:80"]}
+`
+
+func parse(t *testing.T, yaml string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse([]byte(yaml), "", config.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// savedSnapshot is a snapshot of stateConfig's targets with states by id.
+func savedSnapshot(t *testing.T, cfg *config.Config, host string) *stateSnapshot {
+	t.Helper()
+	if host != "" {
+		cfg.Hostnames = map[uint32]string{2: host}
+	}
+	s := &stateSnapshot{written: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano()}
+	g := &generation{cfg: cfg}
+	index := map[string]uint32{}
+	str := func(v string) uint32 {
+		if i, ok := index[v]; ok {
+			return i
+		}
+		index[v] = uint32(len(s.strings))
+		s.strings = append(s.strings, v)
+		return index[v]
+	}
+	for _, c := range cfg.Checks {
+		s.checks = append(s.checks, stateCheck{name: str(c.Name), digest: probeDigest(c)})
+	}
+	for _, p := range g.cfg.Pools {
+		for _, id := range p.Members {
+			r := stateRecord{pool: str(p.Name), check: uint32(p.CheckIndex), addr: cfg.Targets[id].Addr, port: cfg.Targets[id].Port,
+				st: scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.Success, Streak: 7 + int(id),
+					Since: s.written - int64(time.Hour), LastProbe: s.written - int64(time.Second), Latency: 3 * time.Millisecond, Smoothed: 2 * time.Millisecond}}
+			if name, ok := cfg.Hostnames[id]; ok {
+				r.host = str(name) + 1
+			}
+			s.records = append(s.records, r)
+		}
+	}
+	return s
+}
+
+// TestStateFileRoundTrip writes a state file and reads it back.
+func TestStateFileRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state")
+	want := savedSnapshot(t, parse(t, stateConfig), "www.example")
+	if err := writeState(path, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readState(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(stateSnapshot{}, stateCheck{}, stateRecord{}), cmp.Comparer(func(a, b interface{ String() string }) bool { return a.String() == b.String() })); diff != "" {
+		t.Errorf("read back (-want +got):\n%s", diff)
+	}
+	if left, _ := filepath.Glob(path + ".tmp*"); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+}
+
+// TestStateFileRejects checks that a truncated, corrupt, foreign or newer
+// file is an error naming the problem, never a panic or a wrong state.
+func TestStateFileRejects(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good")
+	if err := writeState(good, savedSnapshot(t, parse(t, stateConfig), "")); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flip := bytes.Clone(data)
+	flip[len(flip)/2] ^= 0x40
+	newer := bytes.Clone(data)
+	newer[len(stateMagic)] = 9
+	for name, bad := range map[string][]byte{
+		"empty":     {},
+		"truncated": data[:len(data)-10],
+		"half":      data[:len(data)/2],
+		"corrupt":   flip,
+		"foreign":   []byte("# sonde.yaml\nchecks: {}\n"),
+		"newer":     newer,
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(dir, name)
+			if err := os.WriteFile(path, bad, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := readState(path); !errors.Is(err, errStateFormat) {
+				t.Errorf("readState = %v, want errStateFormat", err)
+			}
+		})
+	}
+}
+
+// TestRestoreStates checks which targets get their saved state: the ones a
+// pool of the same name lists with the same check and probe at the same
+// address, port and (where it changes the probe) host name.
+func TestRestoreStates(t *testing.T) {
+	saved := savedSnapshot(t, parse(t, stateConfig), "www.example")
+	clock := scheduler.NewSimClock(time.Date(2026, 1, 2, 3, 5, 5, 0, time.UTC)) // a minute after the save
+	clock.Set(int64(time.Hour))
+	for _, tt := range []struct {
+		name  string
+		yaml  string
+		hosts map[uint32]string
+		want  []bool // per target id, restored
+	}{
+		{"same", stateConfig, map[uint32]string{2: "www.example"}, []bool{true, true, true}},
+		{"probe changed", edited(stateConfig, "path: /a", "path: /b"), map[uint32]string{2: "www.example"}, []bool{false, false, true}},
+		{"timing changed", edited(stateConfig, "rise: 2", "rise: 5"), map[uint32]string{2: "www.example"}, []bool{true, true, true}},
+		{"host changed", stateConfig, map[uint32]string{2: "other.example"}, []bool{true, true, false}},
+		{"pool renamed", edited(stateConfig, "name: one", "name: uno"), map[uint32]string{2: "www.example"}, []bool{false, true, true}},
+		{"port changed", edited(stateConfig, "192.0.2.1:80", "192.0.2.1:81"), map[uint32]string{2: "www.example"}, []bool{false, true, true}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := parse(t, tt.yaml)
+			cfg.Hostnames = tt.hosts
+			got, n := restoreStates(saved, cfg, clock)
+			restored := make([]bool, len(got))
+			count := 0
+			for id, st := range got {
+				restored[id] = st != nil
+				if st != nil {
+					count++
+					if st.Streak != 7+id || st.State != scheduler.Healthy || st.Smoothed != 2*time.Millisecond {
+						t.Errorf("target %d restored as %+v", id, st)
+					}
+					if since := scheduler.WallTime(clock, st.Since); !since.Equal(time.Date(2026, 1, 2, 2, 4, 5, 0, time.UTC)) {
+						t.Errorf("target %d since %v, want an hour before the save", id, since)
+					}
+				}
+			}
+			if diff := cmp.Diff(tt.want, restored); diff != "" || n != count {
+				t.Errorf("restored (-want +got):\n%s (count %d)", diff, n)
+			}
+		})
+	}
+}
+
+// edited returns s with the first old replaced by new.
+func edited(s, old, new string) string { return strings.Replace(s, old, new, 1) }
+
+// TestStateFileAcrossRestart stops a daemon whose target is healthy and
+// starts another over the same state file: the target is healthy at once,
+// since the same time, before any probe of the new daemon (its backend now
+// hangs), though its check starts targets unhealthy. A corrupt state file is
+// reported and the daemon starts all the same.
+func TestStateFileAcrossRestart(t *testing.T) {
+	b := newGate(t)
+	state := filepath.Join(t.TempDir(), "state")
+	yaml := fmt.Sprintf(`
+checks:
+  gw: {preset: appgateway, protocol: http, interval: 200ms, timeout: 200ms}
+pools:
+  - {name: gw, check: gw, targets: [%q]}
+`, b.addr())
+	withState := func(o *Options) { o.StateFile = state }
+	td := startDaemonWith(t, yaml, withState)
+	before := td.waitState(t, "gw", b.addr(), "healthy")
+	time.Sleep(4 * sinceSlack) // a since made up at the restart would be this much later
+	if err := td.d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	b.hang.Store(true)
+	td2 := startDaemonWith(t, yaml, withState)
+	x, ok := td2.target(t, "gw", b.addr())
+	if !ok || x.State != "healthy" || x.Route != "routed" || x.StateSince.Sub(before.StateSince).Abs() > sinceSlack {
+		t.Fatalf("after the restart: %+v, want healthy and routed since %v", x, before.StateSince)
+	}
+	if err := td2.d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.WriteFile(state, []byte("not a state file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	td3 := startDaemonWith(t, yaml, func(o *Options) {
+		withState(o)
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	if x, _ := td3.target(t, "gw", b.addr()); x.State != "unhealthy" {
+		t.Errorf("with a corrupt state file: %+v, want the check's initial state", x)
+	}
+	if !strings.Contains(logs.String(), "state file ignored") {
+		t.Errorf("a corrupt state file was not reported; log:\n%s", logs.String())
+	}
+}
