@@ -2,15 +2,18 @@ package server
 
 import (
 	"fmt"
+	"html"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/server/ui"
 )
 
@@ -212,6 +215,61 @@ pools:
 	_, _, body := td.page(t, "/pool?name=api&state=unhealthy")
 	if !strings.Contains(body, "status code not in the healthy set: 500") {
 		t.Errorf("the unhealthy row lacks its error text:\n%s", body)
+	}
+}
+
+// TestPoolPageCursorAcrossEdits follows the pool view's next links while a
+// pool update and a reload change the pool: its cursors name the row a page
+// ends at, not a position or an id, so the listing goes on after them,
+// with each target there throughout listed once, in order.
+func TestPoolPageCursorAcrossEdits(t *testing.T) {
+	conf := func(targets string) string {
+		return fmt.Sprintf(`
+checks:
+  web: {protocol: http, path: /, interval: 1s, timeout: 1s}
+pools:
+  - {name: api, check: web, targets: [%s], health_checks: false}
+`, targets)
+	}
+	td := startDaemon(t, conf(`"198.18.0.1:80", "198.18.0.2:80", "198.18.0.3:80", "198.18.0.4:80", "198.18.0.5:80", "198.18.0.6:80", "198.18.0.7:80"`))
+	rowRE := regexp.MustCompile(`data-target-row="([^"]+)"`)
+	nextRE := regexp.MustCompile(`<a href="([^"]+)" rel="next">`)
+	page := func(path string) (rows []string, next string) {
+		t.Helper()
+		code, _, body := td.page(t, path)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: %d\n%s", path, code, body)
+		}
+		for _, m := range rowRE.FindAllStringSubmatch(body, -1) {
+			rows = append(rows, m[1])
+		}
+		if m := nextRE.FindStringSubmatch(body); m != nil {
+			next = "/" + html.UnescapeString(m[1])
+		}
+		return rows, next
+	}
+	var seen []string
+	rows, next := page("/pool?name=api&limit=3")
+	seen = append(seen, rows...)
+	// Discovery removes a target already listed and one not yet, and adds one.
+	ep := func(s string) config.Endpoint { return config.Endpoint{AddrPort: netip.MustParseAddrPort(s)} }
+	if err := td.d.UpdatePool("api", []config.Endpoint{ep("198.18.0.9:80")}, []config.Endpoint{ep("198.18.0.2:80"), ep("198.18.0.5:80")}); err != nil {
+		t.Fatal(err)
+	}
+	rows, next = page(next)
+	seen = append(seen, rows...)
+	// A reload adds a target before the cursor and one after it.
+	td.rewrite(t, conf(`"198.18.0.0:80", "198.18.0.1:80", "198.18.0.3:80", "198.18.0.4:80", "198.18.0.6:80", "198.18.0.7:80", "198.18.0.8:80", "198.18.0.9:80"`))
+	if err := td.d.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	for next != "" {
+		rows, next = page(next)
+		seen = append(seen, rows...)
+	}
+	want := []string{"198.18.0.1:80", "198.18.0.2:80", "198.18.0.3:80", "198.18.0.4:80", "198.18.0.6:80", "198.18.0.7:80", "198.18.0.8:80", "198.18.0.9:80"}
+	if !slices.Equal(seen, want) {
+		t.Errorf("listing across the edits: %v, want %v", seen, want)
 	}
 }
 
