@@ -321,8 +321,11 @@ pools:
 	if ws := pool.w.Stats(); ws.Abandoned != 0 {
 		t.Errorf("worker stats %+v: the reload abandoned probes", ws)
 	}
-	if st := td.d.engine.Stats(); st.Stale != 0 {
-		t.Errorf("engine stats %+v: an answer found its probe gone", st)
+	// Only the removed target's and the changed target's probes may have
+	// been out at the reload: their answers find no probe in flight and
+	// count as stale, by design. Any more means a kept probe was lost.
+	if st := td.d.engine.Stats(); st.Stale > 2 {
+		t.Errorf("engine stats %+v: more answers found their probe gone than the reload removed", st)
 	}
 	text := gatherText(t, td)
 	if strings.Contains(text, gone.addr()) || strings.Contains(text, `pool="gone"`) {
