@@ -3,7 +3,7 @@
 GO        ?= go
 BIN       := bin/sonde
 # Packages with goroutines, rings and shared state: tested again under -race.
-RACE_PKGS := ./scheduler/... ./probe/... ./server/... ./bench/... ./config/watch/...
+RACE_PKGS := ./scheduler/... ./probe/... ./server/... ./bench/... ./config/watch/... ./config/discovery/...
 # Where `make run` serves metrics and the API.
 RUN_LISTEN ?= 127.0.0.1:9123
 

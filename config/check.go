@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
 	httpprobe "github.com/sondeprobe/sonde/probe/http"
 	"github.com/sondeprobe/sonde/scheduler"
@@ -60,12 +61,13 @@ func (m TCPMode) String() string {
 // MarshalText encodes the mode as its name.
 func (m TCPMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
-// IPFamily is the address family preferred when a target is a host name.
+// IPFamily is the address families a target given as a host name is
+// probed over.
 type IPFamily uint8
 
 // The address families.
 const (
-	IPAny IPFamily = iota // IPv4 when the name has one, otherwise IPv6
+	IPAny IPFamily = iota // dual stack: IPv4 and IPv6, a target for each the name has
 	IP4                   // IPv4 only
 	IP6                   // IPv6 only
 )
@@ -83,15 +85,21 @@ func (f IPFamily) String() string {
 // MarshalText encodes the family as its name.
 func (f IPFamily) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
 
-// network is the network argument of a resolver lookup for f.
-func (f IPFamily) network() string {
-	switch f {
-	case IP4:
-		return "ip4"
-	case IP6:
-		return "ip6"
+// family returns the address families the check's host-name targets
+// resolve to: those of ip_family, and only the source address's when one is
+// set (probes leave from it, so only its family can reach a target).
+func (c *Check) family() discovery.Family {
+	switch {
+	case c.IPFamily == IP4:
+		return discovery.IP4
+	case c.IPFamily == IP6:
+		return discovery.IP6
+	case c.SourceAddress.IsValid() && c.SourceAddress.Is4():
+		return discovery.IP4
+	case c.SourceAddress.IsValid():
+		return discovery.IP6
 	}
-	return "ip"
+	return discovery.Dual
 }
 
 // AuthToken says where the secret of the probe token is (H10): in a file or

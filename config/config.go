@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/sondeprobe/sonde/config/discovery"
 )
 
 // DefaultMaxTargets is the default limit on the number of targets a config
@@ -71,6 +73,10 @@ type Config struct {
 	// and secret files its pools, checks, remediations and webhooks name, as
 	// opened.
 	Files []string
+
+	static     *Config // the configuration before WithFound; nil when this is it
+	listed     int     // targets listed, in every shard, counted against maxTargets
+	maxTargets int
 }
 
 // Target is one unique (address, port, check). It is small and holds no
@@ -168,6 +174,7 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 	if cfg.Remediations, err = resolveRemediations(f.Remediation, cfg.Pools, dir); err != nil {
 		return nil, err
 	}
+	cfg.listed, cfg.maxTargets = x.listed, x.limit
 	cfg.Targets, cfg.Hostnames = x.dedup(cfg.Pools)
 	if f.Metrics != nil && f.Metrics.PerTarget != nil {
 		cfg.Metrics.PerTarget = *f.Metrics.PerTarget
@@ -176,7 +183,32 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 		return nil, err
 	}
 	cfg.Files = readFiles(cfg.Checks, cfg.Remediations, cfg.Webhooks, x.files)
-	return cfg, nil
+	return cfg.WithFound(seeded(cfg.Pools))
+}
+
+// seeded returns what the lookups made during the load give the pools'
+// host names.
+func seeded(pools []*Pool) map[string]discovery.Found {
+	out := map[string]discovery.Found{}
+	for _, p := range pools {
+		if len(p.Discovery.Names) == 0 {
+			continue
+		}
+		var f discovery.Found
+		for _, n := range p.Discovery.Names {
+			res := n.Seed
+			if res.Err != nil {
+				f.Unresolved = append(f.Unresolved, discovery.Unresolved{Host: n.Host, Port: n.Port, Labels: p.Labels,
+					Err: res.Err.Error(), Since: res.At, Next: res.At.Add(discovery.RetryMin)})
+				continue
+			}
+			for _, a := range res.Addrs {
+				f.Targets = append(f.Targets, discovery.Target{Addr: a, Port: n.Port, Host: n.Host, Labels: p.Labels})
+			}
+		}
+		out[p.Name] = f
+	}
+	return out
 }
 
 // readFiles lists, each once, the targets files, then the TLS and secret

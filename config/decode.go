@@ -59,7 +59,10 @@ type decoder struct {
 	inAlias    int // depth of aliases being followed
 }
 
-var durationType = reflect.TypeFor[Duration]()
+var (
+	durationType = reflect.TypeFor[Duration]()
+	nodeType     = reflect.TypeFor[yaml.Node]()
+)
 
 // join appends a key to a field path.
 func join(path, key string) string {
@@ -113,6 +116,10 @@ func (d *decoder) decode(n *yaml.Node, path string, v reflect.Value, depth int) 
 	}
 	if v.Type() == durationType {
 		return decodeDuration(n, path, v)
+	}
+	if v.Type() == nodeType {
+		v.Set(reflect.ValueOf(*n)) // decoded by its owner's types (see sd.go)
+		return nil
 	}
 	switch v.Kind() {
 	case reflect.Struct:
@@ -194,6 +201,9 @@ func (d *decoder) decodeStruct(n *yaml.Node, path string, v reflect.Value, depth
 			}
 		}
 		if idx < 0 {
+			if strings.HasSuffix(k.Value, "_sd_configs") {
+				return fieldErr(field, "unknown field; the discovery sonde supports is %s", sdKeys())
+			}
 			return fieldErr(field, "unknown field")
 		}
 		if err := d.decode(val, field, v.Field(idx), depth+1); err != nil {

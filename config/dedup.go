@@ -150,9 +150,16 @@ func (x *expander) dedup(pools []*Pool) ([]Target, map[uint32]string) {
 		r := x.pools[i]
 		members := make([]uint32, 0, r.end-r.start)
 		var disabled []uint32
+		var pairs [][2]uint32 // (id, labels) in listing order, when some entry has labels
+		if x.labelOf != nil {
+			pairs = make([][2]uint32, 0, r.end-r.start)
+		}
 		for seq := r.start; seq < r.end; seq++ {
 			id := targetOf[seq]
 			members = append(members, id)
+			if pairs != nil {
+				pairs = append(pairs, [2]uint32{id, x.labelOf[seq]})
+			}
 			if disabledSeq.has(uint32(seq)) {
 				disabled = append(disabled, id)
 			} else if p.HealthChecks {
@@ -161,7 +168,9 @@ func (x *expander) dedup(pools []*Pool) ([]Target, map[uint32]string) {
 		}
 		p.Members = sortedUnique(members)
 		p.Disabled = sortedUnique(disabled)
+		x.setPoolLabels(p, pairs)
 	}
+	x.labelOf = nil
 
 	lead := make([]uint32, streams)
 	first := make([]uint32, streams)

@@ -156,7 +156,7 @@ pools:
   - {name: a, check: plain, targets: ["api-2.internal", "alias.internal", "198.18.1.20"]}
   - {name: c, check: tcp, targets: ["198.18.1.20", "alias.internal", "api-2.internal"]}
 `, "")
-	want := map[uint32]string{0: "api-2.internal", 1: "alias.internal", 3: "alias.internal"}
+	want := map[uint32]string{1: "api-2.internal", 2: "alias.internal", 3: "alias.internal"}
 	if diff := cmp.Diff(want, cfg.Hostnames); diff != "" {
 		t.Errorf("Hostnames (-want +got):\n%s", diff)
 	}

@@ -34,8 +34,8 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		for _, p := range cfg.Pools {
-			if len(p.Members) == 0 {
-				t.Fatalf("pool %s has no members", p.Name)
+			if len(p.Members) == 0 && len(p.Unresolved) == 0 && len(p.Discovery.Sources) == 0 {
+				t.Fatalf("pool %s has no members, unresolved names or discovery", p.Name)
 			}
 			for _, id := range p.Members {
 				if int(id) >= len(cfg.Targets) {

@@ -1,10 +1,15 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/sondeprobe/sonde/config/discovery"
 )
 
 // Pool is a group of targets judged together (P1–P3) with one check.
@@ -33,8 +38,76 @@ type Pool struct {
 	// Such a pool's enabled members are always routed; they do not count
 	// for remediation (R2).
 	HealthChecks bool
+	// Labels are the pool's own labels: those of every target its files
+	// list, and under those of every target it discovers.
+	Labels labels.Labels
+	// MetricLabels are the target labels exported on the pool's per-target
+	// series, in the order given.
+	MetricLabels []string
+	// Discovery is where the pool's targets come from besides the
+	// addresses its files list: its discovery sources and their relabeling,
+	// and the host names its files list. See [Config.WithFound].
+	Discovery discovery.Pool
+	// Unresolved are targets the pool lists or discovers that it cannot
+	// probe yet: host names without an address, and discovered targets its
+	// check cannot probe (no port, another address family). They are shown
+	// as unknown, never probed.
+	Unresolved []discovery.Unresolved
+
+	// labelOf gives each member (by position) its labels in labelSets;
+	// nil when every member has labelSets[0], the pool's own labels.
+	labelOf   []uint32
+	labelSets []labels.Labels
+	// The pool's disabled entries, to match the targets it discovers
+	// against: endpoints, sorted, and host names.
+	disabledEPs   []netip.AddrPort
+	disabledHosts []string
 
 	index int // position in the file, for error messages
+}
+
+// MemberLabels returns the labels of the member at position pos of
+// Members.
+func (p *Pool) MemberLabels(pos int) labels.Labels {
+	if p.labelOf == nil {
+		if len(p.labelSets) == 0 {
+			return labels.EmptyLabels()
+		}
+		return p.labelSets[0]
+	}
+	return p.labelSets[p.labelOf[pos]]
+}
+
+// Renumbered returns a copy of p whose members and disabled members are
+// those of p with their ids mapped by idOf (which must be one to one),
+// each member keeping its labels.
+func (p *Pool) Renumbered(idOf func(uint32) uint32) *Pool {
+	np := *p
+	np.Members = make([]uint32, len(p.Members))
+	for i, id := range p.Members {
+		np.Members[i] = idOf(id)
+	}
+	if p.labelOf != nil {
+		order := make([]int, len(p.Members))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortFunc(order, func(a, b int) int { return cmp.Compare(np.Members[a], np.Members[b]) })
+		sorted := make([]uint32, len(order))
+		np.labelOf = make([]uint32, len(order))
+		for i, o := range order {
+			sorted[i], np.labelOf[i] = np.Members[o], p.labelOf[o]
+		}
+		np.Members = sorted
+	} else {
+		slices.Sort(np.Members)
+	}
+	np.Disabled = make([]uint32, len(p.Disabled))
+	for i, id := range p.Disabled {
+		np.Disabled[i] = idOf(id)
+	}
+	slices.Sort(np.Disabled)
+	return &np
 }
 
 // Validate reports the first pool setting out of its range.
@@ -71,6 +144,13 @@ type expander struct {
 	nameIdx     map[string]uint32 // host name → index+1
 	hostRefs    []hostRef
 	pools       []poolRange
+	// Labels: labels is the label set of the entries being added (an index
+	// into labelSets, 0 for none), labelOf each entry's by seq once some
+	// entry has labels.
+	labels    uint32
+	labelOf   []uint32
+	labelSets []labels.Labels
+	labelIdx  map[string]uint32
 }
 
 // addPool resolves pool i, expands its targets and marks its disabled ones.
@@ -112,12 +192,17 @@ func (x *expander) addPool(i int, s *PoolSpec, checks []*Check, prev []*Pool) (*
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	if len(s.Targets) == 0 && s.TargetsFile == nil {
-		return nil, fieldErr(field, "no targets; set targets or targets_file")
+	if err := x.discoveryOf(p, s, c, field); err != nil {
+		return nil, err
+	}
+	if len(s.Targets) == 0 && s.TargetsFile == nil && len(p.Discovery.Sources) == 0 {
+		return nil, fieldErr(field, "no targets; set targets, targets_file or a discovery list (%s)", sdKeys())
 	}
 
 	start, listed := len(x.entries), x.listed
 	x.keepForeign = len(s.Disabled) > 0 && x.shard.Shards() > 1
+	x.labels = x.intern(p.Labels)
+	defer func() { x.labels = 0 }()
 	add := func(l loc, raw string) endpointFunc {
 		return func(a netip.Addr, port uint16, name string) error {
 			if x.listed >= x.limit {
@@ -127,10 +212,21 @@ func (x *expander) addPool(i int, s *PoolSpec, checks []*Check, prev []*Pool) (*
 			return nil
 		}
 	}
+	named := func(l loc, raw string) nameFunc {
+		return func(host string, port uint16) error {
+			if x.listed >= x.limit {
+				return l.errorf("%q brings the number of targets over the limit of %d", raw, x.limit)
+			}
+			x.listed++
+			res := x.dns.lookup(host, p.Discovery.Family)
+			p.Discovery.Names = append(p.Discovery.Names, discovery.Name{Host: host, Port: port, Seed: &res})
+			return nil
+		}
+	}
 	x.adding = true
 	for j, raw := range s.Targets {
 		l := loc{field: fmt.Sprintf("%s.targets[%d]", field, j)}
-		if err := x.expandSpec(l, raw, c, add(l, raw)); err != nil {
+		if err := x.expandSpec(l, raw, c, add(l, raw), named(l, raw)); err != nil {
 			return nil, err
 		}
 	}
@@ -138,12 +234,14 @@ func (x *expander) addPool(i int, s *PoolSpec, checks []*Check, prev []*Pool) (*
 		l := loc{field: field + ".targets_file"}
 		if err := x.expandFile(l.field, *s.TargetsFile, c, func(a netip.Addr, port uint16, name string) error {
 			return add(l, netip.AddrPortFrom(a, port).String())(a, port, name)
+		}, func(host string, port uint16) error {
+			return named(l, host)(host, port)
 		}); err != nil {
 			return nil, err
 		}
 	}
 	x.adding = false
-	if x.listed == listed {
+	if x.listed == listed && s.TargetsFile != nil && len(s.Targets) == 0 && len(p.Discovery.Sources) == 0 {
 		return nil, fieldErr(field+".targets_file", "%q lists no targets", *s.TargetsFile)
 	}
 	x.pools = append(x.pools, poolRange{start, len(x.entries)})
@@ -155,17 +253,51 @@ func (x *expander) addPool(i int, s *PoolSpec, checks []*Check, prev []*Pool) (*
 	return p, nil
 }
 
-// add appends one entry when the shard owns it, and counts it.
-func (x *expander) add(a netip.Addr, port uint16, name string, ci uint16, c *Check) {
+// discoveryOf reads the pool's labels, metric labels, discovery sources and
+// relabeling, and the families its host names resolve to.
+func (x *expander) discoveryOf(p *Pool, s *PoolSpec, c *Check, field string) error {
+	var err error
+	if p.Labels, err = poolLabels(s.Labels, field+".labels"); err != nil {
+		return err
+	}
+	if !p.Labels.IsEmpty() {
+		p.labelSets = []labels.Labels{p.Labels}
+	}
+	if p.MetricLabels, err = metricLabels(s.MetricLabels, field+".metric_labels"); err != nil {
+		return err
+	}
+	d := discovery.Pool{Name: p.Name, Labels: p.Labels, Family: c.family()}
+	if d.Sources, err = decodeSources(s, field, x.dir); err != nil {
+		return err
+	}
+	if d.Relabel, err = decodeRelabel(s.RelabelConfigs, field+".relabel_configs"); err != nil {
+		return err
+	}
+	if len(d.Relabel) > 0 && len(d.Sources) == 0 {
+		return fieldErr(field+".relabel_configs", "set without a discovery list; relabeling applies to discovered targets (%s)", sdKeys())
+	}
+	p.Discovery = d
+	return nil
+}
+
+// add appends one entry, with the current labels, when the shard owns it,
+// and counts it. It reports whether it appended one.
+func (x *expander) add(a netip.Addr, port uint16, name string, ci uint16, c *Check) bool {
 	x.listed++
 	hi, lo := addrHalves(a)
 	if !x.shard.Owns(netip.AddrPortFrom(a, port)) {
 		if x.keepForeign {
 			x.foreign = append(x.foreign, entry{hi: hi, lo: lo, port: port})
 		}
-		return
+		return false
 	}
 	e := entry{hi: hi, lo: lo, port: port, check: ci, class: uint16(c.Class), seq: uint32(len(x.entries))}
+	if x.labels != 0 && x.labelOf == nil {
+		x.labelOf = make([]uint32, len(x.entries), cap(x.entries))
+	}
+	if x.labelOf != nil {
+		x.labelOf = append(x.labelOf, x.labels)
+	}
 	if name != "" {
 		idx, ok := x.nameIdx[name]
 		if !ok {
@@ -182,10 +314,14 @@ func (x *expander) add(a netip.Addr, port uint16, name string, ci uint16, c *Che
 		}
 	}
 	x.entries = append(x.entries, e)
+	return true
 }
 
-// disable marks the pool's entries named by its disabled list. Every
-// disabled endpoint must be a member of the pool.
+// disable marks the pool's entries named by its disabled list, and keeps
+// the list for the targets the pool will discover ([Config.WithFound]).
+// Every disabled entry must name a member of the pool, or one of its host
+// names; in a pool with discovery sources it may name targets not found
+// yet.
 func (x *expander) disable(field string, disabled []string, p *Pool, c *Check, start int) error {
 	if len(disabled) == 0 {
 		return nil
@@ -196,22 +332,48 @@ func (x *expander) disable(field string, disabled []string, p *Pool, c *Check, s
 	}
 	slices.SortFunc(idx, func(a, b uint32) int { return cmpEndpoint(&x.entries[a], &x.entries[b]) })
 	slices.SortFunc(x.foreign, func(a, b entry) int { return cmpEndpoint(&a, &b) })
+	discovers := len(p.Discovery.Sources) > 0
 	for j, raw := range disabled {
 		l := loc{field: fmt.Sprintf("%s.disabled[%d]", field, j)}
 		err := x.expandSpec(l, raw, c, func(a netip.Addr, port uint16, _ string) error {
-			if x.shard.Owns(netip.AddrPortFrom(a, port)) && x.markDisabled(idx, a, port) || x.isForeign(a, port) {
+			ap := netip.AddrPortFrom(a, port)
+			p.disabledEPs = append(p.disabledEPs, ap)
+			if x.shard.Owns(ap) && x.markDisabled(idx, a, port) || x.isForeign(a, port) || discovers {
 				return nil
 			}
-			ep := netip.AddrPortFrom(a, port).String()
+			if slices.ContainsFunc(p.Discovery.Names, func(n discovery.Name) bool {
+				return n.Seed != nil && slices.Contains(n.Seed.Addrs, a) && n.Port == port
+			}) {
+				return nil
+			}
+			ep := ap.String()
 			if ep != raw {
 				ep += fmt.Sprintf(" (from %q)", raw)
 			}
 			return l.errorf("%s is not a member of pool %q", ep, p.Name)
+		}, func(host string, port uint16) error {
+			// A name disables its own targets and those of its addresses.
+			p.disabledHosts = append(p.disabledHosts, host)
+			res := x.dns.lookup(host, p.Discovery.Family)
+			member := discovers || res.Err != nil || slices.ContainsFunc(p.Discovery.Names, func(n discovery.Name) bool { return n.Host == host })
+			for _, a := range res.Addrs {
+				ap := netip.AddrPortFrom(a, port)
+				p.disabledEPs = append(p.disabledEPs, ap)
+				member = member || x.shard.Owns(ap) && x.markDisabled(idx, a, port) || x.isForeign(a, port) ||
+					slices.ContainsFunc(p.Discovery.Names, func(n discovery.Name) bool {
+						return n.Seed != nil && slices.Contains(n.Seed.Addrs, a) && n.Port == port
+					})
+			}
+			if member {
+				return nil
+			}
+			return l.errorf("%s is not a member of pool %q", raw, p.Name)
 		})
 		if err != nil {
 			return err
 		}
 	}
+	slices.SortFunc(p.disabledEPs, netip.AddrPort.Compare)
 	return nil
 }
 

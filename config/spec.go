@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // File is a configuration file as written: the YAML document decoded field by
@@ -83,6 +85,20 @@ type PoolSpec struct {
 	MaxUnhealthyPercent *int      `yaml:"max_unhealthy_percent"`
 	FailOpen            *bool     `yaml:"fail_open"`
 	LatencyMargin       *Duration `yaml:"latency_margin"`
+	// Labels are the labels of every target of the pool; discovered
+	// targets have them under their own, before relabeling.
+	Labels map[string]string `yaml:"labels"`
+	// MetricLabels are the target labels exported on per-target series.
+	MetricLabels []string `yaml:"metric_labels"`
+	// Prometheus service discovery, with Prometheus's own field names:
+	// decoded by Prometheus's types (see sd.go).
+	StaticConfigs       *yaml.Node `yaml:"static_configs"`
+	FileSDConfigs       *yaml.Node `yaml:"file_sd_configs"`
+	HTTPSDConfigs       *yaml.Node `yaml:"http_sd_configs"`
+	DNSSDConfigs        *yaml.Node `yaml:"dns_sd_configs"`
+	KubernetesSDConfigs *yaml.Node `yaml:"kubernetes_sd_configs"`
+	ConsulSDConfigs     *yaml.Node `yaml:"consul_sd_configs"`
+	RelabelConfigs      *yaml.Node `yaml:"relabel_configs"`
 }
 
 // RemediationSpec is one entry of "remediation" as written. See

@@ -12,14 +12,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
 )
 
 // Resolver looks up the addresses of a host name. *net.Resolver implements
-// it; tests inject a fake so that no test touches the network.
-type Resolver interface {
-	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
-}
+// it, and [discovery.DNSResolver] also tells how long each answer holds;
+// tests inject a fake so that no test touches the network.
+type Resolver = discovery.Resolver
 
 // TargetEntry is one parsed target entry, of a config's targets, targets_file
 // and disabled lists or of `sonde scan`'s arguments: exactly one of Addr,
@@ -134,68 +134,44 @@ func (l loc) wrap(err error, format string, args ...any) error {
 	return &FieldError{Field: l.field, Msg: l.prefix + fmt.Sprintf(format, args...) + ": " + err.Error(), Err: err}
 }
 
-// resolver resolves host names once per (name, family) during a load.
+// resolver looks host names up once per (name, family) during a load.
 type resolver struct {
 	r       Resolver
 	ctx     context.Context
 	timeout time.Duration
-	cache   map[string]netip.Addr
+	cache   map[discovery.Family]map[string]discovery.Resolution
 }
 
-// lookup returns the one address sonde probes for name: the first address of
-// the preferred family in the resolver's answer.
-func (r *resolver) lookup(l loc, name string, fam IPFamily) (netip.Addr, error) {
-	key := fam.network() + " " + name
-	if a, ok := r.cache[key]; ok {
-		return a, nil
+// lookup returns the lookup of name for the families fam, made once per
+// load.
+func (r *resolver) lookup(name string, fam discovery.Family) discovery.Resolution {
+	if res, ok := r.cache[fam][name]; ok {
+		return res
 	}
-	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
-	addrs, err := r.r.LookupNetIP(ctx, fam.network(), name)
-	cancel()
-	if err != nil {
-		return netip.Addr{}, l.wrap(err, "cannot resolve %q", name)
-	}
-	var v4, v6 netip.Addr
-	for _, a := range addrs {
-		a = a.Unmap().WithZone("")
-		switch {
-		case a.Is4() && !v4.IsValid():
-			v4 = a
-		case a.Is6() && !v6.IsValid():
-			v6 = a
-		}
-	}
-	var a netip.Addr
-	switch fam {
-	case IP4:
-		a = v4
-	case IP6:
-		a = v6
-	default:
-		a = v4
-		if !a.IsValid() {
-			a = v6
-		}
-	}
-	if !a.IsValid() {
-		what := map[IPFamily]string{IPAny: "IP", IP4: "IPv4", IP6: "IPv6"}[fam]
-		return netip.Addr{}, l.errorf("%q has no %s address", name, what)
-	}
+	res := discovery.Lookup(r.ctx, r.r, name, fam, r.timeout)
 	if r.cache == nil {
-		r.cache = make(map[string]netip.Addr)
+		r.cache = map[discovery.Family]map[string]discovery.Resolution{}
 	}
-	r.cache[key] = a
-	return a, nil
+	if r.cache[fam] == nil {
+		r.cache[fam] = map[string]discovery.Resolution{}
+	}
+	r.cache[fam][name] = res
+	return res
 }
 
 // endpointFunc receives the endpoints of one target entry. name is the host
 // name the entry gave, or "".
 type endpointFunc func(addr netip.Addr, port uint16, name string) error
 
+// nameFunc receives a target entry given as a host name, with its port.
+type nameFunc func(host string, port uint16) error
+
 // expandSpec calls fn for every endpoint of one entry, with the port rule
-// of [Check.TargetPort]; a TCP check without a port for the entry is an
-// error. Addresses must match the family of the check's source address.
-func (x *expander) expandSpec(l loc, raw string, c *Check, fn endpointFunc) error {
+// of [Check.TargetPort], or onName for an entry given as a host name (host
+// names are looked up apart, see [Config.WithFound]); a TCP check without a
+// port for the entry is an error. Addresses must match the family of the
+// check's source address.
+func (x *expander) expandSpec(l loc, raw string, c *Check, fn endpointFunc, onName nameFunc) error {
 	ts, err := ParseTargetEntry(strings.TrimSpace(raw))
 	if err != nil {
 		return l.errorf("%s", err.Error())
@@ -211,19 +187,7 @@ func (x *expander) expandSpec(l loc, raw string, c *Check, fn endpointFunc) erro
 		}
 		return fn(ts.Addr, port, "")
 	case ts.Host != "":
-		fam := c.IPFamily
-		if src := c.SourceAddress; fam == IPAny && src.IsValid() {
-			// Probes leave from src: only its family can reach the target.
-			fam = map[bool]IPFamily{true: IP4, false: IP6}[src.Is4()]
-		}
-		a, err := x.dns.lookup(l, ts.Host, fam)
-		if err != nil {
-			return err
-		}
-		if err := checkFamily(l, fmt.Sprintf("%s (%s)", ts.Host, a), a, c); err != nil {
-			return err
-		}
-		return fn(a, port, ts.Host)
+		return onName(ts.Host, port)
 	}
 	p := ts.Block
 	if err := checkFamily(l, "block "+p.String(), p.Addr(), c); err != nil {
@@ -267,11 +231,11 @@ func family(a netip.Addr) string {
 }
 
 // expandFile calls expandSpec for every target line of a targets file.
-func (x *expander) expandFile(field, name string, c *Check, fn endpointFunc) error {
+func (x *expander) expandFile(field, name string, c *Check, fn endpointFunc, onName nameFunc) error {
 	path := resolvePath(x.dir, name)
 	x.files = append(x.files, path)
 	err := readTargetLines(openRegular, path, name, func(line int, text string) error {
-		return x.expandSpec(loc{field: field, prefix: linePrefix(name, line)}, text, c, fn)
+		return x.expandSpec(loc{field: field, prefix: linePrefix(name, line)}, text, c, fn, onName)
 	})
 	var re *readError
 	if errors.As(err, &re) {

@@ -3,12 +3,15 @@ package server
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/prometheus/model/labels"
 
+	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
@@ -18,7 +21,8 @@ import (
 //	GET  /api/v1/history   a target's recent results (pool=, target=)
 //	GET  /metrics          Prometheus metrics
 //	GET  /api/v1/pools     pools with counts and policy (paging limit=, after=)
-//	GET  /api/v1/targets   targets (filters pool=, state=; paging limit=, after=)
+//	GET  /api/v1/targets   targets (filters pool=, state=, label=NAME=VALUE; paging limit=, after=)
+//	GET  /api/v1/discovery the pools' discovery sources and host names: state, targets, errors
 //	GET  /api/v1/events    recent events (since=SEQ, limit=), or a stream of them (Accept: text/event-stream)
 //	GET  /probe            one probe of target= with the check module=, answered like blackbox_exporter
 //	GET  /api/v1/remediations  remediations, their budgets and recent firings
@@ -39,6 +43,7 @@ func (d *Daemon) Handler() http.Handler {
 	}))
 	mux.HandleFunc("GET /api/v1/pools", d.handlePools)
 	mux.HandleFunc("GET /api/v1/targets", d.handleTargets)
+	mux.HandleFunc("GET /api/v1/discovery", d.handleDiscovery)
 	mux.HandleFunc("GET /api/v1/events", d.handleEvents)
 	mux.HandleFunc("GET /probe", d.handleProbe)
 	mux.HandleFunc("GET /api/v1/remediations", d.handleRemediations)
@@ -94,7 +99,8 @@ type PoolJSON struct {
 	Healthy              int     `json:"healthy"`
 	Unhealthy            int     `json:"unhealthy"`
 	Unknown              int     `json:"unknown"`
-	Unprobed             int     `json:"unprobed"` // enabled members of a pool with health checks off: routed, never probed
+	Unprobed             int     `json:"unprobed"`   // enabled members of a pool with health checks off: routed, never probed
+	Unresolved           int     `json:"unresolved"` // targets without an address to probe yet (not in targets); listed by /api/v1/targets as unknown
 	Removed              int     `json:"removed"`
 	Routable             int     `json:"routable"`
 	Preferred            int     `json:"preferred"`
@@ -118,7 +124,7 @@ func (g *generation) poolJSON(pi int) PoolJSON {
 	return PoolJSON{
 		Name: cp.Name, Check: c.Name, Protocol: c.Protocol.String(),
 		Targets: s.Members, Disabled: s.Disabled, Healthy: s.Healthy, Unhealthy: s.Unhealthy,
-		Unknown: s.Unknown, Unprobed: s.Unprobed, Removed: s.Removed, Routable: s.Routable, Preferred: s.Preferred, FailingOpen: s.FailingOpen,
+		Unknown: s.Unknown, Unprobed: s.Unprobed, Unresolved: len(cp.Unresolved), Removed: s.Removed, Routable: s.Routable, Preferred: s.Preferred, FailingOpen: s.FailingOpen,
 		HealthChecks: cp.HealthChecks, MaxUnhealthyPercent: cp.MaxUnhealthyPercent, FailOpen: cp.FailOpen,
 		LatencyMarginSeconds: cp.LatencyMargin.Seconds(),
 		Cadence:              c.Cadence.String(),
@@ -151,9 +157,46 @@ type TargetJSON struct {
 	CertExpiry             *time.Time `json:"cert_expiry,omitempty"` // HTTPS: when the earliest certificate of the last handshake expires
 	FailureWindowSeconds   float64    `json:"failure_window_seconds"`
 	SuccessWindowSeconds   float64    `json:"success_window_seconds"` // W2 with the target's measured latency
+	// Labels are the target's labels in this pool: the pool's own, and
+	// those its discovery gave.
+	Labels map[string]string `json:"labels,omitempty"`
+	// Unresolved is set for a target the pool cannot probe yet (a host name
+	// without an address, a discovered target without a usable port): its
+	// state is unknown, last_error says why, and its id (≥ 2^31) is only a
+	// place in the listing.
+	Unresolved bool `json:"unresolved,omitempty"`
 }
 
-func (g *generation) targetJSON(pi int, m scheduler.MemberRoute, state string, clock scheduler.Clock) TargetJSON {
+// labelMap returns ls as a map, nil when empty.
+func labelMap(ls labels.Labels) map[string]string {
+	if ls.IsEmpty() {
+		return nil
+	}
+	return ls.Map()
+}
+
+// unresolvedBase is the first id of the listing's unresolved entries: they
+// follow a pool's members, unresolvedBase + their index.
+const unresolvedBase = 1 << 31
+
+// unresolvedJSON describes the i-th unresolved target of pool pi.
+func (g *generation) unresolvedJSON(pi, i int) TargetJSON {
+	cp := g.cfg.Pools[pi]
+	u := cp.Unresolved[i]
+	c := g.cfg.Checks[cp.CheckIndex]
+	target := u.Host
+	if u.Port != 0 {
+		target = net.JoinHostPort(u.Host, strconv.Itoa(int(u.Port)))
+	}
+	return TargetJSON{
+		ID: unresolvedBase + uint32(i), Target: target, Host: u.Host, Pool: cp.Name, Check: c.Name, Protocol: c.Protocol.String(),
+		State: "unknown", Route: scheduler.Excluded.String(), LastOutcome: "unresolved", LastError: u.Err, StateSince: u.Since,
+		FailureWindowSeconds: c.FailureWindow().Seconds(), SuccessWindowSeconds: c.SuccessWindow(c.Timeout).Seconds(),
+		Labels: labelMap(u.Labels), Unresolved: true,
+	}
+}
+
+func (g *generation) targetJSON(pi, pos int, m scheduler.MemberRoute, state string, clock scheduler.Clock) TargetJSON {
 	t := g.cfg.Targets[m.ID]
 	c := g.cfg.Checks[t.Check]
 	st := m.Status
@@ -169,6 +212,7 @@ func (g *generation) targetJSON(pi int, m scheduler.MemberRoute, state string, c
 		StateSince:           scheduler.WallTime(clock, st.Since),
 		FailureWindowSeconds: c.FailureWindow().Seconds(),
 		SuccessWindowSeconds: c.SuccessWindow(r).Seconds(),
+		Labels:               labelMap(g.cfg.Pools[pi].MemberLabels(pos)),
 	}
 	if st.Probed {
 		j.LastOutcome = st.LastOutcome.String()
@@ -234,6 +278,19 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	evs, next, lost := d.events.page(since, limit)
 	writeJSON(w, EventsPage{Events: evs, Next: next, Lost: lost})
+}
+
+// handleDiscovery lists the pools' discovery sources and host names: how
+// each source is doing, the targets it gives, and the names that do not
+// resolve.
+func (d *Daemon) handleDiscovery(w http.ResponseWriter, _ *http.Request) {
+	st := d.discoveryStatus()
+	if st == nil {
+		st = []discovery.PoolStatus{}
+	}
+	writeJSON(w, struct {
+		Pools []discovery.PoolStatus `json:"pools"`
+	}{st})
 }
 
 // handleRemediations lists the remediations with their budgets and the

@@ -1,10 +1,12 @@
 package server
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/scheduler"
@@ -45,9 +47,15 @@ var (
 	descHTTPMax      = desc("sonde_http_connections_max", "Most connections the HTTP server keeps open (-web.max-connections, at most a quarter of the file descriptor limit).")
 	descHTTPEvicted  = desc("sonde_http_connections_evicted_total", "Idle connections closed to make room for new ones at the connection limit.")
 	descHTTPRefused  = desc("sonde_http_connections_refused_total", "New connections closed at once because every connection was busy.")
-	descTargetUp     = desc("sonde_target_healthy", "1 when the target is healthy, 0 when unhealthy; absent while undecided or disabled.", "pool", "target")
-	descTargetLat    = desc("sonde_target_latency_seconds", "Smoothed latency of the target's successful probes.", "pool", "target")
-	descCertExpiry   = desc("sonde_tls_earliest_cert_expiry_seconds", "Unix time at which the earliest certificate an HTTPS target presented in its last handshake expires.", "pool", "target")
+	descUnresolved   = desc("sonde_pool_unresolved_targets", "Targets of a pool it cannot probe yet: host names without an address, discovered targets without a port its check can use.", "pool")
+)
+
+// The per-target series. Their labels are pool, target and the pools'
+// metric_labels (see targetCollector).
+const (
+	targetUpHelp  = "1 when the target is healthy, 0 when unhealthy; absent while undecided or disabled."
+	targetLatHelp = "Smoothed latency of the target's successful probes."
+	certHelp      = "Unix time at which the earliest certificate an HTTPS target presented in its last handshake expires."
 )
 
 // counterTotals accumulates the counters of probers a reload retired (a
@@ -97,7 +105,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		descPoolTargets, descPoolRoutable, descPoolRemoved, descPoolOpen, descFailWin, descSuccessWin, descOnsetWin,
 		descTargets, descStreams, descDispatched, descTimeouts, descStale, descLate, descOverflow, descLateness,
 		descWorkPending, descWorkFlight, descWorkLate, descTCPPath, descSynSent, descSynErrors, descSynReplies,
-		descSynInvalid, descSynStale, descSynDup, descSynDrops, descTargetUp, descTargetLat, descCertExpiry,
+		descSynInvalid, descSynStale, descSynDup, descSynDrops, descUnresolved,
 		descHTTPConns, descHTTPMax, descHTTPEvicted, descHTTPRefused,
 	} {
 		ch <- d
@@ -175,10 +183,6 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descSynStale, sc.Stale)
 	counter(descSynDup, sc.Duplicate)
 	counter(descSynDrops, sc.RingDrops)
-
-	if g.cfg.Metrics.PerTarget {
-		c.collectTargets(g, gauge)
-	}
 }
 
 func (c *stateCollector) collectPools(g *generation, gauge func(*prometheus.Desc, float64, ...string)) {
@@ -196,15 +200,67 @@ func (c *stateCollector) collectPools(g *generation, gauge func(*prometheus.Desc
 			open = 1
 		}
 		gauge(descPoolOpen, open, p.Name)
+		gauge(descUnresolved, float64(len(g.cfg.Pools[pi].Unresolved)), p.Name)
 	}
 }
 
-func (c *stateCollector) collectTargets(g *generation, gauge func(*prometheus.Desc, float64, ...string)) {
-	for _, p := range g.pools {
+// targetCollector produces the per-target series (metrics.per_target) at
+// scrape time. Their labels are pool, target and the metric_labels of the
+// configuration's pools, so they change with the configuration: the
+// collector is unchecked (it describes nothing).
+type targetCollector struct{ d *Daemon }
+
+// Describe describes nothing: the series' labels follow the configuration.
+func (c *targetCollector) Describe(chan<- *prometheus.Desc) {}
+
+// targetDescs are the descriptors of the per-target series of one
+// configuration: pool, target, then extra, the labels some pool exports.
+type targetDescs struct {
+	up, lat, cert *prometheus.Desc
+	extra         []string
+}
+
+// newTargetDescs builds the per-target descriptors of pools.
+func newTargetDescs(pools []*config.Pool) *targetDescs {
+	var extra []string
+	for _, p := range pools {
+		for _, n := range p.MetricLabels {
+			if !slices.Contains(extra, n) {
+				extra = append(extra, n)
+			}
+		}
+	}
+	slices.Sort(extra)
+	names := append([]string{"pool", "target"}, extra...)
+	return &targetDescs{
+		up:    desc("sonde_target_healthy", targetUpHelp, names...),
+		lat:   desc("sonde_target_latency_seconds", targetLatHelp, names...),
+		cert:  desc("sonde_tls_earliest_cert_expiry_seconds", certHelp, names...),
+		extra: extra,
+	}
+}
+
+// Collect reads the current generation's targets.
+func (c *targetCollector) Collect(ch chan<- prometheus.Metric) {
+	g := c.d.cur.Load()
+	if g == nil || !g.cfg.Metrics.PerTarget {
+		return
+	}
+	td := g.targetDescs
+	values := make([]string, 2+len(td.extra))
+	for pi, p := range g.pools {
 		if p.Unprobed {
 			continue
 		}
+		cp := g.cfg.Pools[pi]
+		exported := len(cp.MetricLabels) > 0
+		for i := range values {
+			values[i] = ""
+		}
+		values[0] = p.Name
+		pos := -1
 		p.Each(func(id uint32, disabled bool) {
+			pos++
 			if disabled {
 				return
 			}
@@ -212,9 +268,18 @@ func (c *stateCollector) collectTargets(g *generation, gauge func(*prometheus.De
 			if st.State == scheduler.Unknown && exp == 0 {
 				return
 			}
-			name := g.cfg.Targets[id].AddrPort().String()
+			values[1] = g.cfg.Targets[id].AddrPort().String()
+			if exported {
+				ls := cp.MemberLabels(pos)
+				for i, n := range td.extra {
+					values[2+i] = ""
+					if slices.Contains(cp.MetricLabels, n) {
+						values[2+i] = ls.Get(n)
+					}
+				}
+			}
 			if exp != 0 {
-				gauge(descCertExpiry, float64(exp), p.Name, name)
+				ch <- prometheus.MustNewConstMetric(td.cert, prometheus.GaugeValue, float64(exp), values...)
 			}
 			if st.State == scheduler.Unknown {
 				return
@@ -223,9 +288,9 @@ func (c *stateCollector) collectTargets(g *generation, gauge func(*prometheus.De
 			if st.State == scheduler.Healthy {
 				up = 1
 			}
-			gauge(descTargetUp, up, p.Name, name)
+			ch <- prometheus.MustNewConstMetric(td.up, prometheus.GaugeValue, up, values...)
 			if st.Smoothed > 0 {
-				gauge(descTargetLat, st.Smoothed.Seconds(), p.Name, name)
+				ch <- prometheus.MustNewConstMetric(td.lat, prometheus.GaugeValue, st.Smoothed.Seconds(), values...)
 			}
 		})
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/scheduler"
@@ -85,6 +86,13 @@ type Options struct {
 	// status page's timelines (see history.go); default 1024.
 	// HistoryResults is how many results each keeps; default 240.
 	HistoryTargets, HistoryResults int
+	// Resolver looks up the host names of pools while the daemon runs (they
+	// are looked up again when their answers expire); default a
+	// discovery.DNSResolver. Load should resolve with the same.
+	Resolver discovery.Resolver
+	// DiscoveryDebounce is how long discovery changes are gathered before
+	// they are applied; default 200 ms.
+	DiscoveryDebounce time.Duration
 }
 
 // DefaultReloadGap is the least time between the starts of two reloads. A
@@ -124,6 +132,9 @@ type Daemon struct {
 	// updateMu serialises the loads and edits of the running engine; it
 	// guards the fields below.
 	updateMu sync.Mutex
+	static   *config.Config                   // the configuration as its files give it (config.Config.Static)
+	disc     atomic.Pointer[discovery.Runner] // the pools' discovery sources and host names; nil until one discovers (read without the lock)
+	found    uint64                           // the version of the runner's targets the engine runs
 	engine   *scheduler.Engine
 	probers  *proberSet
 	inputs   inputs // of the configuration running
@@ -147,6 +158,9 @@ func New(opt Options) (*Daemon, error) {
 	}
 	if opt.Events <= 0 {
 		opt.Events = 10000
+	}
+	if opt.Resolver == nil {
+		opt.Resolver = &discovery.DNSResolver{}
 	}
 	if opt.Version == "" {
 		opt.Version = "devel"
@@ -206,6 +220,10 @@ func (d *Daemon) Start() error {
 	start := time.Now()
 	cfg, in, err := d.read(false)
 	if err != nil {
+		return err
+	}
+	if cfg, err = d.withFound(cfg); err != nil {
+		d.loadFailed(err, false)
 		return err
 	}
 	g, err := d.first(cfg)
@@ -321,6 +339,7 @@ func (d *Daemon) newGeneration(cfg *config.Config, e *scheduler.Engine, ls *laun
 	g := &generation{cfg: cfg, engine: e, launch: ls, errs: &d.errs, slots: slots, remedies: remedies, loaded: d.opt.Clock.Now(),
 		hist: newHistIndex(len(cfg.Targets))}
 	g.indexPools()
+	g.targetDescs = newTargetDescs(cfg.Pools)
 	g.rankCache = make([]rankCache, len(g.pools))
 	g.layout = d.layoutOf(g)
 	for _, p := range cfg.Pools {
@@ -402,6 +421,10 @@ func (d *Daemon) reload() error {
 	if err != nil {
 		return err
 	}
+	if cfg, err = d.withFound(cfg); err != nil {
+		d.loadFailed(err, true)
+		return fmt.Errorf("apply configuration: %w", err)
+	}
 	g, added, removed, err := d.apply(cfg)
 	if err != nil {
 		d.loadFailed(err, true)
@@ -454,30 +477,6 @@ func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
 	d.errs.forget(ch.removed)
 	d.metrics.forget(staleSeries(old.cfg, g.cfg))
 	return g, len(ch.added), len(ch.removed), nil
-}
-
-// UpdatePool adds targets to pool and removes targets from it, without
-// reading the configuration file: the way service discovery changes a pool.
-// The change is applied to the running engine like a reload: the targets it
-// does not name keep everything. Targets are removed by address and port.
-func (d *Daemon) UpdatePool(pool string, add, remove []config.Endpoint) error {
-	d.updateMu.Lock()
-	defer d.updateMu.Unlock()
-	if d.engine == nil || d.stopped {
-		return errors.New("server: the daemon does not run")
-	}
-	start := time.Now()
-	cfg, err := d.cur.Load().cfg.WithPoolTargets(pool, add, remove)
-	if err != nil {
-		return err
-	}
-	g, nadd, nrem, err := d.apply(cfg)
-	if err != nil {
-		return fmt.Errorf("update pool %s: %w", pool, err)
-	}
-	d.log.Info("pool updated", "pool", pool, "added", nadd, "removed", nrem, "targets", g.targets,
-		"took", time.Since(start).Round(time.Millisecond))
-	return nil
 }
 
 // loadFailed counts and reports a load that failed.
@@ -548,13 +547,18 @@ func (d *Daemon) Stop() error {
 	d.stopped = true
 	d.rem.Close()
 	defer d.hooks.stopAll()
+	var errs []error
+	if r := d.disc.Load(); r != nil {
+		if err := r.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if d.engine == nil {
-		return nil
+		return errors.Join(errs...)
 	}
 	d.cancel()
 	<-d.done
 	d.cur.Load().stopRouter()
-	var errs []error
 	if d.opt.StateFile != "" {
 		if err := d.saveState(); err != nil {
 			errs = append(errs, err)

@@ -90,8 +90,10 @@ func startDaemonWith(t testing.TB, yaml string, set func(*Options)) *testDaemon 
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	opt := Options{
-		Load:   func() (*config.Config, error) { return config.Load(path, config.LoadOptions{}) },
+	var opt Options
+	opt = Options{
+		// The load resolves host names with the daemon's resolver.
+		Load:   func() (*config.Config, error) { return config.Load(path, config.LoadOptions{Resolver: opt.Resolver}) },
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Shards: 2,
 		NoSyn:  true,

@@ -9,8 +9,9 @@
 // makes), one SYN prober shared by the TCP checks that run on it, and a
 // probe.Workers pool per other check. Each loaded configuration is a
 // generation, the configuration as the engine runs it (its targets at their
-// engine ids), published for readers; a reload, or a pool change from
-// service discovery ([Daemon.UpdatePool]), matches the new targets with the
+// engine ids), published for readers; a reload, or a change that service
+// discovery or a host name's new DNS answer brings (a config/discovery
+// Runner follows them, see discovery.go), matches the new targets with the
 // running ones and turns the difference into an edit of the engine
 // (scheduler.Edit). Reloads are coalesced and paced ([Options.ReloadGap]).
 // Edits keep the ids of the targets they keep, so the API's paging cursors,

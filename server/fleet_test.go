@@ -123,35 +123,41 @@ metrics: {per_target: false}
 		t.Errorf("SYN counters %+v: want no ring drops and no invalid cookies", c)
 	}
 
-	// The pool changes as service discovery changes it: the dropping
-	// addresses go, 128 others come. The SYN prober stays up (it runs in
-	// the fleet's namespace, where a new one could not be made from here),
-	// and its table takes the new addresses.
-	var add, remove []config.Endpoint
-	for i := range 128 {
-		add = append(add, config.Endpoint{AddrPort: netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 1, byte(i)}), 80)})
-	}
-	for _, id := range drop {
-		remove = append(remove, config.Endpoint{AddrPort: g.cfg.Targets[id].AddrPort()})
-	}
-	if err := d.UpdatePool("fleet", add, remove); err != nil {
-		t.Fatal(err)
-	}
-	g2 := d.cur.Load()
-	if g2.launch.syn != g.launch.syn {
-		t.Fatal("the pool update replaced the SYN prober")
-	}
-	if got, want := g2.targets, n-len(drop)+len(add); got != want {
-		t.Fatalf("%d targets after the update, want %d", got, want)
-	}
-	var added []uint32
-	for id, tg := range g2.cfg.Targets {
-		if tg.Addr.IsValid() && tg.Addr.As4()[2] == 1 {
-			added = append(added, uint32(id))
+	// Discovery finds 128 more addresses, then loses half of them and
+	// finds 64 others. The SYN prober stays up (it runs in the fleet's
+	// namespace, where a new one could not be made from here), and its
+	// table takes the new addresses.
+	found := func(third byte, from, to int) []string {
+		var out []string
+		for i := from; i < to; i++ {
+			out = append(out, netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, third, byte(i)}), 80).String())
 		}
+		return out
 	}
-	g = g2
-	waitState(added, scheduler.Healthy, 15*time.Second)
+	updates := [][]string{found(1, 0, 128), append(found(1, 64, 128), found(2, 0, 64)...)}
+	for _, update := range updates {
+		if err := discover(d, "fleet", update...); err != nil {
+			t.Fatal(err)
+		}
+		g2 := d.cur.Load()
+		if g2.launch.syn != g.launch.syn {
+			t.Fatal("the discovery update replaced the SYN prober")
+		}
+		if got, want := g2.targets, n+len(update); got != want {
+			t.Fatalf("%d targets after the update, want %d", got, want)
+		}
+		var added []uint32
+		for id, tg := range g2.cfg.Targets {
+			if tg.Addr.IsValid() && tg.Addr.As4()[2] != 0 {
+				added = append(added, uint32(id))
+			}
+		}
+		if len(added) != len(update) {
+			t.Fatalf("%d discovered targets run, want %d", len(added), len(update))
+		}
+		g = g2
+		waitState(added, scheduler.Healthy, 15*time.Second)
+	}
 	if c := g.launch.syn.Counters(); c.SendErrors != 0 {
 		t.Errorf("SYN counters %+v: want no send errors for the added targets", c)
 	}

@@ -41,6 +41,9 @@ type generation struct {
 	remedies *remediate.Plan     // the configuration's remediations, for the daemon's manager
 	hist     *histIndex          // which targets have a ring in the daemon's history
 	loaded   time.Time
+	// targetDescs are the descriptors of the per-target series, with the
+	// pools' metric_labels.
+	targetDescs *targetDescs
 
 	layout    uint32      // the pools' layout: the same while their names and order are (see cursor)
 	rankCache []rankCache // per pool, the latest latency ranking for the API

@@ -2,13 +2,11 @@ package server
 
 import (
 	"fmt"
-	"net/netip"
 	"net/url"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
 )
@@ -360,8 +358,8 @@ pools:
 		t.Errorf("history of kept target %s after the reload: %v, want its 3 results of status 501", a, h)
 	}
 
-	// A pool update adds c, which is given b's id: its history is its own.
-	edited("add "+c, d.UpdatePool("p", []config.Endpoint{{AddrPort: netip.MustParseAddrPort(c)}}, nil))
+	// Discovery adds c, which is given b's id: its history is its own.
+	edited("add "+c, discover(d, "p", c))
 	if idc := idOf(c); idc != idb {
 		t.Fatalf("added target %s: id %d, want %s's freed id %d", c, idc, b, idb)
 	}
@@ -370,12 +368,12 @@ pools:
 		t.Errorf("history of %s, given %s's id: %v, want its one result of status 503 and none of %s's 502", c, b, h, b)
 	}
 
-	// A pool update removes c and adds x, given c's id by the next one.
-	edited("remove "+c, d.UpdatePool("p", nil, []config.Endpoint{{AddrPort: netip.MustParseAddrPort(c)}}))
+	// Discovery loses c, then finds x,, given c's id by the next one.
+	edited("remove "+c, discover(d, "p"))
 	if owned(idb) {
 		t.Errorf("target %s removed by a pool update still has a ring", c)
 	}
-	edited("add "+x, d.UpdatePool("p", []config.Endpoint{{AddrPort: netip.MustParseAddrPort(x)}}, nil))
+	edited("add "+x, discover(d, "p", x))
 	if idx := idOf(x); idx != idb {
 		t.Fatalf("added target %s: id %d, want the freed id %d", x, idx, idb)
 	}

@@ -93,6 +93,8 @@ func newMetrics(d *Daemon) *metrics {
 	shard.WithLabelValues(strconv.Itoa(d.opt.Shard.Index), strconv.Itoa(d.opt.Shard.Shards())).Set(1)
 	m.reg.MustRegister(m.probes, m.duration, m.phases, m.changes, local, m.routes, m.reloads, m.reloadOK, m.reloadTime, build, shard,
 		&stateCollector{d: d},
+		&targetCollector{d: d},
+		&discoveryCollector{d: d},
 		&eventCollector{d: d},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

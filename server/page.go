@@ -14,6 +14,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
@@ -215,10 +218,28 @@ func streamList(w http.ResponseWriter, name string, each func(emit func(v any) e
 
 // targetFilter selects targets for the API.
 type targetFilter struct {
-	pool  int // -1: every pool
-	state string
-	limit int
-	from  cursor
+	pool   int // -1: every pool
+	state  string
+	labels []labelMatch
+	limit  int
+	from   cursor
+}
+
+// labelMatch is one label= filter: the label equals (or not) a value; a
+// missing label is the empty value.
+type labelMatch struct {
+	name, value string
+	equal       bool
+}
+
+// matches reports whether ls passes every filter.
+func (f *targetFilter) matches(ls labels.Labels) bool {
+	for _, m := range f.labels {
+		if (ls.Get(m.name) == m.value) != m.equal {
+			return false
+		}
+	}
+	return true
 }
 
 func (g *generation) parseTargetFilter(r *http.Request) (targetFilter, error) {
@@ -242,6 +263,13 @@ func (g *generation) parseTargetFilter(r *http.Request) (targetFilter, error) {
 	default:
 		return f, fmt.Errorf("state=%q: want healthy, unhealthy, unknown, disabled or unprobed", f.state)
 	}
+	for _, l := range q["label"] {
+		name, value, equal, err := config.ParseLabelMatch(l)
+		if err != nil {
+			return f, fmt.Errorf("label=%w", err)
+		}
+		f.labels = append(f.labels, labelMatch{name, value, equal})
+	}
 	var err error
 	if f.limit, err = pageLimit(q.Get("limit")); err != nil {
 		return f, err
@@ -263,12 +291,19 @@ func (f *targetFilter) pools(g *generation) (first, end int) {
 	return 0, len(g.pools)
 }
 
-// total counts the targets f selects, from the pools' snapshots.
+// total counts the targets f selects, from the pools' snapshots; -1 with
+// label filters, which only a walk of the pools could count.
 func (f *targetFilter) total(g *generation) int {
+	if len(f.labels) > 0 {
+		return -1
+	}
 	n := 0
 	first, end := f.pools(g)
 	for pi := first; pi < end; pi++ {
 		s := g.router.Summary(pi)
+		if f.state == "" || f.state == "unknown" {
+			n += len(g.cfg.Pools[pi].Unresolved)
+		}
 		switch f.state {
 		case "":
 			n += s.Members
@@ -303,9 +338,14 @@ func (g *generation) listTargets(f *targetFilter, emit func(v any) error) (curso
 		}
 		ranks := g.ranks(pi)
 		stop := false
+		cp := g.cfg.Pools[pi]
 		p.EachFrom(pos, func(pos int, id uint32, disabled bool) bool {
 			at = cursor{layout: g.layout, pool: pi, id: id + 1}
 			scanned++
+			if len(f.labels) > 0 && !f.matches(cp.MemberLabels(pos)) {
+				stop = scanned >= scanBudget
+				return !stop
+			}
 			st := g.engine.Status(id)
 			state := st.State.String()
 			switch {
@@ -320,7 +360,7 @@ func (g *generation) listTargets(f *targetFilter, emit func(v any) error) (curso
 				if m.Route == scheduler.Routed && st.State == scheduler.Healthy {
 					m.Rank = int(ranks[pos])
 				}
-				if err = emit(g.targetJSON(pi, m, state, clock)); err != nil {
+				if err = emit(g.targetJSON(pi, pos, m, state, clock)); err != nil {
 					stop = true
 					return false
 				}
@@ -335,15 +375,40 @@ func (g *generation) listTargets(f *targetFilter, emit func(v any) error) (curso
 		if stop {
 			return at, g.more(at, end), nil
 		}
+		// The pool's unresolved targets follow its members.
+		if f.state == "" || f.state == "unknown" {
+			first := 0
+			if pi == f.from.pool && f.from.id >= unresolvedBase {
+				first = int(f.from.id - unresolvedBase)
+			}
+			for i := first; i < len(cp.Unresolved); i++ {
+				at = cursor{layout: g.layout, pool: pi, id: unresolvedBase + uint32(i) + 1}
+				if len(f.labels) > 0 && !f.matches(cp.Unresolved[i].Labels) {
+					continue
+				}
+				if err := emit(g.unresolvedJSON(pi, i)); err != nil {
+					return at, false, err
+				}
+				if n++; n >= f.limit {
+					return at, g.more(at, end), nil
+				}
+			}
+		}
 	}
 	return at, false, nil
 }
 
-// more reports whether any member lies at or after c in the pools before end.
+// more reports whether any member or unresolved target lies at or after c
+// in the pools before end.
 func (g *generation) more(c cursor, end int) bool {
 	for pi := c.pool; pi < end; pi++ {
-		m := g.pools[pi].Members
-		if pi > c.pool && len(m) > 0 || pi == c.pool && len(m) > 0 && m[len(m)-1] >= c.id {
+		m, u := g.pools[pi].Members, len(g.cfg.Pools[pi].Unresolved)
+		switch {
+		case pi > c.pool && (len(m) > 0 || u > 0):
+			return true
+		case pi == c.pool && c.id < unresolvedBase && (len(m) > 0 && m[len(m)-1] >= c.id || u > 0):
+			return true
+		case pi == c.pool && c.id >= unresolvedBase && int(c.id-unresolvedBase) < u:
 			return true
 		}
 	}

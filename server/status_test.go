@@ -6,14 +6,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/server/ui"
 )
 
@@ -219,7 +217,7 @@ pools:
 }
 
 // TestPoolPageCursorAcrossEdits follows the pool view's next links while a
-// pool update and a reload change the pool: its cursors name the row a page
+// discovery update and a reload change the pool: its cursors name the row a page
 // ends at, not a position or an id, so the listing goes on after them,
 // with each target there throughout listed once, in order.
 func TestPoolPageCursorAcrossEdits(t *testing.T) {
@@ -231,7 +229,10 @@ pools:
   - {name: api, check: web, targets: [%s], health_checks: false}
 `, targets)
 	}
-	td := startDaemon(t, conf(`"198.18.0.1:80", "198.18.0.2:80", "198.18.0.3:80", "198.18.0.4:80", "198.18.0.5:80", "198.18.0.6:80", "198.18.0.7:80"`))
+	td := startDaemon(t, conf(`"198.18.0.1:80"`))
+	if err := discover(td.d, "api", "198.18.0.2:80", "198.18.0.3:80", "198.18.0.4:80", "198.18.0.5:80", "198.18.0.6:80", "198.18.0.7:80"); err != nil {
+		t.Fatal(err)
+	}
 	rowRE := regexp.MustCompile(`data-target-row="([^"]+)"`)
 	nextRE := regexp.MustCompile(`<a href="([^"]+)" rel="next">`)
 	page := func(path string) (rows []string, next string) {
@@ -251,9 +252,8 @@ pools:
 	var seen []string
 	rows, next := page("/pool?name=api&limit=3")
 	seen = append(seen, rows...)
-	// Discovery removes a target already listed and one not yet, and adds one.
-	ep := func(s string) config.Endpoint { return config.Endpoint{AddrPort: netip.MustParseAddrPort(s)} }
-	if err := td.d.UpdatePool("api", []config.Endpoint{ep("198.18.0.9:80")}, []config.Endpoint{ep("198.18.0.2:80"), ep("198.18.0.5:80")}); err != nil {
+	// Discovery loses a target already listed and one not yet, and finds one.
+	if err := discover(td.d, "api", "198.18.0.3:80", "198.18.0.4:80", "198.18.0.6:80", "198.18.0.7:80", "198.18.0.9:80"); err != nil {
 		t.Fatal(err)
 	}
 	rows, next = page(next)

@@ -254,18 +254,8 @@ func reindex(next *config.Config, engineOf []uint32, ss *streamSet, size int) *c
 			out.Hostnames[engineOf[id]] = name
 		}
 	}
-	ids := func(in []uint32) []uint32 {
-		m := make([]uint32, len(in))
-		for i, id := range in {
-			m[i] = engineOf[id]
-		}
-		slices.Sort(m)
-		return m
-	}
 	for pi, p := range next.Pools {
-		np := *p
-		np.Members, np.Disabled = ids(p.Members), ids(p.Disabled)
-		out.Pools[pi] = &np
+		out.Pools[pi] = p.Renumbered(func(id uint32) uint32 { return engineOf[id] })
 	}
 	return out
 }

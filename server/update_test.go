@@ -1,102 +1,370 @@
 package server
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/config/discovery"
 )
 
-// TestUpdatePool changes a pool's targets the way service discovery does,
-// without a file: added targets are probed and shown, removed ones go,
-// a target also listed by another pool is one target in both, and targets
-// the update does not name keep their state.
-func TestUpdatePool(t *testing.T) {
-	a, b, c := newGate(t), newGate(t), newGate(t)
-	td := startDaemon(t, fmt.Sprintf(`
-checks:
-  web: {protocol: http, path: /, interval: 100ms, timeout: 2s, rise: 1, fall: 2}
-pools:
-  - {name: disc, check: web, targets: [%q]}
-  - {name: static, check: web, targets: [%q]}
-`, a.addr(), b.addr()))
-	keep := td.waitState(t, "static", b.addr(), "healthy")
-	td.waitState(t, "disc", a.addr(), "healthy")
-	time.Sleep(4 * sinceSlack) // a state started afresh by the update would have a later since
-	ep := func(g *gate) config.Endpoint { return config.Endpoint{AddrPort: netip.MustParseAddrPort(g.addr())} }
+// sdGroup is one target group in Prometheus's file and HTTP SD format.
+type sdGroup struct {
+	Targets []string          `json:"targets"`
+	Labels  map[string]string `json:"labels,omitempty"`
+}
 
-	if err := td.d.UpdatePool("disc", []config.Endpoint{ep(c), ep(b)}, []config.Endpoint{ep(a)}); err != nil {
+// writeSD replaces the file at path with groups, atomically, as a tool that
+// writes file_sd files should.
+func writeSD(t testing.TB, path string, groups []sdGroup) {
+	t.Helper()
+	b, err := json.Marshal(groups)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := td.target(t, "disc", a.addr()); ok {
-		t.Error("a removed target is still listed")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
-	td.waitState(t, "disc", c.addr(), "healthy")
-	shared := td.waitState(t, "disc", b.addr(), "healthy")
-	k, _ := td.target(t, "static", b.addr())
-	if shared.ID != keep.ID || k.ID != keep.ID || k.StateSince.Sub(keep.StateSince).Abs() > sinceSlack {
-		t.Errorf("the target both pools list: ids %d and %d since %v, want id %d since %v", shared.ID, k.ID, k.StateSince, keep.ID, keep.StateSince)
-	}
-	for _, tt := range []struct {
-		pool string
-		add  []config.Endpoint
-		want string
-	}{
-		{"nope", nil, `pool "nope": no such pool`},
-		{"disc", []config.Endpoint{{AddrPort: netip.AddrPortFrom(netip.IPv4Unspecified(), 80)}}, `pool "disc": target 0.0.0.0:80: want an IP address without zone`},
-	} {
-		if err := td.d.UpdatePool(tt.pool, tt.add, nil); err == nil || err.Error() != tt.want {
-			t.Errorf("UpdatePool(%s, %v) = %v, want %q", tt.pool, tt.add, err, tt.want)
-		}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// BenchmarkUpdatePool100k measures what a service-discovery update of
-// 100,000 targets costs: added to a pool next to 100,000 running targets,
-// then removed again, with the daemon's engine stopped and stepped by hand
-// so that the measure holds the update (matching, edit, generation, the
-// shards applying it) and not the probes that follow. It reports process
-// CPU time per update.
-func BenchmarkUpdatePool100k(b *testing.B) {
+// waitTargets polls the targets of pool until ok says they are as wanted.
+func (td *testDaemon) waitTargets(t *testing.T, pool, want string, ok func(map[string]TargetJSON) bool) map[string]TargetJSON {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var page struct {
+			Targets []TargetJSON `json:"targets"`
+		}
+		td.getJSON(t, "/api/v1/targets?limit=0&pool="+pool, &page)
+		got := map[string]TargetJSON{}
+		for _, x := range page.Targets {
+			got[x.Target] = x
+		}
+		if ok(got) {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pool %s: targets %v, want %s", pool, keysOf(got), want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func keysOf(m map[string]TargetJSON) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestFileSD checks a pool fed by file_sd_configs: edits of its file are
+// followed without a reload, targets it keeps keep their state and id,
+// relabeling and labels apply, labels show in the API and filter it, and
+// a file that cannot be read keeps the pool's targets.
+func TestFileSD(t *testing.T) {
+	a, b, c := newGate(t), newGate(t), newGate(t)
+	dir := t.TempDir()
+	sd := filepath.Join(dir, "web.json")
+	writeSD(t, sd, []sdGroup{{Targets: []string{a.addr(), b.addr()}, Labels: map[string]string{"zone": "a", "__meta_rack": "r1"}}})
+	td := startDaemonWith(t, fmt.Sprintf(`
+checks:
+  web: {protocol: http, path: /, interval: 100ms, timeout: 2s, rise: 1, fall: 2}
+pools:
+  - name: web
+    check: web
+    labels: {team: edge}
+    metric_labels: [zone]
+    file_sd_configs: [{files: [%q]}]
+    relabel_configs:
+      - {source_labels: [__meta_rack], target_label: rack}
+`, sd), func(o *Options) { o.DiscoveryDebounce = 10 * time.Millisecond })
+	got := td.waitTargets(t, "web", "a and b healthy", func(m map[string]TargetJSON) bool {
+		return len(m) == 2 && m[a.addr()].State == "healthy" && m[b.addr()].State == "healthy"
+	})
+	wantLabels := map[string]string{"team": "edge", "zone": "a", "rack": "r1"}
+	if l := got[a.addr()].Labels; fmt.Sprint(l) != fmt.Sprint(wantLabels) {
+		t.Errorf("labels of %s = %v, want %v", a.addr(), l, wantLabels)
+	}
+	keep := got[b.addr()]
+	time.Sleep(4 * sinceSlack) // a state started afresh by the update would have a later since
+
+	// The file changes: a goes, c comes, b moves to another zone.
+	writeSD(t, sd, []sdGroup{{Targets: []string{b.addr(), c.addr()}, Labels: map[string]string{"zone": "b"}}})
+	got = td.waitTargets(t, "web", "b and c, c healthy", func(m map[string]TargetJSON) bool {
+		_, hasA := m[a.addr()]
+		return len(m) == 2 && !hasA && m[c.addr()].State == "healthy" && m[b.addr()].Labels["zone"] == "b"
+	})
+	if k := got[b.addr()]; k.ID != keep.ID || k.State != "healthy" || k.StateSince.Sub(keep.StateSince).Abs() > sinceSlack {
+		t.Errorf("kept target %s: id %d %s since %v, want id %d healthy since %v", b.addr(), k.ID, k.State, k.StateSince, keep.ID, keep.StateSince)
+	}
+	var page struct {
+		Targets []TargetJSON `json:"targets"`
+		Total   int          `json:"total"`
+	}
+	td.getJSON(t, "/api/v1/targets?pool=web&label=zone%3Db&label=team!%3Dcore", &page)
+	if len(page.Targets) != 2 || page.Total != -1 {
+		t.Errorf("label filter zone=b, team!=core: %d targets (total %d), want 2 (total -1)", len(page.Targets), page.Total)
+	}
+	td.getJSON(t, "/api/v1/targets?pool=web&label=zone%3Da", &page)
+	if len(page.Targets) != 0 {
+		t.Errorf("label filter zone=a: %d targets, want none", len(page.Targets))
+	}
+	if code, body := td.get(t, "/api/v1/targets?label=zone", nil); code != http.StatusBadRequest || !strings.Contains(body, "NAME=VALUE") {
+		t.Errorf("label=zone: %d %q, want 400 naming the form", code, body)
+	}
+	_, metrics := td.scrape(t, "/metrics", nil)
+	if want := fmt.Sprintf(`sonde_target_healthy{pool="web",target=%q,zone="b"} 1`, c.addr()); !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+
+	// A file that cannot be parsed keeps the targets, and the source says
+	// it fails.
+	if err := os.WriteFile(sd, []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := discoveryOf(t, td, "web")
+		if len(st.Sources) == 1 && st.Sources[0].State == "failing" {
+			if st.Sources[0].LastError == "" {
+				t.Errorf("failing source without an error: %+v", st.Sources[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("discovery of web: %+v, want its source failing", st)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	td.waitTargets(t, "web", "b and c still", func(m map[string]TargetJSON) bool { return len(m) == 2 })
+}
+
+// discoveryOf returns the discovery status of pool.
+func discoveryOf(t *testing.T, td *testDaemon, pool string) discovery.PoolStatus {
+	t.Helper()
+	var st struct {
+		Pools []discovery.PoolStatus `json:"pools"`
+	}
+	td.getJSON(t, "/api/v1/discovery", &st)
+	for _, p := range st.Pools {
+		if p.Pool == pool {
+			return p
+		}
+	}
+	t.Fatalf("no discovery status for pool %s: %+v", pool, st)
+	return discovery.PoolStatus{}
+}
+
+// TestHTTPSD checks a pool fed by http_sd_configs: it follows the server,
+// and a server that fails keeps the pool's targets and is reported.
+func TestHTTPSD(t *testing.T) {
+	a, b := newGate(t), newGate(t)
+	var mu sync.Mutex
+	groups := []sdGroup{{Targets: []string{a.addr()}}}
+	var fail atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if fail.Load() {
+			http.Error(w, "boom", http.StatusInternalServerError)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(groups)
+	}))
+	t.Cleanup(srv.Close)
+	td := startDaemonWith(t, fmt.Sprintf(`
+checks:
+  web: {protocol: http, path: /, interval: 100ms, timeout: 2s, rise: 1, fall: 2}
+pools:
+  - {name: web, check: web, http_sd_configs: [{url: %q, refresh_interval: 1s}]}
+`, srv.URL), func(o *Options) { o.DiscoveryDebounce = 10 * time.Millisecond })
+	td.waitTargets(t, "web", "a healthy", func(m map[string]TargetJSON) bool { return len(m) == 1 && m[a.addr()].State == "healthy" })
+	mu.Lock()
+	groups = []sdGroup{{Targets: []string{a.addr(), b.addr()}}}
+	mu.Unlock()
+	td.waitTargets(t, "web", "a and b healthy", func(m map[string]TargetJSON) bool { return len(m) == 2 && m[b.addr()].State == "healthy" })
+
+	fail.Store(true)
+	deadline := time.Now().Add(20 * time.Second)
+	for discoveryOf(t, td, "web").Sources[0].State != "failing" {
+		if time.Now().After(deadline) {
+			t.Fatalf("discovery of web: %+v, want failing", discoveryOf(t, td, "web"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := discoveryOf(t, td, "web").Sources[0]; !strings.Contains(st.LastError, "500") {
+		t.Errorf("failing source's error %q does not say the server answered 500", st.LastError)
+	}
+	td.waitTargets(t, "web", "a and b kept", func(m map[string]TargetJSON) bool { return len(m) == 2 })
+	_, metrics := td.scrape(t, "/metrics", nil)
+	if !strings.Contains(metrics, `sonde_discovery_source_healthy{mechanism="http",pool="web",source="http_sd_configs[0]"} 0`) {
+		t.Errorf("/metrics does not show the failing source")
+	}
+	fail.Store(false)
+	for discoveryOf(t, td, "web").Sources[0].State != "ok" {
+		if time.Now().After(deadline.Add(10 * time.Second)) {
+			t.Fatalf("discovery of web: %+v, want ok again", discoveryOf(t, td, "web"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// flakyResolver answers names from a table that a test changes.
+type flakyResolver struct {
+	mu    sync.Mutex
+	addrs map[string][]netip.Addr
+}
+
+func (r *flakyResolver) set(name string, addrs ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var as []netip.Addr
+	for _, a := range addrs {
+		as = append(as, netip.MustParseAddr(a))
+	}
+	r.addrs[name] = as
+}
+
+func (r *flakyResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	as, ok := r.addrs[host]
+	if !ok {
+		return nil, fmt.Errorf("lookup %s: no such host", host)
+	}
+	return as, nil
+}
+
+// TestUnresolvableName checks that a host name that does not resolve
+// leaves the daemon running and the other targets probed, is listed as
+// unknown with why, and is probed once it resolves.
+func TestUnresolvableName(t *testing.T) {
+	a := newGate(t)
+	_, port, _ := strings.Cut(a.addr(), ":")
+	res := &flakyResolver{addrs: map[string][]netip.Addr{}}
+	res.set("good.test", "127.0.0.1")
+	yaml := fmt.Sprintf(`
+checks:
+  web: {protocol: http, path: /, port: %s, interval: 100ms, timeout: 2s, rise: 1, fall: 2}
+pools:
+  - {name: web, check: web, targets: ["good.test", "late.test"]}
+`, port)
+	td := startDaemonWith(t, yaml, func(o *Options) {
+		o.Resolver = res
+		o.DiscoveryDebounce = 10 * time.Millisecond
+	})
+	got := td.waitTargets(t, "web", "good.test healthy, late.test unresolved", func(m map[string]TargetJSON) bool {
+		return m["127.0.0.1:"+port].State == "healthy" && m["late.test:"+port].Unresolved
+	})
+	u := got["late.test:"+port]
+	if u.State != "unknown" || !strings.Contains(u.LastError, `cannot resolve "late.test"`) || u.ID < unresolvedBase {
+		t.Errorf("unresolved target: %+v, want unknown with the lookup's error", u)
+	}
+	if p := td.pool(t, "web"); p.Unresolved != 1 || p.Targets != 1 {
+		t.Errorf("pool: %d targets, %d unresolved; want 1 and 1", p.Targets, p.Unresolved)
+	}
+	// The name resolves: it is retried and probed.
+	res.set("late.test", "127.0.0.1")
+	var page struct {
+		Targets []TargetJSON `json:"targets"`
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		td.getJSON(t, "/api/v1/targets?pool=web", &page)
+		healthy := 0
+		for _, x := range page.Targets {
+			if x.State == "healthy" && x.Target == "127.0.0.1:"+port && (x.Host == "good.test" || x.Host == "late.test") {
+				healthy++
+			}
+		}
+		if healthy == 2 && len(page.Targets) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("targets %+v, want good.test and late.test healthy", page.Targets)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// BenchmarkDiscoveryUpdate100k measures what a discovery update of 100,000
+// targets costs end to end: a file_sd file rewritten with 100,000 targets
+// next to 100,000 running ones, read by Prometheus's file discovery,
+// relabeled, deduplicated, matched with the running targets and applied to
+// the engine; then emptied again. The pools' health checks are off, so
+// the measure holds the update and not the probes that follow. It reports
+// process CPU time per update.
+func BenchmarkDiscoveryUpdate100k(b *testing.B) {
 	const n = 100_000
-	td := startDaemonWith(b, `
+	dir := b.TempDir()
+	sd := filepath.Join(dir, "disc.json")
+	writeSD(b, sd, nil)
+	targets := make([]string, n)
+	for i := range targets {
+		targets[i] = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 8, byte(i >> 8), byte(i)}), 9).String()
+	}
+	td := startDaemonWith(b, fmt.Sprintf(`
 checks:
   web: {protocol: tcp, port: 9, tcp_mode: connect, interval: 1h, timeout: 1s}
 pools:
-  - {name: base, check: web, targets: ["127.4.0.0/16", "127.5.0.0/17", "127.5.128.0/19"]}
-  - {name: disc, check: web, targets: ["127.9.0.1"]}
-`, func(o *Options) { o.NoMemoryLimit = true })
+  - {name: base, check: web, health_checks: false, targets: ["127.4.0.0/16", "127.5.0.0/17", "127.5.128.0/19"]}
+  - name: disc
+    check: web
+    health_checks: false
+    file_sd_configs: [{files: [%q]}]
+    relabel_configs:
+      - {source_labels: [__address__], regex: "127\\.8\\.(\\d+)\\..*", target_label: rack, replacement: "r$1"}
+`, sd), func(o *Options) {
+		o.NoMemoryLimit = true
+		o.DiscoveryDebounce = time.Millisecond
+	})
 	d := td.d
-	d.cancel() // no probing: the engine and the pools stop
-	<-d.done
-	if got := d.cur.Load().targets; got < n {
-		b.Fatalf("%d base targets, want %d", got, n)
+	members := func() int {
+		g := d.cur.Load()
+		return len(g.cfg.Pools[1].Members)
 	}
-	add := make([]config.Endpoint, n)
-	for i := range add {
-		add[i] = config.Endpoint{AddrPort: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 8, byte(i >> 8), byte(i)}), 9)}
+	wait := func(want int) {
+		deadline := time.Now().Add(60 * time.Second)
+		for members() != want {
+			if time.Now().After(deadline) {
+				b.Fatalf("pool disc has %d members, want %d", members(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
 	}
-	step := func() { d.engine.Step(d.opt.Clock.Nanotime()) }
-	var addCPU, removeCPU time.Duration
+	group := []sdGroup{{Targets: targets, Labels: map[string]string{"zone": "a"}}}
+	var addCPU, removeCPU, addWall time.Duration
 	b.ReportAllocs()
 	for b.Loop() {
-		c0 := processCPU()
-		if err := d.UpdatePool("disc", add, nil); err != nil {
-			b.Fatal(err)
-		}
-		step()
+		c0, w0 := processCPU(), time.Now()
+		writeSD(b, sd, group)
+		wait(n)
 		c1 := processCPU()
-		if err := d.UpdatePool("disc", nil, add); err != nil {
-			b.Fatal(err)
-		}
-		step()
+		addWall += time.Since(w0)
+		writeSD(b, sd, nil)
+		wait(0)
 		addCPU += c1 - c0
 		removeCPU += processCPU() - c1
 	}
 	b.ReportMetric(float64(addCPU.Milliseconds())/float64(b.N), "add-cpu-ms/100k")
+	b.ReportMetric(float64(addWall.Milliseconds())/float64(b.N), "add-wall-ms/100k")
 	b.ReportMetric(float64(removeCPU.Milliseconds())/float64(b.N), "remove-cpu-ms/100k")
 }
 

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/server/remediate"
 )
 
@@ -49,7 +50,7 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError(errors.New("config check: want exactly one FILE"))
 	}
 	file := fs.Arg(0)
-	cfg, err := config.Load(file, config.LoadOptions{Context: ctx, Shard: shard})
+	cfg, err := config.Load(file, config.LoadOptions{Context: ctx, Shard: shard, Resolver: &discovery.DNSResolver{}})
 	if err != nil {
 		if errors.Is(err, config.ErrInvalid) {
 			err = fmt.Errorf("%s: %w", file, err)

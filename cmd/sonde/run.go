@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/config/watch"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/probe/syn"
@@ -110,8 +111,11 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if f.history < 0 {
 		return usageError(fmt.Errorf("run: -web.history-targets %d: want a number of targets ≥ 1, or 0 for the default", f.history))
 	}
+	// One resolver for the loads and for the daemon, which looks host
+	// names up again as their answers expire.
+	res := &discovery.DNSResolver{}
 	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Shard: f.shard, Web: f.web,
-		StateFile: f.stateFile, StateInterval: f.stateGap, HistoryTargets: f.history}
+		StateFile: f.stateFile, StateInterval: f.stateGap, HistoryTargets: f.history, Resolver: res}
 	if opt.Syn, err = synFlags(f); err != nil {
 		return usageError(err)
 	}
@@ -121,13 +125,15 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return fmt.Errorf("start demo: %w", err)
 		}
 		defer d.Close()
-		opt.Load = func() (*config.Config, error) { return config.Parse(d.Config, "", config.LoadOptions{Shard: f.shard}) }
+		opt.Load = func() (*config.Config, error) {
+			return config.Parse(d.Config, "", config.LoadOptions{Shard: f.shard, Resolver: res})
+		}
 		return serveDaemon(ctx, opt, f.listen, hup, nil, func() { d.Banner(stdout, f.listen, opt.Web.RoutePrefix) })
 	}
 	path := f.config
 	w := watchConfig(f.watch, path, log)
 	opt.Load = func() (*config.Config, error) {
-		cfg, err := config.Load(path, config.LoadOptions{Shard: f.shard})
+		cfg, err := config.Load(path, config.LoadOptions{Shard: f.shard, Resolver: res})
 		if err != nil {
 			// A config that cannot be loaded is exit 2, as in "sonde config
 			// check", when it stops the start; a reload only logs it.

@@ -1,0 +1,139 @@
+package discovery
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// dnsServer is a DNS server on loopback answering from a table of records,
+// which a test may change.
+type dnsServer struct {
+	addr string
+	mu   sync.Mutex
+	rrs  map[string][]dns.RR // by "name. TYPE"
+	asks map[string]int
+}
+
+// newDNSServer serves records given in zone-file syntax.
+func newDNSServer(t *testing.T, records ...string) *dnsServer {
+	t.Helper()
+	s := &dnsServer{rrs: map[string][]dns.RR{}, asks: map[string]int{}}
+	s.set(t, records...)
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.addr = pc.LocalAddr().String()
+	srv := &dns.Server{PacketConn: pc, Handler: s}
+	started := make(chan struct{})
+	srv.NotifyStartedFunc = func() { close(started) }
+	go srv.ActivateAndServe()
+	<-started
+	t.Cleanup(func() { srv.Shutdown() })
+	return s
+}
+
+// set replaces the records.
+func (s *dnsServer) set(t *testing.T, records ...string) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rrs = map[string][]dns.RR{}
+	for _, r := range records {
+		rr, err := dns.NewRR(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := strings.ToLower(rr.Header().Name) + " " + dns.TypeToString[rr.Header().Rrtype]
+		s.rrs[k] = append(s.rrs[k], rr)
+	}
+}
+
+// asked returns how often name was asked for.
+func (s *dnsServer) asked(name string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.asks[name]
+}
+
+func (s *dnsServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+	m := new(dns.Msg)
+	m.SetReply(r)
+	q := r.Question[0]
+	name := strings.ToLower(q.Name)
+	s.mu.Lock()
+	s.asks[name]++
+	rrs := s.rrs[name+" "+dns.TypeToString[q.Qtype]]
+	exists := false
+	for k := range s.rrs {
+		exists = exists || strings.HasPrefix(k, name+" ")
+	}
+	s.mu.Unlock()
+	m.Answer = rrs
+	if !exists {
+		m.Rcode = dns.RcodeNameError
+	}
+	w.WriteMsg(m)
+}
+
+// TestDNSResolver resolves names against a DNS server on loopback, with
+// resolv.conf's search domains, and reads the answers' TTL.
+func TestDNSResolver(t *testing.T) {
+	srv := newDNSServer(t,
+		"api.corp.test. 30 IN A 192.0.2.20",
+		"api.corp.test. 30 IN A 192.0.2.10",
+		"api.corp.test. 120 IN AAAA 2001:db8::10",
+		"only6.test. 60 IN AAAA 2001:db8::6",
+	)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "resolv.conf")
+	if err := os.WriteFile(conf, []byte("nameserver 192.0.2.53\nsearch corp.test\noptions ndots:1 timeout:1 attempts:1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hosts := filepath.Join(dir, "hosts")
+	if err := os.WriteFile(hosts, []byte("127.0.0.9 local.test alias.test # comment\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &DNSResolver{ResolvConf: conf, Hosts: hosts, Servers: []string{srv.addr}}
+	ctx := context.Background()
+
+	res := Lookup(ctx, r, "api", Dual, 5*time.Second)
+	if res.Err != nil || !slices.Equal(res.Addrs, addrs("192.0.2.10", "2001:db8::10")) || res.TTL != 30*time.Second {
+		t.Errorf("api (search corp.test): %+v, want the lowest of each family with TTL 30s", res)
+	}
+	if res := Lookup(ctx, r, "api.corp.test.", IP6, 5*time.Second); res.Err != nil || !slices.Equal(res.Addrs, addrs("2001:db8::10")) || res.TTL != 120*time.Second {
+		t.Errorf("api.corp.test. over IPv6: %+v", res)
+	}
+	if res := Lookup(ctx, r, "only6.test", IP4, 5*time.Second); res.Err == nil || !strings.Contains(res.Err.Error(), "no IPv4 address") {
+		t.Errorf("only6.test over IPv4: %+v, want no IPv4 address", res)
+	}
+	if res := Lookup(ctx, r, "nowhere.test", Dual, 5*time.Second); res.Err == nil || res.Err.Error() != `cannot resolve "nowhere.test": no such host` {
+		t.Errorf("nowhere.test: %+v, want no such host", res)
+	}
+	if res := Lookup(ctx, r, "alias.test", Dual, 5*time.Second); res.Err != nil || !slices.Equal(res.Addrs, addrs("127.0.0.9")) || res.TTL != HostsTTL {
+		t.Errorf("alias.test from the hosts file: %+v", res)
+	}
+	if n := srv.asked("alias.test."); n != 0 {
+		t.Errorf("a name in the hosts file was asked of DNS %d times", n)
+	}
+
+	// A server that does not answer: a timeout, not "no such host".
+	dead, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dead.Close()
+	r = &DNSResolver{ResolvConf: conf, Hosts: "-", Servers: []string{dead.LocalAddr().String()}}
+	if res := Lookup(ctx, r, "api.corp.test", Dual, 3*time.Second); res.Err == nil || !strings.Contains(res.Err.Error(), "timed out") {
+		t.Errorf("silent server: %+v, want a timeout", res)
+	}
+}

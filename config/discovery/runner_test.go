@@ -1,0 +1,184 @@
+package discovery
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+	promsd "github.com/prometheus/prometheus/discovery"
+	"github.com/prometheus/prometheus/discovery/file"
+	"github.com/prometheus/prometheus/discovery/targetgroup"
+	"github.com/prometheus/prometheus/model/labels"
+)
+
+// newTestRunner returns a runner whose changes are signalled on the
+// returned channel.
+func newTestRunner(t *testing.T, r Resolver) (*Runner, chan struct{}) {
+	t.Helper()
+	changed := make(chan struct{}, 16)
+	run := NewRunner(Options{Logger: testLogger, Resolver: r, Debounce: time.Millisecond, Changed: func() { changed <- struct{}{} }})
+	t.Cleanup(func() {
+		if err := run.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return run, changed
+}
+
+// waitFound waits for changes until pool's targets satisfy ok.
+func waitFound(t *testing.T, run *Runner, changed chan struct{}, pool string, ok func(Found) bool) Found {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		found, _ := run.Found()
+		if ok(found[pool]) {
+			return found[pool]
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("pool %s: %+v", pool, found[pool])
+		}
+	}
+}
+
+func endpointsOf(f Found) []string {
+	var out []string
+	for _, t := range f.Targets {
+		s := t.Addr.String() + ":" + strconv.Itoa(int(t.Port))
+		if t.Host != "" {
+			s = t.Host + "=" + s
+		}
+		out = append(out, s+" "+t.Labels.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func staticSource(i int, targets []string, ls map[string]string) Source {
+	g := &targetgroup.Group{Source: "0", Labels: model.LabelSet{}}
+	for k, v := range ls {
+		g.Labels[model.LabelName(k)] = model.LabelValue(v)
+	}
+	for _, t := range targets {
+		g.Targets = append(g.Targets, model.LabelSet{model.AddressLabel: model.LabelValue(t)})
+	}
+	return Source{Key: "static_configs", Index: i, Config: promsd.StaticConfig{g}}
+}
+
+// TestRunnerStaticAndNames checks a pool's targets from a static group and
+// from host names, with the pool's labels, and that names which do not
+// resolve are listed as unresolved.
+func TestRunnerStaticAndNames(t *testing.T) {
+	srv := newDNSServer(t, "api.test. 300 IN A 192.0.2.10")
+	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{srv.addr}})
+	found, _ := run.Update([]Pool{{
+		Name:    "p",
+		Labels:  labels.FromStrings("team", "edge"),
+		Family:  IP4,
+		Sources: []Source{staticSource(0, []string{"192.0.2.1:80", "api.test:81", "192.0.2.2:80"}, map[string]string{"zone": "a"})},
+		Names:   []Name{{Host: "api.test", Port: 80}, {Host: "missing.test", Port: 80}},
+	}})
+	if len(found["p"].Targets) != 0 || len(found["p"].Unresolved) != 2 {
+		t.Errorf("at once: %+v, want the names not looked up yet and no groups", found["p"])
+	}
+	f := waitFound(t, run, changed, "p", func(f Found) bool {
+		return len(f.Targets) == 4 && len(f.Unresolved) == 1 && f.Unresolved[0].Err != "not looked up yet"
+	})
+	want := []string{
+		`192.0.2.1:80 {team="edge", zone="a"}`,
+		`192.0.2.2:80 {team="edge", zone="a"}`,
+		`api.test=192.0.2.10:80 {team="edge"}`,
+		`api.test=192.0.2.10:81 {team="edge", zone="a"}`,
+	}
+	if got := endpointsOf(f); !slices.Equal(got, want) {
+		t.Errorf("targets\n got %v\nwant %v", got, want)
+	}
+	if u := f.Unresolved[0]; u.Host != "missing.test" || u.Err != `cannot resolve "missing.test": no such host` {
+		t.Errorf("unresolved %+v", u)
+	}
+	st := run.Status()
+	if len(st) != 1 || st[0].Sources[0].State != "ok" || st[0].Sources[0].Targets != 3 || st[0].Names != 2 {
+		t.Errorf("status %+v", st)
+	}
+}
+
+// TestRunnerKeepsSources checks that an update keeps a source whose
+// configuration is unchanged, with what it found, and stops one that went.
+func TestRunnerKeepsSources(t *testing.T) {
+	dir := t.TempDir()
+	sd := filepath.Join(dir, "a.json")
+	if err := os.WriteFile(sd, []byte(`[{"targets": ["192.0.2.1:80"]}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
+	fileSrc := func(i int) Source {
+		return Source{Key: "file_sd_configs", Index: i, Config: &file.SDConfig{Files: []string{sd}, RefreshInterval: model.Duration(time.Minute)}}
+	}
+	run.Update([]Pool{{Name: "p", Sources: []Source{fileSrc(0)}}})
+	waitFound(t, run, changed, "p", func(f Found) bool { return len(f.Targets) == 1 })
+	run.mu.Lock()
+	before := run.pools["p"].sources[0]
+	run.mu.Unlock()
+
+	// The same file source, now second, with relabeling added: it is kept,
+	// and its targets are there at once, relabeled.
+	found, _ := run.Update([]Pool{{Name: "p", Sources: []Source{staticSource(0, []string{"192.0.2.9:80"}, nil), fileSrc(0)},
+		Labels: labels.FromStrings("pool", "p2")}})
+	run.mu.Lock()
+	after := run.pools["p"].sources[1]
+	run.mu.Unlock()
+	if after != before {
+		t.Error("an unchanged source was restarted")
+	}
+	if got := endpointsOf(found["p"]); !slices.Contains(got, `192.0.2.1:80 {pool="p2"}`) {
+		t.Errorf("targets after the update %v, want the kept source's, relabeled", got)
+	}
+	// The pool goes: its sources stop.
+	run.Update(nil)
+	select {
+	case <-before.done:
+	case <-time.After(10 * time.Second):
+		t.Error("the source of a removed pool still runs")
+	}
+	if f, _ := run.Found(); len(f) != 0 {
+		t.Errorf("found %v for no pools", f)
+	}
+}
+
+// TestRunnerLimit checks that a pool whose sources give more targets than
+// the limit keeps the targets it had.
+func TestRunnerLimit(t *testing.T) {
+	run := NewRunner(Options{MaxTargets: 2, Debounce: time.Millisecond})
+	defer run.Close()
+	run.Update([]Pool{{Name: "p", Sources: []Source{staticSource(0, []string{"192.0.2.1:80"}, nil)}}})
+	deadline := time.Now().Add(10 * time.Second)
+	for f, _ := run.Found(); len(f["p"].Targets) != 1; f, _ = run.Found() {
+		if time.Now().After(deadline) {
+			t.Fatal("the static group never arrived")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	run.Update([]Pool{{Name: "p", Sources: []Source{staticSource(0, []string{"192.0.2.1:80"}, nil), staticSource(1, []string{"192.0.2.2:80", "192.0.2.3:80"}, nil)}}})
+	for {
+		st := run.Status()
+		if st[0].Refused != "" {
+			if f, _ := run.Found(); len(f["p"].Targets) != 1 {
+				t.Errorf("over the limit: %d targets, want the 1 it had", len(f["p"].Targets))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status %+v, want the pool's update refused", st)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// testLogger receives the runner's log in tests.
+var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -1,0 +1,111 @@
+package discovery
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/relabel"
+	"go.yaml.in/yaml/v2"
+)
+
+func TestParseAddress(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string // addr|host:port, or "error: ..." part of the error
+	}{
+		{"10.0.0.7", "10.0.0.7:0"},
+		{"10.0.0.7:8080", "10.0.0.7:8080"},
+		{"[2001:db8::1]:8080", "2001:db8::1:8080"},
+		{"2001:db8::1", "2001:db8::1:0"},
+		{"::ffff:10.0.0.7", "10.0.0.7:0"},
+		{"API-1.Internal.", "api-1.internal:0"},
+		{"api-1.internal:80", "api-1.internal:80"},
+		{"", "error: no __address__"},
+		{"http://10.0.0.7/", "error: is not host or host:port"},
+		{"10.0.0.7:0", "error: bad port"},
+		{"10.0.0.7:99999", "error: bad port"},
+		{"fe80::1%eth0", "error: zone"},
+		{"[fe80::1%eth0]:80", "error: zone"},
+		{"-bad-.example", "error: is not an IP address or host name"},
+		{"a:b:c", "error: is not host or host:port"},
+	}
+	for _, tt := range tests {
+		ep, err := parseAddress(tt.in)
+		var got string
+		switch {
+		case err != nil:
+			got = "error: " + err.Error()
+			if !strings.Contains(got, strings.TrimPrefix(tt.want, "error: ")) || !strings.HasPrefix(tt.want, "error: ") {
+				t.Errorf("parseAddress(%q): %s, want %s", tt.in, got, tt.want)
+			}
+			continue
+		case ep.host != "":
+			got = ep.host
+		default:
+			got = ep.addr.String()
+		}
+		got += ":" + strconv.Itoa(int(ep.port))
+		if got != tt.want {
+			t.Errorf("parseAddress(%q) = %s, want %s", tt.in, got, tt.want)
+		}
+	}
+}
+
+func rules(t *testing.T, text string) []*relabel.Config {
+	t.Helper()
+	var rs []*relabel.Config
+	if err := yaml.UnmarshalStrict([]byte(text), &rs); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if err := r.Validate(model.UTF8Validation); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rs
+}
+
+// TestRelabel checks how a discovered target becomes a target: the pool's
+// labels under the group's under the target's, the rules, "__" labels
+// removed, and drops with their reasons.
+func TestRelabel(t *testing.T) {
+	rl := newRelabeler(labels.FromStrings("team", "edge", "zone", "pool"), rules(t, `
+- {source_labels: [__meta_kubernetes_pod_label_app], regex: web, action: keep}
+- {source_labels: [__meta_kubernetes_pod_ip], target_label: __address__, replacement: "$1:8080"}
+- {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
+`))
+	group := model.LabelSet{"zone": "group", "__meta_kubernetes_namespace": "prod"}
+	ep, ls, ok, reason := rl.process(group, model.LabelSet{
+		"__address__": "ignored:1", "__meta_kubernetes_pod_ip": "10.1.2.3", "__meta_kubernetes_pod_label_app": "web", "zone": "target",
+	})
+	if !ok || reason != "" {
+		t.Fatalf("kept target dropped: %q", reason)
+	}
+	if ep.addr.String() != "10.1.2.3" || ep.port != 8080 {
+		t.Errorf("endpoint %v:%d, want 10.1.2.3:8080", ep.addr, ep.port)
+	}
+	if want := `{namespace="prod", team="edge", zone="target"}`; ls.String() != want {
+		t.Errorf("labels %s, want %s", ls, want)
+	}
+	if _, _, ok, reason := rl.process(group, model.LabelSet{"__meta_kubernetes_pod_label_app": "db", "__meta_kubernetes_pod_ip": "10.1.2.4"}); ok || reason != "" {
+		t.Errorf("a target the rules drop: kept %v, reason %q", ok, reason)
+	}
+	long := model.LabelSet{"__meta_kubernetes_pod_label_app": "web", "__meta_kubernetes_pod_ip": "10.1.2.5", "x": model.LabelValue(strings.Repeat("v", MaxLabelValueBytes+1))}
+	if _, _, ok, reason := rl.process(group, long); ok || !strings.Contains(reason, "label x over") {
+		t.Errorf("a label too long: kept %v, reason %q", ok, reason)
+	}
+	bad := model.LabelSet{"__meta_kubernetes_pod_label_app": "web", "__meta_kubernetes_pod_ip": "not an ip"}
+	if _, _, ok, reason := rl.process(group, bad); ok || !strings.Contains(reason, "__address__") {
+		t.Errorf("a bad address: kept %v, reason %q", ok, reason)
+	}
+	many := model.LabelSet{"__meta_kubernetes_pod_label_app": "web", "__meta_kubernetes_pod_ip": "10.1.2.6"}
+	for i := range MaxLabels + 1 {
+		many[model.LabelName("l"+strconv.Itoa(i+1))] = "v"
+	}
+	if _, _, ok, reason := rl.process(group, many); ok || !strings.Contains(reason, "more than") {
+		t.Errorf("too many labels: kept %v, reason %q", ok, reason)
+	}
+}

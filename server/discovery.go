@@ -1,0 +1,139 @@
+package server
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/config/discovery"
+)
+
+// Targets that come and go while the daemon runs — those of the pools'
+// discovery sources and the addresses of the host names their files list —
+// are followed by a discovery.Runner. A loaded configuration is kept as its
+// files give it (d.static), and every configuration the engine runs is that
+// one with what the runner found ([config.Config.WithFound]): a reload
+// gives the runner the new pools (unchanged sources keep running and keep
+// what they found) and applies the result once; a change the runner finds
+// between reloads is applied the same way, as an edit of the running
+// engine that keeps the state of every target it does not remove.
+
+// withFound makes cfg, just loaded, the daemon's static configuration and
+// returns it with what discovery finds now. Called with updateMu held.
+func (d *Daemon) withFound(cfg *config.Config) (*config.Config, error) {
+	static := cfg.Static()
+	r := d.disc.Load()
+	if r == nil && !static.Discovers() {
+		d.static, d.found = static, 0
+		return cfg, nil
+	}
+	if r == nil {
+		r = discovery.NewRunner(discovery.Options{
+			Logger:     d.log.With("component", "discovery"),
+			Resolver:   d.opt.Resolver,
+			Changed:    d.discoveryChanged,
+			Debounce:   d.opt.DiscoveryDebounce,
+			MaxTargets: config.DefaultMaxTargets,
+		})
+		d.disc.Store(r)
+	}
+	found, version := r.Update(static.DiscoveryPools())
+	eff, err := static.WithFound(found)
+	if err != nil {
+		return nil, err
+	}
+	d.static, d.found = static, version
+	return eff, nil
+}
+
+// discoveryChanged applies what the runner found since the engine's
+// configuration was made, if anything.
+func (d *Daemon) discoveryChanged() {
+	d.updateMu.Lock()
+	defer d.updateMu.Unlock()
+	r := d.disc.Load()
+	if d.engine == nil || d.stopped || r == nil {
+		return
+	}
+	found, version := r.Found()
+	if version == d.found {
+		return
+	}
+	start := time.Now()
+	eff, err := d.static.WithFound(found)
+	if err == nil {
+		var g *generation
+		var added, removed int
+		if g, added, removed, err = d.apply(eff); err == nil {
+			d.found = version
+			d.log.Info("discovered targets applied", "added", added, "removed", removed, "targets", g.targets,
+				"unresolved", unresolvedCount(g.cfg), "took", time.Since(start).Round(time.Millisecond))
+			return
+		}
+	}
+	d.found = version // retried when something changes again
+	d.log.Error("discovered targets not applied; the running ones stay", "err", err)
+}
+
+// unresolvedCount counts the targets of cfg's pools that have no address.
+func unresolvedCount(cfg *config.Config) int {
+	n := 0
+	for _, p := range cfg.Pools {
+		n += len(p.Unresolved)
+	}
+	return n
+}
+
+var (
+	descDiscHealthy = desc("sonde_discovery_source_healthy", "1 while a discovery source works, 0 while it fails (it keeps the targets it found last) or has not answered yet.", "pool", "source", "mechanism")
+	descDiscTargets = desc("sonde_discovery_targets", "Targets a discovery source gives its pool, after relabeling.", "pool", "source")
+	descDiscDropped = desc("sonde_discovery_dropped_targets", "Targets of a discovery source dropped by relabeling or for a bad address or labels.", "pool", "source")
+	descDiscUpdates = desc("sonde_discovery_updates_total", "Updates a discovery source sent since it started.", "pool", "source")
+	descDiscFails   = desc("sonde_discovery_failures_total", "Failures of a discovery source (refresh, read or watch errors) since it started.", "pool", "source")
+	descDiscLast    = desc("sonde_discovery_last_update_timestamp_seconds", "Time of a discovery source's last update.", "pool", "source")
+)
+
+// discoveryCollector exports the discovery sources' status at scrape time.
+type discoveryCollector struct{ d *Daemon }
+
+// Describe sends the discovery descriptors.
+func (c *discoveryCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descDiscHealthy, descDiscTargets, descDiscDropped, descDiscUpdates, descDiscFails, descDiscLast} {
+		ch <- d
+	}
+}
+
+// Collect reads the runner's status.
+func (c *discoveryCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, ps := range c.d.discoveryStatus() {
+		for _, s := range ps.Sources {
+			healthy := 0.0
+			if s.State == "ok" {
+				healthy = 1
+			}
+			dropped := 0
+			for _, n := range s.Dropped {
+				dropped += n
+			}
+			ch <- prometheus.MustNewConstMetric(descDiscHealthy, prometheus.GaugeValue, healthy, ps.Pool, s.Source, s.Mechanism)
+			ch <- prometheus.MustNewConstMetric(descDiscTargets, prometheus.GaugeValue, float64(s.Targets), ps.Pool, s.Source)
+			ch <- prometheus.MustNewConstMetric(descDiscDropped, prometheus.GaugeValue, float64(dropped), ps.Pool, s.Source)
+			ch <- prometheus.MustNewConstMetric(descDiscUpdates, prometheus.CounterValue, float64(s.Updates), ps.Pool, s.Source)
+			ch <- prometheus.MustNewConstMetric(descDiscFails, prometheus.CounterValue, float64(s.Failures), ps.Pool, s.Source)
+			if s.LastUpdate != nil {
+				ch <- prometheus.MustNewConstMetric(descDiscLast, prometheus.GaugeValue, float64(s.LastUpdate.UnixMilli())/1e3, ps.Pool, s.Source)
+			}
+		}
+	}
+}
+
+// discoveryStatus returns how the pools' discovery is doing; none when no
+// pool discovers.
+func (d *Daemon) discoveryStatus() []discovery.PoolStatus {
+	r := d.disc.Load()
+	if r == nil {
+		return nil
+	}
+	return r.Status()
+}
