@@ -20,10 +20,11 @@ const configUsage = `Usage: sonde config check [-json] [-endpoints] [-shard i/N]
 
 Validates FILE and prints every check's effective settings (after its preset)
 with its cadence and detection windows, every pool with its targets and
-policy, every remediation with its budget and the instances it covers, and
-the probe streams and probe rates left after deduplication; with -shard, the
-targets, streams and probe rates of that shard. Exits 2 when FILE is not
-valid.
+policy, its discovery sources and the host names that do not resolve, every
+remediation with its budget and the instances it covers, and the probe
+streams and probe rates left after deduplication; with -shard, the targets,
+streams and probe rates of that shard. Discovery sources are not run: their
+targets are not counted. Exits 2 when FILE is not valid.
 `
 
 // runConfig runs "sonde config check".
@@ -101,6 +102,14 @@ type poolReport struct {
 	MaxUnhealthyPercent  int     `json:"max_unhealthy_percent"`
 	FailOpen             bool    `json:"fail_open"`
 	LatencyMarginSeconds float64 `json:"latency_margin_seconds"`
+	// Discovery: the pool's sources ("file_sd_configs[0]"), relabel rules,
+	// labels, exported labels, host names and those that did not resolve.
+	Sources      []string               `json:"discovery_sources,omitempty"`
+	RelabelRules int                    `json:"relabel_rules,omitempty"`
+	Labels       map[string]string      `json:"labels,omitempty"`
+	MetricLabels []string               `json:"metric_labels,omitempty"`
+	HostNames    int                    `json:"host_names,omitempty"`
+	Unresolved   []discovery.Unresolved `json:"unresolved,omitempty"`
 }
 
 // remediationReport is one remediation: its settings, and the instances it
@@ -144,11 +153,20 @@ func newConfigReport(cfg *config.Config, endpoints bool) *configReport {
 		rep.Checks = append(rep.Checks, c.Settings())
 	}
 	for _, p := range cfg.Pools {
-		rep.Pools = append(rep.Pools, poolReport{
+		pr := poolReport{
 			Name: p.Name, Check: p.Check, Targets: len(p.Members), Disabled: len(p.Disabled), HealthChecks: p.HealthChecks,
 			MaxUnhealthyPercent: p.MaxUnhealthyPercent, FailOpen: p.FailOpen,
 			LatencyMarginSeconds: p.LatencyMargin.Seconds(),
-		})
+			RelabelRules:         len(p.Discovery.Relabel), MetricLabels: p.MetricLabels,
+			HostNames: len(p.Discovery.Names), Unresolved: p.Unresolved,
+		}
+		for _, src := range p.Discovery.Sources {
+			pr.Sources = append(pr.Sources, src.Name())
+		}
+		if !p.Labels.IsEmpty() {
+			pr.Labels = p.Labels.Map()
+		}
+		rep.Pools = append(rep.Pools, pr)
 	}
 	for _, r := range cfg.Remediations {
 		rep.Remediations = append(rep.Remediations, remediationReport{remediate.SettingsOf(r), remediate.CoverageOf(cfg, r)})
@@ -186,11 +204,16 @@ func (r *configReport) writeText(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\n", c.Name, c.ProbeText(true))
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintln(tw, "POOL\tCHECK\tTARGETS\tDISABLED\tHEALTH CHECKS\tMAX UNHEALTHY\tFAIL OPEN\tLATENCY MARGIN")
+	fmt.Fprintln(tw, "POOL\tCHECK\tTARGETS\tDISABLED\tHEALTH CHECKS\tMAX UNHEALTHY\tFAIL OPEN\tLATENCY MARGIN\tDISCOVERY")
 	for _, p := range r.Pools {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d%%\t%t\t%s\n", p.Name, p.Check, p.Targets, p.Disabled,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d%%\t%t\t%s\t%s\n", p.Name, p.Check, p.Targets, p.Disabled,
 			onOff(p.HealthChecks),
-			p.MaxUnhealthyPercent, p.FailOpen, secs(p.LatencyMarginSeconds))
+			p.MaxUnhealthyPercent, p.FailOpen, secs(p.LatencyMarginSeconds), orDash(strings.Join(p.Sources, ",")))
+	}
+	for _, p := range r.Pools {
+		for _, u := range p.Unresolved {
+			fmt.Fprintf(tw, "\npool %s: %s:%d not probed until it resolves: %s", p.Name, u.Host, u.Port, u.Err)
+		}
 	}
 	if len(r.Remediations) > 0 {
 		fmt.Fprintln(tw)

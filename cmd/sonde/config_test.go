@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
 // presetsConfig has one check per preset with default settings.
@@ -331,5 +334,60 @@ func TestConfigCheckWebhooks(t *testing.T) {
 	}
 	if len(rep.Webhooks) != 2 || !rep.Webhooks[0].Signed || rep.Webhooks[0].TimeoutSeconds != 5 || rep.Webhooks[1].Name != "hooks.internal" {
 		t.Fatalf("JSON webhooks %+v", rep.Webhooks)
+	}
+}
+
+// TestConfigCheckDiscovery checks that config check shows a pool's
+// discovery sources, labels and the host names that do not resolve. It
+// runs in a network namespace with only loopback, so the lookup of the
+// name fails without a packet leaving the machine.
+func TestConfigCheckDiscovery(t *testing.T) {
+	testenv.RequirePrivileged(t, "a network namespace, so that no DNS query leaves")
+	ns := testenv.LoopbackNamespace(t)
+	file := writeConfig(t, `checks: {web: {protocol: http}}
+pools:
+  - name: p
+    check: web
+    targets: [127.0.0.1, nowhere.invalid]
+    labels: {team: edge}
+    metric_labels: [zone]
+    file_sd_configs: [{files: [sd/*.json]}]
+    relabel_configs: [{source_labels: [__meta_zone], target_label: zone}]
+`)
+	out, err := exec.Command("ip", "netns", "exec", ns, testenv.Sonde(t), "config", "check", "-json", file).CombinedOutput()
+	if err != nil {
+		t.Fatalf("config check: %v\n%s", err, out)
+	}
+	var rep struct {
+		Pools []struct {
+			Targets      int               `json:"targets"`
+			Sources      []string          `json:"discovery_sources"`
+			RelabelRules int               `json:"relabel_rules"`
+			Labels       map[string]string `json:"labels"`
+			MetricLabels []string          `json:"metric_labels"`
+			HostNames    int               `json:"host_names"`
+			Unresolved   []struct {
+				Host  string `json:"host"`
+				Port  int    `json:"port"`
+				Error string `json:"error"`
+			} `json:"unresolved"`
+		} `json:"pools"`
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	p := rep.Pools[0]
+	if p.Targets != 1 || len(p.Sources) != 1 || p.Sources[0] != "file_sd_configs[0]" || p.RelabelRules != 1 ||
+		p.Labels["team"] != "edge" || len(p.MetricLabels) != 1 || p.HostNames != 1 {
+		t.Errorf("pool report %+v", p)
+	}
+	if len(p.Unresolved) != 1 || p.Unresolved[0].Host != "nowhere.invalid" || p.Unresolved[0].Port != 80 ||
+		!strings.HasPrefix(p.Unresolved[0].Error, `cannot resolve "nowhere.invalid"`) {
+		t.Errorf("unresolved %+v, want nowhere.invalid:80 with the lookup's error", p.Unresolved)
+	}
+	text, err := exec.Command("ip", "netns", "exec", ns, testenv.Sonde(t), "config", "check", file).CombinedOutput()
+	if err != nil || !strings.Contains(string(text), "pool p: nowhere.invalid:80 not probed until it resolves: cannot resolve") ||
+		!strings.Contains(string(text), "file_sd_configs[0]") {
+		t.Errorf("config check text (%v):\n%s", err, text)
 	}
 }
