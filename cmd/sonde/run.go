@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -285,20 +284,30 @@ func raiseFileLimit() (uint64, error) {
 
 // synFlags turns the SYN prober flags into its settings.
 func synFlags(f runFlags) (syn.Config, error) {
-	var c syn.Config
-	if f.source != "" {
-		a, err := netip.ParseAddr(f.source)
-		if err != nil {
-			return c, fmt.Errorf("run: -source %q: want an IP address", f.source)
-		}
-		if a.Unmap().Is4() {
-			c.Source4 = a.Unmap()
-		} else {
-			c.Source6 = a
-		}
+	c := syn.Config{Interface: f.iface}
+	if err := setSynSource(&c, f.source); err != nil {
+		return c, fmt.Errorf("run: %w", err)
 	}
-	c.Interface = f.iface
 	return c, nil
+}
+
+// setSynSource sets the source address of the SYN prober c from the value
+// of a -source flag ("" for the route's choice), parsed as a check's
+// source_address is.
+func setSynSource(c *syn.Config, source string) error {
+	if source == "" {
+		return nil
+	}
+	a, err := config.ParseSourceAddress(source)
+	if err != nil {
+		return fmt.Errorf("-source: %w", err)
+	}
+	if a.Is4() {
+		c.Source4 = a
+	} else {
+		c.Source6 = a
+	}
+	return nil
 }
 
 // newLogger returns a slog logger writing to w.

@@ -151,16 +151,8 @@ func (sf scanFlags) sweepOptions(tab *probe.Table) (syn.SweepOptions, error) {
 	default:
 		return syn.SweepOptions{}, fmt.Errorf("scan: -path %q is not auto, %s or %s", sf.path, probe.PathSynBPF, probe.PathSynPacket)
 	}
-	if sf.source != "" {
-		a, err := netip.ParseAddr(sf.source)
-		if err != nil {
-			return syn.SweepOptions{}, fmt.Errorf("scan: -source: %w", err)
-		}
-		if a.Unmap().Is4() {
-			cfg.Source4 = a.Unmap()
-		} else {
-			cfg.Source6 = a
-		}
+	if err := setSynSource(&cfg, sf.source); err != nil {
+		return syn.SweepOptions{}, fmt.Errorf("scan: %w", err)
 	}
 	if sf.nextHop != "" {
 		mac, err := net.ParseMAC(sf.nextHop)
