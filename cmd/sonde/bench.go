@@ -199,7 +199,7 @@ func runBenchCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 		return usageError(fmt.Errorf("bench ceiling: -next-hop-mac: %w", err))
 	}
 	if port < 1 || port > 65535 {
-		return usageError(fmt.Errorf("bench ceiling: -port %d out of range 1-65535", port))
+		return usageError(fmt.Errorf("bench ceiling: -port: %d is out of range 1..65535", port))
 	}
 	cfg.Port = uint16(port)
 	res, err := bench.Ceiling(ctx, cfg)
