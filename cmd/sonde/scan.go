@@ -57,6 +57,12 @@ type scanFlags struct {
 // runScan implements `sonde scan`: it parses flags and targets, runs one
 // syn.Sweep and prints its results.
 func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runScanWith(ctx, args, stdout, stderr, syn.NewSweep)
+}
+
+// runScanWith is runScan with the constructor of the sweep, which opens the
+// raw sockets: tests of refused input give one that sends nothing.
+func runScanWith(ctx context.Context, args []string, stdout, stderr io.Writer, newSweep func(syn.SweepOptions) (*syn.Sweep, error)) error {
 	sf, targets, err := parseScanFlags(args, stderr)
 	if err != nil {
 		return err
@@ -69,7 +75,7 @@ func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return usageError(err)
 	}
-	sw, err := syn.NewSweep(opts)
+	sw, err := newSweep(opts)
 	if err != nil {
 		if errors.Is(err, syn.ErrNoRawSocket) {
 			return fmt.Errorf("sonde scan needs CAP_NET_RAW to send SYN probes (run as root, or grant it with setcap cap_net_raw,cap_bpf,cap_net_admin+ep): %w", err)

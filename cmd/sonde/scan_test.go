@@ -18,6 +18,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/syn"
 )
 
 func TestParsePorts(t *testing.T) {
@@ -152,7 +153,7 @@ func TestScanTargetGrammar(t *testing.T) {
 	scanError := func(t *testing.T, target string) string {
 		t.Helper()
 		var stderr bytes.Buffer
-		err := run(context.Background(), []string{"scan", "-port", "80", target}, &bytes.Buffer{}, &stderr)
+		err := scanNoProber(t, []string{"-port", "80", target}, &stderr)
 		if code := report(err, &stderr); code != exitUsage {
 			t.Fatalf("scan %s: exit %d, want %d (%v)", target, code, exitUsage, err)
 		}
@@ -189,19 +190,46 @@ func TestScanTargetGrammar(t *testing.T) {
 	})
 }
 
+// scanNoProber runs sonde scan with args in the process, with a sweep
+// constructor that fails the test and opens nothing: input the command
+// refuses never reaches a raw socket, and input it accepts by mistake fails
+// the test instead of sending SYNs to the addresses of the test.
+func scanNoProber(t *testing.T, args []string, stderr *bytes.Buffer) error {
+	t.Helper()
+	refuse := func(syn.SweepOptions) (*syn.Sweep, error) {
+		t.Errorf("sonde scan %q was accepted and reached the prober", args)
+		return nil, errors.New("no prober in this test")
+	}
+	return runScanWith(context.Background(), args, &bytes.Buffer{}, stderr, refuse)
+}
+
+// TestScanNoProber checks the guard of the tests of refused input: a valid
+// scan reaches the sweep's constructor, which scanNoProber gives them.
+func TestScanNoProber(t *testing.T) {
+	var reached []syn.SweepOptions
+	open := func(o syn.SweepOptions) (*syn.Sweep, error) {
+		reached = append(reached, o)
+		return nil, errors.New("no prober in this test")
+	}
+	err := runScanWith(context.Background(), []string{"-port", "80", "10.0.0.1"}, &bytes.Buffer{}, &bytes.Buffer{}, open)
+	if len(reached) != 1 || reached[0].Prober.Table.Len() != 1 || err == nil {
+		t.Errorf("valid scan: %d constructor calls, error %v; want 1 and an error", len(reached), err)
+	}
+}
+
 func TestScanUsage(t *testing.T) {
 	for _, args := range [][]string{
-		{"scan", "10.0.0.1"},               // no port
-		{"scan", "-port", "80"},            // no target
-		{"scan", "-port", "0", "10.0.0.1"}, // bad port
-		{"scan", "-port", "80", "-rate", "-1", "10.0.0.1"},
-		{"scan", "-port", "80", "-timeout", "0s", "10.0.0.1"},
-		{"scan", "-port", "80", "-path", "connect", "10.0.0.1"},
-		{"scan", "-port", "80", "not-an-address"},
-		{"scan", "-bogus"},
+		{"10.0.0.1"},               // no port
+		{"-port", "80"},            // no target
+		{"-port", "0", "10.0.0.1"}, // bad port
+		{"-port", "80", "-rate", "-1", "10.0.0.1"},
+		{"-port", "80", "-timeout", "0s", "10.0.0.1"},
+		{"-port", "80", "-path", "connect", "10.0.0.1"},
+		{"-port", "80", "not-an-address"},
+		{"-bogus"},
 	} {
 		var stderr bytes.Buffer
-		err := run(context.Background(), args, &bytes.Buffer{}, &stderr)
+		err := scanNoProber(t, args, &stderr)
 		if code := report(err, &stderr); code != exitUsage {
 			t.Errorf("%q: exit %d, want %d (%v)", args, code, exitUsage, err)
 		}
