@@ -183,6 +183,12 @@ func serveDaemon(ctx context.Context, opt server.Options, listen string, hup <-c
 	if err != nil {
 		return err
 	}
+	// Listen before the first load, on purpose: a load of a million
+	// targets takes seconds, and meanwhile /-/healthy answers and /-/ready
+	// says 503 (the Kubernetes startup and liveness probes, and tools
+	// waiting for the daemon, see it start rather than a refused port).
+	// So the server's "listening" comes before a first load that may still
+	// fail; "serving" below says a configuration runs.
 	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
