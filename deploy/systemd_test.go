@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
 const unitFile = "systemd/sonde.service"
@@ -106,7 +108,7 @@ func TestSystemdUnit(t *testing.T) {
 // systemd-analyze and checks the system calls of the SYN prober, the eBPF
 // loader and the HTTP server are allowed.
 func TestSystemdSyscallFilter(t *testing.T) {
-	analyze := requireTool(t, "systemd-analyze", "systemd")
+	analyze := testenv.Tool(t, "systemd-analyze", "systemd")
 	var allowed []string
 	for _, v := range readUnit(t, unitFile)["Service"]["SystemCallFilter"] {
 		if strings.HasPrefix(v, "~") {
@@ -159,7 +161,7 @@ func expandSyscalls(t *testing.T, analyze, name string, seen map[string]bool) []
 // starts the sonde built for this test (verify wants the binary to exist),
 // and systemd-analyze security on the sandbox.
 func TestSystemdAnalyze(t *testing.T) {
-	analyze := requireTool(t, "systemd-analyze", "systemd")
+	analyze := testenv.Tool(t, "systemd-analyze", "systemd")
 	b, err := os.ReadFile(unitFile)
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +170,7 @@ func TestSystemdAnalyze(t *testing.T) {
 	replaced := 0
 	for line := range strings.Lines(string(b)) {
 		if rest, ok := strings.CutPrefix(line, "ExecStart="+shippedBinary+" "); ok {
-			line = "ExecStart=" + sondeBinary(t) + " " + rest
+			line = "ExecStart=" + testenv.Sonde(t) + " " + rest
 			replaced++
 		}
 		copied.WriteString(line)
