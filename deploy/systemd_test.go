@@ -72,6 +72,12 @@ func TestSystemdUnit(t *testing.T) {
 		t.Errorf("ExecStart %q: want -config and -listen", exec)
 	}
 	checkRunFlags(t, unitFile, exec[2:])
+	// The state file lives in the unit's StateDirectory, the one place
+	// under ProtectSystem=strict that the dynamic user may write.
+	stateDir := "/var/lib/" + u.one(t, "StateDirectory") + "/"
+	if f := flagValue(exec, "state-file"); !strings.HasPrefix(f, stateDir) || len(f) == len(stateDir) {
+		t.Errorf("ExecStart %q: want -state-file in %s", exec, stateDir)
+	}
 	if got := u.one(t, "ExecReload"); !strings.Contains(got, "kill -HUP $MAINPID") {
 		t.Errorf("ExecReload %q, want SIGHUP to the main process", got)
 	}
