@@ -4,10 +4,12 @@
 //
 // An instance is a target address. A remediation acts on an instance when
 // it has stayed unhealthy, continuously and for the remediation's "after",
-// in every one of the remediation's pools that contains it and probes it
-// (R2: an instance hosting several health-checked apps is replaced only when
-// every one of them is unhealthy on it; a pool with health checks off or a
-// target disabled there does not count). Routing has no say (R2): a single
+// in one of the remediation's pools, and is unhealthy at that moment in
+// every other one of them that contains it and probes it (R2: an instance
+// hosting several health-checked apps is replaced only when every one of
+// them is unhealthy on it; how long the others have been unhealthy does not
+// matter; a pool with health checks off or a target disabled there does not
+// count). Routing has no say (R2): a single
 // instance, or every instance of a pool failing open, is still acted on.
 // Within a pool, an instance is unhealthy when every target the pool has at
 // its address is unhealthy and has been probed at least once.

@@ -194,8 +194,7 @@ type observation struct {
 	addr      netip.Addr
 	unhealthy []int   // positions in the rule's Pools where it is unhealthy
 	healthy   []int   // positions where it is not (healthy, undecided or not yet probed)
-	since     int64   // unhealthy in every pool of unhealthy since (the latest change)
-	oldest    int64   // unhealthy in at least one pool since (the earliest change)
+	since     int64   // unhealthy in at least one pool since (the earliest change): its wait runs from it
 	reason    string  // outcome of its most recent failed probe
 	group     []entry // its targets in the rule's pools
 }
@@ -218,11 +217,8 @@ func (v *View) observe(group []entry) observation {
 			}
 		}
 		if sick {
-			if len(o.unhealthy) == 0 || since > o.since {
+			if len(o.unhealthy) == 0 || since < o.since {
 				o.since = since
-			}
-			if len(o.unhealthy) == 0 || since < o.oldest {
-				o.oldest = since
 			}
 			o.unhealthy = append(o.unhealthy, group[i].pool)
 		} else {
@@ -271,12 +267,14 @@ func (m *Manager) evaluateRule(r *rule, now int64) {
 		inst.epoch, inst.obs = m.epoch, o
 		if len(o.healthy) > 0 {
 			// R2: still healthy (or undecided) in another pool.
-			if now-o.oldest >= after && !inst.multiPool {
+			if now-o.since >= after && !inst.multiPool {
 				inst.multiPool = true
-				m.withhold(r, inst, now, "multi_pool", now-o.oldest)
+				m.withhold(r, inst, now, "multi_pool", now-o.since)
 			}
 			return
 		}
+		// R2: one app unhealthy for "after" and every other one unhealthy
+		// now; how long the others have been does not matter.
 		start := o.since
 		if inst.fired {
 			start = max(start, inst.lastFired)
@@ -411,7 +409,7 @@ type Record struct {
 	Reason           string    `json:"reason,omitempty"` // withheld: max_per_hour, max_per_12h, max_per_day or multi_pool
 	UnhealthyPools   []string  `json:"unhealthy_pools"`
 	HealthyPools     []string  `json:"healthy_pools,omitempty"` // multi_pool: the pools where it is not unhealthy
-	UnhealthySeconds float64   `json:"unhealthy_seconds"`       // in all of UnhealthyPools (multi_pool: the longest in one)
+	UnhealthySeconds float64   `json:"unhealthy_seconds"`       // since it turned unhealthy in the first of UnhealthyPools
 	LastOutcome      string    `json:"last_outcome,omitempty"`
 	Result           string    `json:"result,omitempty"` // fired: running, success or failure
 	Error            string    `json:"error,omitempty"`  // why the action failed
@@ -463,7 +461,7 @@ type InstanceStatus struct {
 	Instance         string     `json:"instance"`
 	UnhealthyPools   []string   `json:"unhealthy_pools"`
 	HealthyPools     []string   `json:"healthy_pools,omitempty"`
-	UnhealthySeconds float64    `json:"unhealthy_seconds"` // in all of UnhealthyPools
+	UnhealthySeconds float64    `json:"unhealthy_seconds"` // since it turned unhealthy in the first of UnhealthyPools
 	Withheld         string     `json:"withheld,omitempty"`
 	LastFired        *time.Time `json:"last_fired,omitempty"`
 }

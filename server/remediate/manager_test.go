@@ -204,13 +204,19 @@ sonde_remediation_firings_total{remediation="plan-a"} 4
 	}
 }
 
-// TestMultiPool is R2: an instance unhealthy in one of its pools and healthy
-// in another is withheld (once), never fired; once unhealthy in both, it
-// fires "after" after the later of the two.
+// TestMultiPool is R2 as the App Service document words it: "when an app on
+// an instance stays unhealthy for more than an hour, the instance is replaced
+// only if every other app with health checks is also unhealthy". An instance
+// unhealthy in one of its pools and healthy in another is withheld (once),
+// never fired; the moment it is unhealthy in the other too, it fires: the
+// wait runs from the first pool's start, and the second pool need not have
+// been unhealthy for "after" itself.
 func TestMultiPool(t *testing.T) {
 	h := newHarness(t, twoPools)
 	h.set("app-a", "10.0.0.1:8081", scheduler.Unhealthy)
 	h.set("app-b", "10.0.0.1:8082", scheduler.Healthy)
+	h.at(time.Minute - 1)
+	h.expect(nil, nil)
 	h.at(time.Minute)
 	h.expect(nil, []string{".1 multi_pool"})
 	h.at(10 * time.Minute)
@@ -220,12 +226,24 @@ func TestMultiPool(t *testing.T) {
 		t.Fatalf("record %+v: want unhealthy in app-a for 60 s, healthy in app-b", rec)
 	}
 	h.set("app-b", "10.0.0.1:8082", scheduler.Unhealthy)
-	h.at(11*time.Minute - 1)
-	h.expect(nil, []string{".1 multi_pool"})
-	h.at(11 * time.Minute)
+	h.at(10*time.Minute + time.Second)
 	h.expect([]string{".1"}, []string{".1 multi_pool"})
-	if f := h.fired[0]; !slices.Equal(f.Pools, []string{"app-a", "app-b"}) || len(f.Targets) != 2 || f.UnhealthySeconds != 60 {
-		t.Fatalf("firing %+v: want both pools and targets, unhealthy in both for 60 s", f)
+	if f := h.fired[0]; !slices.Equal(f.Pools, []string{"app-a", "app-b"}) || len(f.Targets) != 2 || f.UnhealthySeconds != 601 ||
+		!f.UnhealthySince.Equal(h.clock.Now().Add(-601*time.Second)) {
+		t.Fatalf("firing %+v: want both pools and targets, unhealthy for 601 s since app-a turned unhealthy", f)
+	}
+
+	// Both unhealthy within "after" of the first pool's start: not yet.
+	h.set("app-a", "10.0.0.1:8081", scheduler.Healthy)
+	h.set("app-b", "10.0.0.1:8082", scheduler.Healthy)
+	h.clock.Set(int64(11 * time.Minute))
+	h.set("app-a", "10.0.0.3:8081", scheduler.Unhealthy)
+	h.at(11*time.Minute + 30*time.Second)
+	h.set("app-b", "10.0.0.3:8082", scheduler.Unhealthy)
+	h.at(12*time.Minute - 1)
+	h.expect([]string{".1"}, []string{".1 multi_pool"})
+	if is := h.m.Status(h.clock.Nanotime()).Remediations[0].Instances; len(is) != 1 || is[0].Instance != "10.0.0.3" || is[0].UnhealthySeconds != (time.Minute-1).Seconds() {
+		t.Fatalf("instances %+v: want 10.0.0.3, unhealthy since app-a turned unhealthy", is)
 	}
 }
 
