@@ -21,8 +21,9 @@
 // run again and again. An instance that stays unhealthy after a firing is
 // due again one "after" later. Every firing and every firing withheld, by a
 // budget or by the multi-pool rule, is logged, counted and kept for the API;
-// a withheld firing is recorded once per reason while the instance stays
-// unhealthy.
+// a withheld firing is recorded once per cause, not at every evaluation:
+// again when the cause changes (say the pool that kept it from multi_pool
+// fails too and a budget is full) or when it is due anew after waiting.
 //
 // A [Manager] lives as long as the daemon. Configuration generations come
 // and go ([Manager.Use]); budgets and per-instance state are kept by

@@ -80,8 +80,7 @@ type instance struct {
 	epoch     uint64 // last evaluation that saw it unhealthy somewhere
 	fired     bool   // fired in this episode
 	lastFired int64  // Nanotime of that firing
-	withheld  string // budget reason recorded in this episode, "" for none
-	multiPool bool   // a multi-pool withholding was recorded in this episode
+	withheld  string // why its due firing is withheld, as last recorded; "" while not withheld
 	obs       observation
 }
 
@@ -265,23 +264,22 @@ func (m *Manager) evaluateRule(r *rule, now int64) {
 			r.inst[o.addr] = inst
 		}
 		inst.epoch, inst.obs = m.epoch, o
-		if len(o.healthy) > 0 {
-			// R2: still healthy (or undecided) in another pool.
-			if now-o.since >= after && !inst.multiPool {
-				inst.multiPool = true
-				m.withhold(r, inst, now, "multi_pool", now-o.since)
-			}
-			return
-		}
-		// R2: one app unhealthy for "after" and every other one unhealthy
-		// now; how long the others have been does not matter.
 		start := o.since
 		if inst.fired {
 			start = max(start, inst.lastFired)
 		}
-		if now-start >= after {
-			ready = append(ready, due{r: r, inst: inst, start: start})
+		if now-start < after {
+			inst.withheld = "" // still waiting: withholding it later is news
+			return
 		}
+		if len(o.healthy) > 0 {
+			// R2: still healthy (or undecided) in another pool.
+			m.withhold(r, inst, now, "multi_pool")
+			return
+		}
+		// R2: one app unhealthy for "after" and every other one unhealthy
+		// now; how long the others have been does not matter.
+		ready = append(ready, due{r: r, inst: inst, start: start})
 	})
 	for addr, inst := range r.inst {
 		if inst.epoch != m.epoch {
@@ -295,14 +293,11 @@ func (m *Manager) evaluateRule(r *rule, now int64) {
 	lim := limits{r.cfg.MaxPerHour, r.cfg.MaxPer12h, r.cfg.MaxPerDay}
 	for _, d := range ready {
 		if reason := r.budget.exhausted(now, lim); reason != "" {
-			if d.inst.withheld != reason {
-				d.inst.withheld = reason
-				m.withhold(r, d.inst, now, reason, now-d.inst.obs.since)
-			}
+			m.withhold(r, d.inst, now, reason)
 			continue
 		}
 		r.budget.take(now)
-		d.inst.fired, d.inst.lastFired, d.inst.withheld, d.inst.multiPool = true, now, "", false
+		d.inst.fired, d.inst.lastFired, d.inst.withheld = true, now, ""
 		m.fire(r, d.inst, now)
 	}
 }
@@ -316,9 +311,16 @@ func (r *rule) poolNames(positions []int) []string {
 	return out
 }
 
-// withhold records and logs a firing withheld for reason.
-func (m *Manager) withhold(r *rule, inst *instance, now int64, reason string, unhealthy int64) {
+// withhold withholds the instance's due firing for reason. It records,
+// logs and counts the withholding when the reason is not the one recorded
+// last while the firing stayed due: once per cause, not once per evaluation.
+func (m *Manager) withhold(r *rule, inst *instance, now int64, reason string) {
+	if inst.withheld == reason {
+		return
+	}
+	inst.withheld = reason
 	o := &inst.obs
+	unhealthy := now - o.since
 	rec := m.record(Record{
 		Time:             scheduler.WallTime(m.view.clock, now),
 		Remediation:      r.cfg.Name,
@@ -461,8 +463,8 @@ type InstanceStatus struct {
 	Instance         string     `json:"instance"`
 	UnhealthyPools   []string   `json:"unhealthy_pools"`
 	HealthyPools     []string   `json:"healthy_pools,omitempty"`
-	UnhealthySeconds float64    `json:"unhealthy_seconds"` // since it turned unhealthy in the first of UnhealthyPools
-	Withheld         string     `json:"withheld,omitempty"`
+	UnhealthySeconds float64    `json:"unhealthy_seconds"`  // since it turned unhealthy in the first of UnhealthyPools
+	Withheld         string     `json:"withheld,omitempty"` // why its due firing is withheld: a budget's reason or multi_pool
 	LastFired        *time.Time `json:"last_fired,omitempty"`
 }
 
@@ -486,9 +488,6 @@ func (m *Manager) Status(now int64) Status {
 			is := InstanceStatus{
 				Instance: addr.String(), UnhealthyPools: r.poolNames(inst.obs.unhealthy), HealthyPools: r.poolNames(inst.obs.healthy),
 				UnhealthySeconds: time.Duration(now - inst.obs.since).Seconds(), Withheld: inst.withheld,
-			}
-			if inst.multiPool {
-				is.Withheld = "multi_pool"
 			}
 			if inst.fired && m.view != nil {
 				t := scheduler.WallTime(m.view.clock, inst.lastFired)

@@ -247,6 +247,52 @@ func TestMultiPool(t *testing.T) {
 	}
 }
 
+// TestWithheldOncePerCause checks that a due firing withheld is recorded
+// once per cause, not once per evaluation, and again whenever the cause
+// changes within an episode: multi-pool, then the budget once the healthy
+// pool fails too, multi-pool again when it recovers, the budget again; and
+// anew after the instance went back to waiting.
+func TestWithheldOncePerCause(t *testing.T) {
+	h := newHarness(t, twoPools)
+	h.set("app-a", "10.0.0.2:8081", scheduler.Unhealthy) // spends the hour's firing at 1m
+	h.set("app-a", "10.0.0.1:8081", scheduler.Unhealthy)
+	h.set("app-b", "10.0.0.1:8082", scheduler.Healthy)
+	h.at(time.Minute)
+	h.set("app-a", "10.0.0.2:8081", scheduler.Healthy)
+	h.at(90 * time.Second)
+	h.expect([]string{".2"}, []string{".1 multi_pool"})
+	h.set("app-b", "10.0.0.1:8082", scheduler.Unhealthy)
+	h.at(2 * time.Minute)
+	h.at(150 * time.Second)
+	h.expect([]string{".2"}, []string{".1 multi_pool", ".1 max_per_hour"})
+	h.set("app-b", "10.0.0.1:8082", scheduler.Healthy)
+	h.at(3 * time.Minute)
+	h.at(210 * time.Second)
+	h.expect([]string{".2"}, []string{".1 multi_pool", ".1 max_per_hour", ".1 multi_pool"})
+	if is := h.m.Status(h.clock.Nanotime()).Remediations[0].Instances; is[0].Instance != "10.0.0.1" || is[0].Withheld != "multi_pool" {
+		t.Fatalf("instances %+v: want 10.0.0.1 withheld by multi_pool", is)
+	}
+	h.set("app-b", "10.0.0.1:8082", scheduler.Unhealthy)
+	h.at(4 * time.Minute)
+	h.expect([]string{".2"}, []string{".1 multi_pool", ".1 max_per_hour", ".1 multi_pool", ".1 max_per_hour"})
+	// app-a recovers and fails again: the wait runs from app-b's start at
+	// 3m30s, so the instance waits again; due at 4m30s, its withholding is
+	// recorded anew.
+	h.set("app-a", "10.0.0.1:8081", scheduler.Healthy)
+	h.at(4*time.Minute + 5*time.Second)
+	h.set("app-a", "10.0.0.1:8081", scheduler.Unhealthy)
+	h.at(270*time.Second - 1)
+	h.expect([]string{".2"}, []string{".1 multi_pool", ".1 max_per_hour", ".1 multi_pool", ".1 max_per_hour"})
+	h.at(270 * time.Second)
+	h.at(5 * time.Minute)
+	h.expect([]string{".2"}, []string{".1 multi_pool", ".1 max_per_hour", ".1 multi_pool", ".1 max_per_hour", ".1 max_per_hour"})
+	for reason, want := range map[string]float64{"multi_pool": 2, "max_per_hour": 3} {
+		if got := testutil.ToFloat64(h.m.met.withheld.WithLabelValues("plan-a", reason)); got != want {
+			t.Errorf("withheld by %s: %v, want %v", reason, got, want)
+		}
+	}
+}
+
 // TestWhatDoesNotCount checks the instances and pools R2 leaves out: a pool
 // with health checks off, a target disabled in a pool, a target not probed
 // yet, an address outside the remediation's pools. And routing has no say:
