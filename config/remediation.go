@@ -30,8 +30,9 @@ type Remediation struct {
 	Pools     []string      // names of the pools whose targets it may act on
 	PoolIndex []int         // the same pools as indices into Config.Pools
 	After     time.Duration // how long an instance must stay unhealthy, continuously, in one of the pools
-	// MaxPerHour, MaxPer12h and MaxPerDay cap the firings in any 1 h, 12 h
-	// and 24 h; 0 means no cap. A failed action counts like a good one.
+	// MaxPerHour and MaxPerDay cap the firings in any 1 h and 24 h,
+	// MaxPer12h those in each 12-hour period (a count that resets every 12
+	// hours); 0 means no cap. A failed action counts like a good one.
 	MaxPerHour, MaxPer12h, MaxPerDay int
 	Command                          []string      // program and arguments, run without a shell; nil for none
 	WebhookURL                       string        // http(s) URL the action is POSTed to; "" for none

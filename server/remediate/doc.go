@@ -15,8 +15,11 @@
 // its address is unhealthy and has been probed at least once.
 //
 // Firings are rate-limited per remediation, like App Service's per plan: at
-// most MaxPerHour in any hour, MaxPer12h in any 12 hours and MaxPerDay in
-// any 24 hours (sliding windows; 0 means no cap). A firing takes its slot
+// most MaxPerHour in any hour and MaxPerDay in any 24 hours (sliding
+// windows), and MaxPer12h in each 12-hour period (App Service's count per
+// scale unit "resets every 12 hours": a period begins with the first firing
+// when none is open and its count resets 12 h later); 0 means no cap. A
+// firing takes its slot
 // when it starts, and keeps it if the action fails, so a broken tool is not
 // run again and again. An instance that stays unhealthy after a firing is
 // due again one "after" later. Every firing and every firing withheld, by a

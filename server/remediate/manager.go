@@ -452,10 +452,14 @@ func SettingsOf(r *config.Remediation) Settings {
 // the instances it watches.
 type RemediationStatus struct {
 	Settings
-	FiredLastHour int              `json:"fired_last_hour"`
-	FiredLast12h  int              `json:"fired_last_12h"`
-	FiredLastDay  int              `json:"fired_last_day"`
-	Instances     []InstanceStatus `json:"instances"` // unhealthy in at least one of its pools
+	FiredLastHour int `json:"fired_last_hour"`
+	// Fired12hPeriod counts the firings of the 12-hour period open now,
+	// which ends at Period12hEnds (nil when none is open: no firing in the
+	// last 12 hours).
+	Fired12hPeriod int              `json:"fired_12h_period"`
+	Period12hEnds  *time.Time       `json:"period_12h_ends,omitempty"`
+	FiredLastDay   int              `json:"fired_last_day"`
+	Instances      []InstanceStatus `json:"instances"` // unhealthy in at least one of its pools
 }
 
 // InstanceStatus is an instance a remediation watches.
@@ -479,9 +483,12 @@ func (m *Manager) Status(now int64) Status {
 		r.budget.prune(now)
 		rs := RemediationStatus{
 			Settings:      SettingsOf(r.cfg),
-			FiredLastHour: r.budget.used(now, windows[0].span), FiredLast12h: r.budget.used(now, windows[1].span),
-			FiredLastDay: r.budget.used(now, windows[2].span),
-			Instances:    []InstanceStatus{},
+			FiredLastHour: r.budget.used(now, hourSpan), FiredLastDay: r.budget.used(now, daySpan),
+			Instances: []InstanceStatus{},
+		}
+		if n, ends := r.budget.periodUsed(now); n > 0 && m.view != nil {
+			t := scheduler.WallTime(m.view.clock, ends)
+			rs.Fired12hPeriod, rs.Period12hEnds = n, &t
 		}
 		for _, addr := range slices.SortedFunc(maps.Keys(r.inst), netip.Addr.Compare) {
 			inst := r.inst[addr]

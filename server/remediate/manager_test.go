@@ -378,8 +378,8 @@ func TestBudgetSurvivesReload(t *testing.T) {
 	}
 }
 
-// TestBudgetReasons checks the sliding windows and the reason named when
-// several are full: the window that frees a slot last.
+// TestBudgetReasons checks the caps and the reason named when several are
+// full: the one that frees a slot last.
 func TestBudgetReasons(t *testing.T) {
 	h := int64(time.Hour)
 	var b budget
@@ -393,20 +393,60 @@ func TestBudgetReasons(t *testing.T) {
 	}
 	b.take(h)
 	if r := b.exhausted(2*h, lim); r != "max_per_12h" {
-		t.Fatalf("two in 12 h: %q, want max_per_12h", r)
+		t.Fatalf("two in the 12-hour period: %q, want max_per_12h", r)
 	}
 	if r := b.exhausted(2*h-1, lim); r != "max_per_12h" {
-		t.Fatalf("hour and 12 h full: %q, want max_per_12h (frees last)", r)
+		t.Fatalf("hour and 12-hour period full: %q, want max_per_12h (frees last)", r)
 	}
 	b.take(12 * h)
 	if r := b.exhausted(13*h, lim); r != "max_per_day" {
 		t.Fatalf("three in the day: %q, want max_per_day", r)
 	}
 	if r := b.exhausted(24*h, lim); r != "" {
-		t.Fatalf("at 24 h the first firing leaves every window: %q", r)
+		t.Fatalf("at 24 h the first firing leaves the day: %q", r)
 	}
 	if r := b.exhausted(25*h, limits{}); r != "" || len(b.fired) != 1 {
 		t.Fatalf("no caps: %q; pruned to %d firings, want the one of the last 24 h", r, len(b.fired))
+	}
+}
+
+// TestTwelveHourPeriod checks that max_per_12h counts in fixed 12-hour
+// periods, as App Service's per-scale-unit count that resets every 12
+// hours, not in a sliding window: a period opens with a firing and its
+// count resets 12 h later, so two firings late in one period do not hold
+// back the next period's.
+func TestTwelveHourPeriod(t *testing.T) {
+	h := newHarness(t, strings.Replace(twoPools, "after: 1m", "after: 1m\n    max_per_hour: 0\n    max_per_12h: 2\n    max_per_day: 0", 1))
+	h.set("app-a", "10.0.0.2:8081", scheduler.Unhealthy)
+	h.at(time.Minute) // opens the period [1m, 12h1m)
+	h.set("app-a", "10.0.0.2:8081", scheduler.Healthy)
+	h.at(2 * time.Minute)
+	h.clock.Set(int64(11 * time.Hour))
+	h.set("app-a", "10.0.0.3:8081", scheduler.Unhealthy)
+	h.set("app-b", "10.0.0.3:8082", scheduler.Unhealthy)
+	h.at(11*time.Hour + time.Minute)
+	h.at(11*time.Hour + 2*time.Minute)
+	h.expect([]string{".2", ".3"}, []string{".3 max_per_12h"})
+	rs := h.m.Status(h.clock.Nanotime()).Remediations[0]
+	if ends := h.clock.Now().Add(time.Hour - time.Minute); rs.Fired12hPeriod != 2 || rs.Period12hEnds == nil || !rs.Period12hEnds.Equal(ends) {
+		t.Fatalf("status %+v: want 2 firings in the period, ending at %v", rs, ends)
+	}
+	h.at(12*time.Hour + time.Minute - 1)
+	h.expect([]string{".2", ".3"}, []string{".3 max_per_12h"})
+	// The count resets: a new period opens with .3's firing, and .3, due
+	// again a minute later, fires as the period's second although the
+	// firings at 11h1m and 12h1m are 1 h apart (a sliding 12 h window would
+	// withhold it).
+	h.at(12*time.Hour + time.Minute)
+	h.at(12*time.Hour + 2*time.Minute)
+	h.expect([]string{".2", ".3", ".3", ".3"}, []string{".3 max_per_12h"})
+	h.at(12*time.Hour + 3*time.Minute)
+	h.expect([]string{".2", ".3", ".3", ".3"}, []string{".3 max_per_12h", ".3 max_per_12h"})
+	if rs := h.m.Status(h.clock.Nanotime()).Remediations[0]; rs.Fired12hPeriod != 2 || rs.FiredLastHour != 2 || rs.FiredLastDay != 4 {
+		t.Fatalf("status %+v: want 2 firings in the new period and the hour, 4 in the day", rs)
+	}
+	if rs := h.m.Status(int64(24*time.Hour + time.Minute)).Remediations[0]; rs.Fired12hPeriod != 0 || rs.Period12hEnds != nil {
+		t.Fatalf("status after the period %+v: want no period open", rs)
 	}
 }
 
