@@ -71,8 +71,10 @@ func (d *Daemon) streamStart(r *http.Request) (uint64, error) {
 
 // streamEvents serves the event log as Server-Sent Events: one "id:" (the
 // sequence number), "event:" (the kind) and "data:" (the event's JSON) per
-// event, a comment when nothing happened for a while, and an event "lost"
-// when a reconnecting client asked for events that fell out of the ring. A
+// event, a comment when nothing happened for a while, an event "lost"
+// when a reconnecting client asked for events that fell out of the ring, and
+// an event "reset" when it asked for events beyond the newest (numbered by
+// an earlier run of the daemon): it then resumes from the newest. A
 // client that falls so far behind that the ring wraps past it, or whose
 // connection accepts no data for Options.EventWriteTimeout, is dropped: it reads
 // at its own pace and never slows the daemon.
@@ -118,6 +120,19 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	if !send(func() error { _, err := fmt.Fprintf(bw, "retry: %d\n\n", streamRetry.Milliseconds()); return err }) {
 		return
+	}
+
+	if newest := d.events.last(); after > newest {
+		// The client saw events this process never numbered: it restarted
+		// and numbers from 1 again. Resume from the newest, and move the
+		// client's Last-Event-ID there.
+		if !send(func() error {
+			_, err := fmt.Fprintf(bw, "id: %d\nevent: reset\ndata: {\"next\":%d}\n\n", newest, newest)
+			return err
+		}) {
+			return
+		}
+		after = newest
 	}
 
 	keepAlive := time.NewTimer(d.opt.EventKeepAlive)

@@ -212,6 +212,41 @@ func TestEventStreamResume(t *testing.T) {
 	}
 }
 
+// TestEventStreamResumeBeyondNewest reconnects with an event number this
+// daemon never gave (the one before a restart gave it): the stream says so
+// with an event "reset" that moves the client's Last-Event-ID to the newest
+// event, and goes on with the events after it.
+func TestEventStreamResumeBeyondNewest(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		url    string
+		header http.Header
+	}{
+		{"Last-Event-ID", "/api/v1/events", http.Header{"Last-Event-ID": {"1000"}}},
+		{"since", "/api/v1/events?since=1000", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d, srv := streamDaemon(t, Options{Events: 64, EventKeepAlive: time.Hour})
+			for range 40 {
+				d.events.add(Event{Kind: KindState})
+			}
+			isEvent := func(m sseMessage) bool { return m.event != "" }
+			s := openStream(t, srv.URL+c.url, c.header)
+			if m := s.next(t, 5*time.Second, "reset notice", isEvent); m.event != "reset" || m.id != "40" || m.data != `{"next":40}` {
+				t.Fatalf("resume at 1000 with newest 40: %+v, want event reset, id 40, next 40", m)
+			}
+			for range 10 {
+				d.events.add(Event{Kind: KindRoute})
+			}
+			for want := uint64(41); want <= 50; want++ {
+				if e := s.next(t, 5*time.Second, "event after the reset", isEvent).decode(t); e.Seq != want {
+					t.Fatalf("after the reset: event %d, want %d", e.Seq, want)
+				}
+			}
+		})
+	}
+}
+
 // TestEventStreamSlowClient stalls a client that stops reading: the daemon
 // keeps adding events at full speed, and drops the client once a write has
 // waited longer than the write timeout.

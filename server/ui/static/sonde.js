@@ -148,11 +148,19 @@
     if (page === "target") timelineSoon();
   }
 
-  function lost(n) {
+  function warn(text) {
     var note = document.getElementById("stream-note") || document.querySelector("#recent");
     if (!note) return;
-    var p = el("p", "warning", n + " events were missed; reload the page for the current state.");
-    note.parentNode.insertBefore(p, note);
+    note.parentNode.insertBefore(el("p", "warning", text), note);
+  }
+
+  function lost(n) { warn(n + " events were missed; reload the page for the current state."); }
+
+  // restarted follows a daemon that numbers its events from 1 again: the
+  // page's events after a restart have numbers below those it saw.
+  function restarted(next) {
+    since = next;
+    warn("sonde restarted; events from before the restart may be missing.");
   }
 
   function poll() {
@@ -164,6 +172,7 @@
         return res.json();
       })
       .then(function (p) {
+        if (p.next < since) restarted(p.next);
         if (p.lost) lost(p.lost);
         p.events.forEach(addEvent);
         if (p.next > since && p.events.length === 0) since = p.next;
@@ -179,6 +188,7 @@
       es.addEventListener(k, function (m) { addEvent(JSON.parse(m.data)); });
     });
     es.addEventListener("lost", function (m) { lost(JSON.parse(m.data).lost); });
+    es.addEventListener("reset", function (m) { restarted(JSON.parse(m.data).next); });
     es.onopen = function () { streamState = "stream"; showLive(); };
     es.onerror = function () {
       if (es.readyState === EventSource.CLOSED) { es.close(); poll(); return; }
