@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -181,7 +182,7 @@ func (g *generation) runOneShot(ctx context.Context, shot *oneShot, timeout time
 		return res
 	}
 	t := shot.target
-	shot.log.Info("beginning probe", "module", shot.check.Name, "protocol", shot.check.Protocol, "target", t.Host+t.Addr.String(), "timeout", timeout)
+	shot.log.Info("beginning probe", "module", shot.check.Name, "protocol", shot.check.Protocol, "target", shot.where(), "timeout", timeout)
 	res.addr = t.Addr
 	if t.Host != "" {
 		shot.log.Info("resolving target address", "host", t.Host, "ip_family", shot.check.IPFamily)
@@ -205,6 +206,16 @@ func (g *generation) runOneShot(ctx context.Context, shot *oneShot, timeout time
 		shot.log.Error("probe failed", "outcome", res.rep.Outcome, "status", res.rep.Status, "err", res.rep.Err, "duration", res.duration)
 	}
 	return res
+}
+
+// where returns the host name or address of the probe and its port, as
+// host:port, [v6]:port or address:port.
+func (shot *oneShot) where() string {
+	host := shot.target.Host
+	if host == "" {
+		host = shot.target.Addr.String()
+	}
+	return net.JoinHostPort(host, strconv.Itoa(int(shot.target.Port)))
 }
 
 // oneShotProbers caches, per generation, the prober of each check as the

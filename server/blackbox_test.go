@@ -279,8 +279,10 @@ checks:
 pools:
   - {name: api, check: web, targets: [%q]}
 `, good.addr()))
-	code, text := td.scrape(t, "/probe?module=web&debug=true&target=localhost:"+strings.Split(good.addr(), ":")[1], nil)
-	for _, want := range []string{"Logs for the probe:", "beginning probe", "resolved target address", "probe succeeded",
+	port := strings.Split(good.addr(), ":")[1]
+	code, text := td.scrape(t, "/probe?module=web&debug=true&target=localhost:"+port, nil)
+	for _, want := range []string{"Logs for the probe:", `msg="beginning probe" module=web protocol=http target=localhost:` + port + " ",
+		"resolved target address", "probe succeeded",
 		"Metrics that would have been returned:", "probe_success 1", "Module configuration:", `"path": "/health"`} {
 		if !strings.Contains(text, want) {
 			t.Errorf("debug view lacks %q", want)
@@ -288,6 +290,18 @@ pools:
 	}
 	if code != http.StatusOK || t.Failed() {
 		t.Fatalf("%d\n%s", code, text)
+	}
+	for target, want := range map[string]string{
+		good.addr():                   "target=" + good.addr() + " ",
+		"[::1]:" + port:               "target=[::1]:" + port + " ",
+		"http://localhost:" + port:    "target=localhost:" + port + " ",
+		"https://127.0.0.1:" + port:   "target=127.0.0.1:" + port + " ",
+		"http://[::1]:" + port + "/x": "target=[::1]:" + port + " ",
+	} {
+		_, text := td.scrape(t, "/probe?module=web&debug=true&target="+url.QueryEscape(target), nil)
+		if !strings.Contains(text, want) {
+			t.Errorf("debug view of %s: the log lacks %q:\n%s", target, want, text)
+		}
 	}
 }
 
