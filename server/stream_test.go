@@ -148,6 +148,9 @@ pools:
 		len(re.Pools) != 1 || re.Pools[0] != "api" {
 		t.Fatalf("route event %+v: want %s routed → removed in api because unhealthy, after seq %d", re, bad.addr(), se.Seq)
 	}
+	if re.Time.Before(se.Time) {
+		t.Errorf("route event at %v, before the state change behind it (%v)", re.Time, se.Time)
+	}
 	if d := route.at.Sub(re.Time); d > within {
 		t.Errorf("route event read %v after the state change behind it, want within %v", d, within)
 	}
