@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -292,6 +293,8 @@ func (shot *oneShot) register(reg *prometheus.Registry, res *oneShotResult) {
 	}
 	reg.MustRegister(phases)
 	gauge("probe_http_status_code", "Response HTTP status code", float64(rep.Status))
+	gauge("probe_http_content_length", "Length of http content response", float64(rep.ContentLength))
+	gauge("probe_http_uncompressed_body_length", "Length of uncompressed response body", float64(rep.BodyBytes))
 	gauge("probe_http_redirects", "The number of redirects", 0) // never followed (H5)
 	gauge("probe_http_ssl", "Indicates if SSL was used for the final redirect", b2f(shot.check.Protocol == config.HTTPS && rep.Status != 0))
 	if rep.Status != 0 {
@@ -300,6 +303,15 @@ func (shot *oneShot) register(reg *prometheus.Registry, res *oneShotResult) {
 	gauge("probe_failed_due_to_regex", "Indicates if probe failed due to regex", b2f(rep.Outcome == probe.BodyMismatch))
 	if !rep.CertExpiry.IsZero() {
 		gauge("probe_ssl_earliest_cert_expiry", "Returns last SSL chain expiry in unixtime", float64(rep.CertExpiry.Unix()))
+	}
+	if rep.TLSVersion != 0 {
+		info := func(name, help, label, value string) {
+			g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{label})
+			g.WithLabelValues(value).Set(1)
+			reg.MustRegister(g)
+		}
+		info("probe_tls_version_info", "Contains the TLS version used", "version", tls.VersionName(rep.TLSVersion))
+		info("probe_tls_cipher_info", "Contains the TLS cipher suite used", "cipher", tls.CipherSuiteName(rep.TLSCipher))
 	}
 }
 
