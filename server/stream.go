@@ -75,9 +75,10 @@ func (d *Daemon) streamStart(r *http.Request) (uint64, error) {
 // when a reconnecting client asked for events that fell out of the ring, and
 // an event "reset" when it asked for events beyond the newest (numbered by
 // an earlier run of the daemon): it then resumes from the newest. A
-// client that falls so far behind that the ring wraps past it, or whose
-// connection accepts no data for Options.EventWriteTimeout, is dropped: it reads
-// at its own pace and never slows the daemon.
+// client that falls so far behind that the ring wraps past it is told so
+// (an event "lost") and dropped, and so is one whose connection accepts no
+// data for Options.EventWriteTimeout: it reads at its own pace and never
+// slows the daemon.
 func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 	after, err := d.streamStart(r)
 	if err != nil {
@@ -139,18 +140,27 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 	defer keepAlive.Stop()
 	buf := make([]Event, 0, streamBatch)
 	first := true
+	// lostNotice tells the client how many events it missed, with the id of
+	// the last of them: a client that reconnects resumes after the loss and
+	// is not told about it again.
+	lostNotice := func(lost uint64) {
+		fmt.Fprintf(bw, "id: %d\nevent: lost\ndata: {\"lost\":%d}\n\n", after+lost, lost)
+	}
 	for {
 		evs, lost, wait := d.events.read(after, buf)
 		if lost > 0 && !first {
+			// The ring wrapped past this client while it read: it is too
+			// slow. It learns what it lost, and goes.
 			d.streams.dropped.Add(1)
 			d.log.Warn("event stream client too slow; dropped", "remote", r.RemoteAddr, "lost", lost)
+			send(func() error { lostNotice(lost); return nil })
 			return
 		}
 		first = false
 		if len(evs) > 0 || lost > 0 {
 			ok := send(func() error {
 				if lost > 0 { // a reconnecting client asked for events the ring no longer has
-					fmt.Fprintf(bw, "event: lost\ndata: {\"lost\":%d}\n\n", lost)
+					lostNotice(lost)
 				}
 				for i := range evs {
 					if err := writeEvent(bw, &evs[i]); err != nil {

@@ -198,8 +198,8 @@ func TestEventStreamResume(t *testing.T) {
 
 	old := openStream(t, srv.URL+"/api/v1/events", http.Header{"Last-Event-ID": {"2"}})
 	m := old.next(t, 5*time.Second, "lost notice", isEvent)
-	if m.event != "lost" || m.data != `{"lost":10}` {
-		t.Fatalf("resume at 2 with 13..20 kept: %+v, want event lost with 10", m)
+	if m.event != "lost" || m.data != `{"lost":10}` || m.id != "12" {
+		t.Fatalf("resume at 2 with 13..20 kept: %+v, want event lost with 10, id 12", m)
 	}
 	if e := old.next(t, 5*time.Second, "oldest kept", isEvent).decode(t); e.Seq != 13 {
 		t.Fatalf("after the lost notice: event %d, want 13", e.Seq)
@@ -281,6 +281,111 @@ func TestEventStreamSlowClient(t *testing.T) {
 			t.Fatalf("stalled client not dropped: %d dropped, %d streams", d.streams.dropped.Load(), d.streams.n.Load())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestEventStreamWrapped stalls a client while the ring wraps past it: once
+// it reads again it gets the events it was sent, then an event "lost" whose
+// id is the last event it missed, and the stream ends. Reconnecting from
+// that id, it goes on from the oldest event kept, and is not told again.
+func TestEventStreamWrapped(t *testing.T) {
+	const ring = 16
+	d, srv := streamDaemon(t, Options{Events: ring, EventWriteTimeout: time.Minute, EventKeepAlive: time.Hour})
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+	// Until the stream waits for the next event: it has started.
+	deadline := time.Now().Add(10 * time.Second)
+	for waiting := false; !waiting; {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+		d.events.mu.Lock()
+		waiting = d.events.wake != nil
+		d.events.mu.Unlock()
+	}
+	// Far more than the socket buffers hold, while the client reads
+	// nothing: the ring wraps past the stream, whether it is blocked in a
+	// write or has yet to wake.
+	const total = 1 << 15
+	pad := strings.Repeat("x", 1000)
+	for i := range total {
+		d.events.add(Event{Kind: KindState, Target: strconv.Itoa(i), Message: pad})
+	}
+
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var last uint64 // the last event read
+	var notice *sseMessage
+	sc := bufio.NewScanner(resp.Body)
+	var m sseMessage
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "" && m.event == "lost":
+			if notice != nil {
+				t.Fatalf("a second lost notice: %+v", m)
+			}
+			notice = &m
+		case line == "" && m.event != "":
+			if notice != nil {
+				t.Fatalf("event %s after the lost notice", m.id)
+			}
+			e := m.decode(t)
+			if e.Seq != last+1 {
+				t.Fatalf("event %d after %d", e.Seq, last)
+			}
+			last = e.Seq
+			m = sseMessage{}
+		case line == "":
+			m = sseMessage{}
+		case strings.HasPrefix(line, "id: "):
+			m.id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			m.event = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			m.data = line[6:]
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("read the stream: %v", err)
+	}
+	if notice == nil {
+		t.Fatalf("the stream ended after event %d of %d without a lost notice", last, total)
+	}
+	lost, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(notice.data, `{"lost":`), "}"), 10, 64)
+	if err != nil || lost == 0 || notice.id != strconv.FormatUint(last+lost, 10) || last+lost > total-ring {
+		t.Fatalf("after event %d: notice %+v; want the count lost and, as id, the last of them (before the %d kept)", last, *notice, ring)
+	}
+	if got := d.streams.dropped.Load(); got != 1 {
+		t.Errorf("%d clients counted as dropped, want 1", got)
+	}
+
+	// Reconnecting from the notice's id: told only of the events lost
+	// since (the ring now keeps the last 16), then the oldest kept.
+	again := openStream(t, srv.URL+"/api/v1/events", http.Header{"Last-Event-ID": {notice.id}})
+	isEvent := func(m sseMessage) bool { return m.event != "" }
+	next := again.next(t, 5*time.Second, "first event after reconnecting", isEvent)
+	if from := last + lost; from < total-ring {
+		want := fmt.Sprintf(`{"lost":%d}`, total-ring-from)
+		if next.event != "lost" || next.data != want || next.id != strconv.Itoa(total-ring) {
+			t.Fatalf("reconnected from %s: %+v, want event lost with %s, id %d", notice.id, next, want, total-ring)
+		}
+		next = again.next(t, 5*time.Second, "oldest event kept", isEvent)
+	}
+	if e := next.decode(t); e.Seq != total-ring+1 {
+		t.Fatalf("reconnected from %s: event %d, want %d", notice.id, e.Seq, total-ring+1)
 	}
 }
 
