@@ -163,6 +163,66 @@ pools:
 	}
 }
 
+// TestEventsPreferredAndFailOpen checks that the pool policy's other
+// decisions reach clients as events too: members ranked into the preferred
+// set (E7), and a pool failing open when every member fails and back when
+// one recovers (P2), in the stream and in a poll alike.
+func TestEventsPreferredAndFailOpen(t *testing.T) {
+	a, b := newBackend(t), newBackend(t)
+	td := startDaemon(t, fmt.Sprintf(`
+checks:
+  web: {protocol: http, path: /, interval: 100ms, timeout: 1s, rise: 1, fall: 1}
+pools:
+  - {name: api, check: web, fail_open: true, latency_margin: 10s, targets: [%q, %q]}
+`, a.addr(), b.addr()))
+	// From the first event on: the first ranking follows the targets'
+	// first results.
+	c := openStream(t, td.http.URL+"/api/v1/events?since=0", nil)
+	type decision struct{ kind, target, from, to, reason string }
+	seen := map[decision]Event{}
+	wait := func(want ...decision) {
+		t.Helper()
+		for _, w := range want {
+			for {
+				if _, ok := seen[w]; ok {
+					break
+				}
+				m := c.next(t, 20*time.Second, fmt.Sprintf("%+v", w), func(m sseMessage) bool { return m.event != "" })
+				e := m.decode(t)
+				if e.Kind != KindState && (len(e.Pools) != 1 || e.Pools[0] != "api") {
+					t.Fatalf("%s event for pools %v, want api", e.Kind, e.Pools)
+				}
+				seen[decision{e.Kind, e.Target, e.From, e.To, e.Reason}] = e
+			}
+		}
+	}
+	wait(decision{KindPreferred, a.addr(), "not_preferred", "preferred", "latency"},
+		decision{KindPreferred, b.addr(), "not_preferred", "preferred", "latency"})
+
+	a.failing.Store(true)
+	wait(decision{KindPreferred, a.addr(), "preferred", "not_preferred", "unhealthy"})
+	b.failing.Store(true)
+	// The member whose change flipped it is named, with its new state.
+	wait(decision{KindFailOpen, b.addr(), "normal", "failing_open", "unhealthy"})
+	b.failing.Store(false)
+	wait(decision{KindFailOpen, b.addr(), "failing_open", "normal", "healthy"})
+
+	var page EventsPage
+	td.getJSON(t, "/api/v1/events?since=0", &page)
+	polled := map[uint64]Event{}
+	for _, e := range page.Events {
+		polled[e.Seq] = e
+	}
+	for d, e := range seen {
+		if d.kind != KindPreferred && d.kind != KindFailOpen {
+			continue
+		}
+		if p, ok := polled[e.Seq]; !ok || p.Kind != e.Kind || p.Target != e.Target || p.From != e.From || p.To != e.To || p.Reason != e.Reason {
+			t.Errorf("streamed %+v; the poll has %+v", e, p)
+		}
+	}
+}
+
 // streamDaemon is a daemon whose event log the test fills itself.
 func streamDaemon(t *testing.T, opt Options) (*Daemon, *httptest.Server) {
 	t.Helper()
