@@ -195,21 +195,27 @@ pools:
 	td.waitEvent(t, ok.addr(), "healthy", 0)
 	for _, c := range []struct {
 		query string
-		first string
+		rows  []string // every row, in order: a filter keeps only its own
 	}{
-		{"sort=state", bad.addr()},
-		{"sort=state&desc=1", ok.addr()},
-		{"state=unhealthy", bad.addr()},
-		{"outcome=success", ok.addr()},
-		{"q=" + url.QueryEscape("status code"), bad.addr()},
+		{"sort=state", []string{bad.addr(), ok.addr()}},
+		{"sort=state&desc=1", []string{ok.addr(), bad.addr()}},
+		{"state=unhealthy", []string{bad.addr()}},
+		{"state=healthy", []string{ok.addr()}},
+		{"outcome=success", []string{ok.addr()}},
+		{"outcome=http_status", []string{bad.addr()}},
+		{"q=" + url.QueryEscape("status code"), []string{bad.addr()}},
+		{"state=unknown", nil},
 	} {
 		code, _, body := td.page(t, "/pool?name=api&"+c.query)
 		if code != http.StatusOK {
 			t.Fatalf("%s: %d\n%s", c.query, code, body)
 		}
-		rows := regexp.MustCompile(`data-target-row="([^"]+)"`).FindAllStringSubmatch(body, -1)
-		if len(rows) == 0 || rows[0][1] != c.first {
-			t.Errorf("%s: rows %v, want %s first", c.query, rows, c.first)
+		var rows []string
+		for _, m := range regexp.MustCompile(`data-target-row="([^"]+)"`).FindAllStringSubmatch(body, -1) {
+			rows = append(rows, m[1])
+		}
+		if !slices.Equal(rows, c.rows) {
+			t.Errorf("%s: rows %v, want %v", c.query, rows, c.rows)
 		}
 	}
 	_, _, body := td.page(t, "/pool?name=api&state=unhealthy")
