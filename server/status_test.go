@@ -381,14 +381,12 @@ func TestStatic(t *testing.T) {
 // pool that every page costs, by the default order, by state, and with a
 // text filter.
 func BenchmarkPoolPage(b *testing.B) {
-	t := &testing.T{}
-	td := startDaemon(t, `
+	td := startDaemonWith(b, `
 checks:
   web: {protocol: http, path: /, interval: 1s, timeout: 1s}
 pools:
   - {name: big, check: web, targets: ["198.18.0.0/15"], health_checks: false}
-`)
-	defer td.http.Close()
+`, nil)
 	g := td.d.cur.Load()
 	for _, c := range []struct {
 		name string
