@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"regexp"
 	goruntime "runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +26,7 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
@@ -578,5 +581,102 @@ pools:
 		if strings.Contains(r, "xss-fetched") {
 			t.Errorf("the page requested %s: markup from the backend ran", r)
 		}
+	}
+}
+
+// switchBackend is a loopback HTTP server that answers 200, or 500 while
+// failing is set.
+type switchBackend struct {
+	addr    string
+	failing atomic.Bool
+}
+
+func newSwitchBackend(t *testing.T) *switchBackend {
+	t.Helper()
+	sb := &switchBackend{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if sb.failing.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(srv.Close)
+	sb.addr = srv.Listener.Addr().String()
+	return sb
+}
+
+// tab opens a new tab of b, for test t, whose pages run script before
+// their own.
+func (b *browser) tab(t *testing.T, script string) *browser {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(b.ctx)
+	t.Cleanup(cancel)
+	nb := &browser{t: t, ctx: ctx}
+	nb.listen(ctx)
+	nb.do(chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: script})
+		return err
+	}))
+	return nb
+}
+
+// Scripts run before a page's own: a browser without EventSource, and a
+// page made by a sonde that had numbered far more events than the one now
+// running (as after a restart): its body says it saw up to event 1000000.
+const (
+	noEventSource = `delete window.EventSource;`
+	seenMillion   = `new MutationObserver(function (_, o) {
+		if (document.body) { document.body.dataset.since = "1000000"; o.disconnect(); }
+	}).observe(document, {childList: true, subtree: true});`
+)
+
+// TestStatusPageFallbacks follows events where the event stream cannot be
+// had (polling /api/v1/events), and after sonde restarted and numbers its
+// events from 1 again, both by polling and by the stream: in each, a
+// backend's state change shows in the live event list without a reload.
+func TestStatusPageFallbacks(t *testing.T) {
+	b := newBrowser(t)
+	sb := newSwitchBackend(t)
+	cfg := filepath.Join(t.TempDir(), "sonde.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `
+checks:
+  web: {protocol: http, path: /, interval: 200ms, timeout: 1s, rise: 1, fall: 1}
+pools:
+  - {name: api, check: web, targets: [%q]}
+`, sb.addr), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, base := startSonde(t, "-config", cfg)
+	live := `document.getElementById("live").textContent`
+	for _, c := range []struct {
+		name, script, live string
+		restarted          bool
+		request            string // what the page must have asked for
+	}{
+		{"polling", noEventSource, "live (polling)", false, "api/v1/events?since="},
+		{"polling after a restart", noEventSource + seenMillion, "live (polling)", true, "api/v1/events?since=1000000&limit="},
+		{"stream after a restart", seenMillion, "live", true, "api/v1/events?since=1000000"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tb := b.tab(t, c.script)
+			tb.open(base + "events")
+			tb.wait(c.live, live+` === `+strconv.Quote(c.live), live, 20*time.Second)
+			to := "unhealthy"
+			if sb.failing.Load() {
+				to = "healthy"
+			}
+			sb.failing.Store(to == "unhealthy")
+			tb.wait("the backend's change to "+to+", added by the script",
+				fmt.Sprintf(`Array.from(document.querySelectorAll("#recent tr.ev.fresh.k-state.to-%s")).some(tr => tr.cells[2].textContent.startsWith(%q))`, to, sb.addr),
+				`document.querySelector("#recent").innerText`, 30*time.Second)
+			warned := eval[bool](tb, `Array.from(document.querySelectorAll("p.warning")).some(p => /sonde restarted/.test(p.textContent))`)
+			if warned != c.restarted {
+				t.Errorf("the page warns of a restart: %v, want %v", warned, c.restarted)
+			}
+			if n := eval[int](tb, `performance.getEntriesByType("navigation").length`); n != 1 {
+				t.Errorf("%d navigations: the event list was reloaded", n)
+			}
+			tb.check("static/sonde.js", c.request)
+		})
 	}
 }
