@@ -345,7 +345,12 @@ func TestStatusPageDemo(t *testing.T) {
 	b.open(base)
 	b.wait("the overview settled", `document.querySelectorAll("[data-pool-card]").length === 4 && document.querySelectorAll("#recent tr.ev").length >= 5`,
 		`document.body.innerText`, 20*time.Second)
-	time.Sleep(time.Second) // the capacity bars and times after one refresh
+	if updatingScreenshots() {
+		// The picture shows the page as refreshed (every 5 s): capacity
+		// bars and times as the script keeps them.
+		eval[bool](b, `(window.sondeBefore = document.getElementById("pools"), true)`)
+		b.wait("a refresh of the pools", `document.getElementById("pools") !== window.sondeBefore`, `document.body.innerText`, 20*time.Second)
+	}
 	shot(t, b, "status.png")
 	b.check("static/sonde.js", "static/sonde.css", "static/favicon.svg", "api/v1/events", "api/v1/history")
 
@@ -439,11 +444,15 @@ func detectionWindow(t *testing.T, base, to string) time.Duration {
 	return shortest
 }
 
+// updatingScreenshots reports whether this run writes the screenshots of
+// docs/ (SONDE_UPDATE_SCREENSHOT=1).
+func updatingScreenshots() bool { return os.Getenv("SONDE_UPDATE_SCREENSHOT") == "1" }
+
 // shot writes a screenshot of the page into docs/ of the repository when
-// SONDE_UPDATE_SCREENSHOT=1, so ordinary runs leave the tree alone.
+// updatingScreenshots, so ordinary runs leave the tree alone.
 func shot(t *testing.T, b *browser, name string) {
 	t.Helper()
-	if os.Getenv("SONDE_UPDATE_SCREENSHOT") != "1" {
+	if !updatingScreenshots() {
 		return
 	}
 	png := func() []byte {
