@@ -668,6 +668,11 @@ pools:
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tb := b.tab(t, c.script)
+			// A zone 5:30 off UTC: a clock shown in local time would differ.
+			tb.do(chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				_, err := cdp.Call(ctx, tg, emulation.SetTimezoneOverride, emulation.SetTimezoneOverrideParams{TimezoneID: "Asia/Kolkata"})
+				return err
+			}))
 			tb.open(base + "events")
 			tb.wait(c.live, live+` === `+strconv.Quote(c.live), live, 20*time.Second)
 			to := "unhealthy"
@@ -678,6 +683,15 @@ pools:
 			tb.wait("the backend's change to "+to+", added by the script",
 				fmt.Sprintf(`Array.from(document.querySelectorAll("#recent tr.ev.fresh.k-state.to-%s")).some(tr => tr.cells[2].textContent.startsWith(%q))`, to, sb.addr),
 				`document.querySelector("#recent").innerText`, 30*time.Second)
+			// Every clock, the server's and the script's, in UTC as labelled.
+			if h := eval[string](tb, `document.querySelector("#recent th").textContent`); h != "time (UTC)" {
+				t.Errorf("the time column is headed %q, want time (UTC)", h)
+			}
+			if bad := eval[[]string](tb, `Array.from(document.querySelectorAll("#recent time.clock")).
+				filter(e => e.textContent !== new Date(e.getAttribute("datetime")).toISOString().slice(11, 19)).
+				map(e => e.getAttribute("datetime") + " shown as " + e.textContent)`); len(bad) > 0 || eval[int](tb, `document.querySelectorAll("#recent time.clock").length`) < 2 {
+				t.Errorf("clocks not in UTC (or fewer than 2): %v", bad)
+			}
 			warned := eval[bool](tb, `Array.from(document.querySelectorAll("p.warning")).some(p => /sonde restarted/.test(p.textContent))`)
 			if warned != c.restarted {
 				t.Errorf("the page warns of a restart: %v, want %v", warned, c.restarted)

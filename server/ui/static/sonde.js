@@ -35,16 +35,9 @@
     return e;
   }
 
+  // Clocks are UTC, as the server renders them and the pages label them.
   function two(n) { return n < 10 ? "0" + n : String(n); }
-  function clock(d) { return two(d.getHours()) + ":" + two(d.getMinutes()) + ":" + two(d.getSeconds()); }
-
-  // Times rendered as UTC clocks by the server are shown in local time.
-  function localTimes(root) {
-    root.querySelectorAll("time.clock[datetime]").forEach(function (t) {
-      var d = new Date(t.getAttribute("datetime"));
-      if (!isNaN(d)) t.textContent = clock(d);
-    });
-  }
+  function clock(d) { return two(d.getUTCHours()) + ":" + two(d.getUTCMinutes()) + ":" + two(d.getUTCSeconds()); }
 
   function showLive() {
     if (!liveEl) return;
@@ -71,7 +64,6 @@
           var neu = doc.getElementById(old.id);
           if (neu) old.replaceWith(document.importNode(neu, true));
         });
-        localTimes(document);
         pageOK = true;
       })
       .catch(function () { pageOK = false; })
@@ -300,7 +292,7 @@
       var from = times[start], to = i < rs.length ? times[i] : tEnd;
       var band = svgEl("rect", { "class": "band " + rs[start].state, x: x(from), y: bandY,
         width: Math.max(x(to) - x(from), 1), height: bandH }, svg);
-      svgEl("title", {}, band).textContent = rs[start].state + " from " + clock(new Date(from)) +
+      svgEl("title", {}, band).textContent = rs[start].state + " from " + clock(new Date(from)) + " UTC" +
         " (" + (i - start) + " results)";
       start = i;
     }
@@ -320,7 +312,7 @@
     var pts = [];
     rs.forEach(function (r, i) {
       var xx = x(times[i]);
-      var tip = clock(new Date(times[i])) + " " + r.outcome + (r.status ? " " + r.status : "") +
+      var tip = clock(new Date(times[i])) + " UTC " + r.outcome + (r.status ? " " + r.status : "") +
         ", " + latencyText(r.latency_seconds) + ", then " + r.state;
       if (r.outcome === "success") {
         pts.push(xx.toFixed(1) + "," + y(r.latency_seconds).toFixed(1));
@@ -343,7 +335,7 @@
     var legend = el("p", "legend");
     [["healthy", "healthy"], ["unhealthy", "unhealthy"], ["unknown", "unknown"], ["ok", "latency of a success"],
       ["fail", "failed probe"]].forEach(function (k) { legend.appendChild(el("span", "key " + k[0], k[1])); });
-    legend.appendChild(el("span", "", rs.length + " of at most " + h.capacity + " results kept"));
+    legend.appendChild(el("span", "", rs.length + " of at most " + h.capacity + " results kept; times in UTC"));
     box.appendChild(legend);
   }
 
@@ -368,7 +360,6 @@
 
   // --- start ------------------------------------------------------------------
 
-  localTimes(document);
   showLive();
   follow();
   if (page === "overview" || page === "pool" || page === "target") {
