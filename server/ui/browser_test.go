@@ -703,3 +703,33 @@ pools:
 		})
 	}
 }
+
+// TestStatusPagePoolCounts checks that the pool view's filter menus count
+// the targets of each state as the table does while the script refreshes
+// it: a backend's change shows in both, without a reload.
+func TestStatusPagePoolCounts(t *testing.T) {
+	b := newBrowser(t)
+	sb := newSwitchBackend(t)
+	cfg := filepath.Join(t.TempDir(), "sonde.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `
+checks:
+  web: {protocol: http, path: /, interval: 200ms, timeout: 1s, rise: 1, fall: 1}
+pools:
+  - {name: api, check: web, targets: [%q]}
+`, sb.addr), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, base := startSonde(t, "-config", cfg)
+	menu := `Array.from(document.querySelectorAll('#filters select[name="state"] option')).map(o => o.textContent).join(", ")`
+	table := `document.querySelector("#members tbody .col-state").textContent.trim()`
+	b.open(base + "pool?name=api")
+	b.wait("the target healthy in the table and the menu",
+		table+` === "healthy" && /unhealthy \(0\).* healthy \(1\)/.test(`+menu+`)`, menu, 20*time.Second)
+	sb.failing.Store(true)
+	b.wait("the target unhealthy in the table and the menu",
+		table+` === "unhealthy" && /unhealthy \(1\).* healthy \(0\)/.test(`+menu+`)`, table+` + ": " + `+menu, 30*time.Second)
+	if n := eval[int](b, `performance.getEntriesByType("navigation").length`); n != 1 {
+		t.Errorf("%d navigations: the page was reloaded", n)
+	}
+	b.check("static/sonde.js", "pool?name=api")
+}

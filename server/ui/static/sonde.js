@@ -64,10 +64,27 @@
           var neu = doc.getElementById(old.id);
           if (neu) old.replaceWith(document.importNode(neu, true));
         });
+        menuCounts(doc);
         pageOK = true;
       })
       .catch(function () { pageOK = false; })
       .then(function () { refreshing = false; showLive(); });
+  }
+
+  // menuCounts takes the counts of the filter menus ("unhealthy (3)") from
+  // a re-read page, which counted them with its table. The form itself is
+  // kept: a choice or text being entered stays as it is.
+  function menuCounts(doc) {
+    var form = document.getElementById("filters"), neu = doc.getElementById("filters");
+    if (!form || !neu) return;
+    form.querySelectorAll("select").forEach(function (sel) {
+      var other = neu.querySelector("select[name='" + sel.name + "']");
+      if (!other) return;
+      Array.prototype.forEach.call(sel.options, function (o) {
+        var n = Array.prototype.find.call(other.options, function (x) { return x.value === o.value; });
+        if (n) o.textContent = n.textContent;
+      });
+    });
   }
 
   var soon = 0;
