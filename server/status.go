@@ -173,10 +173,17 @@ func eventViews(evs []Event) []eventView {
 	return out
 }
 
+// recentList is a page's list of recent events: at most Keep, newest
+// first, a bound the page's script keeps to as it adds new events.
+type recentList struct {
+	List []eventView
+	Keep int
+}
+
 // recentEvents returns the newest events that keep selects, at most n,
 // newest first.
-func (d *Daemon) recentEvents(n int, keep func(*Event) bool) []eventView {
-	return eventViews(d.events.newest(n, keep))
+func (d *Daemon) recentEvents(n int, keep func(*Event) bool) recentList {
+	return recentList{List: eventViews(d.events.newest(n, keep)), Keep: n}
 }
 
 func (d *Daemon) handleOverview(w http.ResponseWriter, r *http.Request) {
@@ -192,7 +199,7 @@ func (d *Daemon) handleOverview(w http.ResponseWriter, r *http.Request) {
 	ui.Render(w, http.StatusOK, "overview", struct {
 		pageBase
 		Pools  []poolCard
-		Events []eventView
+		Events recentList
 	}{d.pageBase(g, "overview", "Overview"), g.poolCards(), d.recentEvents(overviewEvents, nil)})
 }
 
@@ -427,7 +434,7 @@ func (d *Daemon) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 		Results     []HistoryResult
 		Recorded    bool
 		Capacity    int
-		Events      []eventView
+		Events      recentList
 		IntervalSec float64
 		HistoryURL  string
 	}{
@@ -494,7 +501,7 @@ func (d *Daemon) handleEventsPage(w http.ResponseWriter, _ *http.Request) {
 	}
 	ui.Render(w, http.StatusOK, "events", struct {
 		pageBase
-		Events []eventView
+		Events recentList
 		Kinds  []string
 		Pools  []string
 	}{d.pageBase(g, "events", "Events"), d.recentEvents(eventsPage, nil), EventKinds, poolNames(g)})

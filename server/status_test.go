@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -309,6 +310,27 @@ func TestStatusPageErrors(t *testing.T) {
 		code, _, body := td.page(t, c.path)
 		if code != c.code || !strings.Contains(body, c.want) {
 			t.Errorf("GET %s: %d, want %d with %q:\n%s", c.path, code, c.code, c.want, body)
+		}
+	}
+}
+
+// TestRecentEventBounds checks that each page's event list is made with as
+// many events as its script keeps when new ones arrive: the newest 200 on
+// the events page (as the README says), 10 on the overview, 50 for a target.
+func TestRecentEventBounds(t *testing.T) {
+	td := startDaemon(t, unprobedConfig)
+	for range 300 {
+		td.d.events.add(Event{Kind: KindState, Target: "198.18.0.1:80", Pools: []string{"api"}, From: "unknown", To: "healthy"})
+	}
+	keepRE := regexp.MustCompile(`<div id="recent" data-keep="(\d+)">`)
+	for path, want := range map[string]int{"/events": 200, "/": 10, "/target?pool=api&target=198.18.0.1:80": 50} {
+		code, _, body := td.page(t, path)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: %d\n%s", path, code, body)
+		}
+		m := keepRE.FindStringSubmatch(body)
+		if rows := strings.Count(body, `<tr class="ev `); rows != want || m == nil || m[1] != strconv.Itoa(want) {
+			t.Errorf("GET %s: %d events, keeps %v; want %d and %d", path, rows, m, want, want)
 		}
 	}
 }
