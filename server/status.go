@@ -215,9 +215,17 @@ func (g *generation) poolIndex(name string) (int, error) {
 
 // sortLink is a column head of the pool view: a link that sorts by it.
 type sortLink struct {
-	Name   string
+	Name   string // the column, as sort= names it
+	Label  string // its heading
+	Title  string // what it shows, when the heading does not say it all
 	URL    string
 	Sorted string // "asc" or "desc" when the page is sorted by it
+}
+
+// columnHeads are the headings of the pool view's columns that are not
+// their sort= names: text and tooltip.
+var columnHeads = map[string][2]string{
+	"latency": {"latency (last success)", "latency of the last successful probe"},
 }
 
 // filterChoice is an entry of a filter menu.
@@ -263,7 +271,10 @@ func (d *Daemon) handlePoolPage(w http.ResponseWriter, r *http.Request) {
 		v.Set("name", name)
 		v.Set("sort", col)
 		v.Del("desc")
-		sl := sortLink{Name: col}
+		sl := sortLink{Name: col, Label: col}
+		if h, ok := columnHeads[col]; ok {
+			sl.Label, sl.Title = h[0], h[1]
+		}
 		if q.Sort == col {
 			sl.Sorted = "asc"
 			if q.Desc {

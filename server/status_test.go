@@ -223,6 +223,14 @@ pools:
 	if !strings.Contains(body, "status code not in the healthy set: 500") {
 		t.Errorf("the unhealthy row lacks its error text:\n%s", body)
 	}
+	// The latency shown is that of the last success, not of the last probe.
+	if !regexp.MustCompile(`<th class="col-latency" title="latency of the last successful probe"><a href="[^"]+">latency \(last success\)</a></th>`).MatchString(body) {
+		t.Errorf("the latency column does not say whose latency it shows:\n%s", body)
+	}
+	_, _, body = td.page(t, "/target?"+url.Values{"pool": {"api"}, "target": {bad.addr()}}.Encode())
+	if !strings.Contains(body, "<dt>latency of the last success</dt>") {
+		t.Errorf("the target page does not say whose latency it shows:\n%s", body)
+	}
 }
 
 // TestPoolPageCursorAcrossEdits follows the pool view's next links while a
