@@ -144,8 +144,7 @@ func (p *Prober) run(ctx context.Context, trace *httptrace.ClientTrace, tm *timi
 	host := p.hostHeader(t)
 	var rw net.Conn = conn
 	if p.tls != nil {
-		tc, expiry, err := p.handshake(trace, conn, p.serverName(t, host))
-		rep.CertExpiry = expiry
+		tc, err := p.handshake(trace, conn, p.serverName(t, host), &rep)
 		if err != nil {
 			return fail(phaseTLS, err, nil)
 		}
@@ -162,12 +161,13 @@ func (p *Prober) run(ctx context.Context, trace *httptrace.ClientTrace, tm *timi
 	if err != nil {
 		return fail(phaseResponse, err, &b.rr)
 	}
-	rep.Status = uint16(resp.StatusCode)
+	rep.Status, rep.ContentLength = uint16(resp.StatusCode), resp.ContentLength
 	b.rr.limit = math.MaxInt64 // the body is bounded by MaxBodyBytes
 	// resp.Body is never closed: Close would drain the whole body. The
 	// connection's close ends it.
-	found, _, err := scanBody(resp.Body, p.want, p.opts.MaxBodyBytes, b.scan)
+	found, n, err := scanBody(resp.Body, p.want, p.opts.MaxBodyBytes, b.scan)
 	tm.lastByte = time.Now()
+	rep.BodyBytes = n
 	if err != nil {
 		return fail(phaseBody, fmt.Errorf("read body: %w", err), &b.rr)
 	}
