@@ -20,17 +20,19 @@ const (
 
 // Remediation is one entry of "remediation": an action (a command, a
 // webhook or both) fired for an instance — a target address — that has
-// stayed unhealthy for After in every listed pool that contains it and
-// probes it (R1, R2), within a budget of firings per hour, 12 hours and day.
+// stayed unhealthy for After in one listed pool and is unhealthy in every
+// other listed pool that contains it and probes it (R1, R2), within a budget
+// of firings per hour, 12 hours and day.
 // Pool policy (P1–P3) has no say: a single instance, or every instance of a
 // pool, is still acted on.
 type Remediation struct {
 	Name      string        // unique name; the budget is the remediation's, like an App Service plan's
 	Pools     []string      // names of the pools whose targets it may act on
 	PoolIndex []int         // the same pools as indices into Config.Pools
-	After     time.Duration // how long an instance must stay unhealthy, continuously
-	// MaxPerHour, MaxPer12h and MaxPerDay cap the firings in any 1 h, 12 h
-	// and 24 h; 0 means no cap. A failed action counts like a good one.
+	After     time.Duration // how long an instance must stay unhealthy, continuously, in one of the pools
+	// MaxPerHour and MaxPerDay cap the firings in any 1 h and 24 h,
+	// MaxPer12h those in each 12-hour period (a count that resets every 12
+	// hours); 0 means no cap. A failed action counts like a good one.
 	MaxPerHour, MaxPer12h, MaxPerDay int
 	Command                          []string      // program and arguments, run without a shell; nil for none
 	WebhookURL                       string        // http(s) URL the action is POSTed to; "" for none

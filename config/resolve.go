@@ -335,17 +335,28 @@ func (c *Check) resolveNetwork(s *CheckSpec) error {
 		c.IPFamily = IPFamily(slices.Index(ipFamilyNames[:], *s.IPFamily))
 	}
 	if s.SourceAddress != nil {
-		a, err := netip.ParseAddr(*s.SourceAddress)
-		if err != nil || a.Zone() != "" {
-			return fieldErr(c.field("source_address"), "%q is not an IP address", *s.SourceAddress)
+		a, err := ParseSourceAddress(*s.SourceAddress)
+		if err != nil {
+			return fieldErr(c.field("source_address"), "%v", err)
 		}
-		a = a.Unmap()
 		if c.IPFamily == IP4 && !a.Is4() || c.IPFamily == IP6 && !a.Is6() {
 			return fieldErr(c.field("source_address"), "%s does not match ip_family %s", a, c.IPFamily)
 		}
 		c.SourceAddress = a
 	}
 	return nil
+}
+
+// ParseSourceAddress parses a local address probes leave from: a check's
+// source_address and the -source flag of every command. It is an IP
+// address without an IPv6 zone; an IPv4-mapped IPv6 address is taken as
+// IPv4.
+func ParseSourceAddress(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("%q is not an IP address", s)
+	}
+	return a.Unmap(), nil
 }
 
 // pick returns *p, or def when p is nil.

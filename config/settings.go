@@ -21,43 +21,43 @@ type CheckSettings struct {
 	Port     *uint16 `json:"port"`      // null: every target gives its own
 	PortWins bool    `json:"port_wins"` // the check's port overrides the targets' own (App Gateway)
 	Probe
-	Cadence                 scheduler.Cadence `json:"cadence"` // fixed_rate or after_completion
-	IntervalSeconds         float64           `json:"interval_seconds"`
-	TimeoutSeconds          float64           `json:"timeout_seconds"`
-	Rise                    int               `json:"rise"`
-	Fall                    int               `json:"fall"`
-	Window                  *scheduler.Window `json:"window"`
-	FailureWindowSeconds    float64           `json:"failure_window_seconds"`            // W1
-	SuccessWindowSeconds    float64           `json:"success_window_seconds"`            // W2 with r = timeout
-	OnsetWindowSeconds      float64           `json:"failure_window_from_onset_seconds"` // W3
-	InitialState            scheduler.State   `json:"initial_state"`
-	FastRecheckSeconds      float64           `json:"fast_recheck_interval_seconds"`
-	UnhealthyIntervalSecond float64           `json:"unhealthy_interval_seconds"`
-	JitterSeconds           float64           `json:"jitter_seconds"`
-	ProbeRate               float64           `json:"probe_rate_per_target"` // highest probes/s one target receives
-	ProbeClass              int               `json:"probe_class"`
+	Cadence                  scheduler.Cadence `json:"cadence"` // fixed_rate or after_completion
+	IntervalSeconds          float64           `json:"interval_seconds"`
+	TimeoutSeconds           float64           `json:"timeout_seconds"`
+	Rise                     int               `json:"rise"`
+	Fall                     int               `json:"fall"`
+	Window                   *scheduler.Window `json:"window"`
+	FailureWindowSeconds     float64           `json:"failure_window_seconds"`            // W1
+	SuccessWindowSeconds     float64           `json:"success_window_seconds"`            // W2 with r = timeout
+	OnsetWindowSeconds       float64           `json:"failure_window_from_onset_seconds"` // W3
+	InitialState             scheduler.State   `json:"initial_state"`
+	FastRecheckSeconds       float64           `json:"fast_recheck_interval_seconds"`
+	UnhealthyIntervalSeconds float64           `json:"unhealthy_interval_seconds"`
+	JitterSeconds            float64           `json:"jitter_seconds"`
+	ProbeRate                float64           `json:"probe_rate_per_target"` // highest probes/s one target receives
+	ProbeClass               int               `json:"probe_class"`
 }
 
 // Settings returns the check's effective settings and windows.
 func (c *Check) Settings() CheckSettings {
 	s := CheckSettings{
-		Name:                    c.Name,
-		PortWins:                c.PortWins,
-		Probe:                   c.Probe,
-		Cadence:                 c.Cadence,
-		IntervalSeconds:         c.Interval.Seconds(),
-		TimeoutSeconds:          c.Timeout.Seconds(),
-		Rise:                    c.Rise,
-		Fall:                    c.Fall,
-		FailureWindowSeconds:    c.FailureWindow().Seconds(),
-		SuccessWindowSeconds:    c.SuccessWindow(c.Timeout).Seconds(),
-		OnsetWindowSeconds:      c.FailureWindowFromOnset().Seconds(),
-		InitialState:            c.Initial,
-		FastRecheckSeconds:      c.FastRecheck.Seconds(),
-		UnhealthyIntervalSecond: c.UnhealthyInterval.Seconds(),
-		JitterSeconds:           c.Jitter.Seconds(),
-		ProbeRate:               c.ProbeRate(),
-		ProbeClass:              c.Class,
+		Name:                     c.Name,
+		PortWins:                 c.PortWins,
+		Probe:                    c.Probe,
+		Cadence:                  c.Cadence,
+		IntervalSeconds:          c.Interval.Seconds(),
+		TimeoutSeconds:           c.Timeout.Seconds(),
+		Rise:                     c.Rise,
+		Fall:                     c.Fall,
+		FailureWindowSeconds:     c.FailureWindow().Seconds(),
+		SuccessWindowSeconds:     c.SuccessWindow(c.Timeout).Seconds(),
+		OnsetWindowSeconds:       c.FailureWindowFromOnset().Seconds(),
+		InitialState:             c.Initial,
+		FastRecheckSeconds:       c.FastRecheck.Seconds(),
+		UnhealthyIntervalSeconds: c.UnhealthyInterval.Seconds(),
+		JitterSeconds:            c.Jitter.Seconds(),
+		ProbeRate:                c.ProbeRate(),
+		ProbeClass:               c.Class,
 	}
 	if c.Preset != "" {
 		s.Preset = &c.Preset
@@ -82,8 +82,8 @@ func (s *CheckSettings) EvaluationText() string {
 	if s.FastRecheckSeconds > 0 {
 		eval += ", recheck " + Seconds(s.FastRecheckSeconds)
 	}
-	if s.UnhealthyIntervalSecond > 0 {
-		eval += ", unhealthy every " + Seconds(s.UnhealthyIntervalSecond)
+	if s.UnhealthyIntervalSeconds > 0 {
+		eval += ", unhealthy every " + Seconds(s.UnhealthyIntervalSeconds)
 	}
 	if s.JitterSeconds > 0 {
 		eval += ", jitter " + Seconds(s.JitterSeconds)

@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
 // kit is the output of kustomize for one kustomization, decoded strictly.
@@ -36,7 +38,7 @@ type kit struct {
 // Kubernetes API types, rejecting unknown and duplicate fields.
 func build(t *testing.T, dir string) *kit {
 	t.Helper()
-	kubectl := requireTool(t, "kubectl", "kubectl")
+	kubectl := testenv.Tool(t, "kubectl", "kubectl")
 	var stderr bytes.Buffer
 	cmd := exec.Command(kubectl, "kustomize", dir)
 	cmd.Stderr = &stderr
@@ -393,7 +395,7 @@ func checkConfig(t *testing.T, k *kit, c corev1.Container) {
 	if err := os.WriteFile(file, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(sondeBinary(t), "config", "check", file).CombinedOutput()
+	out, err := exec.Command(testenv.Sonde(t), "config", "check", file).CombinedOutput()
 	if err != nil {
 		t.Fatalf("sonde config check on the ConfigMap's %s: %v\n%s", key, err, out)
 	}
@@ -410,7 +412,7 @@ func checkConfig(t *testing.T, k *kit, c corev1.Container) {
 	for i := range int(*k.sts.Spec.Replicas) {
 		env["POD_INDEX"] = strconv.Itoa(i)
 		shard := expand(flagValue(c.Args, "shard"), env)
-		out, err := exec.Command(sondeBinary(t), "config", "check", "-shard", shard, file).CombinedOutput()
+		out, err := exec.Command(testenv.Sonde(t), "config", "check", "-shard", shard, file).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "shard "+shard+": ") {
 			t.Errorf("sonde config check -shard %s on the ConfigMap's %s: %v\n%s", shard, key, err, out)
 		}

@@ -21,6 +21,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
 // metricDoc is one row of the metrics table of deploy/README.md.
@@ -197,7 +199,7 @@ func startDaemon(t *testing.T, cfg string) *daemon {
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(sondeBinary(t), "run", "-config", path, "-listen", "127.0.0.1:0",
+	cmd := exec.Command(testenv.Sonde(t), "run", "-config", path, "-listen", "127.0.0.1:0",
 		"-log-format", "json", "-syn=false")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

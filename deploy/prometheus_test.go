@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/yaml"
+
+	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
 var ruleFiles = []string{"prometheus/sonde-recording.rules.yaml", "prometheus/sonde-alerts.rules.yaml"}
@@ -182,7 +184,7 @@ func TestRulesAllTested(t *testing.T) {
 }
 
 func TestPromtoolCheckRules(t *testing.T) {
-	promtool := requireTool(t, "promtool", "prometheus")
+	promtool := testenv.Tool(t, "promtool", "prometheus")
 	out, err := exec.Command(promtool, append([]string{"check", "rules"}, ruleFiles...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
@@ -190,7 +192,7 @@ func TestPromtoolCheckRules(t *testing.T) {
 }
 
 func TestPromtoolTestRules(t *testing.T) {
-	promtool := requireTool(t, "promtool", "prometheus")
+	promtool := testenv.Tool(t, "promtool", "prometheus")
 	files, err := filepath.Glob("prometheus/tests/*.test.yaml")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no promtool test files: %v", err)

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
 const unitFile = "systemd/sonde.service"
@@ -70,6 +72,12 @@ func TestSystemdUnit(t *testing.T) {
 		t.Errorf("ExecStart %q: want -config and -listen", exec)
 	}
 	checkRunFlags(t, unitFile, exec[2:])
+	// The state file lives in the unit's StateDirectory, the one place
+	// under ProtectSystem=strict that the dynamic user may write.
+	stateDir := "/var/lib/" + u.one(t, "StateDirectory") + "/"
+	if f := flagValue(exec, "state-file"); !strings.HasPrefix(f, stateDir) || len(f) == len(stateDir) {
+		t.Errorf("ExecStart %q: want -state-file in %s", exec, stateDir)
+	}
 	if got := u.one(t, "ExecReload"); !strings.Contains(got, "kill -HUP $MAINPID") {
 		t.Errorf("ExecReload %q, want SIGHUP to the main process", got)
 	}
@@ -106,7 +114,7 @@ func TestSystemdUnit(t *testing.T) {
 // systemd-analyze and checks the system calls of the SYN prober, the eBPF
 // loader and the HTTP server are allowed.
 func TestSystemdSyscallFilter(t *testing.T) {
-	analyze := requireTool(t, "systemd-analyze", "systemd")
+	analyze := testenv.Tool(t, "systemd-analyze", "systemd")
 	var allowed []string
 	for _, v := range readUnit(t, unitFile)["Service"]["SystemCallFilter"] {
 		if strings.HasPrefix(v, "~") {
@@ -159,7 +167,7 @@ func expandSyscalls(t *testing.T, analyze, name string, seen map[string]bool) []
 // starts the sonde built for this test (verify wants the binary to exist),
 // and systemd-analyze security on the sandbox.
 func TestSystemdAnalyze(t *testing.T) {
-	analyze := requireTool(t, "systemd-analyze", "systemd")
+	analyze := testenv.Tool(t, "systemd-analyze", "systemd")
 	b, err := os.ReadFile(unitFile)
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +176,7 @@ func TestSystemdAnalyze(t *testing.T) {
 	replaced := 0
 	for line := range strings.Lines(string(b)) {
 		if rest, ok := strings.CutPrefix(line, "ExecStart="+shippedBinary+" "); ok {
-			line = "ExecStart=" + sondeBinary(t) + " " + rest
+			line = "ExecStart=" + testenv.Sonde(t) + " " + rest
 			replaced++
 		}
 		copied.WriteString(line)

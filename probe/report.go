@@ -38,6 +38,17 @@ type Report struct {
 	// CertExpiry is the earliest NotAfter among the certificates the server
 	// presented; zero when no TLS handshake got as far as certificates.
 	CertExpiry time.Time
+	// TLSVersion and TLSCipher are the version (tls.VersionTLS13, …) and
+	// cipher suite a completed TLS handshake agreed on; zero without one.
+	TLSVersion, TLSCipher uint16
+	// ContentLength is the Content-Length of an HTTP response, -1 for a
+	// response that gave none (chunked, or until the connection closes),
+	// 0 when no response arrived.
+	ContentLength int64
+	// BodyBytes is how many bytes of an HTTP response's body the probe
+	// read: the whole body, or its first MaxBodyBytes (the prober reads no
+	// further).
+	BodyBytes int64
 }
 
 // Reporter is a [Prober] that can also tell the detail of a probe. Report

@@ -21,17 +21,69 @@ type Clock interface {
 }
 
 // WallTime converts a Nanotime reading ns of clock c into wall-clock time.
+// Conversions agree with each other: one reading gives one time however
+// often it is converted, and a later reading a time no earlier, unless the
+// wall clock was stepped in between (see [RealClock.Wall]).
 func WallTime(c Clock, ns int64) time.Time {
+	if w, ok := c.(wallClock); ok {
+		return w.Wall(ns)
+	}
 	now := c.Now()
 	return now.Add(time.Duration(ns - c.Nanotime()))
 }
 
+// wallClock is a [Clock] that converts its own readings into wall-clock time.
+type wallClock interface {
+	Wall(ns int64) time.Time
+}
+
 // RealClock is the system clock. Nanotime is the kernel's CLOCK_MONOTONIC
 // ([probe.Nanotime]). It is safe for concurrent use.
-type RealClock struct{}
+type RealClock struct {
+	// off is wall-clock minus monotonic nanoseconds, as measured when it
+	// last moved; 0 before the first conversion.
+	off atomic.Int64
+}
 
 // NewRealClock returns the system clock.
 func NewRealClock() *RealClock { return &RealClock{} }
+
+// wallSlack is how far the wall clock may drift from the monotonic clock
+// before conversions follow it. Two clocks read one after the other give an
+// offset that differs by nanoseconds to microseconds from one reading to
+// the next; converting with each fresh one gave one instant a different time
+// each time, so a route event could be stamped before the state change that
+// caused it. Both clocks run at the same (NTP-adjusted) rate, so the offset
+// moves only when the wall clock is stepped, or after a suspend.
+const wallSlack = time.Millisecond
+
+// Wall converts the monotonic reading ns into wall-clock time with the
+// clocks' offset as last measured. It measures the offset again on each
+// call and moves it when the wall clock has been stepped by more than a
+// millisecond, so every conversion of an instant gives the same time.
+func (c *RealClock) Wall(ns int64) time.Time {
+	before := probe.Nanotime()
+	wall := time.Now().UnixNano()
+	after := probe.Nanotime()
+	return time.Unix(0, ns+c.offset(wall, before, after))
+}
+
+// offset returns the offset to convert with, given a wall-clock reading
+// taken between the monotonic readings before and after.
+func (c *RealClock) offset(wall, before, after int64) int64 {
+	cur := c.off.Load()
+	if cur != 0 && after-before > int64(wallSlack) {
+		return cur // the readings were interrupted: too coarse to tell a step
+	}
+	m := wall - (before + (after-before)/2)
+	if d := m - cur; cur != 0 && d >= -int64(wallSlack) && d <= int64(wallSlack) {
+		return cur
+	}
+	if c.off.CompareAndSwap(cur, m) {
+		return m
+	}
+	return c.off.Load() // another conversion measured the same step
+}
 
 // Now returns time.Now().
 func (c *RealClock) Now() time.Time { return time.Now() }

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -335,5 +336,151 @@ func TestRouterUnprobed(t *testing.T) {
 	}
 	if sum := s.router.Summary(0); sum != (PoolSummary{Members: 2, Unprobed: 2, Routable: 2}) {
 		t.Fatalf("summary %+v", sum)
+	}
+}
+
+// splitPool is a pool of n targets and its split into slices, as shards
+// split it (README.md, "Pools split across shards"): each slice is a pool of
+// its own with the same policy, as a shard's router sees its part. Every
+// slice has a member; disabled members are disabled in their slice too.
+func splitPool(rng *rand.Rand, n, parts int, policy PoolPolicy) []*Pool {
+	whole := &Pool{Name: "whole", Policy: policy}
+	pools := []*Pool{whole}
+	for i := range parts {
+		pools = append(pools, &Pool{Name: fmt.Sprint("slice", i), Policy: policy})
+	}
+	for id := range uint32(n) {
+		sl := pools[1+int(id)%parts]
+		if int(id) >= parts {
+			sl = pools[1+rng.IntN(parts)]
+		}
+		whole.Members = append(whole.Members, id)
+		sl.Members = append(sl.Members, id)
+		if rng.IntN(8) == 0 {
+			whole.Disabled = append(whole.Disabled, id)
+			sl.Disabled = append(sl.Disabled, id)
+		}
+	}
+	return pools
+}
+
+// TestRouterSplitPool checks the promises of README.md for a pool split
+// across shards, each applying the pool's policy to its slice: together
+// the slices never remove more than the pool's cap (nor more than the
+// whole pool removes), and the union of their preferred sets contains the
+// pool's. A shard's router decides its slice as a router over a pool of
+// the slice's members does, so here the slices are pools of one router,
+// beside the whole pool, over the same states: targets flap for a minute,
+// then keep their health and a latency of their own while the rankings
+// catch up.
+func TestRouterSplitPool(t *testing.T) {
+	removals := 0 // over every seed: the cap check must have had work
+	for seed := range uint64(16) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 14))
+			n := 3 + rng.IntN(60)
+			parts := 2 + rng.IntN(min(4, n-1))
+			policy := PoolPolicy{MaxUnhealthyPercent: 1 + rng.IntN(100), FailOpen: rng.IntN(2) == 0,
+				LatencyMargin: time.Duration(rng.IntN(15)) * time.Millisecond}
+			const settle = 60 * sec
+			flip := make([]time.Duration, n) // before settle, each target flips health every flip[id]
+			sick := make([]bool, n)          // after settle, these stay unhealthy
+			lat := make([]time.Duration, n)
+			for i := range n {
+				flip[i] = time.Duration(2+rng.IntN(9)) * sec
+				sick[i] = rng.IntN(3) == 0
+				lat[i] = time.Duration(1+rng.IntN(30)) * time.Millisecond
+			}
+			checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
+			targets := make([]TargetSpec, n)
+			for i := range targets {
+				targets[i].Leader = uint32(i)
+			}
+			s := newSim(t, checks, targets, 2)
+			s.behave = func(req probe.Request) answer {
+				at := time.Duration(req.Sent)
+				if at < settle && (at/flip[req.ID])%2 == 1 || at >= settle && sick[req.ID] {
+					return answer{outcome: probe.Refused, after: time.Millisecond}
+				}
+				return answer{outcome: probe.Success, after: lat[req.ID]}
+			}
+			pools := splitPool(rng, n, parts, policy)
+			whole := pools[0]
+			s.route(pools, RouterOptions{RankDelay: sec, RankEvery: 5 * sec})
+			s.routeByHand = true
+			poolCap := (len(whole.Members) - len(whole.Disabled)) * policy.MaxUnhealthyPercent / 100
+			for range 90 {
+				s.runFor(sec)
+				s.router.Step(s.clock.Nanotime())
+				w := s.router.Summary(0)
+				removed := 0
+				for pi := 1; pi < len(pools); pi++ {
+					removed += s.router.Summary(pi).Removed
+				}
+				if removed > poolCap || removed > w.Removed {
+					t.Fatalf("at %v the %d slices remove %d targets; the pool's cap is %d (%d %%), the whole pool removes %d",
+						time.Duration(s.clock.Nanotime()), parts, removed, poolCap, policy.MaxUnhealthyPercent, w.Removed)
+				}
+				removals += removed
+			}
+			preferred := func(pi int) map[uint32]bool {
+				set := map[uint32]bool{}
+				for m, id := range pools[pi].Members {
+					if _, pref := s.router.Route(pi, m); pref {
+						set[id] = true
+					}
+				}
+				return set
+			}
+			union := map[uint32]bool{}
+			for pi := 1; pi < len(pools); pi++ {
+				maps.Copy(union, preferred(pi))
+			}
+			want := preferred(0)
+			if len(want) == 0 && s.router.Summary(0).Healthy > 0 {
+				t.Fatalf("the whole pool has healthy targets and prefers none: %+v", s.router.Summary(0))
+			}
+			for id := range want {
+				if !union[id] {
+					t.Errorf("target %d (latency %v) is preferred in the whole pool (margin %v) but in no slice", id, lat[id], policy.LatencyMargin)
+				}
+			}
+		})
+	}
+	if removals == 0 {
+		t.Fatal("no slice removed a target in any run: the cap was never tested")
+	}
+}
+
+// TestRouterSmallSlice: a slice too small for the cap removes nothing. Of a
+// pool of 4 at 50 %, the 2 unhealthy targets are removed; split 3 + 1,
+// the slice of 3 removes 1 (floor 1.5) and the slice of 1, whose cap
+// rounds down to 0, keeps its unhealthy target in rotation.
+func TestRouterSmallSlice(t *testing.T) {
+	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
+	targets := []TargetSpec{{Leader: 0}, {Leader: 1}, {Leader: 2}, {Leader: 3}}
+	s := newSim(t, checks, targets, 1)
+	s.behave = func(req probe.Request) answer {
+		if req.ID >= 2 {
+			return answer{outcome: probe.Refused, after: time.Millisecond}
+		}
+		return answer{outcome: probe.Success, after: time.Millisecond}
+	}
+	policy := PoolPolicy{MaxUnhealthyPercent: 50}
+	s.route([]*Pool{
+		{Name: "whole", Policy: policy, Members: []uint32{0, 1, 2, 3}},
+		{Name: "slice0", Policy: policy, Members: []uint32{0, 1, 2}},
+		{Name: "slice1", Policy: policy, Members: []uint32{3}},
+	}, RouterOptions{})
+	s.runFor(10 * sec)
+	var got []int
+	for pi := range 3 {
+		got = append(got, s.router.Summary(pi).Removed)
+	}
+	if want := []int{2, 1, 0}; !slices.Equal(got, want) {
+		t.Fatalf("removed by the whole pool and its slices: %v, want %v", got, want)
+	}
+	if sum := s.router.Summary(2); sum.Unhealthy != 1 || sum.Routable != 1 || sum.FailingOpen {
+		t.Fatalf("slice of one: %+v, want its unhealthy target routable, not failing open", sum)
 	}
 }

@@ -3,9 +3,11 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -181,7 +183,7 @@ func (g *generation) runOneShot(ctx context.Context, shot *oneShot, timeout time
 		return res
 	}
 	t := shot.target
-	shot.log.Info("beginning probe", "module", shot.check.Name, "protocol", shot.check.Protocol, "target", t.Host+t.Addr.String(), "timeout", timeout)
+	shot.log.Info("beginning probe", "module", shot.check.Name, "protocol", shot.check.Protocol, "target", shot.where(), "timeout", timeout)
 	res.addr = t.Addr
 	if t.Host != "" {
 		shot.log.Info("resolving target address", "host", t.Host, "ip_family", shot.check.IPFamily)
@@ -205,6 +207,16 @@ func (g *generation) runOneShot(ctx context.Context, shot *oneShot, timeout time
 		shot.log.Error("probe failed", "outcome", res.rep.Outcome, "status", res.rep.Status, "err", res.rep.Err, "duration", res.duration)
 	}
 	return res
+}
+
+// where returns the host name or address of the probe and its port, as
+// host:port, [v6]:port or address:port.
+func (shot *oneShot) where() string {
+	host := shot.target.Host
+	if host == "" {
+		host = shot.target.Addr.String()
+	}
+	return net.JoinHostPort(host, strconv.Itoa(int(shot.target.Port)))
 }
 
 // oneShotProbers caches, per generation, the prober of each check as the
@@ -281,6 +293,8 @@ func (shot *oneShot) register(reg *prometheus.Registry, res *oneShotResult) {
 	}
 	reg.MustRegister(phases)
 	gauge("probe_http_status_code", "Response HTTP status code", float64(rep.Status))
+	gauge("probe_http_content_length", "Length of http content response", float64(rep.ContentLength))
+	gauge("probe_http_uncompressed_body_length", "Length of uncompressed response body", float64(rep.BodyBytes))
 	gauge("probe_http_redirects", "The number of redirects", 0) // never followed (H5)
 	gauge("probe_http_ssl", "Indicates if SSL was used for the final redirect", b2f(shot.check.Protocol == config.HTTPS && rep.Status != 0))
 	if rep.Status != 0 {
@@ -289,6 +303,15 @@ func (shot *oneShot) register(reg *prometheus.Registry, res *oneShotResult) {
 	gauge("probe_failed_due_to_regex", "Indicates if probe failed due to regex", b2f(rep.Outcome == probe.BodyMismatch))
 	if !rep.CertExpiry.IsZero() {
 		gauge("probe_ssl_earliest_cert_expiry", "Returns last SSL chain expiry in unixtime", float64(rep.CertExpiry.Unix()))
+	}
+	if rep.TLSVersion != 0 {
+		info := func(name, help, label, value string) {
+			g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{label})
+			g.WithLabelValues(value).Set(1)
+			reg.MustRegister(g)
+		}
+		info("probe_tls_version_info", "Contains the TLS version used", "version", tls.VersionName(rep.TLSVersion))
+		info("probe_tls_cipher_info", "Contains the TLS cipher suite used", "cipher", tls.CipherSuiteName(rep.TLSCipher))
 	}
 }
 

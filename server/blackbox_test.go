@@ -108,22 +108,37 @@ func TestProbeEndpoint(t *testing.T) {
 checks:
   http_2xx: {protocol: http, path: /, interval: 1h, timeout: 2s}
   body: {protocol: http, path: /, body_contains: Absent, interval: 1h, timeout: 2s}
+  short: {protocol: http, path: /, max_body_bytes: 4, interval: 1h, timeout: 2s}
   tcp_connect: {protocol: tcp, tcp_mode: syn, interval: 1h, timeout: 2s}
 pools:
   - {name: api, check: http_2xx, targets: [%q]}
 `, good.addr()))
 	closed := closedPort(t)
+	chunks := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, part := range []string{"chunk", "ed ok"} {
+			io.WriteString(w, part)
+			w.(http.Flusher).Flush() // no Content-Length: chunked
+		}
+	}))
+	t.Cleanup(chunks.Close)
+	chunked := chunks.Listener.Addr().String()
 	tests := []struct {
 		name, target, module string
 		want                 map[string]float64
 	}{
 		{"good http", good.addr(), "http_2xx", map[string]float64{
 			"probe_success": 1, "probe_http_status_code": 200, "probe_ip_protocol": 4, "probe_http_redirects": 0,
-			"probe_http_ssl": 0, "probe_http_version": 1.1, "probe_failed_due_to_regex": 0}},
+			"probe_http_ssl": 0, "probe_http_version": 1.1, "probe_failed_due_to_regex": 0,
+			"probe_http_content_length": 7, "probe_http_uncompressed_body_length": 7}}, // "Healthy"
 		{"bad http", bad.addr(), "http_2xx", map[string]float64{"probe_success": 0, "probe_http_status_code": 500}},
+		{"chunked body", chunked, "http_2xx", map[string]float64{
+			"probe_success": 1, "probe_http_content_length": -1, "probe_http_uncompressed_body_length": 10}},
+		{"body beyond max_body_bytes", chunked, "short", map[string]float64{
+			"probe_success": 1, "probe_http_content_length": -1, "probe_http_uncompressed_body_length": 4}},
 		{"url target with a path", good.srv.URL + "/x?y=1", "http_2xx", map[string]float64{"probe_success": 1}},
 		{"body mismatch", body.addr(), "body", map[string]float64{"probe_success": 0, "probe_failed_due_to_regex": 1, "probe_http_status_code": 200}},
-		{"refused http", closed, "http_2xx", map[string]float64{"probe_success": 0, "probe_http_status_code": 0}},
+		{"refused http", closed, "http_2xx", map[string]float64{"probe_success": 0, "probe_http_status_code": 0,
+			"probe_http_content_length": 0, "probe_http_uncompressed_body_length": 0}},
 		{"good tcp (syn check, probed with connect)", good.addr(), "tcp_connect", map[string]float64{"probe_success": 1, "probe_ip_protocol": 4}},
 		{"refused tcp", closed, "tcp_connect", map[string]float64{"probe_success": 0}},
 	}
@@ -144,6 +159,11 @@ pools:
 					t.Errorf("%s missing", k)
 				}
 			}
+			for k := range got {
+				if strings.HasPrefix(k, "probe_tls_") {
+					t.Errorf("%s without TLS", k)
+				}
+			}
 			if tt.module != "tcp_connect" {
 				for _, ph := range blackboxPhases {
 					if _, ok := got["probe_http_duration_seconds{phase="+ph+"}"]; !ok {
@@ -158,8 +178,8 @@ pools:
 	}
 
 	refusals := []struct{ query, want string }{
-		{"target=" + good.addr(), "module: missing; want the name of a check: body, http_2xx, tcp_connect"},
-		{"target=" + good.addr() + "&module=http", `module="http": no such check; want one of body, http_2xx, tcp_connect`},
+		{"target=" + good.addr(), "module: missing; want the name of a check: body, http_2xx, short, tcp_connect"},
+		{"target=" + good.addr() + "&module=http", `module="http": no such check; want one of body, http_2xx, short, tcp_connect`},
 		{"module=http_2xx", "target: empty; want host[:port], address[:port] or an http(s) URL"},
 		{"module=http_2xx&target=" + url.QueryEscape("file:///etc/passwd"), `target: "file:///etc/passwd" has scheme "file"; want http or https`},
 		{"module=http_2xx&target=10.0.0.0/8", `target: "10.0.0.0/8" is a CIDR block; probe one address at a time`},
@@ -264,8 +284,18 @@ pools:
 	}
 	code, text := td.scrape(t, "/probe?module=secure&target="+addr, nil)
 	got := samples(t, text)
-	if code != http.StatusOK || got["probe_success"] != 1 || got["probe_ssl_earliest_cert_expiry"] != want || got["probe_http_ssl"] != 1 {
+	if code != http.StatusOK || got["probe_success"] != 1 || got["probe_ssl_earliest_cert_expiry"] != want || got["probe_http_ssl"] != 1 ||
+		got["probe_tls_version_info{version=TLS 1.3}"] != 1 {
 		t.Errorf("/probe of %s: %d\n%s", addr, code, text)
+	}
+	ciphers := 0
+	for k, v := range got {
+		if strings.HasPrefix(k, "probe_tls_cipher_info{cipher=TLS_") && v == 1 {
+			ciphers++
+		}
+	}
+	if ciphers != 1 {
+		t.Errorf("/probe of %s: want one probe_tls_cipher_info naming a TLS 1.3 suite\n%s", addr, text)
 	}
 }
 
@@ -279,8 +309,10 @@ checks:
 pools:
   - {name: api, check: web, targets: [%q]}
 `, good.addr()))
-	code, text := td.scrape(t, "/probe?module=web&debug=true&target=localhost:"+strings.Split(good.addr(), ":")[1], nil)
-	for _, want := range []string{"Logs for the probe:", "beginning probe", "resolved target address", "probe succeeded",
+	port := strings.Split(good.addr(), ":")[1]
+	code, text := td.scrape(t, "/probe?module=web&debug=true&target=localhost:"+port, nil)
+	for _, want := range []string{"Logs for the probe:", `msg="beginning probe" module=web protocol=http target=localhost:` + port + " ",
+		"resolved target address", "probe succeeded",
 		"Metrics that would have been returned:", "probe_success 1", "Module configuration:", `"path": "/health"`} {
 		if !strings.Contains(text, want) {
 			t.Errorf("debug view lacks %q", want)
@@ -288,6 +320,18 @@ pools:
 	}
 	if code != http.StatusOK || t.Failed() {
 		t.Fatalf("%d\n%s", code, text)
+	}
+	for target, want := range map[string]string{
+		good.addr():                   "target=" + good.addr() + " ",
+		"[::1]:" + port:               "target=[::1]:" + port + " ",
+		"http://localhost:" + port:    "target=localhost:" + port + " ",
+		"https://127.0.0.1:" + port:   "target=127.0.0.1:" + port + " ",
+		"http://[::1]:" + port + "/x": "target=[::1]:" + port + " ",
+	} {
+		_, text := td.scrape(t, "/probe?module=web&debug=true&target="+url.QueryEscape(target), nil)
+		if !strings.Contains(text, want) {
+			t.Errorf("debug view of %s: the log lacks %q:\n%s", target, want, text)
+		}
 	}
 }
 

@@ -170,7 +170,8 @@ func (g *generation) routeChanges(next *generation, kept []uint32, add func(Even
 	for pi, p := range g.pools {
 		oldPool[p.Name] = pi
 	}
-	now := next.engine.Clock().Now()
+	clock := next.engine.Clock()
+	now := scheduler.WallTime(clock, clock.Nanotime()) // as the other events' times
 	for _, id := range kept {
 		next.poolsOf(id, func(pi int) {
 			name := next.pools[pi].Name

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
 	"math"
@@ -95,14 +96,53 @@ func TestTransitionAllocations(t *testing.T) {
 	}
 }
 
+// TestRouteLogs checks that route and preference changes are logged at
+// info, like state changes, and that at warn they box no log arguments.
+func TestRouteLogs(t *testing.T) {
+	changes := []scheduler.RouteEvent{
+		{Kind: scheduler.RouteChanged, From: scheduler.Routed, To: scheduler.Removed, Cause: scheduler.CauseState, State: scheduler.Unhealthy},
+		{Kind: scheduler.PreferredChanged, On: true, Cause: scheduler.CauseLatency, State: scheduler.Healthy},
+	}
+	var logs bytes.Buffer
+	ob := testObserverWith(t, memoryConfig, slog.New(slog.NewTextHandler(&logs, nil)))
+	ro := &routeObserver{o: ob, g: ob.d.cur.Load()}
+	for _, e := range changes {
+		ro.Route(e)
+	}
+	for _, want := range []string{
+		`level=INFO msg="route change" pool=api target=127.0.0.1:1 from=routed to=removed reason=unhealthy`,
+		`level=INFO msg="preference change" pool=api target=127.0.0.1:1 from=not_preferred to=preferred reason=latency`,
+	} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log lacks %s:\n%s", want, logs.String())
+		}
+	}
+
+	quiet := testObserver(t, memoryConfig)
+	ro = &routeObserver{o: quiet, g: quiet.d.cur.Load()}
+	for _, e := range changes {
+		// The event kept for the API: its target string and its pool list.
+		// Logging arguments would add about a dozen more.
+		if allocs := testing.AllocsPerRun(1000, func() { ro.Route(e) }); allocs > 2 {
+			t.Errorf("%v: %v allocations, want at most 2 when it is not logged", e.Kind, allocs)
+		}
+	}
+}
+
 // testObserver returns the observer of a daemon started over the config
 // text yaml, with logging at level warn; its targets probe an address that
 // refuses, once a minute.
 func testObserver(t *testing.T, yaml string) *observer {
 	t.Helper()
+	return testObserverWith(t, yaml, slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})))
+}
+
+// testObserverWith is testObserver with the daemon logging to log.
+func testObserverWith(t *testing.T, yaml string, log *slog.Logger) *observer {
+	t.Helper()
 	d, err := New(Options{
 		Load:   func() (*config.Config, error) { return config.Parse([]byte(yaml), "", config.LoadOptions{}) },
-		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger: log,
 		NoSyn:  true,
 	})
 	if err != nil {

@@ -18,7 +18,8 @@ import (
 type observer struct {
 	d     *Daemon
 	debug bool
-	// info is whether state changes are logged. Checked before the call,
+	// info is whether state, route and preference changes are logged.
+	// Checked before the call,
 	// so a daemon logging at warn does not box the arguments of a million
 	// state changes at start-up (about 100 bytes of garbage each).
 	info bool
@@ -222,8 +223,8 @@ func (ro *routeObserver) Route(e scheduler.RouteEvent) {
 		o.d.log.Info("pool no longer fails open", "pool", pool, "target", ev.Target, "reason", ev.Reason)
 	case o.info && e.Kind == scheduler.RouteChanged:
 		o.d.log.Info("route change", "pool", pool, "target", ev.Target, "from", ev.From, "to", ev.To, "reason", ev.Reason)
-	case o.debug:
-		o.d.log.Debug("preference change", "pool", pool, "target", ev.Target, "to", ev.To, "reason", ev.Reason)
+	case o.info && e.Kind == scheduler.PreferredChanged:
+		o.d.log.Info("preference change", "pool", pool, "target", ev.Target, "from", ev.From, "to", ev.To, "reason", ev.Reason)
 	}
 }
 

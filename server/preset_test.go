@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sondeprobe/sonde/scheduler"
 )
 
 // hostRecorder is a loopback HTTP server that answers 200 and remembers the
@@ -51,14 +53,15 @@ func serve(t *testing.T, ip string, handler http.Handler) string {
 
 // TestAppGatewayDefaultProbe runs the appgateway preset with its defaults
 // (30 s interval and timeout, targets unhealthy until a probe succeeds):
-// the pool is routable after the first probe, long before an interval
-// could pass, the probe's Host is 127.0.0.1 with the backend's port, a
-// host setting replaces it, and a pool with health checks off is routed
-// without a probe.
+// the pool is routable after the first probe, which leaves at start, the
+// probe's Host is 127.0.0.1 with the backend's port, a host setting
+// replaces it, and a pool with health checks off is routed without a probe.
+// The engine runs on a simulated clock that never moves: a first probe
+// placed anywhere inside the interval but at its start would never leave.
 func TestAppGatewayDefaultProbe(t *testing.T) {
 	gw, custom, static := newHostRecorder(t, "127.0.0.1"), newHostRecorder(t, "127.0.0.1"), newHostRecorder(t, "127.0.0.1")
-	start := time.Now()
-	td := startDaemon(t, fmt.Sprintf(`
+	clock := scheduler.NewSimClock(time.Unix(1e9, 0))
+	td := startDaemonWith(t, fmt.Sprintf(`
 checks:
   gw: {preset: appgateway}
   custom: {preset: appgateway, host: api.internal}
@@ -66,14 +69,21 @@ pools:
   - {name: gw, check: gw, targets: [%q]}
   - {name: custom, check: custom, targets: [%q]}
   - {name: static, check: gw, targets: [%q], health_checks: false}
-`, gw.addr, custom.addr, static.addr))
+`, gw.addr, custom.addr, static.addr), func(o *Options) { o.Clock = clock })
 	for _, name := range []string{"gw", "custom"} {
-		deadline := start.Add(15 * time.Second) // half the 30 s interval: a first probe inside the interval would often miss it
+		deadline := time.Now().Add(10 * time.Second) // bounds a failure only: the simulated clock stays at start
 		for td.pool(t, name).Routable != 1 {
 			if time.Now().After(deadline) {
-				t.Fatalf("pool %s not routable %v after start: %+v", name, time.Since(start), td.pool(t, name))
+				t.Fatalf("pool %s not routable: %+v; the first probe did not leave at start", name, td.pool(t, name))
 			}
 			time.Sleep(20 * time.Millisecond)
+		}
+		var tl struct {
+			Targets []TargetJSON `json:"targets"`
+		}
+		td.getJSON(t, "/api/v1/targets?pool="+name, &tl)
+		if len(tl.Targets) != 1 || tl.Targets[0].LastProbe == nil || !tl.Targets[0].LastProbe.Equal(clock.Now()) {
+			t.Fatalf("pool %s targets %+v: want one probed at start, %v", name, tl.Targets, clock.Now())
 		}
 	}
 	_, port, _ := net.SplitHostPort(gw.addr)

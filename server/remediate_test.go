@@ -36,14 +36,15 @@ func newSwitchable(t *testing.T, ip string) *switchable {
 
 // TestRemediationEndToEnd runs the daemon on loopback with a remediation
 // over two pools (after 1 s, one firing an hour) and three instances:
-// 127.0.0.1 fails in its only pool and is replaced, by a command run
-// without a shell that gets the firing on stdin and in its environment;
-// 127.0.0.2 fails next and is withheld by max_per_hour (and so is
-// 127.0.0.1, which stays unhealthy); 127.0.0.3 fails in
-// one pool but stays healthy in the other and is withheld by the
+// 127.0.0.1, in both pools, fails in app-a and is withheld by the
+// multi-pool rule, then fails in app-b too and is replaced (R2: unhealthy
+// in all its pools), by a command run without a shell that gets the firing
+// on stdin and in its environment; 127.0.0.2 fails next and is withheld by
+// max_per_hour (and so is 127.0.0.1, which stays unhealthy); 127.0.0.3
+// fails in one pool but stays healthy in the other and is withheld by the
 // multi-pool rule, never fired.
 func TestRemediationEndToEnd(t *testing.T) {
-	one := newSwitchable(t, "127.0.0.1")
+	oneA, oneB := newSwitchable(t, "127.0.0.1"), newSwitchable(t, "127.0.0.1")
 	two := newSwitchable(t, "127.0.0.2")
 	threeA, threeB := newSwitchable(t, "127.0.0.3"), newSwitchable(t, "127.0.0.3")
 	dir := t.TempDir()
@@ -57,14 +58,14 @@ checks:
   app: {preset: appservice, path: /health, interval: 100ms, fall: 2}
 pools:
   - {name: app-a, check: app, targets: [%q, %q, %q]}
-  - {name: app-b, check: app, targets: [%q]}
+  - {name: app-b, check: app, targets: [%q, %q]}
 remediation:
   - name: plan-a
     pools: [app-a, app-b]
     after: 1s
     max_per_hour: 1
     command: [%q, "plan-a", %q]
-`, one.addr, two.addr, threeA.addr, threeB.addr, prog, out))
+`, oneA.addr, two.addr, threeA.addr, oneB.addr, threeB.addr, prog, out))
 
 	status := func() remediate.Status {
 		var st remediate.Status
@@ -86,15 +87,23 @@ remediation:
 		return remediate.Record{}
 	}
 
-	one.failing.Store(true)
+	oneA.failing.Store(true)
 	threeA.failing.Store(true)
-	fired := waitRecord("127.0.0.1", "fired", "")
-	if fired.Result != "success" || !slices.Equal(fired.UnhealthyPools, []string{"app-a"}) || fired.UnhealthySeconds < 1 || fired.LastOutcome != "http_status" {
-		t.Fatalf("firing %+v", fired)
+	for _, instance := range []string{"127.0.0.1", "127.0.0.3"} {
+		multi := waitRecord(instance, "withheld", "multi_pool")
+		if !slices.Equal(multi.UnhealthyPools, []string{"app-a"}) || !slices.Equal(multi.HealthyPools, []string{"app-b"}) {
+			t.Fatalf("multi-pool record %+v", multi)
+		}
 	}
-	multi := waitRecord("127.0.0.3", "withheld", "multi_pool")
-	if !slices.Equal(multi.UnhealthyPools, []string{"app-a"}) || !slices.Equal(multi.HealthyPools, []string{"app-b"}) {
-		t.Fatalf("multi-pool record %+v", multi)
+	for _, r := range status().Records {
+		if r.Action == "fired" {
+			t.Fatalf("firing %+v while 127.0.0.1 is healthy in app-b", r)
+		}
+	}
+	oneB.failing.Store(true)
+	fired := waitRecord("127.0.0.1", "fired", "")
+	if fired.Result != "success" || !slices.Equal(fired.UnhealthyPools, []string{"app-a", "app-b"}) || fired.UnhealthySeconds < 1 || fired.LastOutcome != "http_status" {
+		t.Fatalf("firing %+v: want both pools", fired)
 	}
 	two.failing.Store(true)
 	waitRecord("127.0.0.2", "withheld", "max_per_hour")
@@ -133,10 +142,11 @@ remediation:
 		t.Fatalf("stdin of the command %q: %v", lines[0], err)
 	}
 	rest := lines[0][dec.InputOffset():]
-	if doc.Instance != "127.0.0.1" || doc.Remediation != "plan-a" || doc.Seq != fired.Seq || len(doc.Targets) != 1 || doc.Targets[0].Target != one.addr {
-		t.Errorf("firing document %+v", doc)
+	if doc.Instance != "127.0.0.1" || doc.Remediation != "plan-a" || doc.Seq != fired.Seq || !slices.Equal(doc.Pools, []string{"app-a", "app-b"}) || len(doc.Targets) != 2 ||
+		doc.Targets[0].Pool != "app-a" || doc.Targets[0].Target != oneA.addr || doc.Targets[1].Pool != "app-b" || doc.Targets[1].Target != oneB.addr {
+		t.Errorf("firing document %+v: want 127.0.0.1's targets in app-a and app-b", doc)
 	}
-	if want := " 127.0.0.1 app-a plan-a plan-a"; rest != want {
+	if want := " 127.0.0.1 app-a,app-b plan-a plan-a"; rest != want {
 		t.Errorf("environment and arguments %q, want %q", rest, want)
 	}
 	want := `
@@ -148,7 +158,7 @@ sonde_remediation_firings_total{remediation="plan-a"} 1
 sonde_remediation_withheld_total{reason="max_per_12h",remediation="plan-a"} 0
 sonde_remediation_withheld_total{reason="max_per_day",remediation="plan-a"} 0
 sonde_remediation_withheld_total{reason="max_per_hour",remediation="plan-a"} 2
-sonde_remediation_withheld_total{reason="multi_pool",remediation="plan-a"} 1
+sonde_remediation_withheld_total{reason="multi_pool",remediation="plan-a"} 2
 `
 	if err := testutil.GatherAndCompare(td.d.metrics.reg, strings.NewReader(want), "sonde_remediation_firings_total", "sonde_remediation_withheld_total"); err != nil {
 		t.Error(err)

@@ -173,10 +173,17 @@ func eventViews(evs []Event) []eventView {
 	return out
 }
 
+// recentList is a page's list of recent events: at most Keep, newest
+// first, a bound the page's script keeps to as it adds new events.
+type recentList struct {
+	List []eventView
+	Keep int
+}
+
 // recentEvents returns the newest events that keep selects, at most n,
 // newest first.
-func (d *Daemon) recentEvents(n int, keep func(*Event) bool) []eventView {
-	return eventViews(d.events.newest(n, keep))
+func (d *Daemon) recentEvents(n int, keep func(*Event) bool) recentList {
+	return recentList{List: eventViews(d.events.newest(n, keep)), Keep: n}
 }
 
 func (d *Daemon) handleOverview(w http.ResponseWriter, r *http.Request) {
@@ -192,7 +199,7 @@ func (d *Daemon) handleOverview(w http.ResponseWriter, r *http.Request) {
 	ui.Render(w, http.StatusOK, "overview", struct {
 		pageBase
 		Pools  []poolCard
-		Events []eventView
+		Events recentList
 	}{d.pageBase(g, "overview", "Overview"), g.poolCards(), d.recentEvents(overviewEvents, nil)})
 }
 
@@ -208,9 +215,17 @@ func (g *generation) poolIndex(name string) (int, error) {
 
 // sortLink is a column head of the pool view: a link that sorts by it.
 type sortLink struct {
-	Name   string
+	Name   string // the column, as sort= names it
+	Label  string // its heading
+	Title  string // what it shows, when the heading does not say it all
 	URL    string
 	Sorted string // "asc" or "desc" when the page is sorted by it
+}
+
+// columnHeads are the headings of the pool view's columns that are not
+// their sort= names: text and tooltip.
+var columnHeads = map[string][2]string{
+	"latency": {"latency (last success)", "latency of the last successful probe"},
 }
 
 // filterChoice is an entry of a filter menu.
@@ -256,7 +271,10 @@ func (d *Daemon) handlePoolPage(w http.ResponseWriter, r *http.Request) {
 		v.Set("name", name)
 		v.Set("sort", col)
 		v.Del("desc")
-		sl := sortLink{Name: col}
+		sl := sortLink{Name: col, Label: col}
+		if h, ok := columnHeads[col]; ok {
+			sl.Label, sl.Title = h[0], h[1]
+		}
 		if q.Sort == col {
 			sl.Sorted = "asc"
 			if q.Desc {
@@ -427,7 +445,7 @@ func (d *Daemon) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 		Results     []HistoryResult
 		Recorded    bool
 		Capacity    int
-		Events      []eventView
+		Events      recentList
 		IntervalSec float64
 		HistoryURL  string
 	}{
@@ -494,7 +512,7 @@ func (d *Daemon) handleEventsPage(w http.ResponseWriter, _ *http.Request) {
 	}
 	ui.Render(w, http.StatusOK, "events", struct {
 		pageBase
-		Events []eventView
+		Events recentList
 		Kinds  []string
 		Pools  []string
 	}{d.pageBase(g, "events", "Events"), d.recentEvents(eventsPage, nil), EventKinds, poolNames(g)})

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -193,26 +194,40 @@ pools:
 	td.waitEvent(t, ok.addr(), "healthy", 0)
 	for _, c := range []struct {
 		query string
-		first string
+		rows  []string // every row, in order: a filter keeps only its own
 	}{
-		{"sort=state", bad.addr()},
-		{"sort=state&desc=1", ok.addr()},
-		{"state=unhealthy", bad.addr()},
-		{"outcome=success", ok.addr()},
-		{"q=" + url.QueryEscape("status code"), bad.addr()},
+		{"sort=state", []string{bad.addr(), ok.addr()}},
+		{"sort=state&desc=1", []string{ok.addr(), bad.addr()}},
+		{"state=unhealthy", []string{bad.addr()}},
+		{"state=healthy", []string{ok.addr()}},
+		{"outcome=success", []string{ok.addr()}},
+		{"outcome=http_status", []string{bad.addr()}},
+		{"q=" + url.QueryEscape("status code"), []string{bad.addr()}},
+		{"state=unknown", nil},
 	} {
 		code, _, body := td.page(t, "/pool?name=api&"+c.query)
 		if code != http.StatusOK {
 			t.Fatalf("%s: %d\n%s", c.query, code, body)
 		}
-		rows := regexp.MustCompile(`data-target-row="([^"]+)"`).FindAllStringSubmatch(body, -1)
-		if len(rows) == 0 || rows[0][1] != c.first {
-			t.Errorf("%s: rows %v, want %s first", c.query, rows, c.first)
+		var rows []string
+		for _, m := range regexp.MustCompile(`data-target-row="([^"]+)"`).FindAllStringSubmatch(body, -1) {
+			rows = append(rows, m[1])
+		}
+		if !slices.Equal(rows, c.rows) {
+			t.Errorf("%s: rows %v, want %v", c.query, rows, c.rows)
 		}
 	}
 	_, _, body := td.page(t, "/pool?name=api&state=unhealthy")
 	if !strings.Contains(body, "status code not in the healthy set: 500") {
 		t.Errorf("the unhealthy row lacks its error text:\n%s", body)
+	}
+	// The latency shown is that of the last success, not of the last probe.
+	if !regexp.MustCompile(`<th class="col-latency" title="latency of the last successful probe"><a href="[^"]+">latency \(last success\)</a></th>`).MatchString(body) {
+		t.Errorf("the latency column does not say whose latency it shows:\n%s", body)
+	}
+	_, _, body = td.page(t, "/target?"+url.Values{"pool": {"api"}, "target": {bad.addr()}}.Encode())
+	if !strings.Contains(body, "<dt>latency of the last success</dt>") {
+		t.Errorf("the target page does not say whose latency it shows:\n%s", body)
 	}
 }
 
@@ -307,6 +322,27 @@ func TestStatusPageErrors(t *testing.T) {
 	}
 }
 
+// TestRecentEventBounds checks that each page's event list is made with as
+// many events as its script keeps when new ones arrive: the newest 200 on
+// the events page (as the README says), 10 on the overview, 50 for a target.
+func TestRecentEventBounds(t *testing.T) {
+	td := startDaemon(t, unprobedConfig)
+	for range 300 {
+		td.d.events.add(Event{Kind: KindState, Target: "198.18.0.1:80", Pools: []string{"api"}, From: "unknown", To: "healthy"})
+	}
+	keepRE := regexp.MustCompile(`<div id="recent" data-keep="(\d+)">`)
+	for path, want := range map[string]int{"/events": 200, "/": 10, "/target?pool=api&target=198.18.0.1:80": 50} {
+		code, _, body := td.page(t, path)
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: %d\n%s", path, code, body)
+		}
+		m := keepRE.FindStringSubmatch(body)
+		if rows := strings.Count(body, `<tr class="ev `); rows != want || m == nil || m[1] != strconv.Itoa(want) {
+			t.Errorf("GET %s: %d events, keeps %v; want %d and %d", path, rows, m, want, want)
+		}
+	}
+}
+
 // TestRoutePrefix checks that with a route prefix every endpoint moves
 // under it, the bare prefix redirects, and the page links relatively.
 func TestRoutePrefix(t *testing.T) {
@@ -375,14 +411,12 @@ func TestStatic(t *testing.T) {
 // pool that every page costs, by the default order, by state, and with a
 // text filter.
 func BenchmarkPoolPage(b *testing.B) {
-	t := &testing.T{}
-	td := startDaemon(t, `
+	td := startDaemonWith(b, `
 checks:
   web: {protocol: http, path: /, interval: 1s, timeout: 1s}
 pools:
   - {name: big, check: web, targets: ["198.18.0.0/15"], health_checks: false}
-`)
-	defer td.http.Close()
+`, nil)
 	g := td.d.cur.Load()
 	for _, c := range []struct {
 		name string

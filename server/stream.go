@@ -71,11 +71,14 @@ func (d *Daemon) streamStart(r *http.Request) (uint64, error) {
 
 // streamEvents serves the event log as Server-Sent Events: one "id:" (the
 // sequence number), "event:" (the kind) and "data:" (the event's JSON) per
-// event, a comment when nothing happened for a while, and an event "lost"
-// when a reconnecting client asked for events that fell out of the ring. A
-// client that falls so far behind that the ring wraps past it, or whose
-// connection accepts no data for Options.EventWriteTimeout, is dropped: it reads
-// at its own pace and never slows the daemon.
+// event, a comment when nothing happened for a while, an event "lost"
+// when a reconnecting client asked for events that fell out of the ring, and
+// an event "reset" when it asked for events beyond the newest (numbered by
+// an earlier run of the daemon): it then resumes from the newest. A
+// client that falls so far behind that the ring wraps past it is told so
+// (an event "lost") and dropped, and so is one whose connection accepts no
+// data for Options.EventWriteTimeout: it reads at its own pace and never
+// slows the daemon.
 func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 	after, err := d.streamStart(r)
 	if err != nil {
@@ -120,22 +123,44 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if newest := d.events.last(); after > newest {
+		// The client saw events this process never numbered: it restarted
+		// and numbers from 1 again. Resume from the newest, and move the
+		// client's Last-Event-ID there.
+		if !send(func() error {
+			_, err := fmt.Fprintf(bw, "id: %d\nevent: reset\ndata: {\"next\":%d}\n\n", newest, newest)
+			return err
+		}) {
+			return
+		}
+		after = newest
+	}
+
 	keepAlive := time.NewTimer(d.opt.EventKeepAlive)
 	defer keepAlive.Stop()
 	buf := make([]Event, 0, streamBatch)
 	first := true
+	// lostNotice tells the client how many events it missed, with the id of
+	// the last of them: a client that reconnects resumes after the loss and
+	// is not told about it again.
+	lostNotice := func(lost uint64) {
+		fmt.Fprintf(bw, "id: %d\nevent: lost\ndata: {\"lost\":%d}\n\n", after+lost, lost)
+	}
 	for {
 		evs, lost, wait := d.events.read(after, buf)
 		if lost > 0 && !first {
+			// The ring wrapped past this client while it read: it is too
+			// slow. It learns what it lost, and goes.
 			d.streams.dropped.Add(1)
 			d.log.Warn("event stream client too slow; dropped", "remote", r.RemoteAddr, "lost", lost)
+			send(func() error { lostNotice(lost); return nil })
 			return
 		}
 		first = false
 		if len(evs) > 0 || lost > 0 {
 			ok := send(func() error {
 				if lost > 0 { // a reconnecting client asked for events the ring no longer has
-					fmt.Fprintf(bw, "event: lost\ndata: {\"lost\":%d}\n\n", lost)
+					lostNotice(lost)
 				}
 				for i := range evs {
 					if err := writeEvent(bw, &evs[i]); err != nil {

@@ -148,6 +148,9 @@ pools:
 		len(re.Pools) != 1 || re.Pools[0] != "api" {
 		t.Fatalf("route event %+v: want %s routed → removed in api because unhealthy, after seq %d", re, bad.addr(), se.Seq)
 	}
+	if re.Time.Before(se.Time) {
+		t.Errorf("route event at %v, before the state change behind it (%v)", re.Time, se.Time)
+	}
 	if d := route.at.Sub(re.Time); d > within {
 		t.Errorf("route event read %v after the state change behind it, want within %v", d, within)
 	}
@@ -157,6 +160,66 @@ pools:
 	td.getJSON(t, fmt.Sprintf("/api/v1/events?since=%d&limit=2", se.Seq-1), &page)
 	if len(page.Events) != 2 || page.Events[0].Seq != se.Seq || page.Events[0].Kind != KindState || page.Next != page.Events[1].Seq {
 		t.Fatalf("poll from %d: %+v", se.Seq-1, page)
+	}
+}
+
+// TestEventsPreferredAndFailOpen checks that the pool policy's other
+// decisions reach clients as events too: members ranked into the preferred
+// set (E7), and a pool failing open when every member fails and back when
+// one recovers (P2), in the stream and in a poll alike.
+func TestEventsPreferredAndFailOpen(t *testing.T) {
+	a, b := newBackend(t), newBackend(t)
+	td := startDaemon(t, fmt.Sprintf(`
+checks:
+  web: {protocol: http, path: /, interval: 100ms, timeout: 1s, rise: 1, fall: 1}
+pools:
+  - {name: api, check: web, fail_open: true, latency_margin: 10s, targets: [%q, %q]}
+`, a.addr(), b.addr()))
+	// From the first event on: the first ranking follows the targets'
+	// first results.
+	c := openStream(t, td.http.URL+"/api/v1/events?since=0", nil)
+	type decision struct{ kind, target, from, to, reason string }
+	seen := map[decision]Event{}
+	wait := func(want ...decision) {
+		t.Helper()
+		for _, w := range want {
+			for {
+				if _, ok := seen[w]; ok {
+					break
+				}
+				m := c.next(t, 20*time.Second, fmt.Sprintf("%+v", w), func(m sseMessage) bool { return m.event != "" })
+				e := m.decode(t)
+				if e.Kind != KindState && (len(e.Pools) != 1 || e.Pools[0] != "api") {
+					t.Fatalf("%s event for pools %v, want api", e.Kind, e.Pools)
+				}
+				seen[decision{e.Kind, e.Target, e.From, e.To, e.Reason}] = e
+			}
+		}
+	}
+	wait(decision{KindPreferred, a.addr(), "not_preferred", "preferred", "latency"},
+		decision{KindPreferred, b.addr(), "not_preferred", "preferred", "latency"})
+
+	a.failing.Store(true)
+	wait(decision{KindPreferred, a.addr(), "preferred", "not_preferred", "unhealthy"})
+	b.failing.Store(true)
+	// The member whose change flipped it is named, with its new state.
+	wait(decision{KindFailOpen, b.addr(), "normal", "failing_open", "unhealthy"})
+	b.failing.Store(false)
+	wait(decision{KindFailOpen, b.addr(), "failing_open", "normal", "healthy"})
+
+	var page EventsPage
+	td.getJSON(t, "/api/v1/events?since=0", &page)
+	polled := map[uint64]Event{}
+	for _, e := range page.Events {
+		polled[e.Seq] = e
+	}
+	for d, e := range seen {
+		if d.kind != KindPreferred && d.kind != KindFailOpen {
+			continue
+		}
+		if p, ok := polled[e.Seq]; !ok || p.Kind != e.Kind || p.Target != e.Target || p.From != e.From || p.To != e.To || p.Reason != e.Reason {
+			t.Errorf("streamed %+v; the poll has %+v", e, p)
+		}
 	}
 }
 
@@ -195,8 +258,8 @@ func TestEventStreamResume(t *testing.T) {
 
 	old := openStream(t, srv.URL+"/api/v1/events", http.Header{"Last-Event-ID": {"2"}})
 	m := old.next(t, 5*time.Second, "lost notice", isEvent)
-	if m.event != "lost" || m.data != `{"lost":10}` {
-		t.Fatalf("resume at 2 with 13..20 kept: %+v, want event lost with 10", m)
+	if m.event != "lost" || m.data != `{"lost":10}` || m.id != "12" {
+		t.Fatalf("resume at 2 with 13..20 kept: %+v, want event lost with 10, id 12", m)
 	}
 	if e := old.next(t, 5*time.Second, "oldest kept", isEvent).decode(t); e.Seq != 13 {
 		t.Fatalf("after the lost notice: event %d, want 13", e.Seq)
@@ -209,6 +272,41 @@ func TestEventStreamResume(t *testing.T) {
 	d.events.add(Event{Kind: KindRoute})
 	if e := fresh.next(t, 5*time.Second, "new event", isEvent).decode(t); e.Seq != 21 || e.Kind != KindRoute {
 		t.Fatalf("new client: event %+v, want 21 route", e)
+	}
+}
+
+// TestEventStreamResumeBeyondNewest reconnects with an event number this
+// daemon never gave (the one before a restart gave it): the stream says so
+// with an event "reset" that moves the client's Last-Event-ID to the newest
+// event, and goes on with the events after it.
+func TestEventStreamResumeBeyondNewest(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		url    string
+		header http.Header
+	}{
+		{"Last-Event-ID", "/api/v1/events", http.Header{"Last-Event-ID": {"1000"}}},
+		{"since", "/api/v1/events?since=1000", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d, srv := streamDaemon(t, Options{Events: 64, EventKeepAlive: time.Hour})
+			for range 40 {
+				d.events.add(Event{Kind: KindState})
+			}
+			isEvent := func(m sseMessage) bool { return m.event != "" }
+			s := openStream(t, srv.URL+c.url, c.header)
+			if m := s.next(t, 5*time.Second, "reset notice", isEvent); m.event != "reset" || m.id != "40" || m.data != `{"next":40}` {
+				t.Fatalf("resume at 1000 with newest 40: %+v, want event reset, id 40, next 40", m)
+			}
+			for range 10 {
+				d.events.add(Event{Kind: KindRoute})
+			}
+			for want := uint64(41); want <= 50; want++ {
+				if e := s.next(t, 5*time.Second, "event after the reset", isEvent).decode(t); e.Seq != want {
+					t.Fatalf("after the reset: event %d, want %d", e.Seq, want)
+				}
+			}
+		})
 	}
 }
 
@@ -243,6 +341,111 @@ func TestEventStreamSlowClient(t *testing.T) {
 			t.Fatalf("stalled client not dropped: %d dropped, %d streams", d.streams.dropped.Load(), d.streams.n.Load())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestEventStreamWrapped stalls a client while the ring wraps past it: once
+// it reads again it gets the events it was sent, then an event "lost" whose
+// id is the last event it missed, and the stream ends. Reconnecting from
+// that id, it goes on from the oldest event kept, and is not told again.
+func TestEventStreamWrapped(t *testing.T) {
+	const ring = 16
+	d, srv := streamDaemon(t, Options{Events: ring, EventWriteTimeout: time.Minute, EventKeepAlive: time.Hour})
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+	// Until the stream waits for the next event: it has started.
+	deadline := time.Now().Add(10 * time.Second)
+	for waiting := false; !waiting; {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+		d.events.mu.Lock()
+		waiting = d.events.wake != nil
+		d.events.mu.Unlock()
+	}
+	// Far more than the socket buffers hold, while the client reads
+	// nothing: the ring wraps past the stream, whether it is blocked in a
+	// write or has yet to wake.
+	const total = 1 << 15
+	pad := strings.Repeat("x", 1000)
+	for i := range total {
+		d.events.add(Event{Kind: KindState, Target: strconv.Itoa(i), Message: pad})
+	}
+
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var last uint64 // the last event read
+	var notice *sseMessage
+	sc := bufio.NewScanner(resp.Body)
+	var m sseMessage
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "" && m.event == "lost":
+			if notice != nil {
+				t.Fatalf("a second lost notice: %+v", m)
+			}
+			notice = &m
+		case line == "" && m.event != "":
+			if notice != nil {
+				t.Fatalf("event %s after the lost notice", m.id)
+			}
+			e := m.decode(t)
+			if e.Seq != last+1 {
+				t.Fatalf("event %d after %d", e.Seq, last)
+			}
+			last = e.Seq
+			m = sseMessage{}
+		case line == "":
+			m = sseMessage{}
+		case strings.HasPrefix(line, "id: "):
+			m.id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			m.event = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			m.data = line[6:]
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("read the stream: %v", err)
+	}
+	if notice == nil {
+		t.Fatalf("the stream ended after event %d of %d without a lost notice", last, total)
+	}
+	lost, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(notice.data, `{"lost":`), "}"), 10, 64)
+	if err != nil || lost == 0 || notice.id != strconv.FormatUint(last+lost, 10) || last+lost > total-ring {
+		t.Fatalf("after event %d: notice %+v; want the count lost and, as id, the last of them (before the %d kept)", last, *notice, ring)
+	}
+	if got := d.streams.dropped.Load(); got != 1 {
+		t.Errorf("%d clients counted as dropped, want 1", got)
+	}
+
+	// Reconnecting from the notice's id: told only of the events lost
+	// since (the ring now keeps the last 16), then the oldest kept.
+	again := openStream(t, srv.URL+"/api/v1/events", http.Header{"Last-Event-ID": {notice.id}})
+	isEvent := func(m sseMessage) bool { return m.event != "" }
+	next := again.next(t, 5*time.Second, "first event after reconnecting", isEvent)
+	if from := last + lost; from < total-ring {
+		want := fmt.Sprintf(`{"lost":%d}`, total-ring-from)
+		if next.event != "lost" || next.data != want || next.id != strconv.Itoa(total-ring) {
+			t.Fatalf("reconnected from %s: %+v, want event lost with %s, id %d", notice.id, next, want, total-ring)
+		}
+		next = again.next(t, 5*time.Second, "oldest event kept", isEvent)
+	}
+	if e := next.decode(t); e.Seq != total-ring+1 {
+		t.Fatalf("reconnected from %s: event %d, want %d", notice.id, e.Seq, total-ring+1)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/bench"
+	"github.com/sondeprobe/sonde/config"
 )
 
 const benchUsage = `Usage: sonde bench [-scenario NAME[,NAME…]] [-fleet xdp|kernel|both] [-json] [-keep] [-quick] [flags]
@@ -191,14 +192,14 @@ func runBenchCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 	if cfg.Prefix, err = netip.ParsePrefix(fs.Arg(0)); err != nil {
 		return usageError(fmt.Errorf("bench ceiling: %w", err))
 	}
-	if cfg.Source, err = netip.ParseAddr(source); err != nil {
+	if cfg.Source, err = config.ParseSourceAddress(source); err != nil {
 		return usageError(fmt.Errorf("bench ceiling: -source: %w", err))
 	}
 	if cfg.NextHopMAC, err = net.ParseMAC(mac); err != nil {
 		return usageError(fmt.Errorf("bench ceiling: -next-hop-mac: %w", err))
 	}
 	if port < 1 || port > 65535 {
-		return usageError(fmt.Errorf("bench ceiling: -port %d out of range 1-65535", port))
+		return usageError(fmt.Errorf("bench ceiling: -port: %d is out of range 1..65535", port))
 	}
 	cfg.Port = uint16(port)
 	res, err := bench.Ceiling(ctx, cfg)

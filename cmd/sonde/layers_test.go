@@ -9,9 +9,9 @@ import (
 const module = "github.com/sondeprobe/sonde"
 
 // forbidden lists, per layer, the layers it must never depend on, directly or
-// through another package (DESIGN.md: cmd → server/config → scheduler → probe
-// → bpf). Keys and values are package paths below the module; a key matches
-// the package and every package under it.
+// through another package (README.md, "Layout": cmd → server/config →
+// scheduler → probe → bpf). Keys and values are package paths below the
+// module; a key matches the package and every package under it.
 var forbidden = map[string][]string{
 	"bpf":       {"probe", "scheduler", "config", "server", "bench", "cmd"},
 	"probe":     {"scheduler", "config", "server", "bench", "cmd"},

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/probe"
 )
 
 func TestProbeUsageErrors(t *testing.T) {
@@ -20,7 +23,7 @@ func TestProbeUsageErrors(t *testing.T) {
 		{"unknown scheme", []string{"ftp://127.0.0.1:21"}, `probe: URL "ftp://127.0.0.1:21": scheme "ftp" is not one of tcp, connect, syn, http, https`},
 		{"tcp without port", []string{"tcp://127.0.0.1"}, `probe: URL "tcp://127.0.0.1": missing port; want tcp://HOST:PORT`},
 		{"tcp with path", []string{"tcp://127.0.0.1:80/x"}, "has no path or query"},
-		{"port out of range", []string{"http://127.0.0.1:70000/"}, `port "70000" is out of range 1..65535`},
+		{"port out of range", []string{"http://127.0.0.1:70000/"}, `probe: URL "http://127.0.0.1:70000/": "127.0.0.1:70000" has port 70000, out of range 1..65535`},
 		{"no host", []string{"http:///x"}, "missing host"},
 		{"bad -status", []string{"-status", "399-200", "http://127.0.0.1/"}, `probe: -status: "399-200": element "399-200" has its start after its end`},
 		{"bad -preset", []string{"-preset", "aws", "http://127.0.0.1/"}, `probe: -preset: "aws" is not one of appservice, frontdoor, appgateway, globalaccelerator`},
@@ -59,6 +62,51 @@ func TestProbeUsageErrors(t *testing.T) {
 				t.Errorf("stdout %q, want nothing", r.stdout)
 			}
 		})
+	}
+}
+
+// TestProbeURLHost checks that a URL's host is refused as config refuses a
+// target, before any lookup or probe: the URLs are only parsed, and the
+// runs of the command get a resolver that fails the test when asked, so
+// nothing leaves the process.
+func TestProbeURLHost(t *testing.T) {
+	for _, tc := range []struct {
+		url, entry string
+		named      bool // the host is a name: without the check it would be looked up
+	}{
+		{"http://-bad-.example/", "-bad-.example", true},
+		{"tcp://a..b:80", "a..b:80", true},
+		{"https://a_b-.example:8443/x", "a_b-.example:8443", true},
+		{"tcp://[fe80::1%25eth0]:80", "[fe80::1%eth0]:80", false},
+		{"http://[fe80::1%25eth0]/", "[fe80::1%eth0]", false},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			_, want := config.ParseTargetEntry(tc.entry)
+			if want == nil {
+				t.Fatalf("config accepts %q", tc.entry)
+			}
+			wantMsg := fmt.Sprintf("probe: URL %q: %v", tc.url, want)
+			if _, err := parseProbeURL(tc.url); err == nil || err.Error() != wantMsg {
+				t.Fatalf("parseProbeURL(%q) = %v, want %q", tc.url, err, wantMsg)
+			}
+			if !tc.named {
+				return // an address would be probed at once: parsing it is the test
+			}
+			res := probe.Resolver{Lookup: func(_ context.Context, _, host string) ([]netip.Addr, error) {
+				t.Errorf("%q looked up", host)
+				return nil, errors.New("no lookups in this test")
+			}}
+			var out, errOut bytes.Buffer
+			err := runProbeWith(context.Background(), []string{tc.url}, &out, &errOut, res)
+			if code := report(err, &errOut); code != exitUsage || errOut.String() != "sonde: "+wantMsg+"\n" {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, errOut.String(), exitUsage, wantMsg)
+			}
+		})
+	}
+	for _, ok := range []string{"http://API-1.internal:/x", "tcp://[2001:db8::1]:80", "https://127.0.0.1/"} {
+		if _, err := parseProbeURL(ok); err != nil {
+			t.Errorf("parseProbeURL(%q): %v", ok, err)
+		}
 	}
 }
 

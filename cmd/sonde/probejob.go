@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/sondeprobe/sonde/config"
@@ -73,14 +72,21 @@ func parseProbeURL(arg string) (*probeJob, error) {
 	case u.User != nil:
 		return nil, bad("user information is not supported")
 	}
-	j.host = u.Hostname()
-	switch p := u.Port(); {
-	case p != "":
-		n, err := strconv.ParseUint(p, 10, 16)
-		if err != nil || n == 0 {
-			return nil, bad("port %q is out of range 1..65535", p)
-		}
-		j.port = uint16(n)
+	// The host and port are a target entry of a config file ("host",
+	// "host:port", "[v6]:port"), refused as config refuses them; "host:"
+	// with an empty port is the URL's default port. This runs before any
+	// lookup or probe.
+	e, err := config.ParseTargetEntry(strings.TrimSuffix(u.Host, ":"))
+	if err != nil {
+		return nil, bad("%v", err)
+	}
+	j.host = e.Host
+	if e.Addr.IsValid() {
+		j.host = e.Addr.String()
+	}
+	switch {
+	case e.Port != 0:
+		j.port = e.Port
 	case j.proto == config.TCP:
 		return nil, bad("missing port; want %s", want)
 	case j.proto == config.HTTPS:

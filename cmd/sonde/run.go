@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -190,6 +189,12 @@ func serveDaemon(ctx context.Context, opt server.Options, listen string, hup <-c
 	if err != nil {
 		return err
 	}
+	// Listen before the first load, on purpose: a load of a million
+	// targets takes seconds, and meanwhile /-/healthy answers and /-/ready
+	// says 503 (the Kubernetes startup and liveness probes, and tools
+	// waiting for the daemon, see it start rather than a refused port).
+	// So the server's "listening" comes before a first load that may still
+	// fail; "serving" below says a configuration runs.
 	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -291,20 +296,30 @@ func raiseFileLimit() (uint64, error) {
 
 // synFlags turns the SYN prober flags into its settings.
 func synFlags(f runFlags) (syn.Config, error) {
-	var c syn.Config
-	if f.source != "" {
-		a, err := netip.ParseAddr(f.source)
-		if err != nil {
-			return c, fmt.Errorf("run: -source %q: want an IP address", f.source)
-		}
-		if a.Unmap().Is4() {
-			c.Source4 = a.Unmap()
-		} else {
-			c.Source6 = a
-		}
+	c := syn.Config{Interface: f.iface}
+	if err := setSynSource(&c, f.source); err != nil {
+		return c, fmt.Errorf("run: %w", err)
 	}
-	c.Interface = f.iface
 	return c, nil
+}
+
+// setSynSource sets the source address of the SYN prober c from the value
+// of a -source flag ("" for the route's choice), parsed as a check's
+// source_address is.
+func setSynSource(c *syn.Config, source string) error {
+	if source == "" {
+		return nil
+	}
+	a, err := config.ParseSourceAddress(source)
+	if err != nil {
+		return fmt.Errorf("-source: %w", err)
+	}
+	if a.Is4() {
+		c.Source4 = a
+	} else {
+		c.Source6 = a
+	}
+	return nil
 }
 
 // newLogger returns a slog logger writing to w.

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/probe"
 )
 
 // TestRunBadConfig checks that a config that cannot be loaded at start ends
@@ -68,6 +71,38 @@ func TestRunAndCheckAgree(t *testing.T) {
 			}
 			if codes["run"] != exitUsage || codes["config"] != exitUsage {
 				t.Errorf("exit codes run %d, config check %d; want %d for both", codes["run"], codes["config"], exitUsage)
+			}
+		})
+	}
+}
+
+// TestSourceFlag checks that -source has one grammar and one message in
+// every command that takes it, that of a check's source_address: sonde run
+// and sonde probe refuse it before they load or probe anything, and scan's
+// sweep settings are made without opening a prober.
+func TestSourceFlag(t *testing.T) {
+	for _, bad := range []string{"bogus", "fe80::1%eth0"} {
+		t.Run(bad, func(t *testing.T) {
+			_, cerr := config.ParseSourceAddress(bad)
+			if cerr == nil {
+				t.Fatalf("config accepts source address %q", bad)
+			}
+			missing := filepath.Join(t.TempDir(), "missing.yaml") // never read: -source fails first
+			var out, errOut bytes.Buffer
+			err := run(context.Background(), []string{"run", "-config", missing, "-listen", "127.0.0.1:0", "-source", bad}, &out, &errOut)
+			if code := report(err, &errOut); code != exitUsage || errOut.String() != "sonde: run: -source: "+cerr.Error()+"\n" {
+				t.Errorf("sonde run -source %q: exit %d, stderr %q", bad, code, errOut.String())
+			}
+			r := runProbeTest(t, nil, "-source", bad, "tcp://127.0.0.1:1")
+			if want := "sonde: probe: -source: " + cerr.Error() + "\n"; r.code != exitUsage || r.stderr != want {
+				t.Errorf("sonde probe -source %q: exit %d, stderr %q, want %q", bad, r.code, r.stderr, want)
+			}
+			sf, _, err := parseScanFlags([]string{"-port", "80", "-source", bad, "127.0.0.1"}, &errOut)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := sf.sweepOptions(probe.NewTable(1)); err == nil || err.Error() != "scan: -source: "+cerr.Error() {
+				t.Errorf("sonde scan -source %q: %v", bad, err)
 			}
 		})
 	}

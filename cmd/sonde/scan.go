@@ -57,6 +57,12 @@ type scanFlags struct {
 // runScan implements `sonde scan`: it parses flags and targets, runs one
 // syn.Sweep and prints its results.
 func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runScanWith(ctx, args, stdout, stderr, syn.NewSweep)
+}
+
+// runScanWith is runScan with the constructor of the sweep, which opens the
+// raw sockets: tests of refused input give one that sends nothing.
+func runScanWith(ctx context.Context, args []string, stdout, stderr io.Writer, newSweep func(syn.SweepOptions) (*syn.Sweep, error)) error {
 	sf, targets, err := parseScanFlags(args, stderr)
 	if err != nil {
 		return err
@@ -69,7 +75,7 @@ func runScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return usageError(err)
 	}
-	sw, err := syn.NewSweep(opts)
+	sw, err := newSweep(opts)
 	if err != nil {
 		if errors.Is(err, syn.ErrNoRawSocket) {
 			return fmt.Errorf("sonde scan needs CAP_NET_RAW to send SYN probes (run as root, or grant it with setcap cap_net_raw,cap_bpf,cap_net_admin+ep): %w", err)
@@ -151,16 +157,8 @@ func (sf scanFlags) sweepOptions(tab *probe.Table) (syn.SweepOptions, error) {
 	default:
 		return syn.SweepOptions{}, fmt.Errorf("scan: -path %q is not auto, %s or %s", sf.path, probe.PathSynBPF, probe.PathSynPacket)
 	}
-	if sf.source != "" {
-		a, err := netip.ParseAddr(sf.source)
-		if err != nil {
-			return syn.SweepOptions{}, fmt.Errorf("scan: -source: %w", err)
-		}
-		if a.Unmap().Is4() {
-			cfg.Source4 = a.Unmap()
-		} else {
-			cfg.Source6 = a
-		}
+	if err := setSynSource(&cfg, sf.source); err != nil {
+		return syn.SweepOptions{}, fmt.Errorf("scan: %w", err)
 	}
 	if sf.nextHop != "" {
 		mac, err := net.ParseMAC(sf.nextHop)
@@ -170,13 +168,14 @@ func (sf scanFlags) sweepOptions(tab *probe.Table) (syn.SweepOptions, error) {
 		cfg.NextHopMAC = mac
 	}
 	if sf.portRange != "" {
-		lo, hi, ok := strings.Cut(sf.portRange, "-")
-		first, err1 := strconv.ParseUint(lo, 10, 16)
-		last, err2 := strconv.ParseUint(hi, 10, 16)
-		if !ok || err1 != nil || err2 != nil || first == 0 || last < first {
-			return syn.SweepOptions{}, fmt.Errorf("scan: -source-ports %q is not FIRST-LAST within 1-65535", sf.portRange)
+		if !strings.Contains(sf.portRange, "-") {
+			return syn.SweepOptions{}, fmt.Errorf("scan: -source-ports: %q is not a range FIRST-LAST", sf.portRange)
 		}
-		cfg.Ports = syn.PortRange{First: uint16(first), Last: uint16(last)}
+		first, last, err := parsePortRange(sf.portRange)
+		if err != nil {
+			return syn.SweepOptions{}, fmt.Errorf("scan: -source-ports: %w", err)
+		}
+		cfg.Ports = syn.PortRange{First: first, Last: last}
 	}
 	return syn.SweepOptions{Prober: cfg, Rate: sf.rate, Timeout: sf.timeout}, nil
 }
@@ -189,20 +188,40 @@ func parsePorts(s string) ([]uint16, error) {
 	}
 	var ports []uint16
 	for _, f := range strings.Split(s, ",") {
-		lo, hi, isRange := strings.Cut(strings.TrimSpace(f), "-")
-		if !isRange {
-			hi = lo
+		a, b, err := parsePortRange(f)
+		if err != nil {
+			return nil, fmt.Errorf("scan: -port: %w", err)
 		}
-		a, err1 := strconv.ParseUint(lo, 10, 16)
-		b, err2 := strconv.ParseUint(hi, 10, 16)
-		if err1 != nil || err2 != nil || a < 1 || b < a {
-			return nil, fmt.Errorf("scan: -port %q: want ports or ranges within 1-65535", f)
-		}
-		for p := a; p <= b; p++ {
+		for p := int(a); p <= int(b); p++ {
 			ports = append(ports, uint16(p))
 		}
 	}
 	return ports, nil
+}
+
+// parsePortRange parses a port ("80") or a range of ports ("8000-8010"),
+// with config's wording for a port out of range.
+func parsePortRange(s string) (first, last uint16, err error) {
+	s = strings.TrimSpace(s)
+	lo, hi, isRange := strings.Cut(s, "-")
+	if !isRange {
+		hi = lo
+	}
+	var ends [2]uint16
+	for i, text := range []string{lo, hi} {
+		n, err := strconv.ParseUint(text, 10, 32)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%q is not a port or a range FIRST-LAST", s)
+		}
+		if n < 1 || n > 65535 {
+			return 0, 0, fmt.Errorf("%d is out of range 1..65535", n)
+		}
+		ends[i] = uint16(n)
+	}
+	if ends[1] < ends[0] {
+		return 0, 0, fmt.Errorf("%q has its start after its end", s)
+	}
+	return ends[0], ends[1], nil
 }
 
 // scanTable expands the targets (config's target grammar, with @FILE) into a
@@ -233,9 +252,21 @@ func scanTable(targets []string, ports []uint16) (*probe.Table, error) {
 				return fmt.Errorf("%s has no port and -port is not set", what)
 			}
 		}
+		// Worded as config's limit of targets, in probes: a sweep's size is
+		// its addresses times their ports.
+		what := "block " + b.p.String()
+		if e.Addr.IsValid() {
+			what = e.Addr.String()
+		}
 		bits := b.p.Addr().BitLen() - b.p.Bits()
-		if bits >= 31 || total+(1<<bits)*perAddr > maxScanProbes {
-			return fmt.Errorf("more than %d probes; split the sweep", maxScanProbes)
+		if bits >= 62 {
+			return fmt.Errorf("%s has 2^%d addresses, more than the limit of %d probes", what, bits, maxScanProbes)
+		}
+		if n := 1 << bits; n > maxScanProbes {
+			return fmt.Errorf("%s has %d addresses, more than the limit of %d probes", what, n, maxScanProbes)
+		}
+		if n := total + (1<<bits)*perAddr; n > maxScanProbes {
+			return fmt.Errorf("%s brings the number of probes (addresses × ports) to %d, more than the limit of %d", what, n, maxScanProbes)
 		}
 		total += (1 << bits) * perAddr
 		blocks = append(blocks, b)

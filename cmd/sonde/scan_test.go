@@ -18,34 +18,64 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/syn"
 )
 
 func TestParsePorts(t *testing.T) {
 	tests := []struct {
 		in      string
 		want    []uint16
-		wantErr bool
+		wantErr string
 	}{
-		{"80", []uint16{80}, false},
-		{"80,443", []uint16{80, 443}, false},
-		{"8000-8002, 1", []uint16{8000, 8001, 8002, 1}, false},
-		{"65535", []uint16{65535}, false},
-		{"", nil, false},
-		{"0", nil, true},
-		{"65536", nil, true},
-		{"90-80", nil, true},
-		{"http", nil, true},
+		{"80", []uint16{80}, ""},
+		{"80,443", []uint16{80, 443}, ""},
+		{"8000-8002, 1", []uint16{8000, 8001, 8002, 1}, ""},
+		{"65535", []uint16{65535}, ""},
+		{"65534-65535", []uint16{65534, 65535}, ""},
+		{"", nil, ""},
+		{"0", nil, "scan: -port: 0 is out of range 1..65535"},
+		{"65536", nil, "scan: -port: 65536 is out of range 1..65535"},
+		{"80,1-70000", nil, "scan: -port: 70000 is out of range 1..65535"},
+		{"90-80", nil, `scan: -port: "90-80" has its start after its end`},
+		{"http", nil, `scan: -port: "http" is not a port or a range FIRST-LAST`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
 			got, err := parsePorts(tt.in)
-			if (err != nil) != tt.wantErr {
-				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestSourcePorts checks -source-ports: a range, worded as -port is.
+func TestSourcePorts(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"61000-65535", ""},
+		{"1-70000", "scan: -source-ports: 70000 is out of range 1..65535"},
+		{"0-10", "scan: -source-ports: 0 is out of range 1..65535"},
+		{"62000-61000", `scan: -source-ports: "62000-61000" has its start after its end`},
+		{"61000", `scan: -source-ports: "61000" is not a range FIRST-LAST`},
+		{"a-b", `scan: -source-ports: "a-b" is not a port or a range FIRST-LAST`},
+	} {
+		sf, _, err := parseScanFlags([]string{"-port", "80", "-source-ports", tc.in, "127.0.0.1"}, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = sf.sweepOptions(probe.NewTable(1))
+		if got := fmt.Sprint(err); tc.want == "" && err != nil || tc.want != "" && got != tc.want {
+			t.Errorf("-source-ports %s: %v, want %q", tc.in, err, tc.want)
+		}
 	}
 }
 
@@ -81,8 +111,10 @@ func TestScanTable(t *testing.T) {
 		{[]string{"example.com"}, []uint16{80}, `"example.com" is a host name: sonde scan takes IP addresses and CIDR blocks`},
 		{[]string{"10.0.0.0/33"}, []uint16{80}, `"10.0.0.0/33" is not a valid CIDR block`},
 		{[]string{"198.18.0.1/16"}, []uint16{80}, `"198.18.0.1/16" has host bits set; did you mean 198.18.0.0/16?`},
-		{[]string{"2001:db8::/64"}, []uint16{80}, "more than 16777216 probes; split the sweep"},
-		{[]string{"10.0.0.0/8"}, []uint16{80, 443}, "more than 16777216 probes; split the sweep"},
+		{[]string{"2001:db8::/64"}, []uint16{80}, "block 2001:db8::/64 has 2^64 addresses, more than the limit of 16777216 probes"},
+		{[]string{"10.0.0.0/7"}, []uint16{80}, "block 10.0.0.0/7 has 33554432 addresses, more than the limit of 16777216 probes"},
+		{[]string{"10.0.0.0/8"}, []uint16{80, 443}, "block 10.0.0.0/8 brings the number of probes (addresses × ports) to 33554432, more than the limit of 16777216"},
+		{[]string{"10.0.0.0/8", "10.1.0.0:22"}, []uint16{80}, "10.1.0.0 brings the number of probes (addresses × ports) to 16777217, more than the limit of 16777216"},
 		{[]string{"10.0.0.1"}, nil, "10.0.0.1 has no port and -port is not set"},
 		{[]string{"10.0.0.0/30"}, nil, "10.0.0.0/30 has no port and -port is not set"},
 		{[]string{"@" + file + ".missing"}, []uint16{80}, fmt.Sprintf("%q: no such file or directory", file+".missing")},
@@ -121,7 +153,7 @@ func TestScanTargetGrammar(t *testing.T) {
 	scanError := func(t *testing.T, target string) string {
 		t.Helper()
 		var stderr bytes.Buffer
-		err := run(context.Background(), []string{"scan", "-port", "80", target}, &bytes.Buffer{}, &stderr)
+		err := scanNoProber(t, []string{"-port", "80", target}, &stderr)
 		if code := report(err, &stderr); code != exitUsage {
 			t.Fatalf("scan %s: exit %d, want %d (%v)", target, code, exitUsage, err)
 		}
@@ -158,19 +190,46 @@ func TestScanTargetGrammar(t *testing.T) {
 	})
 }
 
+// scanNoProber runs sonde scan with args in the process, with a sweep
+// constructor that fails the test and opens nothing: input the command
+// refuses never reaches a raw socket, and input it accepts by mistake fails
+// the test instead of sending SYNs to the addresses of the test.
+func scanNoProber(t *testing.T, args []string, stderr *bytes.Buffer) error {
+	t.Helper()
+	refuse := func(syn.SweepOptions) (*syn.Sweep, error) {
+		t.Errorf("sonde scan %q was accepted and reached the prober", args)
+		return nil, errors.New("no prober in this test")
+	}
+	return runScanWith(context.Background(), args, &bytes.Buffer{}, stderr, refuse)
+}
+
+// TestScanNoProber checks the guard of the tests of refused input: a valid
+// scan reaches the sweep's constructor, which scanNoProber gives them.
+func TestScanNoProber(t *testing.T) {
+	var reached []syn.SweepOptions
+	open := func(o syn.SweepOptions) (*syn.Sweep, error) {
+		reached = append(reached, o)
+		return nil, errors.New("no prober in this test")
+	}
+	err := runScanWith(context.Background(), []string{"-port", "80", "10.0.0.1"}, &bytes.Buffer{}, &bytes.Buffer{}, open)
+	if len(reached) != 1 || reached[0].Prober.Table.Len() != 1 || err == nil {
+		t.Errorf("valid scan: %d constructor calls, error %v; want 1 and an error", len(reached), err)
+	}
+}
+
 func TestScanUsage(t *testing.T) {
 	for _, args := range [][]string{
-		{"scan", "10.0.0.1"},               // no port
-		{"scan", "-port", "80"},            // no target
-		{"scan", "-port", "0", "10.0.0.1"}, // bad port
-		{"scan", "-port", "80", "-rate", "-1", "10.0.0.1"},
-		{"scan", "-port", "80", "-timeout", "0s", "10.0.0.1"},
-		{"scan", "-port", "80", "-path", "connect", "10.0.0.1"},
-		{"scan", "-port", "80", "not-an-address"},
-		{"scan", "-bogus"},
+		{"10.0.0.1"},               // no port
+		{"-port", "80"},            // no target
+		{"-port", "0", "10.0.0.1"}, // bad port
+		{"-port", "80", "-rate", "-1", "10.0.0.1"},
+		{"-port", "80", "-timeout", "0s", "10.0.0.1"},
+		{"-port", "80", "-path", "connect", "10.0.0.1"},
+		{"-port", "80", "not-an-address"},
+		{"-bogus"},
 	} {
 		var stderr bytes.Buffer
-		err := run(context.Background(), args, &bytes.Buffer{}, &stderr)
+		err := scanNoProber(t, args, &stderr)
 		if code := report(err, &stderr); code != exitUsage {
 			t.Errorf("%q: exit %d, want %d (%v)", args, code, exitUsage, err)
 		}

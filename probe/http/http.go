@@ -1,14 +1,3 @@
-// Package http is sonde's HTTP and HTTPS prober. It checks an endpoint the
-// way cloud load balancers do (SEMANTICS H1–H11): one GET or HEAD over a new
-// TCP connection per probe, the status judged against a healthy set without
-// following redirects, an optional body substring, Host header and SNI per
-// check, and every failure named by a [probe.Outcome].
-//
-// The prober speaks HTTP/1.1 over connections it dials itself rather than
-// through net/http's Transport: each probe runs on the caller's goroutine,
-// its phases are timed through net/http/httptrace hooks, errors are
-// classified by the phase they happened in, and the connection is closed
-// with an RST so that no TIME_WAIT is left behind.
 package http
 
 import (
@@ -155,8 +144,7 @@ func (p *Prober) run(ctx context.Context, trace *httptrace.ClientTrace, tm *timi
 	host := p.hostHeader(t)
 	var rw net.Conn = conn
 	if p.tls != nil {
-		tc, expiry, err := p.handshake(trace, conn, p.serverName(t, host))
-		rep.CertExpiry = expiry
+		tc, err := p.handshake(trace, conn, p.serverName(t, host), &rep)
 		if err != nil {
 			return fail(phaseTLS, err, nil)
 		}
@@ -173,12 +161,13 @@ func (p *Prober) run(ctx context.Context, trace *httptrace.ClientTrace, tm *timi
 	if err != nil {
 		return fail(phaseResponse, err, &b.rr)
 	}
-	rep.Status = uint16(resp.StatusCode)
+	rep.Status, rep.ContentLength = uint16(resp.StatusCode), resp.ContentLength
 	b.rr.limit = math.MaxInt64 // the body is bounded by MaxBodyBytes
 	// resp.Body is never closed: Close would drain the whole body. The
 	// connection's close ends it.
-	found, _, err := scanBody(resp.Body, p.want, p.opts.MaxBodyBytes, b.scan)
+	found, n, err := scanBody(resp.Body, p.want, p.opts.MaxBodyBytes, b.scan)
 	tm.lastByte = time.Now()
+	rep.BodyBytes = n
 	if err != nil {
 		return fail(phaseBody, fmt.Errorf("read body: %w", err), &b.rr)
 	}

@@ -146,6 +146,22 @@ func TestBody(t *testing.T) {
 			if (tt.want == probe.BodyMismatch) != errors.Is(rep.Err, ErrBodyMismatch) {
 				t.Errorf("err = %v, want ErrBodyMismatch exactly for body_mismatch", rep.Err)
 			}
+			// What was read of the body, and what the response said it
+			// would send (nothing for a chunked one).
+			bound := tt.max
+			if bound == 0 {
+				bound = DefaultMaxBodyBytes
+			}
+			served := int64(len(tt.body))
+			wantLength := served
+			if tt.chunked {
+				served++ // the handler ends with an "r" of its own
+				wantLength = -1
+			}
+			wantBytes := min(served, bound)
+			if rep.ContentLength != wantLength || rep.BodyBytes != wantBytes {
+				t.Errorf("content length %d, body bytes %d; want %d, %d", rep.ContentLength, rep.BodyBytes, wantLength, wantBytes)
+			}
 		})
 	}
 }
@@ -534,12 +550,15 @@ func TestTLS(t *testing.T) {
 		opts        Options
 		requireCert bool
 		want        probe.Outcome
+		agreed      bool // the client's handshake completed
 	}{
-		{"trusted by ca file", Options{TLS: TLSOptions{CAFile: cert.caFile}}, false, probe.Success},
-		{"insecure skip verify", Options{TLS: TLSOptions{InsecureSkipVerify: true}}, false, probe.Success},
-		{"untrusted still reports expiry", Options{}, false, probe.TLS},
-		{"client certificate", Options{TLS: TLSOptions{CAFile: cert.caFile, CertFile: client.caFile, KeyFile: client.keyFile}}, true, probe.Success},
-		{"client certificate missing", Options{TLS: TLSOptions{CAFile: cert.caFile}}, true, probe.TLS},
+		{"trusted by ca file", Options{TLS: TLSOptions{CAFile: cert.caFile}}, false, probe.Success, true},
+		{"insecure skip verify", Options{TLS: TLSOptions{InsecureSkipVerify: true}}, false, probe.Success, true},
+		{"untrusted still reports expiry", Options{}, false, probe.TLS, false},
+		{"client certificate", Options{TLS: TLSOptions{CAFile: cert.caFile, CertFile: client.caFile, KeyFile: client.keyFile}}, true, probe.Success, true},
+		// In TLS 1.3 the server refuses the client after the client's
+		// handshake is done.
+		{"client certificate missing", Options{TLS: TLSOptions{CAFile: cert.caFile}}, true, probe.TLS, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -561,6 +580,12 @@ func TestTLS(t *testing.T) {
 			}
 			if !rep.CertExpiry.Equal(cert.notAfter) {
 				t.Errorf("cert expiry %v, want %v", rep.CertExpiry, cert.notAfter)
+			}
+			// The server offers up to TLS 1.3, as does the prober; a failed
+			// handshake agreed on nothing.
+			if tt.agreed != (rep.TLSVersion == tls.VersionTLS13) || tt.agreed != (rep.TLSCipher != 0) {
+				t.Errorf("TLS version %s, cipher %s; want TLS 1.3 and a cipher exactly after a completed handshake (%v)",
+					tls.VersionName(rep.TLSVersion), tls.CipherSuiteName(rep.TLSCipher), tt.agreed)
 			}
 		})
 	}

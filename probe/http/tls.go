@@ -9,6 +9,8 @@ import (
 	"net/http/httptrace"
 	"os"
 	"time"
+
+	"github.com/sondeprobe/sonde/probe"
 )
 
 // ErrNoPEMCertificate is returned (wrapped) by [ReadCAFile] for a file that
@@ -78,10 +80,11 @@ func (e *handshakeError) Error() string { return "tls handshake: " + e.err.Error
 func (e *handshakeError) Unwrap() error { return e.err }
 
 // handshake runs a TLS handshake over c for server name name, calls the
-// trace's TLS hooks, and returns the TLS connection and the earliest expiry
-// of the certificates the server presented (also on a verification error).
-// c's deadline bounds the handshake.
-func (p *Prober) handshake(trace *httptrace.ClientTrace, c net.Conn, name string) (*tls.Conn, time.Time, error) {
+// trace's TLS hooks, and returns the TLS connection. It records in rep the
+// earliest expiry of the certificates the server presented (also on a
+// verification error) and, once the handshake completed, the version and
+// cipher suite. c's deadline bounds the handshake.
+func (p *Prober) handshake(trace *httptrace.ClientTrace, c net.Conn, name string, rep *probe.Report) (*tls.Conn, error) {
 	tc := tls.Client(c, p.tlsConfigFor(name))
 	if trace.TLSHandshakeStart != nil {
 		trace.TLSHandshakeStart()
@@ -93,13 +96,14 @@ func (p *Prober) handshake(trace *httptrace.ClientTrace, c net.Conn, name string
 	}
 	if err != nil {
 		var verr *tls.CertificateVerificationError
-		var expiry time.Time
 		if errors.As(err, &verr) {
-			expiry = earliestExpiry(verr.UnverifiedCertificates)
+			rep.CertExpiry = earliestExpiry(verr.UnverifiedCertificates)
 		}
-		return nil, expiry, &handshakeError{err}
+		return nil, &handshakeError{err}
 	}
-	return tc, earliestExpiry(state.PeerCertificates), nil
+	rep.CertExpiry = earliestExpiry(state.PeerCertificates)
+	rep.TLSVersion, rep.TLSCipher = state.Version, state.CipherSuite
+	return tc, nil
 }
 
 // earliestExpiry returns the earliest NotAfter of certs, zero for none.

@@ -58,6 +58,7 @@
 //	ports.go          source-port range
 //	config.go         Config
 //	counters.go       Counters
+//	targets.go        per-target probe state, in blocks that grow with the table
 //	prober.go         Prober: construction, accessors, Close
 //	route.go          default source addresses and the capture interface
 //	packet.go         SYN templates; cookie.go the sequence-number cookie

@@ -23,10 +23,10 @@ type Firing struct {
 	Seq              uint64        `json:"seq"` // the firing's record in /api/v1/remediations
 	Time             time.Time     `json:"time"`
 	Remediation      string        `json:"remediation"`
-	Instance         string        `json:"instance"` // the target address
-	Pools            []string      `json:"pools"`    // the pools it is unhealthy in: every one of the remediation's that probe it
-	UnhealthySince   time.Time     `json:"unhealthy_since"`
-	UnhealthySeconds float64       `json:"unhealthy_seconds"` // how long it has been unhealthy in all of them
+	Instance         string        `json:"instance"`          // the target address
+	Pools            []string      `json:"pools"`             // the pools it is unhealthy in: every one of the remediation's that probe it
+	UnhealthySince   time.Time     `json:"unhealthy_since"`   // when it turned unhealthy in the first of them, where its wait began
+	UnhealthySeconds float64       `json:"unhealthy_seconds"` // how long since then
 	Reason           string        `json:"reason"`            // outcome of its most recent failed probe
 	Targets          []TargetState `json:"targets"`           // its targets in those pools
 }

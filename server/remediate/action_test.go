@@ -1,15 +1,19 @@
 package remediate
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,9 +71,11 @@ func TestCommand(t *testing.T) {
 }
 
 // TestCommandTimeout checks that a hanging command and the children it
-// started are killed at the timeout.
+// started are killed at the timeout: the background child, whose PID the
+// script writes first, is gone soon after run returns.
 func TestCommandTimeout(t *testing.T) {
-	a := &action{command: []string{script(t, "sleep 60 &\nsleep 60\n")}, timeout: 200 * time.Millisecond}
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	a := &action{command: []string{script(t, `sleep 60 & echo $! > "$1"`+"\nsleep 60\n"), pidFile}, timeout: 2 * time.Second}
 	start := time.Now()
 	err := a.run(context.Background(), testFiring())
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -78,6 +84,38 @@ func TestCommandTimeout(t *testing.T) {
 	if d := time.Since(start); d > 30*time.Second {
 		t.Fatalf("the command was stopped after %v", d)
 	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("the script wrote no child PID within the timeout: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		t.Fatalf("child PID %q: %v", b, err)
+	}
+	// SIGKILL is sent to the group before run returns; the child may take a
+	// moment to die, and once orphaned it is reaped by init, which may never
+	// come: a zombie is dead too.
+	for deadline := time.Now().Add(10 * time.Second); alive(pid); {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL) // do not leave it behind
+			t.Fatalf("the command's background child %d is still running after the timeout", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// alive reports whether process pid exists and is not a zombie.
+func alive(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false // gone between the two looks
+	}
+	// The state follows the command name, which is in parentheses.
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
 
 // TestWebhook checks the webhook: the same JSON, signed with the secret

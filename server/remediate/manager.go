@@ -80,8 +80,7 @@ type instance struct {
 	epoch     uint64 // last evaluation that saw it unhealthy somewhere
 	fired     bool   // fired in this episode
 	lastFired int64  // Nanotime of that firing
-	withheld  string // budget reason recorded in this episode, "" for none
-	multiPool bool   // a multi-pool withholding was recorded in this episode
+	withheld  string // why its due firing is withheld, as last recorded; "" while not withheld
 	obs       observation
 }
 
@@ -194,8 +193,7 @@ type observation struct {
 	addr      netip.Addr
 	unhealthy []int   // positions in the rule's Pools where it is unhealthy
 	healthy   []int   // positions where it is not (healthy, undecided or not yet probed)
-	since     int64   // unhealthy in every pool of unhealthy since (the latest change)
-	oldest    int64   // unhealthy in at least one pool since (the earliest change)
+	since     int64   // unhealthy in at least one pool since (the earliest change): its wait runs from it
 	reason    string  // outcome of its most recent failed probe
 	group     []entry // its targets in the rule's pools
 }
@@ -218,11 +216,8 @@ func (v *View) observe(group []entry) observation {
 			}
 		}
 		if sick {
-			if len(o.unhealthy) == 0 || since > o.since {
+			if len(o.unhealthy) == 0 || since < o.since {
 				o.since = since
-			}
-			if len(o.unhealthy) == 0 || since < o.oldest {
-				o.oldest = since
 			}
 			o.unhealthy = append(o.unhealthy, group[i].pool)
 		} else {
@@ -269,21 +264,22 @@ func (m *Manager) evaluateRule(r *rule, now int64) {
 			r.inst[o.addr] = inst
 		}
 		inst.epoch, inst.obs = m.epoch, o
-		if len(o.healthy) > 0 {
-			// R2: still healthy (or undecided) in another pool.
-			if now-o.oldest >= after && !inst.multiPool {
-				inst.multiPool = true
-				m.withhold(r, inst, now, "multi_pool", now-o.oldest)
-			}
-			return
-		}
 		start := o.since
 		if inst.fired {
 			start = max(start, inst.lastFired)
 		}
-		if now-start >= after {
-			ready = append(ready, due{r: r, inst: inst, start: start})
+		if now-start < after {
+			inst.withheld = "" // still waiting: withholding it later is news
+			return
 		}
+		if len(o.healthy) > 0 {
+			// R2: still healthy (or undecided) in another pool.
+			m.withhold(r, inst, now, "multi_pool")
+			return
+		}
+		// R2: one app unhealthy for "after" and every other one unhealthy
+		// now; how long the others have been does not matter.
+		ready = append(ready, due{r: r, inst: inst, start: start})
 	})
 	for addr, inst := range r.inst {
 		if inst.epoch != m.epoch {
@@ -297,14 +293,11 @@ func (m *Manager) evaluateRule(r *rule, now int64) {
 	lim := limits{r.cfg.MaxPerHour, r.cfg.MaxPer12h, r.cfg.MaxPerDay}
 	for _, d := range ready {
 		if reason := r.budget.exhausted(now, lim); reason != "" {
-			if d.inst.withheld != reason {
-				d.inst.withheld = reason
-				m.withhold(r, d.inst, now, reason, now-d.inst.obs.since)
-			}
+			m.withhold(r, d.inst, now, reason)
 			continue
 		}
 		r.budget.take(now)
-		d.inst.fired, d.inst.lastFired, d.inst.withheld, d.inst.multiPool = true, now, "", false
+		d.inst.fired, d.inst.lastFired, d.inst.withheld = true, now, ""
 		m.fire(r, d.inst, now)
 	}
 }
@@ -318,9 +311,16 @@ func (r *rule) poolNames(positions []int) []string {
 	return out
 }
 
-// withhold records and logs a firing withheld for reason.
-func (m *Manager) withhold(r *rule, inst *instance, now int64, reason string, unhealthy int64) {
+// withhold withholds the instance's due firing for reason. It records,
+// logs and counts the withholding when the reason is not the one recorded
+// last while the firing stayed due: once per cause, not once per evaluation.
+func (m *Manager) withhold(r *rule, inst *instance, now int64, reason string) {
+	if inst.withheld == reason {
+		return
+	}
+	inst.withheld = reason
 	o := &inst.obs
+	unhealthy := now - o.since
 	rec := m.record(Record{
 		Time:             scheduler.WallTime(m.view.clock, now),
 		Remediation:      r.cfg.Name,
@@ -411,7 +411,7 @@ type Record struct {
 	Reason           string    `json:"reason,omitempty"` // withheld: max_per_hour, max_per_12h, max_per_day or multi_pool
 	UnhealthyPools   []string  `json:"unhealthy_pools"`
 	HealthyPools     []string  `json:"healthy_pools,omitempty"` // multi_pool: the pools where it is not unhealthy
-	UnhealthySeconds float64   `json:"unhealthy_seconds"`       // in all of UnhealthyPools (multi_pool: the longest in one)
+	UnhealthySeconds float64   `json:"unhealthy_seconds"`       // since it turned unhealthy in the first of UnhealthyPools
 	LastOutcome      string    `json:"last_outcome,omitempty"`
 	Result           string    `json:"result,omitempty"` // fired: running, success or failure
 	Error            string    `json:"error,omitempty"`  // why the action failed
@@ -452,10 +452,14 @@ func SettingsOf(r *config.Remediation) Settings {
 // the instances it watches.
 type RemediationStatus struct {
 	Settings
-	FiredLastHour int              `json:"fired_last_hour"`
-	FiredLast12h  int              `json:"fired_last_12h"`
-	FiredLastDay  int              `json:"fired_last_day"`
-	Instances     []InstanceStatus `json:"instances"` // unhealthy in at least one of its pools
+	FiredLastHour int `json:"fired_last_hour"`
+	// Fired12hPeriod counts the firings of the 12-hour period open now,
+	// which ends at Period12hEnds (nil when none is open: no firing in the
+	// last 12 hours).
+	Fired12hPeriod int              `json:"fired_12h_period"`
+	Period12hEnds  *time.Time       `json:"period_12h_ends,omitempty"`
+	FiredLastDay   int              `json:"fired_last_day"`
+	Instances      []InstanceStatus `json:"instances"` // unhealthy in at least one of its pools
 }
 
 // InstanceStatus is an instance a remediation watches.
@@ -463,8 +467,8 @@ type InstanceStatus struct {
 	Instance         string     `json:"instance"`
 	UnhealthyPools   []string   `json:"unhealthy_pools"`
 	HealthyPools     []string   `json:"healthy_pools,omitempty"`
-	UnhealthySeconds float64    `json:"unhealthy_seconds"` // in all of UnhealthyPools
-	Withheld         string     `json:"withheld,omitempty"`
+	UnhealthySeconds float64    `json:"unhealthy_seconds"`  // since it turned unhealthy in the first of UnhealthyPools
+	Withheld         string     `json:"withheld,omitempty"` // why its due firing is withheld: a budget's reason or multi_pool
 	LastFired        *time.Time `json:"last_fired,omitempty"`
 }
 
@@ -479,18 +483,18 @@ func (m *Manager) Status(now int64) Status {
 		r.budget.prune(now)
 		rs := RemediationStatus{
 			Settings:      SettingsOf(r.cfg),
-			FiredLastHour: r.budget.used(now, windows[0].span), FiredLast12h: r.budget.used(now, windows[1].span),
-			FiredLastDay: r.budget.used(now, windows[2].span),
-			Instances:    []InstanceStatus{},
+			FiredLastHour: r.budget.used(now, hourSpan), FiredLastDay: r.budget.used(now, daySpan),
+			Instances: []InstanceStatus{},
+		}
+		if n, ends := r.budget.periodUsed(now); n > 0 && m.view != nil {
+			t := scheduler.WallTime(m.view.clock, ends)
+			rs.Fired12hPeriod, rs.Period12hEnds = n, &t
 		}
 		for _, addr := range slices.SortedFunc(maps.Keys(r.inst), netip.Addr.Compare) {
 			inst := r.inst[addr]
 			is := InstanceStatus{
 				Instance: addr.String(), UnhealthyPools: r.poolNames(inst.obs.unhealthy), HealthyPools: r.poolNames(inst.obs.healthy),
 				UnhealthySeconds: time.Duration(now - inst.obs.since).Seconds(), Withheld: inst.withheld,
-			}
-			if inst.multiPool {
-				is.Withheld = "multi_pool"
 			}
 			if inst.fired && m.view != nil {
 				t := scheduler.WallTime(m.view.clock, inst.lastFired)

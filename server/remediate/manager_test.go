@@ -204,13 +204,19 @@ sonde_remediation_firings_total{remediation="plan-a"} 4
 	}
 }
 
-// TestMultiPool is R2: an instance unhealthy in one of its pools and healthy
-// in another is withheld (once), never fired; once unhealthy in both, it
-// fires "after" after the later of the two.
+// TestMultiPool is R2 as the App Service document words it: "when an app on
+// an instance stays unhealthy for more than an hour, the instance is replaced
+// only if every other app with health checks is also unhealthy". An instance
+// unhealthy in one of its pools and healthy in another is withheld (once),
+// never fired; the moment it is unhealthy in the other too, it fires: the
+// wait runs from the first pool's start, and the second pool need not have
+// been unhealthy for "after" itself.
 func TestMultiPool(t *testing.T) {
 	h := newHarness(t, twoPools)
 	h.set("app-a", "10.0.0.1:8081", scheduler.Unhealthy)
 	h.set("app-b", "10.0.0.1:8082", scheduler.Healthy)
+	h.at(time.Minute - 1)
+	h.expect(nil, nil)
 	h.at(time.Minute)
 	h.expect(nil, []string{".1 multi_pool"})
 	h.at(10 * time.Minute)
@@ -220,12 +226,70 @@ func TestMultiPool(t *testing.T) {
 		t.Fatalf("record %+v: want unhealthy in app-a for 60 s, healthy in app-b", rec)
 	}
 	h.set("app-b", "10.0.0.1:8082", scheduler.Unhealthy)
-	h.at(11*time.Minute - 1)
-	h.expect(nil, []string{".1 multi_pool"})
-	h.at(11 * time.Minute)
+	h.at(10*time.Minute + time.Second)
 	h.expect([]string{".1"}, []string{".1 multi_pool"})
-	if f := h.fired[0]; !slices.Equal(f.Pools, []string{"app-a", "app-b"}) || len(f.Targets) != 2 || f.UnhealthySeconds != 60 {
-		t.Fatalf("firing %+v: want both pools and targets, unhealthy in both for 60 s", f)
+	if f := h.fired[0]; !slices.Equal(f.Pools, []string{"app-a", "app-b"}) || len(f.Targets) != 2 || f.UnhealthySeconds != 601 ||
+		!f.UnhealthySince.Equal(h.clock.Now().Add(-601*time.Second)) {
+		t.Fatalf("firing %+v: want both pools and targets, unhealthy for 601 s since app-a turned unhealthy", f)
+	}
+
+	// Both unhealthy within "after" of the first pool's start: not yet.
+	h.set("app-a", "10.0.0.1:8081", scheduler.Healthy)
+	h.set("app-b", "10.0.0.1:8082", scheduler.Healthy)
+	h.clock.Set(int64(11 * time.Minute))
+	h.set("app-a", "10.0.0.3:8081", scheduler.Unhealthy)
+	h.at(11*time.Minute + 30*time.Second)
+	h.set("app-b", "10.0.0.3:8082", scheduler.Unhealthy)
+	h.at(12*time.Minute - 1)
+	h.expect([]string{".1"}, []string{".1 multi_pool"})
+	if is := h.m.Status(h.clock.Nanotime()).Remediations[0].Instances; len(is) != 1 || is[0].Instance != "10.0.0.3" || is[0].UnhealthySeconds != (time.Minute-1).Seconds() {
+		t.Fatalf("instances %+v: want 10.0.0.3, unhealthy since app-a turned unhealthy", is)
+	}
+}
+
+// TestWithheldOncePerCause checks that a due firing withheld is recorded
+// once per cause, not once per evaluation, and again whenever the cause
+// changes within an episode: multi-pool, then the budget once the healthy
+// pool fails too, multi-pool again when it recovers, the budget again; and
+// anew after the instance went back to waiting.
+func TestWithheldOncePerCause(t *testing.T) {
+	h := newHarness(t, twoPools)
+	h.set("app-a", "10.0.0.2:8081", scheduler.Unhealthy) // spends the hour's firing at 1m
+	h.set("app-a", "10.0.0.1:8081", scheduler.Unhealthy)
+	h.set("app-b", "10.0.0.1:8082", scheduler.Healthy)
+	h.at(time.Minute)
+	h.set("app-a", "10.0.0.2:8081", scheduler.Healthy)
+	h.at(90 * time.Second)
+	h.expect([]string{".2"}, []string{".1 multi_pool"})
+	h.set("app-b", "10.0.0.1:8082", scheduler.Unhealthy)
+	h.at(2 * time.Minute)
+	h.at(150 * time.Second)
+	h.expect([]string{".2"}, []string{".1 multi_pool", ".1 max_per_hour"})
+	h.set("app-b", "10.0.0.1:8082", scheduler.Healthy)
+	h.at(3 * time.Minute)
+	h.at(210 * time.Second)
+	h.expect([]string{".2"}, []string{".1 multi_pool", ".1 max_per_hour", ".1 multi_pool"})
+	if is := h.m.Status(h.clock.Nanotime()).Remediations[0].Instances; is[0].Instance != "10.0.0.1" || is[0].Withheld != "multi_pool" {
+		t.Fatalf("instances %+v: want 10.0.0.1 withheld by multi_pool", is)
+	}
+	h.set("app-b", "10.0.0.1:8082", scheduler.Unhealthy)
+	h.at(4 * time.Minute)
+	h.expect([]string{".2"}, []string{".1 multi_pool", ".1 max_per_hour", ".1 multi_pool", ".1 max_per_hour"})
+	// app-a recovers and fails again: the wait runs from app-b's start at
+	// 3m30s, so the instance waits again; due at 4m30s, its withholding is
+	// recorded anew.
+	h.set("app-a", "10.0.0.1:8081", scheduler.Healthy)
+	h.at(4*time.Minute + 5*time.Second)
+	h.set("app-a", "10.0.0.1:8081", scheduler.Unhealthy)
+	h.at(270*time.Second - 1)
+	h.expect([]string{".2"}, []string{".1 multi_pool", ".1 max_per_hour", ".1 multi_pool", ".1 max_per_hour"})
+	h.at(270 * time.Second)
+	h.at(5 * time.Minute)
+	h.expect([]string{".2"}, []string{".1 multi_pool", ".1 max_per_hour", ".1 multi_pool", ".1 max_per_hour", ".1 max_per_hour"})
+	for reason, want := range map[string]float64{"multi_pool": 2, "max_per_hour": 3} {
+		if got := testutil.ToFloat64(h.m.met.withheld.WithLabelValues("plan-a", reason)); got != want {
+			t.Errorf("withheld by %s: %v, want %v", reason, got, want)
+		}
 	}
 }
 
@@ -314,8 +378,8 @@ func TestBudgetSurvivesReload(t *testing.T) {
 	}
 }
 
-// TestBudgetReasons checks the sliding windows and the reason named when
-// several are full: the window that frees a slot last.
+// TestBudgetReasons checks the caps and the reason named when several are
+// full: the one that frees a slot last.
 func TestBudgetReasons(t *testing.T) {
 	h := int64(time.Hour)
 	var b budget
@@ -329,20 +393,60 @@ func TestBudgetReasons(t *testing.T) {
 	}
 	b.take(h)
 	if r := b.exhausted(2*h, lim); r != "max_per_12h" {
-		t.Fatalf("two in 12 h: %q, want max_per_12h", r)
+		t.Fatalf("two in the 12-hour period: %q, want max_per_12h", r)
 	}
 	if r := b.exhausted(2*h-1, lim); r != "max_per_12h" {
-		t.Fatalf("hour and 12 h full: %q, want max_per_12h (frees last)", r)
+		t.Fatalf("hour and 12-hour period full: %q, want max_per_12h (frees last)", r)
 	}
 	b.take(12 * h)
 	if r := b.exhausted(13*h, lim); r != "max_per_day" {
 		t.Fatalf("three in the day: %q, want max_per_day", r)
 	}
 	if r := b.exhausted(24*h, lim); r != "" {
-		t.Fatalf("at 24 h the first firing leaves every window: %q", r)
+		t.Fatalf("at 24 h the first firing leaves the day: %q", r)
 	}
 	if r := b.exhausted(25*h, limits{}); r != "" || len(b.fired) != 1 {
 		t.Fatalf("no caps: %q; pruned to %d firings, want the one of the last 24 h", r, len(b.fired))
+	}
+}
+
+// TestTwelveHourPeriod checks that max_per_12h counts in fixed 12-hour
+// periods, as App Service's per-scale-unit count that resets every 12
+// hours, not in a sliding window: a period opens with a firing and its
+// count resets 12 h later, so two firings late in one period do not hold
+// back the next period's.
+func TestTwelveHourPeriod(t *testing.T) {
+	h := newHarness(t, strings.Replace(twoPools, "after: 1m", "after: 1m\n    max_per_hour: 0\n    max_per_12h: 2\n    max_per_day: 0", 1))
+	h.set("app-a", "10.0.0.2:8081", scheduler.Unhealthy)
+	h.at(time.Minute) // opens the period [1m, 12h1m)
+	h.set("app-a", "10.0.0.2:8081", scheduler.Healthy)
+	h.at(2 * time.Minute)
+	h.clock.Set(int64(11 * time.Hour))
+	h.set("app-a", "10.0.0.3:8081", scheduler.Unhealthy)
+	h.set("app-b", "10.0.0.3:8082", scheduler.Unhealthy)
+	h.at(11*time.Hour + time.Minute)
+	h.at(11*time.Hour + 2*time.Minute)
+	h.expect([]string{".2", ".3"}, []string{".3 max_per_12h"})
+	rs := h.m.Status(h.clock.Nanotime()).Remediations[0]
+	if ends := h.clock.Now().Add(time.Hour - time.Minute); rs.Fired12hPeriod != 2 || rs.Period12hEnds == nil || !rs.Period12hEnds.Equal(ends) {
+		t.Fatalf("status %+v: want 2 firings in the period, ending at %v", rs, ends)
+	}
+	h.at(12*time.Hour + time.Minute - 1)
+	h.expect([]string{".2", ".3"}, []string{".3 max_per_12h"})
+	// The count resets: a new period opens with .3's firing, and .3, due
+	// again a minute later, fires as the period's second although the
+	// firings at 11h1m and 12h1m are 1 h apart (a sliding 12 h window would
+	// withhold it).
+	h.at(12*time.Hour + time.Minute)
+	h.at(12*time.Hour + 2*time.Minute)
+	h.expect([]string{".2", ".3", ".3", ".3"}, []string{".3 max_per_12h"})
+	h.at(12*time.Hour + 3*time.Minute)
+	h.expect([]string{".2", ".3", ".3", ".3"}, []string{".3 max_per_12h", ".3 max_per_12h"})
+	if rs := h.m.Status(h.clock.Nanotime()).Remediations[0]; rs.Fired12hPeriod != 2 || rs.FiredLastHour != 2 || rs.FiredLastDay != 4 {
+		t.Fatalf("status %+v: want 2 firings in the new period and the hour, 4 in the day", rs)
+	}
+	if rs := h.m.Status(int64(24*time.Hour + time.Minute)).Remediations[0]; rs.Fired12hPeriod != 0 || rs.Period12hEnds != nil {
+		t.Fatalf("status after the period %+v: want no period open", rs)
 	}
 }
 

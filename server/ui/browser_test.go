@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"regexp"
 	goruntime "runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +26,7 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
@@ -342,7 +345,12 @@ func TestStatusPageDemo(t *testing.T) {
 	b.open(base)
 	b.wait("the overview settled", `document.querySelectorAll("[data-pool-card]").length === 4 && document.querySelectorAll("#recent tr.ev").length >= 5`,
 		`document.body.innerText`, 20*time.Second)
-	time.Sleep(time.Second) // the capacity bars and times after one refresh
+	if updatingScreenshots() {
+		// The picture shows the page as refreshed (every 5 s): capacity
+		// bars and times as the script keeps them.
+		eval[bool](b, `(window.sondeBefore = document.getElementById("pools"), true)`)
+		b.wait("a refresh of the pools", `document.getElementById("pools") !== window.sondeBefore`, `document.body.innerText`, 20*time.Second)
+	}
 	shot(t, b, "status.png")
 	b.check("static/sonde.js", "static/sonde.css", "static/favicon.svg", "api/v1/events", "api/v1/history")
 
@@ -436,11 +444,15 @@ func detectionWindow(t *testing.T, base, to string) time.Duration {
 	return shortest
 }
 
+// updatingScreenshots reports whether this run writes the screenshots of
+// docs/ (SONDE_UPDATE_SCREENSHOT=1).
+func updatingScreenshots() bool { return os.Getenv("SONDE_UPDATE_SCREENSHOT") == "1" }
+
 // shot writes a screenshot of the page into docs/ of the repository when
-// SONDE_UPDATE_SCREENSHOT=1, so ordinary runs leave the tree alone.
+// updatingScreenshots, so ordinary runs leave the tree alone.
 func shot(t *testing.T, b *browser, name string) {
 	t.Helper()
-	if os.Getenv("SONDE_UPDATE_SCREENSHOT") != "1" {
+	if !updatingScreenshots() {
 		return
 	}
 	png := func() []byte {
@@ -579,4 +591,145 @@ pools:
 			t.Errorf("the page requested %s: markup from the backend ran", r)
 		}
 	}
+}
+
+// switchBackend is a loopback HTTP server that answers 200, or 500 while
+// failing is set.
+type switchBackend struct {
+	addr    string
+	failing atomic.Bool
+}
+
+func newSwitchBackend(t *testing.T) *switchBackend {
+	t.Helper()
+	sb := &switchBackend{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if sb.failing.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(srv.Close)
+	sb.addr = srv.Listener.Addr().String()
+	return sb
+}
+
+// tab opens a new tab of b, for test t, whose pages run script before
+// their own.
+func (b *browser) tab(t *testing.T, script string) *browser {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(b.ctx)
+	t.Cleanup(cancel)
+	nb := &browser{t: t, ctx: ctx}
+	nb.listen(ctx)
+	nb.do(chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: script})
+		return err
+	}))
+	return nb
+}
+
+// Scripts run before a page's own: a browser without EventSource, and a
+// page made by a sonde that had numbered far more events than the one now
+// running (as after a restart): its body says it saw up to event 1000000.
+const (
+	noEventSource = `delete window.EventSource;`
+	seenMillion   = `new MutationObserver(function (_, o) {
+		if (document.body) { document.body.dataset.since = "1000000"; o.disconnect(); }
+	}).observe(document, {childList: true, subtree: true});`
+)
+
+// TestStatusPageFallbacks follows events where the event stream cannot be
+// had (polling /api/v1/events), and after sonde restarted and numbers its
+// events from 1 again, both by polling and by the stream: in each, a
+// backend's state change shows in the live event list without a reload.
+func TestStatusPageFallbacks(t *testing.T) {
+	b := newBrowser(t)
+	sb := newSwitchBackend(t)
+	cfg := filepath.Join(t.TempDir(), "sonde.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `
+checks:
+  web: {protocol: http, path: /, interval: 200ms, timeout: 1s, rise: 1, fall: 1}
+pools:
+  - {name: api, check: web, targets: [%q]}
+`, sb.addr), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, base := startSonde(t, "-config", cfg)
+	live := `document.getElementById("live").textContent`
+	for _, c := range []struct {
+		name, script, live string
+		restarted          bool
+		request            string // what the page must have asked for
+	}{
+		{"polling", noEventSource, "live (polling)", false, "api/v1/events?since="},
+		{"polling after a restart", noEventSource + seenMillion, "live (polling)", true, "api/v1/events?since=1000000&limit="},
+		{"stream after a restart", seenMillion, "live", true, "api/v1/events?since=1000000"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tb := b.tab(t, c.script)
+			// A zone 5:30 off UTC: a clock shown in local time would differ.
+			tb.do(chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				_, err := cdp.Call(ctx, tg, emulation.SetTimezoneOverride, emulation.SetTimezoneOverrideParams{TimezoneID: "Asia/Kolkata"})
+				return err
+			}))
+			tb.open(base + "events")
+			tb.wait(c.live, live+` === `+strconv.Quote(c.live), live, 20*time.Second)
+			to := "unhealthy"
+			if sb.failing.Load() {
+				to = "healthy"
+			}
+			sb.failing.Store(to == "unhealthy")
+			tb.wait("the backend's change to "+to+", added by the script",
+				fmt.Sprintf(`Array.from(document.querySelectorAll("#recent tr.ev.fresh.k-state.to-%s")).some(tr => tr.cells[2].textContent.startsWith(%q))`, to, sb.addr),
+				`document.querySelector("#recent").innerText`, 30*time.Second)
+			// Every clock, the server's and the script's, in UTC as labelled.
+			if h := eval[string](tb, `document.querySelector("#recent th").textContent`); h != "time (UTC)" {
+				t.Errorf("the time column is headed %q, want time (UTC)", h)
+			}
+			if bad := eval[[]string](tb, `Array.from(document.querySelectorAll("#recent time.clock")).
+				filter(e => e.textContent !== new Date(e.getAttribute("datetime")).toISOString().slice(11, 19)).
+				map(e => e.getAttribute("datetime") + " shown as " + e.textContent)`); len(bad) > 0 || eval[int](tb, `document.querySelectorAll("#recent time.clock").length`) < 2 {
+				t.Errorf("clocks not in UTC (or fewer than 2): %v", bad)
+			}
+			warned := eval[bool](tb, `Array.from(document.querySelectorAll("p.warning")).some(p => /sonde restarted/.test(p.textContent))`)
+			if warned != c.restarted {
+				t.Errorf("the page warns of a restart: %v, want %v", warned, c.restarted)
+			}
+			if n := eval[int](tb, `performance.getEntriesByType("navigation").length`); n != 1 {
+				t.Errorf("%d navigations: the event list was reloaded", n)
+			}
+			tb.check("static/sonde.js", c.request)
+		})
+	}
+}
+
+// TestStatusPagePoolCounts checks that the pool view's filter menus count
+// the targets of each state as the table does while the script refreshes
+// it: a backend's change shows in both, without a reload.
+func TestStatusPagePoolCounts(t *testing.T) {
+	b := newBrowser(t)
+	sb := newSwitchBackend(t)
+	cfg := filepath.Join(t.TempDir(), "sonde.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `
+checks:
+  web: {protocol: http, path: /, interval: 200ms, timeout: 1s, rise: 1, fall: 1}
+pools:
+  - {name: api, check: web, targets: [%q]}
+`, sb.addr), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, base := startSonde(t, "-config", cfg)
+	menu := `Array.from(document.querySelectorAll('#filters select[name="state"] option')).map(o => o.textContent).join(", ")`
+	table := `document.querySelector("#members tbody .col-state").textContent.trim()`
+	b.open(base + "pool?name=api")
+	b.wait("the target healthy in the table and the menu",
+		table+` === "healthy" && /unhealthy \(0\).* healthy \(1\)/.test(`+menu+`)`, menu, 20*time.Second)
+	sb.failing.Store(true)
+	b.wait("the target unhealthy in the table and the menu",
+		table+` === "unhealthy" && /unhealthy \(1\).* healthy \(0\)/.test(`+menu+`)`, table+` + ": " + `+menu, 30*time.Second)
+	if n := eval[int](b, `performance.getEntriesByType("navigation").length`); n != 1 {
+		t.Errorf("%d navigations: the page was reloaded", n)
+	}
+	b.check("static/sonde.js", "pool?name=api")
 }

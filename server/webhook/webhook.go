@@ -72,6 +72,7 @@ var ErrRejected = errors.New("webhook rejected")
 // StatusError is a response outside 2xx.
 type StatusError struct{ Code int }
 
+// Error returns "status CODE".
 func (e *StatusError) Error() string { return "status " + strconv.Itoa(e.Code) }
 
 // ReadSecret reads a secret file: its content without surrounding white

@@ -35,16 +35,9 @@
     return e;
   }
 
+  // Clocks are UTC, as the server renders them and the pages label them.
   function two(n) { return n < 10 ? "0" + n : String(n); }
-  function clock(d) { return two(d.getHours()) + ":" + two(d.getMinutes()) + ":" + two(d.getSeconds()); }
-
-  // Times rendered as UTC clocks by the server are shown in local time.
-  function localTimes(root) {
-    root.querySelectorAll("time.clock[datetime]").forEach(function (t) {
-      var d = new Date(t.getAttribute("datetime"));
-      if (!isNaN(d)) t.textContent = clock(d);
-    });
-  }
+  function clock(d) { return two(d.getUTCHours()) + ":" + two(d.getUTCMinutes()) + ":" + two(d.getUTCSeconds()); }
 
   function showLive() {
     if (!liveEl) return;
@@ -71,11 +64,27 @@
           var neu = doc.getElementById(old.id);
           if (neu) old.replaceWith(document.importNode(neu, true));
         });
-        localTimes(document);
+        menuCounts(doc);
         pageOK = true;
       })
       .catch(function () { pageOK = false; })
       .then(function () { refreshing = false; showLive(); });
+  }
+
+  // menuCounts takes the counts of the filter menus ("unhealthy (3)") from
+  // a re-read page, which counted them with its table. The form itself is
+  // kept: a choice or text being entered stays as it is.
+  function menuCounts(doc) {
+    var form = document.getElementById("filters"), neu = doc.getElementById("filters");
+    if (!form || !neu) return;
+    form.querySelectorAll("select").forEach(function (sel) {
+      var other = neu.querySelector("select[name='" + sel.name + "']");
+      if (!other) return;
+      Array.prototype.forEach.call(sel.options, function (o) {
+        var n = Array.prototype.find.call(other.options, function (x) { return x.value === o.value; });
+        if (n) o.textContent = n.textContent;
+      });
+    });
   }
 
   var soon = 0;
@@ -148,11 +157,19 @@
     if (page === "target") timelineSoon();
   }
 
-  function lost(n) {
+  function warn(text) {
     var note = document.getElementById("stream-note") || document.querySelector("#recent");
     if (!note) return;
-    var p = el("p", "warning", n + " events were missed; reload the page for the current state.");
-    note.parentNode.insertBefore(p, note);
+    note.parentNode.insertBefore(el("p", "warning", text), note);
+  }
+
+  function lost(n) { warn(n + " events were missed; reload the page for the current state."); }
+
+  // restarted follows a daemon that numbers its events from 1 again: the
+  // page's events after a restart have numbers below those it saw.
+  function restarted(next) {
+    since = next;
+    warn("sonde restarted; events from before the restart may be missing.");
   }
 
   function poll() {
@@ -164,6 +181,7 @@
         return res.json();
       })
       .then(function (p) {
+        if (p.next < since) restarted(p.next);
         if (p.lost) lost(p.lost);
         p.events.forEach(addEvent);
         if (p.next > since && p.events.length === 0) since = p.next;
@@ -179,6 +197,7 @@
       es.addEventListener(k, function (m) { addEvent(JSON.parse(m.data)); });
     });
     es.addEventListener("lost", function (m) { lost(JSON.parse(m.data).lost); });
+    es.addEventListener("reset", function (m) { restarted(JSON.parse(m.data).next); });
     es.onopen = function () { streamState = "stream"; showLive(); };
     es.onerror = function () {
       if (es.readyState === EventSource.CLOSED) { es.close(); poll(); return; }
@@ -290,7 +309,7 @@
       var from = times[start], to = i < rs.length ? times[i] : tEnd;
       var band = svgEl("rect", { "class": "band " + rs[start].state, x: x(from), y: bandY,
         width: Math.max(x(to) - x(from), 1), height: bandH }, svg);
-      svgEl("title", {}, band).textContent = rs[start].state + " from " + clock(new Date(from)) +
+      svgEl("title", {}, band).textContent = rs[start].state + " from " + clock(new Date(from)) + " UTC" +
         " (" + (i - start) + " results)";
       start = i;
     }
@@ -310,7 +329,7 @@
     var pts = [];
     rs.forEach(function (r, i) {
       var xx = x(times[i]);
-      var tip = clock(new Date(times[i])) + " " + r.outcome + (r.status ? " " + r.status : "") +
+      var tip = clock(new Date(times[i])) + " UTC " + r.outcome + (r.status ? " " + r.status : "") +
         ", " + latencyText(r.latency_seconds) + ", then " + r.state;
       if (r.outcome === "success") {
         pts.push(xx.toFixed(1) + "," + y(r.latency_seconds).toFixed(1));
@@ -333,7 +352,7 @@
     var legend = el("p", "legend");
     [["healthy", "healthy"], ["unhealthy", "unhealthy"], ["unknown", "unknown"], ["ok", "latency of a success"],
       ["fail", "failed probe"]].forEach(function (k) { legend.appendChild(el("span", "key " + k[0], k[1])); });
-    legend.appendChild(el("span", "", rs.length + " of at most " + h.capacity + " results kept"));
+    legend.appendChild(el("span", "", rs.length + " of at most " + h.capacity + " results kept; times in UTC"));
     box.appendChild(legend);
   }
 
@@ -358,7 +377,6 @@
 
   // --- start ------------------------------------------------------------------
 
-  localTimes(document);
   showLive();
   follow();
   if (page === "overview" || page === "pool" || page === "target") {

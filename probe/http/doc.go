@@ -1,0 +1,12 @@
+// Package http is sonde's HTTP and HTTPS prober. It checks an endpoint the
+// way cloud load balancers do (SEMANTICS H1–H11): one GET or HEAD over a new
+// TCP connection per probe, the status judged against a healthy set without
+// following redirects, an optional body substring, Host header and SNI per
+// check, and every failure named by a [probe.Outcome].
+//
+// The prober speaks HTTP/1.1 over connections it dials itself rather than
+// through net/http's Transport: each probe runs on the caller's goroutine,
+// its phases are timed through net/http/httptrace hooks, errors are
+// classified by the phase they happened in, and the connection is closed
+// with an RST so that no TIME_WAIT is left behind.
+package http
