@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,8 +36,16 @@ type sondeProc struct {
 // stops it when the test ends (or earlier with stop).
 func startSonde(t *testing.T, cfg string, args ...string) *sondeProc {
 	t.Helper()
+	return startSondeIn(t, nil, cfg, args...)
+}
+
+// startSondeIn is startSonde with the command run by wrap (a command that
+// ends by executing its arguments, such as unshare), when not nil.
+func startSondeIn(t *testing.T, wrap []string, cfg string, args ...string) *sondeProc {
+	t.Helper()
 	args = append([]string{"run", "-config", cfg, "-listen", "127.0.0.1:0", "-log-format", "json", "-syn=false"}, args...)
-	cmd := exec.Command(testenv.Sonde(t), args...)
+	argv := append(append(slices.Clone(wrap), testenv.Sonde(t)), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -7,88 +7,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/miekg/dns"
+	"github.com/sondeprobe/sonde/bench/testenv"
 )
-
-// dnsServer is a DNS server on loopback answering from a table of records,
-// which a test may change.
-type dnsServer struct {
-	addr string
-	mu   sync.Mutex
-	rrs  map[string][]dns.RR // by "name. TYPE"
-	asks map[string]int
-}
-
-// newDNSServer serves records given in zone-file syntax.
-func newDNSServer(t *testing.T, records ...string) *dnsServer {
-	t.Helper()
-	s := &dnsServer{rrs: map[string][]dns.RR{}, asks: map[string]int{}}
-	s.set(t, records...)
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.addr = pc.LocalAddr().String()
-	srv := &dns.Server{PacketConn: pc, Handler: s}
-	started := make(chan struct{})
-	srv.NotifyStartedFunc = func() { close(started) }
-	go srv.ActivateAndServe()
-	<-started
-	t.Cleanup(func() { srv.Shutdown() })
-	return s
-}
-
-// set replaces the records.
-func (s *dnsServer) set(t *testing.T, records ...string) {
-	t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.rrs = map[string][]dns.RR{}
-	for _, r := range records {
-		rr, err := dns.NewRR(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k := strings.ToLower(rr.Header().Name) + " " + dns.TypeToString[rr.Header().Rrtype]
-		s.rrs[k] = append(s.rrs[k], rr)
-	}
-}
-
-// asked returns how often name was asked for.
-func (s *dnsServer) asked(name string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.asks[name]
-}
-
-func (s *dnsServer) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
-	m := new(dns.Msg)
-	m.SetReply(r)
-	q := r.Question[0]
-	name := strings.ToLower(q.Name)
-	s.mu.Lock()
-	s.asks[name]++
-	rrs := s.rrs[name+" "+dns.TypeToString[q.Qtype]]
-	exists := false
-	for k := range s.rrs {
-		exists = exists || strings.HasPrefix(k, name+" ")
-	}
-	s.mu.Unlock()
-	m.Answer = rrs
-	if !exists {
-		m.Rcode = dns.RcodeNameError
-	}
-	w.WriteMsg(m)
-}
 
 // TestDNSResolver resolves names against a DNS server on loopback, with
 // resolv.conf's search domains, and reads the answers' TTL.
 func TestDNSResolver(t *testing.T) {
-	srv := newDNSServer(t,
+	srv := testenv.NewDNSServer(t, "127.0.0.1:0",
 		"api.corp.test. 30 IN A 192.0.2.20",
 		"api.corp.test. 30 IN A 192.0.2.10",
 		"api.corp.test. 120 IN AAAA 2001:db8::10",
@@ -103,7 +31,7 @@ func TestDNSResolver(t *testing.T) {
 	if err := os.WriteFile(hosts, []byte("127.0.0.9 local.test alias.test # comment\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := &DNSResolver{ResolvConf: conf, Hosts: hosts, Servers: []string{srv.addr}}
+	r := &DNSResolver{ResolvConf: conf, Hosts: hosts, Servers: []string{srv.Addr}}
 	ctx := context.Background()
 
 	res := Lookup(ctx, r, "api", Dual, 5*time.Second)
@@ -122,7 +50,7 @@ func TestDNSResolver(t *testing.T) {
 	if res := Lookup(ctx, r, "alias.test", Dual, 5*time.Second); res.Err != nil || !slices.Equal(res.Addrs, addrs("127.0.0.9")) || res.TTL != HostsTTL {
 		t.Errorf("alias.test from the hosts file: %+v", res)
 	}
-	if n := srv.asked("alias.test."); n != 0 {
+	if n := srv.Asked("alias.test."); n != 0 {
 		t.Errorf("a name in the hosts file was asked of DNS %d times", n)
 	}
 

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/prometheus/discovery/file"
 	"github.com/prometheus/prometheus/discovery/targetgroup"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
 // newTestRunner returns a runner whose changes are signalled on the
@@ -75,8 +76,8 @@ func staticSource(i int, targets []string, ls map[string]string) Source {
 // from host names, with the pool's labels, and that names which do not
 // resolve are listed as unresolved.
 func TestRunnerStaticAndNames(t *testing.T) {
-	srv := newDNSServer(t, "api.test. 300 IN A 192.0.2.10")
-	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{srv.addr}})
+	srv := testenv.NewDNSServer(t, "127.0.0.1:0", "api.test. 300 IN A 192.0.2.10")
+	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{srv.Addr}})
 	found, _ := run.Update([]Pool{{
 		Name:    "p",
 		Labels:  labels.FromStrings("team", "edge"),
