@@ -61,6 +61,8 @@ func (d *Daemon) discoveryChanged() {
 		return
 	}
 	start := time.Now()
+	d.mem.beforeLoad() // the edit's garbage, and the new targets' tables, as a reload's
+	defer d.mem.afterLoad()
 	eff, err := d.static.WithFound(found)
 	if err == nil {
 		var g *generation
