@@ -38,6 +38,10 @@ const DefaultStateInterval = 15 * time.Second
 //	records   uint32 count, then each stateRecordSize bytes: see encodeRecord
 //	crc       uint32 CRC-32C of every byte before it
 //
+// Byte 33 of a record holds recordStreakKnown and recordStreakOK; files
+// written before it did have 0 there, and their streaks are of the last
+// outcome's kind (see decodeRecord).
+//
 // A record is one target as one pool lists it. A target is restored when
 // its pool and check still exist, the check sends the same probe (same probe
 // key) and the address, port and (where it changes the probe) host name
@@ -49,6 +53,12 @@ const (
 	stateRecordSize = 64
 	maxStateStrings = 1 << 20
 	maxStateRecords = 1 << 28
+)
+
+// Flags of a record's byte 33.
+const (
+	recordStreakKnown = 1 << 0 // recordStreakOK says the streak's kind
+	recordStreakOK    = 1 << 1 // the streak is a run of successes
 )
 
 var errStateFormat = errors.New("not a sonde state file of this version")
@@ -76,7 +86,10 @@ func encodeRecord(b []byte, r *stateRecord) {
 	a := r.addr.As16()
 	copy(b[16:32], a[:])
 	b[32] = byte(r.st.LastOutcome)
-	b[33] = 0
+	b[33] = recordStreakKnown
+	if r.st.StreakOK {
+		b[33] |= recordStreakOK
+	}
 	le.PutUint16(b[34:], uint16(min(r.st.Streak, 1<<16-1)))
 	le.PutUint16(b[36:], r.st.LastStatus)
 	le.PutUint16(b[38:], 0)
@@ -102,8 +115,19 @@ func decodeRecord(b []byte) (stateRecord, error) {
 		Latency:     time.Duration(le.Uint32(b[56:])) * time.Microsecond,
 		Smoothed:    time.Duration(le.Uint32(b[60:])) * time.Microsecond,
 	}
-	if r.st.State > scheduler.Unhealthy || r.st.LastOutcome >= probe.NumOutcomes || b[15]&^1 != 0 {
-		return r, fmt.Errorf("%w: a record with state %d, outcome %d", errStateFormat, b[14], b[32])
+	if r.st.State > scheduler.Unhealthy || r.st.LastOutcome >= probe.NumOutcomes || b[15]&^1 != 0 || b[33]&^(recordStreakKnown|recordStreakOK) != 0 {
+		return r, fmt.Errorf("%w: a record with state %d, outcome %d, streak flags %#x", errStateFormat, b[14], b[32], b[33])
+	}
+	switch {
+	case b[33]&recordStreakKnown != 0:
+		r.st.StreakOK = b[33]&recordStreakOK != 0
+	case r.st.LastOutcome.Verdict():
+		// Written before the streak's kind was: the last outcome is one of the run.
+		r.st.StreakOK = r.st.LastOutcome.Healthy()
+	default:
+		// Of that age and with a last outcome that is no verdict, the run's
+		// kind is lost: keep the state, start the run again.
+		r.st.Streak = 0
 	}
 	return r, nil
 }

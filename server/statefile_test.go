@@ -60,7 +60,7 @@ func savedSnapshot(t *testing.T, cfg *config.Config, host string) *stateSnapshot
 	for _, p := range g.cfg.Pools {
 		for _, id := range p.Members {
 			r := stateRecord{pool: str(p.Name), check: uint32(p.CheckIndex), addr: cfg.Targets[id].Addr, port: cfg.Targets[id].Port,
-				st: scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.Success, Streak: 7 + int(id),
+				st: scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.Success, Streak: 7 + int(id), StreakOK: true,
 					Since: s.written - int64(time.Hour), LastProbe: s.written - int64(time.Second), Latency: 3 * time.Millisecond, Smoothed: 2 * time.Millisecond}}
 			if name, ok := cfg.Hostnames[id]; ok {
 				r.host = str(name) + 1
@@ -123,6 +123,51 @@ func TestStateFileRejects(t *testing.T) {
 				t.Errorf("readState = %v, want errStateFormat", err)
 			}
 		})
+	}
+}
+
+// TestStateRecordStreak checks that a record keeps its streak's kind, even
+// when the last outcome is a local error, which is no part of the run, and
+// that a record written before the kind was kept (byte 33 zero) takes it
+// from its last outcome, or loses its streak when that is no verdict.
+func TestStateRecordStreak(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		st   scheduler.TargetStatus
+		old  bool // written with byte 33 zero
+		want scheduler.TargetStatus
+	}{
+		{"successes, then a local error", scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.LocalError, Streak: 10, StreakOK: true}, false,
+			scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.LocalError, Streak: 10, StreakOK: true}},
+		{"failures, then a local error", scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.LocalError, Streak: 2}, false,
+			scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.LocalError, Streak: 2}},
+		{"old file, successes", scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.Success, Streak: 4}, true,
+			scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.Success, Streak: 4, StreakOK: true}},
+		{"old file, failures", scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.Timeout, Streak: 2, StreakOK: true}, true,
+			scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.Timeout, Streak: 2}},
+		{"old file, a local error", scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.LocalError, Streak: 10, StreakOK: true}, true,
+			scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.LocalError}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var b [stateRecordSize]byte
+			encodeRecord(b[:], &stateRecord{st: tt.st})
+			if tt.old {
+				b[33] = 0
+			}
+			got, err := decodeRecord(b[:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got.st); diff != "" {
+				t.Errorf("decoded (-want +got):\n%s", diff)
+			}
+		})
+	}
+	var b [stateRecordSize]byte
+	encodeRecord(b[:], &stateRecord{})
+	b[33] = 0x80
+	if _, err := decodeRecord(b[:]); !errors.Is(err, errStateFormat) {
+		t.Errorf("a record with unknown streak flags: %v, want errStateFormat", err)
 	}
 }
 
