@@ -2,7 +2,9 @@ package config
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/netip"
@@ -100,11 +102,11 @@ type Metrics struct {
 	PerTarget bool
 }
 
-// Load reads and parses the config file at path. Relative paths inside it
-// (targets_file, TLS files, auth_token.secret_file) are relative to the
-// file's directory.
+// Load reads and parses the config file at path, which must be a regular
+// file. Relative paths inside it (targets_file, TLS files,
+// auth_token.secret_file) are relative to the file's directory.
 func Load(path string, opt LoadOptions) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
@@ -114,6 +116,19 @@ func Load(path string, opt LoadOptions) (*Config, error) {
 	}
 	cfg.Files = slices.Insert(cfg.Files, 0, path)
 	return cfg, nil
+}
+
+// readRegular reads the regular file at path ([OpenRegular]).
+func readRegular(path string) ([]byte, error) {
+	f, err := OpenRegular(path)
+	if errors.Is(err, ErrNotRegular) {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
 }
 
 // Parse parses a config held in data; dir is the directory relative paths in

@@ -315,6 +315,31 @@ func TestTargetsFileNotRegular(t *testing.T) {
 	}
 }
 
+// TestLoadNotRegular checks that Load refuses a FIFO as the config file at
+// once, naming it, where reading it would wait for a writer.
+func TestLoadNotRegular(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "sonde.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Load(fifo, testOptions())
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if want := "read config: " + fifo + ": not a regular file"; err == nil || err.Error() != want || !errors.Is(err, ErrNotRegular) {
+			t.Fatalf("error %v, want %q", err, want)
+		}
+	case <-time.After(10 * time.Second):
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+		t.Fatal("Load hangs on a FIFO")
+	}
+}
+
 // TestRemediation parses the remediation contract and the defaults
 // App Service has (R1).
 func TestRemediation(t *testing.T) {

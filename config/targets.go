@@ -270,7 +270,7 @@ func family(a netip.Addr) string {
 func (x *expander) expandFile(field, name string, c *Check, fn endpointFunc) error {
 	path := resolvePath(x.dir, name)
 	x.files = append(x.files, path)
-	err := readTargetLines(openRegular, path, name, func(line int, text string) error {
+	err := readTargetLines(OpenRegular, path, name, func(line int, text string) error {
 		return x.expandSpec(loc{field: field, prefix: linePrefix(name, line)}, text, c, fn)
 	})
 	var re *readError
@@ -319,13 +319,13 @@ func ParseTargetArgs(args []string, fn func(TargetEntry) error) error {
 // the file at path, called name in messages: one target per line, "#" starts
 // a comment, blank lines are skipped. fn's errors are returned as they are;
 // a file that cannot be read gives a *readError. open opens the file: a
-// config's targets_file must be a regular file (openRegular), so that a
+// config's targets_file must be a regular file (OpenRegular), so that a
 // load never waits for a FIFO's writer.
 func readTargetLines(open func(string) (*os.File, error), path, name string, fn func(line int, text string) error) error {
 	f, err := open(path)
 	if err != nil {
 		msg := fmt.Sprintf("%q: %s", name, errText(err))
-		if errors.Is(err, errNotRegular) {
+		if errors.Is(err, ErrNotRegular) {
 			msg = fmt.Sprintf("%q is not a regular file", name)
 		}
 		return &readError{msg: msg, err: err}

@@ -4,9 +4,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"io"
-	"os"
 	"sync"
 	"time"
+
+	"github.com/sondeprobe/sonde/config"
 )
 
 // errStopped answers a reload asked for while the daemon stops.
@@ -114,20 +115,17 @@ func (in *inputs) unchanged() bool {
 	return ok && d == in.digest
 }
 
+// digest hashes the names and contents of files; it reports false when one
+// cannot be read or is not a regular file (opened without waiting, as a
+// load opens it: a FIFO put in a file's place must not hang a reload).
 func digest(files []string) ([sha256.Size]byte, bool) {
 	h := sha256.New()
 	for _, name := range files {
-		f, err := os.Open(name)
+		f, err := config.OpenRegular(name)
 		if err != nil {
 			return [sha256.Size]byte{}, false
 		}
-		fi, err := f.Stat()
-		if err == nil && !fi.Mode().IsRegular() {
-			err = errors.New("not a regular file")
-		}
-		if err == nil {
-			_, err = io.WriteString(h, name+"\x00")
-		}
+		_, err = io.WriteString(h, name+"\x00")
 		if err == nil {
 			_, err = io.Copy(h, f)
 		}

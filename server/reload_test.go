@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -108,6 +110,63 @@ pools:
 	}
 	if v := testutil.ToFloat64(td.d.metrics.reloads.WithLabelValues("failure")); v != 1 {
 		t.Fatalf("failed reloads = %v, want 1", v)
+	}
+}
+
+// TestReloadFIFO replaces the config's targets file, then the config file,
+// by a FIFO that nobody writes: POST /-/reload must answer at once with the
+// reason (reading the FIFO would wait for a writer, holding every other
+// reload and the daemon's stop), the running configuration go on, and the
+// daemon stop.
+func TestReloadFIFO(t *testing.T) {
+	a := newBackend(t)
+	dir := t.TempDir()
+	targets := filepath.Join(dir, "targets.txt")
+	if err := os.WriteFile(targets, []byte(a.addr()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	td := startDaemon(t, fmt.Sprintf(`
+checks:
+  web: {protocol: http, interval: 50ms, timeout: 1s}
+pools:
+  - {name: one, check: web, targets_file: %q}
+`, targets))
+	td.waitEvent(t, a.addr(), "healthy", 0)
+	for _, file := range []string{targets, td.path} {
+		if err := os.Remove(file); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mkfifo(file, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { // a reader that waits for a writer gets one, and EOF
+			if f, err := os.OpenFile(file, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				f.Close()
+			}
+		})
+		done := make(chan int, 1)
+		go func() { done <- td.postReload(t) }()
+		select {
+		case code := <-done:
+			if code != http.StatusBadRequest {
+				t.Errorf("reload with %s a FIFO: status %d, want 400", filepath.Base(file), code)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("reload with %s a FIFO: no answer after 10 s", filepath.Base(file))
+		}
+		if p := td.pool(t, "one"); p.Healthy != 1 {
+			t.Errorf("pool one after the rejected reload: %+v, want it running", p)
+		}
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- td.d.Stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the daemon does not stop")
 	}
 }
 
