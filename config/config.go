@@ -2,6 +2,7 @@ package config
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -73,6 +74,13 @@ type Config struct {
 	// and secret files its pools, checks, remediations and webhooks name, as
 	// opened.
 	Files []string
+	// Sums are the SHA-256 digests of the bytes the load read and parsed,
+	// by path as in Files, of the files it read itself: the config file
+	// (when read by [Load]) and the targets files. TLS and secret files are
+	// read later, by the probers, and have none. A targets file that
+	// several pools name and whose content changed between their reads has
+	// the zero sum, which no content has.
+	Sums map[string][sha256.Size]byte
 }
 
 // Target is one unique (address, port, check). It is small and holds no
@@ -115,7 +123,22 @@ func Load(path string, opt LoadOptions) (*Config, error) {
 		return nil, err
 	}
 	cfg.Files = slices.Insert(cfg.Files, 0, path)
+	cfg.Sums = addSum(cfg.Sums, path, sha256.Sum256(data))
 	return cfg, nil
+}
+
+// addSum records in sums (made when nil) that path was read with digest
+// sum; a path read before with another digest gets the zero sum: the file
+// changed while it was read.
+func addSum(sums map[string][sha256.Size]byte, path string, sum [sha256.Size]byte) map[string][sha256.Size]byte {
+	if sums == nil {
+		sums = map[string][sha256.Size]byte{}
+	}
+	if prev, ok := sums[path]; ok && prev != sum {
+		sum = [sha256.Size]byte{}
+	}
+	sums[path] = sum
+	return sums
 }
 
 // readRegular reads the regular file at path ([OpenRegular]).
@@ -191,6 +214,7 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 		return nil, err
 	}
 	cfg.Files = readFiles(cfg.Checks, cfg.Remediations, cfg.Webhooks, x.files)
+	cfg.Sums = x.sums
 	return cfg, nil
 }
 

@@ -15,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sondeprobe/sonde/config"
 )
 
 // rewrite replaces the daemon's config file, at once (a reload never reads
@@ -167,6 +170,73 @@ pools:
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the daemon does not stop")
+	}
+}
+
+// TestReloadEditDuringLoad edits the config file while a load reads it
+// (the test's Load rewrites it right after parsing it), at the start and at
+// a reload: the edit must not count as applied, so the next reload reads
+// it, where a digest taken after the load would find the file unchanged.
+func TestReloadEditDuringLoad(t *testing.T) {
+	a := newBackend(t)
+	yaml := func(pools ...string) string {
+		y := "checks:\n  web: {protocol: http, interval: 50ms, timeout: 1s}\npools:\n"
+		for _, p := range pools {
+			y += fmt.Sprintf("  - {name: %s, check: web, targets: [%q]}\n", p, a.addr())
+		}
+		return y
+	}
+	var edit atomic.Pointer[string] // written over the file after the next load
+	td := startDaemonWith(t, yaml("one"), func(o *Options) {
+		load := o.Load
+		o.Load = func() (*config.Config, error) {
+			cfg, err := load()
+			if next := edit.Swap(nil); next != nil && err == nil {
+				path := cfg.Files[0]
+				if err := os.WriteFile(path+".new", []byte(*next), 0o644); err != nil {
+					return nil, err
+				}
+				if err := os.Rename(path+".new", path); err != nil {
+					return nil, err
+				}
+			}
+			return cfg, err
+		}
+		b := yaml("one", "two")
+		edit.Store(&b)
+	})
+	pools := func() []string {
+		var page struct {
+			Pools []PoolJSON `json:"pools"`
+		}
+		td.getJSON(t, "/api/v1/pools", &page)
+		var names []string
+		for _, p := range page.Pools {
+			names = append(names, p.Name)
+		}
+		return names
+	}
+	if diff := cmp.Diff([]string{"one"}, pools()); diff != "" {
+		t.Fatalf("pools after the start (-want +got):\n%s", diff)
+	}
+	if code := td.postReload(t); code != http.StatusOK {
+		t.Fatalf("reload: status %d", code)
+	}
+	if diff := cmp.Diff([]string{"one", "two"}, pools()); diff != "" {
+		t.Fatalf("pools after a reload that follows an edit made while the start read the file (-want +got):\n%s", diff)
+	}
+
+	c := yaml("one", "three")
+	edit.Store(&c)
+	td.rewrite(t, yaml("one", "two")+"# edited\n")
+	if code := td.postReload(t); code != http.StatusOK {
+		t.Fatalf("reload: status %d", code)
+	}
+	if code := td.postReload(t); code != http.StatusOK {
+		t.Fatalf("reload: status %d", code)
+	}
+	if diff := cmp.Diff([]string{"one", "three"}, pools()); diff != "" {
+		t.Fatalf("pools after a reload that follows an edit made while a reload read the file (-want +got):\n%s", diff)
 	}
 }
 
