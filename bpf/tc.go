@@ -7,7 +7,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -33,27 +36,32 @@ const (
 var nlSeq atomic.Uint32
 
 // Our filters are found by kind, priority and name: a direct-action cls_bpf
-// filter at tcFilterPriority named tcFilterName. Each attachment gets its own
-// handle, pid<<10 | seq: a new one never collides with the previous
-// generation's (which a reload removes only after the new one is attached),
-// and one left behind by a process that died (kill -9) names a process that
-// no longer exists, so the next start removes it.
+// filter at tcFilterPriority named tcFilterName, a dot and its attachment's
+// token (16 hex digits, random). While its filter may be on the interface,
+// an attachment holds an abstract unix socket named after the token
+// (tokenAddr) in the interface's network namespace. The kernel lets go of
+// it when its process ends, however it ends, and it is seen by every
+// process of that network namespace, whatever its pid namespace: a filter
+// whose socket can be bound was left by a process that is gone (kill -9),
+// and the next start removes it, while one whose socket is held is a live
+// sonde's, even one in another container with the same pid. Filters named
+// tcFilterName alone, of versions that judged their owner by the pid in
+// their handle, are left alone: nothing proves their owner gone. Handles
+// are random, tried again when taken.
 const (
 	tcFilterName  = "sonde_capture"
-	tcHandleShift = 10
+	tcAttachTries = 8
 )
 
-// tcState is what this process has attached with TC: its filters by
-// handle, and the clsact qdiscs it is to remove once no filter is left on
-// them (it created them, or took them over from a crashed run), by network
-// namespace and interface. A reload attaches the new generation's filter
-// before it detaches the old one, so a qdisc outlives each generation.
+// tcState is what this process has attached with TC: the clsact qdiscs it
+// is to remove once no filter is left on them (it created them, or took
+// them over from a crashed run), by network namespace and interface. A
+// reload attaches the new generation's filter before it detaches the old
+// one, so a qdisc outlives each generation.
 var tcState = struct {
 	sync.Mutex
-	seq     uint32
-	filters map[uint32]bool
-	qdiscs  map[qdiscKey]bool
-}{filters: map[uint32]bool{}, qdiscs: map[qdiscKey]bool{}}
+	qdiscs map[qdiscKey]bool
+}{qdiscs: map[qdiscKey]bool{}}
 
 // qdiscKey names an interface: the network namespace's inode and the
 // interface's index in it.
@@ -62,31 +70,56 @@ type qdiscKey struct {
 	ifindex int
 }
 
-// newHandle returns a filter handle of this process not in use.
-func newHandle() uint32 {
-	tcState.Lock()
-	defer tcState.Unlock()
-	for {
-		tcState.seq++
-		h := uint32(os.Getpid())<<tcHandleShift | tcState.seq&(1<<tcHandleShift-1)
-		if h != 0 && !tcState.filters[h] {
-			return h
-		}
+// filterName returns the name of the filter of the attachment with token
+// tok.
+func filterName(tok uint64) string { return fmt.Sprintf("%s.%016x", tcFilterName, tok) }
+
+// filterToken returns the token in a filter's name, or false for a name
+// that is not of one of our attachments.
+func filterToken(name string) (uint64, bool) {
+	hex, ok := strings.CutPrefix(name, tcFilterName+".")
+	if !ok || len(hex) != 16 {
+		return 0, false
 	}
+	tok, err := strconv.ParseUint(hex, 16, 64)
+	return tok, err == nil
 }
 
-// stale reports whether a sonde filter with handle h was left by a process
-// that is gone: the pid in its handle exists no more (or is 0: the fixed
-// handle of older versions), or is this process but not one of its filters
-// (a container restarted with the same pid).
-func stale(h uint32) bool {
-	pid := int(h >> tcHandleShift)
-	if pid == os.Getpid() {
-		tcState.Lock()
-		defer tcState.Unlock()
-		return !tcState.filters[h]
+// tokenAddr is the abstract unix socket address of token tok.
+func tokenAddr(tok uint64) *unix.SockaddrUnix {
+	return &unix.SockaddrUnix{Name: fmt.Sprintf("@sonde/tc/%016x", tok)}
+}
+
+// holdToken binds the socket of token tok in the calling thread's network
+// namespace and returns it: the attachment's sign of life.
+func holdToken(tok uint64) (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, os.NewSyscallError("socket", err)
 	}
-	return pid == 0 || errors.Is(unix.Kill(pid, 0), unix.ESRCH)
+	if err := unix.Bind(fd, tokenAddr(tok)); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("hold tc filter token: %w", os.NewSyscallError("bind", err))
+	}
+	return fd, nil
+}
+
+// ownerGone reports whether no process holds the socket of token tok in
+// the calling thread's network namespace: whether binding it succeeds.
+func ownerGone(tok uint64) (bool, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false, os.NewSyscallError("socket", err)
+	}
+	defer unix.Close(fd)
+	switch err := unix.Bind(fd, tokenAddr(tok)); {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.EADDRINUSE):
+		return false, nil
+	default:
+		return false, os.NewSyscallError("bind", err)
+	}
 }
 
 // attachClsact attaches prog as a direct-action cls_bpf filter on ifindex's
@@ -122,44 +155,49 @@ func attachClsact(ifindex int, prog *ebpf.Program) (_ func() error, err error) {
 		if err != nil {
 			return nil, err
 		}
-		if removed > 0 {
-			// A crashed run left the qdisc; take it over when nobody
-			// else uses it.
-			empty, err := clsactEmpty(fd, ifindex)
-			if err != nil {
-				return nil, err
-			}
-			created = empty
+		// Another sonde added the qdisc, running or crashed: take it over
+		// when only sonde filters use it, so whichever detaches last
+		// removes it.
+		sonde, others, err := clsactUsers(fd, ifindex)
+		if err != nil {
+			return nil, err
 		}
+		created = others == 0 && removed+sonde > 0
 	}
 	if created {
 		tcState.Lock()
 		tcState.qdiscs[key] = true
 		tcState.Unlock()
 	}
-	handle := newHandle()
+	tok := rand.Uint64()
+	life, err := holdToken(tok)
+	if err != nil {
+		return nil, errors.Join(err, releaseQdisc(fd, ifindex, key))
+	}
 	info := uint32(tcFilterPriority)<<16 | uint32(htons(unix.ETH_P_ALL))
 	parent := uint32(tcHClsact&0xffff0000 | tcHMinIngress)
 	var opts []byte
 	opts = appendAttr(opts, tcaBPFFD, binary.NativeEndian.AppendUint32(nil, uint32(prog.FD())))
-	opts = appendAttr(opts, tcaBPFName, []byte(tcFilterName+"\x00"))
+	opts = appendAttr(opts, tcaBPFName, []byte(filterName(tok)+"\x00"))
 	opts = appendAttr(opts, tcaBPFFlags, binary.NativeEndian.AppendUint32(nil, tcaBPFActDirect))
-	err = tcRequest(fd, unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_EXCL, ifindex, handle, parent, info, tcAttrs("bpf", opts))
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("add bpf filter: %w", err), releaseQdisc(fd, ifindex, key))
+	var handle uint32
+	for try := 0; ; try++ {
+		handle = max(rand.Uint32(), 1)
+		err = tcRequest(fd, unix.RTM_NEWTFILTER, unix.NLM_F_CREATE|unix.NLM_F_EXCL, ifindex, handle, parent, info, tcAttrs("bpf", opts))
+		if !errors.Is(err, unix.EEXIST) || try+1 == tcAttachTries {
+			break // attached, failed, or every handle tried was taken
+		}
 	}
-	tcState.Lock()
-	tcState.filters[handle] = true
-	tcState.Unlock()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("add bpf filter: %w", err), unix.Close(life), releaseQdisc(fd, ifindex, key))
+	}
 	return func() error {
 		err := tcRequest(fd, unix.RTM_DELTFILTER, 0, ifindex, handle, parent, info, tcAttrs("bpf", nil))
 		if errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENOENT) {
 			err = nil // the interface went away, and the filter with it
 		}
-		tcState.Lock()
-		delete(tcState.filters, handle)
-		tcState.Unlock()
-		return errors.Join(err, releaseQdisc(fd, ifindex, key), unix.Close(fd))
+		// After the filter: while it may be there, its token is held.
+		return errors.Join(err, unix.Close(life), releaseQdisc(fd, ifindex, key), unix.Close(fd))
 	}, nil
 }
 
@@ -184,7 +222,8 @@ func releaseQdisc(fd, ifindex int, key qdiscKey) error {
 }
 
 // removeStale deletes the sonde filters on ifindex's ingress that processes
-// which are gone left behind, and returns how many.
+// which are gone left behind (whose token nobody holds), and returns how
+// many.
 func removeStale(fd, ifindex int) (int, error) {
 	fs, err := tcDumpFilters(fd, ifindex, tcHClsact&0xffff0000|tcHMinIngress)
 	if err != nil {
@@ -192,7 +231,14 @@ func removeStale(fd, ifindex int) (int, error) {
 	}
 	n := 0
 	for _, f := range fs {
-		if f.kind != "bpf" || f.name != tcFilterName || f.info>>16 != tcFilterPriority || !stale(f.handle) {
+		tok, ours := filterToken(f.name)
+		if f.kind != "bpf" || !ours || f.info>>16 != tcFilterPriority {
+			continue
+		}
+		if gone, err := ownerGone(tok); err != nil || !gone {
+			if err != nil {
+				return n, fmt.Errorf("owner of tc filter %#x: %w", f.handle, err)
+			}
 			continue
 		}
 		err := tcRequest(fd, unix.RTM_DELTFILTER, 0, ifindex, f.handle, f.parent, f.info, tcAttrs("bpf", nil))
@@ -207,16 +253,27 @@ func removeStale(fd, ifindex int) (int, error) {
 // clsactEmpty reports whether the clsact qdisc of ifindex holds no filter
 // on ingress nor egress.
 func clsactEmpty(fd, ifindex int) (bool, error) {
+	sonde, others, err := clsactUsers(fd, ifindex)
+	return sonde+others == 0, err
+}
+
+// clsactUsers counts the filters of the clsact qdisc of ifindex, on ingress
+// and egress: sonde's (of any version) and the others.
+func clsactUsers(fd, ifindex int) (sonde, others int, err error) {
 	for _, parent := range []uint32{tcHClsact&0xffff0000 | tcHMinIngress, tcHClsact&0xffff0000 | tcHMinEgress} {
 		fs, err := tcDumpFilters(fd, ifindex, parent)
 		if err != nil {
-			return false, err
+			return 0, 0, err
 		}
-		if len(fs) > 0 {
-			return false, nil
+		for _, f := range fs {
+			if _, ours := filterToken(f.name); f.kind == "bpf" && f.info>>16 == tcFilterPriority && (ours || f.name == tcFilterName) {
+				sonde++
+			} else {
+				others++
+			}
 		}
 	}
-	return true, nil
+	return sonde, others, nil
 }
 
 // netnsKey names ifindex in the calling thread's network namespace.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,19 +19,27 @@ import (
 )
 
 // tcHelperEnv makes the test binary a helper that attaches a capture with
-// TC in the namespace it names, says "attached", and waits to be killed.
+// TC in the namespace it names (its own for "-"), says "attached" and its
+// pid, and waits to be killed.
 const tcHelperEnv = "SONDE_TEST_TC_HELPER_NS"
 
 func TestMain(m *testing.M) {
 	if ns := os.Getenv(tcHelperEnv); ns != "" {
-		if err := netns.Do(ns, func() error {
+		attach := func() error {
 			_, err := attachTC()
 			return err
-		}); err != nil {
+		}
+		var err error
+		if ns == "-" { // started inside its namespace
+			err = attach()
+		} else {
+			err = netns.Do(ns, attach)
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		fmt.Println("attached")
+		fmt.Println("attached", os.Getpid())
 		select {} // until killed
 	}
 	testenv.Main(m)
@@ -112,14 +121,19 @@ func closeLeavesNothing(t *testing.T, ns string, cs ...*bpf.Capture) {
 	}
 }
 
-// TestTCLeftovers kills a process holding a TC capture with SIGKILL, as a
-// crash would: its filter stays. The next attach removes it, takes the
-// qdisc over, and leaves nothing behind when it closes.
-func TestTCLeftovers(t *testing.T) {
-	testenv.RequirePrivileged(t, "network namespaces, CAP_BPF, CAP_NET_ADMIN")
-	ns := testenv.LoopbackNamespace(t)
+// startHelper starts a helper process that attaches a TC capture in ns
+// (in a pid namespace of its own, where it is pid 1, when newPID) and
+// returns it with its pid as it sees it, once attached. The test kills it
+// by its PID when it ends.
+func startHelper(t *testing.T, ns string, newPID bool) (*exec.Cmd, string) {
+	t.Helper()
 	helper := exec.Command(os.Args[0], "-test.run=^$")
 	helper.Env = append(os.Environ(), tcHelperEnv+"="+ns)
+	if newPID {
+		helper = netns.Command(ns, os.Args[0], "-test.run=^$") // ip netns exec: the helper is in ns already
+		helper.Env = append(os.Environ(), tcHelperEnv+"=-")
+		helper.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	}
 	helper.Stderr = os.Stderr
 	out, err := helper.StdoutPipe()
 	if err != nil {
@@ -128,6 +142,10 @@ func TestTCLeftovers(t *testing.T) {
 	if err := helper.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		_ = helper.Process.Kill() // ours; a no-op once it ended
+		_ = helper.Wait()
+	})
 	line := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -136,17 +154,34 @@ func TestTCLeftovers(t *testing.T) {
 	}()
 	select {
 	case l := <-line:
-		if l != "attached" {
+		pid, ok := strings.CutPrefix(l, "attached ")
+		if !ok {
 			t.Fatalf("helper said %q", l)
 		}
+		return helper, pid
 	case <-time.After(30 * time.Second):
-		_ = helper.Process.Kill()
 		t.Fatal("helper did not attach")
 	}
-	if err := helper.Process.Kill(); err != nil { // SIGKILL: no clean-up
+	return nil, ""
+}
+
+// kill ends a helper with SIGKILL, as a crash would: no clean-up.
+func kill(t *testing.T, helper *exec.Cmd) {
+	t.Helper()
+	if err := helper.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	_ = helper.Wait()
+}
+
+// TestTCLeftovers kills a process holding a TC capture with SIGKILL, as a
+// crash would: its filter stays. The next attach removes it, takes the
+// qdisc over, and leaves nothing behind when it closes.
+func TestTCLeftovers(t *testing.T) {
+	testenv.RequirePrivileged(t, "network namespaces, CAP_BPF, CAP_NET_ADMIN")
+	ns := testenv.LoopbackNamespace(t)
+	helper, _ := startHelper(t, ns, false)
+	kill(t, helper)
 	if n := sondeFilters(t, ns); n != 1 {
 		t.Fatalf("%d sonde filters after the crash, want the one left behind", n)
 	}
@@ -155,6 +190,36 @@ func TestTCLeftovers(t *testing.T) {
 		t.Fatalf("%d sonde filters after a new start, want only the new one", n)
 	}
 	closeLeavesNothing(t, ns, c)
+}
+
+// TestTCOwnersAcrossPidNamespaces runs two captures on one interface from
+// processes in pid namespaces of their own, both pid 1, as two sonde pods
+// on the host network are: the second start must leave the first's filter
+// alone. Once one of them is killed, the next start (in this test's pid
+// namespace, where neither pid means anything) removes its filter and
+// only its.
+func TestTCOwnersAcrossPidNamespaces(t *testing.T) {
+	testenv.RequirePrivileged(t, "network and pid namespaces, CAP_BPF, CAP_NET_ADMIN")
+	ns := testenv.LoopbackNamespace(t)
+	a, pidA := startHelper(t, ns, true)
+	b, pidB := startHelper(t, ns, true)
+	if pidA != "1" || pidB != "1" {
+		t.Fatalf("helpers are pids %s and %s in their namespaces, want 1 and 1", pidA, pidB)
+	}
+	if n := sondeFilters(t, ns); n != 2 {
+		t.Fatalf("%d sonde filters with two live captures of the same pid in other pid namespaces, want 2", n)
+	}
+	kill(t, a)
+	c := attachIn(t, ns)
+	if n := sondeFilters(t, ns); n != 2 {
+		t.Fatalf("%d sonde filters after a start that follows the first's crash, want 2: the second's and the new one", n)
+	}
+	kill(t, b)
+	d := attachIn(t, ns)
+	if n := sondeFilters(t, ns); n != 2 {
+		t.Fatalf("%d sonde filters after a start that follows the second's crash, want 2", n)
+	}
+	closeLeavesNothing(t, ns, c, d)
 }
 
 // TestTCForeignQdisc checks that a clsact qdisc someone else added, and

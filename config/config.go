@@ -2,7 +2,10 @@ package config
 
 import (
 	"context"
+	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/netip"
@@ -73,6 +76,13 @@ type Config struct {
 	// and secret files its pools, checks, remediations and webhooks name, as
 	// opened.
 	Files []string
+	// Sums are the SHA-256 digests of the bytes the load read and parsed,
+	// by path as in Files, of the files it read itself: the config file
+	// (when read by [Load]) and the targets files. TLS and secret files are
+	// read later, by the probers, and have none. A targets file that
+	// several pools name and whose content changed between their reads has
+	// the zero sum, which no content has.
+	Sums map[string][sha256.Size]byte
 
 	static     *Config // the configuration before WithFound; nil when this is it
 	listed     int     // targets listed, in every shard, counted against maxTargets
@@ -106,11 +116,11 @@ type Metrics struct {
 	PerTarget bool
 }
 
-// Load reads and parses the config file at path. Relative paths inside it
-// (targets_file, TLS files, auth_token.secret_file) are relative to the
-// file's directory.
+// Load reads and parses the config file at path, which must be a regular
+// file. Relative paths inside it (targets_file, TLS files,
+// auth_token.secret_file) are relative to the file's directory.
 func Load(path string, opt LoadOptions) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readRegular(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
@@ -118,8 +128,41 @@ func Load(path string, opt LoadOptions) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Files = slices.Insert(cfg.Files, 0, path)
+	sum := sha256.Sum256(data)
+	for _, c := range []*Config{cfg, cfg.static} { // the static one too: WithFound copies it
+		if c != nil {
+			c.Files = slices.Insert(slices.Clone(c.Files), 0, path)
+			c.Sums = addSum(maps.Clone(c.Sums), path, sum)
+		}
+	}
 	return cfg, nil
+}
+
+// addSum records in sums (made when nil) that path was read with digest
+// sum; a path read before with another digest gets the zero sum: the file
+// changed while it was read.
+func addSum(sums map[string][sha256.Size]byte, path string, sum [sha256.Size]byte) map[string][sha256.Size]byte {
+	if sums == nil {
+		sums = map[string][sha256.Size]byte{}
+	}
+	if prev, ok := sums[path]; ok && prev != sum {
+		sum = [sha256.Size]byte{}
+	}
+	sums[path] = sum
+	return sums
+}
+
+// readRegular reads the regular file at path ([OpenRegular]).
+func readRegular(path string) ([]byte, error) {
+	f, err := OpenRegular(path)
+	if errors.Is(err, ErrNotRegular) {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
 }
 
 // Parse parses a config held in data; dir is the directory relative paths in
@@ -183,6 +226,7 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 		return nil, err
 	}
 	cfg.Files = readFiles(cfg.Checks, cfg.Remediations, cfg.Webhooks, x.files)
+	cfg.Sums = x.sums
 	return cfg.WithFound(seeded(cfg.Pools))
 }
 

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -312,6 +313,62 @@ func TestTargetsFileNotRegular(t *testing.T) {
 				t.Fatal("the load hangs on a FIFO")
 			}
 		})
+	}
+}
+
+// TestLoadNotRegular checks that Load refuses a FIFO as the config file at
+// once, naming it, where reading it would wait for a writer.
+func TestLoadNotRegular(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "sonde.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Load(fifo, testOptions())
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if want := "read config: " + fifo + ": not a regular file"; err == nil || err.Error() != want || !errors.Is(err, ErrNotRegular) {
+			t.Fatalf("error %v, want %q", err, want)
+		}
+	case <-time.After(10 * time.Second):
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+		t.Fatal("Load hangs on a FIFO")
+	}
+}
+
+// TestLoadSums checks that Load keeps the digests of the bytes it parsed,
+// of the config file and of a targets file that two pools name, and that a
+// file whose two reads differ gets the zero sum.
+func TestLoadSums(t *testing.T) {
+	dir := t.TempDir()
+	path, targets := filepath.Join(dir, "sonde.yaml"), filepath.Join(dir, "targets.txt")
+	yaml := "checks: {c: {protocol: http}}\npools:\n  - {name: a, check: c, targets_file: targets.txt}\n  - {name: b, check: c, targets_file: targets.txt}\n"
+	for _, f := range []struct{ path, data string }{{path, yaml}, {targets, "192.0.2.1\n"}} {
+		if err := os.WriteFile(f.path, []byte(f.data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := Load(path, testOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][sha256.Size]byte{path: sha256.Sum256([]byte(yaml)), targets: sha256.Sum256([]byte("192.0.2.1\n"))}
+	if diff := cmp.Diff(want, cfg.Sums); diff != "" {
+		t.Errorf("sums (-want +got):\n%s", diff)
+	}
+
+	one, two := sha256.Sum256([]byte("1")), sha256.Sum256([]byte("2"))
+	sums := addSum(addSum(nil, "f", one), "f", one)
+	if sums["f"] != one {
+		t.Errorf("two reads of the same content: sum %x, want %x", sums["f"], one)
+	}
+	if sums = addSum(addSum(sums, "f", two), "f", two); sums["f"] != ([sha256.Size]byte{}) {
+		t.Errorf("reads of different contents: sum %x, want zero", sums["f"])
 	}
 }
 

@@ -2,6 +2,7 @@ package config
 
 import (
 	"cmp"
+	"crypto/sha256"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -134,14 +135,15 @@ type expander struct {
 	limit       int
 	shard       Shard
 	dns         resolver
-	adding      bool              // expanding targets (not disabled entries): count them against limit
-	listed      int               // targets listed so far, in every shard
-	entries     []entry           // the shard's targets
-	foreign     []entry           // the current pool's targets of other shards, when it has disabled entries
-	keepForeign bool              // the current pool has disabled entries: keep foreign
-	files       []string          // targets files read
-	names       []string          // host names, hostRef.name-1 indexes it
-	nameIdx     map[string]uint32 // host name → index+1
+	adding      bool                         // expanding targets (not disabled entries): count them against limit
+	listed      int                          // targets listed so far, in every shard
+	entries     []entry                      // the shard's targets
+	foreign     []entry                      // the current pool's targets of other shards, when it has disabled entries
+	keepForeign bool                         // the current pool has disabled entries: keep foreign
+	files       []string                     // targets files read
+	sums        map[string][sha256.Size]byte // digests of what was read of them (Config.Sums)
+	names       []string                     // host names, hostRef.name-1 indexes it
+	nameIdx     map[string]uint32            // host name → index+1
 	hostRefs    []hostRef
 	pools       []poolRange
 	// Labels: labels is the label set of the entries being added (an index

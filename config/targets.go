@@ -3,8 +3,10 @@ package config
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"slices"
@@ -230,16 +232,21 @@ func family(a netip.Addr) string {
 	return "IPv6"
 }
 
-// expandFile calls expandSpec for every target line of a targets file.
+// expandFile calls expandSpec for every target line of a targets file, and
+// keeps the digest of what it read.
 func (x *expander) expandFile(field, name string, c *Check, fn endpointFunc, onName nameFunc) error {
 	path := resolvePath(x.dir, name)
 	x.files = append(x.files, path)
-	err := readTargetLines(openRegular, path, name, func(line int, text string) error {
+	h := sha256.New()
+	err := readTargetLines(OpenRegular, path, name, h, func(line int, text string) error {
 		return x.expandSpec(loc{field: field, prefix: linePrefix(name, line)}, text, c, fn, onName)
 	})
 	var re *readError
 	if errors.As(err, &re) {
 		return &FieldError{Field: field, Msg: re.msg, Err: re.err}
+	}
+	if err == nil {
+		x.sums = addSum(x.sums, path, [sha256.Size]byte(h.Sum(nil)))
 	}
 	return err
 }
@@ -266,7 +273,7 @@ func ParseTargetArgs(args []string, fn func(TargetEntry) error) error {
 			}
 			continue
 		}
-		err := readTargetLines(os.Open, name, name, func(line int, text string) error { // a pipe is fine here
+		err := readTargetLines(os.Open, name, name, nil, func(line int, text string) error { // a pipe is fine here
 			if err := parse(text); err != nil {
 				return fmt.Errorf("%s%w", linePrefix(name, line), err)
 			}
@@ -283,19 +290,24 @@ func ParseTargetArgs(args []string, fn func(TargetEntry) error) error {
 // the file at path, called name in messages: one target per line, "#" starts
 // a comment, blank lines are skipped. fn's errors are returned as they are;
 // a file that cannot be read gives a *readError. open opens the file: a
-// config's targets_file must be a regular file (openRegular), so that a
-// load never waits for a FIFO's writer.
-func readTargetLines(open func(string) (*os.File, error), path, name string, fn func(line int, text string) error) error {
+// config's targets_file must be a regular file (OpenRegular), so that a
+// load never waits for a FIFO's writer. Every byte read is also written to
+// sum, when not nil.
+func readTargetLines(open func(string) (*os.File, error), path, name string, sum io.Writer, fn func(line int, text string) error) error {
 	f, err := open(path)
 	if err != nil {
 		msg := fmt.Sprintf("%q: %s", name, errText(err))
-		if errors.Is(err, errNotRegular) {
+		if errors.Is(err, ErrNotRegular) {
 			msg = fmt.Sprintf("%q is not a regular file", name)
 		}
 		return &readError{msg: msg, err: err}
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
+	var r io.Reader = f
+	if sum != nil {
+		r = io.TeeReader(f, sum)
+	}
+	sc := bufio.NewScanner(r)
 	line := 0
 	for sc.Scan() {
 		line++

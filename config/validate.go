@@ -180,21 +180,23 @@ func checkFile(field, p, abs string) error {
 	return nil
 }
 
-// errNotRegular is returned by openRegular for a file that is not a
+// ErrNotRegular is returned by [OpenRegular] for a file that is not a
 // regular file.
-var errNotRegular = errors.New("not a regular file")
+var ErrNotRegular = errors.New("not a regular file")
 
-// openRegular opens the file at path for reading, and refuses anything but a
-// regular file without waiting: opening a FIFO for reading would block until
-// a writer came.
-func openRegular(path string) (*os.File, error) {
+// OpenRegular opens the file at path for reading, and refuses anything but
+// a regular file without waiting: opening a FIFO for reading would block
+// until a writer came. Every file a configuration is read from (the config
+// file, targets files) is opened with it, and so is every file read to tell
+// whether they changed.
+func OpenRegular(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	fi, err := f.Stat()
 	if err == nil && !fi.Mode().IsRegular() {
-		err = errNotRegular
+		err = ErrNotRegular
 	}
 	if err != nil {
 		f.Close()

@@ -339,15 +339,17 @@ func (ed *Edit) Abort() {
 }
 
 // resumed rebuilds an evaluator state from a published one: the state, and
-// the run of equal results that led to it. A sliding window gets that run as
-// its only results, so it decides again only on new results.
+// the run of equal results that led to it, of the kind StreakOK says (the
+// last outcome may be a LocalError, which is no part of the run). A sliding
+// window gets that run as its only results, so it decides again only on new
+// results.
 func resumed(c *Timing, st *TargetStatus) evalState {
 	ev := evalState{state: st.State}
 	if !st.Probed || st.Streak <= 0 {
 		return ev
 	}
 	ev.streak = uint16(min(st.Streak, 1<<16-1))
-	ok := st.LastOutcome.Healthy()
+	ok := st.StreakOK
 	if ok {
 		ev.info |= infoLastOK
 	}

@@ -287,6 +287,41 @@ func TestResume(t *testing.T) {
 	}
 }
 
+// TestResumeAfterLocalError saves the status of a healthy target whose run
+// of successes a local error followed, and resumes it in a new engine: the
+// saved streak is one of successes, though the last outcome is no success,
+// so failures start a new run and the target turns unhealthy on the fall-th
+// of them, not the first.
+func TestResumeAfterLocalError(t *testing.T) {
+	timing := Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 3}
+	s := newSim(t, []Check{{Timing: timing}}, []TargetSpec{{Leader: 0}}, 1)
+	outcome := probe.Success
+	s.behave = func(probe.Request) answer { return answer{outcome: outcome, after: time.Millisecond} }
+	for len(s.result) < 10 {
+		s.runFor(100 * time.Millisecond)
+	}
+	outcome = probe.LocalError
+	for s.result[len(s.result)-1].r.Outcome != probe.LocalError {
+		s.runFor(100 * time.Millisecond)
+	}
+	saved := s.eng.Status(0)
+	if saved.State != Healthy || saved.Streak != 10 || !saved.StreakOK || saved.LastOutcome != probe.LocalError {
+		t.Fatalf("after 10 successes and a local error: %+v, want healthy with a streak of 10 successes", saved)
+	}
+
+	s2 := newSim(t, []Check{{Timing: timing}}, []TargetSpec{{Leader: 0, Resume: &saved}}, 1)
+	if st := s2.eng.Status(0); st.Streak != 10 || !st.StreakOK {
+		t.Fatalf("resumed target reads %+v, want the saved streak of 10 successes", st)
+	}
+	s2.behave = func(probe.Request) answer { return answer{outcome: probe.Refused, after: time.Millisecond} }
+	for len(s2.events) == 0 {
+		s2.runFor(100 * time.Millisecond)
+	}
+	if e := s2.events[0]; e.To != Unhealthy || e.Streak != 3 || len(s2.result) != 3 {
+		t.Fatalf("first event %+v after %d results, want unhealthy on the third failure", e, len(s2.result))
+	}
+}
+
 // TestEditWhileRunning edits a running engine from another goroutine while
 // its shards probe and readers read, so the race detector sees edits, rings,
 // shards and readers at work together, and checks that the targets in the

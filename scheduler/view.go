@@ -14,6 +14,7 @@ const (
 	wordOutcomeShft = 4  // 4 bits
 	wordStreakShft  = 8  // 16 bits
 	wordStatusShft  = 24 // 16 bits
+	wordStreakOK    = 1 << 40
 )
 
 func packWord(st *evalState, disabled, hasResult bool, o probe.Outcome, status uint16) uint64 {
@@ -23,6 +24,9 @@ func packWord(st *evalState, disabled, hasResult bool, o probe.Outcome, status u
 	}
 	if hasResult {
 		w |= wordHasResult
+	}
+	if st.lastOK() {
+		w |= wordStreakOK
 	}
 	return w
 }
@@ -35,6 +39,7 @@ type TargetStatus struct {
 	LastOutcome probe.Outcome // outcome of the most recent probe
 	LastStatus  uint16        // HTTP status of the most recent probe, 0 if none
 	Streak      int           // consecutive results with the most recent verdict's kind (a LocalError is no verdict)
+	StreakOK    bool          // the streak is a run of successes, else of failures (LastOutcome may be no verdict)
 	Latency     time.Duration // latency of the most recent successful probe (µs resolution)
 	Smoothed    time.Duration // exponentially smoothed latency of successful probes (E7)
 	Since       int64         // Nanotime when the target entered its state
@@ -50,6 +55,7 @@ func (r *record) load() TargetStatus {
 		Probed:      w&wordHasResult != 0,
 		LastOutcome: probe.Outcome(w >> wordOutcomeShft & 0xf),
 		Streak:      int(uint16(w >> wordStreakShft)),
+		StreakOK:    w&wordStreakOK != 0,
 		LastStatus:  uint16(w >> wordStatusShft),
 		Latency:     time.Duration(l>>32) * time.Microsecond,
 		Smoothed:    time.Duration(uint32(l)) * time.Microsecond,

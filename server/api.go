@@ -237,6 +237,11 @@ func (g *generation) targetJSON(pi, pos int, m scheduler.MemberRoute, state stri
 // maxEventsPage is the most events one poll of /api/v1/events returns.
 const maxEventsPage = 10000
 
+// eventsChunk is how many events a poll copies from the ring at a time: a
+// page is written as it is read, so its memory is the chunk's and the
+// writer's buffer, whatever the page's length and the client's pace.
+const eventsChunk = 256
+
 // EventsPage is the answer of a poll of /api/v1/events.
 type EventsPage struct {
 	Events []Event `json:"events"` // the oldest events after since, oldest first
@@ -248,7 +253,9 @@ type EventsPage struct {
 }
 
 // handleEvents answers a poll with a page of events or, for a client that
-// accepts text/event-stream, streams them (see [Daemon.streamEvents]).
+// accepts text/event-stream, streams them (see [Daemon.streamEvents]). A
+// poll is a list request: it waits for its turn among them ([Daemon.heavy])
+// and is encoded as it is read.
 func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if wantsStream(r) {
 		d.streamEvents(w, r)
@@ -276,8 +283,37 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if limit == 0 {
 		limit = maxEventsPage
 	}
-	evs, next, lost := d.events.page(since, limit)
-	writeJSON(w, EventsPage{Events: evs, Next: next, Lost: lost})
+	release := d.heavy(w, r)
+	if release == nil {
+		return
+	}
+	defer release()
+	from, end, lost := d.events.window(since, limit)
+	next := from - 1
+	buf := make([]Event, 0, eventsChunk)
+	streamList(w, "events", func(emit func(any) error) error {
+		for s := from; s < end; {
+			evs, ok := d.events.copyRange(s, end, buf)
+			if !ok {
+				// The ring went past the page while it was written: it
+				// ends here, and the next poll counts what fell out lost.
+				return nil
+			}
+			for i := range evs {
+				if err := emit(&evs[i]); err != nil {
+					return err
+				}
+			}
+			s += uint64(len(evs))
+			next = s - 1
+		}
+		return nil
+	}, func(field func(string, any) error) error {
+		if err := field("next", next); err != nil {
+			return err
+		}
+		return field("lost", lost)
+	})
 }
 
 // handleDiscovery lists the pools' discovery sources and host names: how

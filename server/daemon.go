@@ -238,7 +238,9 @@ func (d *Daemon) Start() error {
 }
 
 // read loads the configuration, which must be of the daemon's shard, with
-// the memory limit lifted, and digests the files it came from. A failure is
+// the memory limit lifted, and returns it with its inputs (inputsOf: the
+// digests of what the load read, and of the files it names that the
+// probers read next). A failure is
 // counted and, on a reload, logged.
 func (d *Daemon) read(reload bool) (*config.Config, inputs, error) {
 	d.mem.beforeLoad()
@@ -250,7 +252,7 @@ func (d *Daemon) read(reload bool) (*config.Config, inputs, error) {
 		d.loadFailed(err, reload)
 		return nil, inputs{}, err
 	}
-	return cfg, readInputs(cfg.Files), nil
+	return cfg, inputsOf(cfg), nil
 }
 
 // first builds the engine and the probers for the first configuration, ids

@@ -92,20 +92,22 @@ func (l *eventLog) last() uint64 {
 	return l.next - 1
 }
 
-// page returns the oldest events after sequence number since, at most
-// limit of them (0: every one kept), and how many events after since are
-// lost: fallen out of the ring before this call. next is the sequence number
-// to ask for next: the last one returned, or the newest one when none is
-// (so a client that asks from beyond the newest event, after a restart,
-// starts again from the present).
-func (l *eventLog) page(since uint64, limit int) (evs []Event, next, lost uint64) {
+// window returns where a poll's page lies: the events from from to end
+// (excluded) are the oldest after sequence number since, at most limit of
+// them (0: every one kept), and lost counts the events after since that
+// fell out of the ring before this call. end-1 is the sequence number to
+// ask for next: the last one of the page, or the newest one when the page
+// is empty (so a client that asks from beyond the newest event, after a
+// restart, starts again from the present). The page's events are read
+// with [eventLog.copyRange].
+func (l *eventLog) window(since uint64, limit int) (from, end, lost uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	newest := l.next - 1
 	if since >= newest {
-		return []Event{}, newest, 0
+		return newest + 1, newest + 1, 0
 	}
-	from := since + 1
+	from = since + 1
 	if first := l.oldest(); from < first {
 		lost, from = first-from, first
 	}
@@ -113,11 +115,23 @@ func (l *eventLog) page(since uint64, limit int) (evs []Event, next, lost uint64
 	if limit > 0 {
 		n = min(n, uint64(limit))
 	}
-	evs = make([]Event, 0, n)
-	for s := from; s < from+n; s++ {
+	return from, from + n, lost
+}
+
+// copyRange copies into buf the events from sequence number from on,
+// before end, as many as fit. It reports false when event from is no
+// longer in the ring.
+func (l *eventLog) copyRange(from, end uint64, buf []Event) ([]Event, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if from < l.oldest() {
+		return buf[:0], false
+	}
+	evs := buf[:0]
+	for s := from; s < end && s < l.next && len(evs) < cap(buf); s++ {
 		evs = append(evs, l.buf[s%uint64(len(l.buf))])
 	}
-	return evs, from + n - 1, lost
+	return evs, true
 }
 
 // read copies into buf the oldest events after sequence number after, as

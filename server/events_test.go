@@ -4,6 +4,37 @@ import (
 	"testing"
 )
 
+// page reads a poll's page whole, as handleEvents writes it.
+func (l *eventLog) page(since uint64, limit int) (evs []Event, next, lost uint64) {
+	from, end, lost := l.window(since, limit)
+	evs, _ = l.copyRange(from, end, make([]Event, 0, end-from))
+	return evs, end - 1, lost
+}
+
+// TestEventLogCopyRange checks the reads a poll's page is written with:
+// chunks as large as the buffer, up to the page's end, and false once the
+// ring went past the page.
+func TestEventLogCopyRange(t *testing.T) {
+	l := newEventLog(4)
+	for range 3 {
+		l.add(Event{})
+	}
+	from, end, _ := l.window(0, 0)
+	evs, ok := l.copyRange(from, end, make([]Event, 0, 2))
+	if !ok || len(evs) != 2 || evs[0].Seq != 1 {
+		t.Fatalf("first chunk: %d events from %d (ok %v), want 2 from 1", len(evs), evs[0].Seq, ok)
+	}
+	for range 3 {
+		l.add(Event{}) // seq 4..6: the ring keeps 3..6
+	}
+	if evs, ok = l.copyRange(3, end, make([]Event, 0, 2)); !ok || len(evs) != 1 || evs[0].Seq != 3 {
+		t.Errorf("last chunk: %d events (ok %v), want event 3 alone: the page ends where it was asked", len(evs), ok)
+	}
+	if _, ok = l.copyRange(2, end, make([]Event, 0, 2)); ok {
+		t.Error("a chunk of events no longer kept: ok, want false")
+	}
+}
+
 // TestEventLogPage pins polling (issue 10): since returns the oldest events
 // after it, up to limit, and says how many fell out of the ring.
 func TestEventLogPage(t *testing.T) {

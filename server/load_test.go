@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,24 +14,33 @@ import (
 )
 
 // TestDetectionUnderAPILoad runs the daemon's HTTP server under many
-// concurrent list requests (limit=0 included), clients that never read
-// their answers, and more idle connections than it keeps, while a backend
-// starts failing: the failure must be detected within its window from the
-// onset (W3), a healthy target must not move, and the API must keep
-// answering. It takes about ten seconds.
+// concurrent list requests (limit=0 included), event polls, clients that
+// never read their answers, more idle connections than it keeps, and
+// reloads of a changed file through POST /-/reload (as with
+// -web.enable-lifecycle) every 300 ms, while a backend starts failing: the
+// failure must be detected within its window from the onset (W3), a
+// healthy target must not move, the API must keep answering and every
+// reload apply. It takes about ten seconds.
 func TestDetectionUnderAPILoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("load test")
 	}
 	flaky, steady := newBackend(t), newBackend(t)
-	td := startDaemonWith(t, fmt.Sprintf(`
+	config := func(round int) string {
+		y := fmt.Sprintf(`
 checks:
   web: {protocol: http, path: /, interval: 200ms, timeout: 500ms, rise: 1, fall: 3}
-  idle: {protocol: tcp, tcp_mode: connect, port: 9, interval: 60s}
+  idle: {protocol: tcp, tcp_mode: connect, port: 9, interval: %ds}
 pools:
   - {name: api, check: web, targets: [%q, %q]}
   - {name: big, check: idle, targets: ["198.18.0.0/16"], disabled: ["198.18.0.0/16"]}
-`, flaky.addr(), steady.addr()), func(o *Options) { o.Web.MaxConnections = 64 })
+`, 60+round%7, flaky.addr(), steady.addr())
+		if round%2 == 1 { // a pool that comes and goes, its targets with it
+			y += `  - {name: extra, check: idle, targets: ["198.19.0.0/24"], disabled: ["198.19.0.0/24"]}` + "\n"
+		}
+		return y
+	}
+	td := startDaemonWith(t, config(0), func(o *Options) { o.Web.MaxConnections = 64 })
 	td.waitEvent(t, flaky.addr(), "healthy", 0)
 	td.waitEvent(t, steady.addr(), "healthy", 0)
 	addr := served(t, td.d)
@@ -42,7 +52,10 @@ pools:
 	var lists, listErrs atomic.Int64
 	for i := range 16 {
 		path := "/api/v1/targets?limit=0"
-		if i%4 == 3 {
+		switch i % 4 {
+		case 2:
+			path = "/api/v1/events?limit=0"
+		case 3:
 			path = "/api/v1/pools"
 		}
 		wg.Go(func() {
@@ -59,14 +72,55 @@ pools:
 			}
 		})
 	}
-	for range 4 { // clients that ask for a big page and never read it
+	for i := range 4 { // clients that ask for a big page and never read it
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		fmt.Fprintf(c, "GET /api/v1/targets?limit=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+		path := "/api/v1/targets?limit=0"
+		if i%2 == 1 {
+			path = "/api/v1/events?limit=0"
+		}
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", path)
 	}
+	// Reloads of a changed file, as an operator's tooling sends them.
+	rctx, stopReloads := context.WithCancel(ctx)
+	var reloads, reloadErrs atomic.Int64
+	var lastApplied atomic.Int64 // the round of the last file a reload applied
+	var rwg sync.WaitGroup
+	rwg.Go(func() {
+		c := &http.Client{Timeout: 10 * time.Second}
+		for round := 1; rctx.Err() == nil; round++ {
+			tmp := td.path + ".new"
+			if err := os.WriteFile(tmp, []byte(config(round)), 0o644); err != nil {
+				reloadErrs.Add(1)
+				return
+			}
+			if err := os.Rename(tmp, td.path); err != nil {
+				reloadErrs.Add(1)
+				return
+			}
+			resp, err := c.Post(base+"/-/reload", "", nil)
+			if err != nil {
+				reloadErrs.Add(1)
+				continue
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				reloadErrs.Add(1)
+				continue
+			}
+			reloads.Add(1)
+			lastApplied.Store(int64(round))
+			select {
+			case <-rctx.Done():
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	})
+	defer func() { stopReloads(); rwg.Wait() }()
 	for range 200 { // idle connections, more than the server keeps
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -118,10 +172,18 @@ pools:
 	if lists.Load() == 0 {
 		t.Errorf("no list request completed (%d errors)", listErrs.Load())
 	}
+	stopReloads()
+	rwg.Wait()
+	if reloads.Load() < 3 || reloadErrs.Load() != 0 {
+		t.Errorf("%d reloads answered 200, %d not: want every one of at least 3 to succeed", reloads.Load(), reloadErrs.Load())
+	}
+	if n, want := len(td.d.cur.Load().cfg.Pools), 2+int(lastApplied.Load()%2); n != want {
+		t.Errorf("%d pools after the last reload (of round %d), want %d: the reloads did not apply the file", n, lastApplied.Load(), want)
+	}
 	_, evicted, _ := td.d.conns.Load().counts()
 	if evicted == 0 {
 		t.Error("no idle connection was evicted: the load did not reach the connection limit")
 	}
-	t.Logf("detected after %v (W3 %v); %d list requests, %d failed; %d idle connections evicted",
-		ev.Time.Sub(onset).Round(time.Millisecond), w3, lists.Load(), listErrs.Load(), evicted)
+	t.Logf("detected after %v (W3 %v); %d list requests, %d failed; %d reloads; %d idle connections evicted",
+		ev.Time.Sub(onset).Round(time.Millisecond), w3, lists.Load(), listErrs.Load(), reloads.Load(), evicted)
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,50 +12,111 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sondeprobe/sonde/bench/netns"
+	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/probe"
 )
 
-// TestLocalErrorKeepsState probes a healthy backend from a source address
-// this host does not have: every probe is a local_error, which must leave
-// the target in its initial state, count in its own metric, show in the API
-// and be logged once per period, not per probe.
-func TestLocalErrorKeepsState(t *testing.T) {
-	if b, _ := os.ReadFile("/proc/sys/net/ipv4/ip_nonlocal_bind"); strings.TrimSpace(string(b)) == "1" {
-		t.Skip("net.ipv4.ip_nonlocal_bind is 1: any source address binds")
+// inNetnsEnv tells a test binary that it runs inside a network namespace
+// its parent test made for it (see inOwnNamespace).
+const inNetnsEnv = "SONDE_TEST_IN_NETNS"
+
+// inOwnNamespace runs test name again, in a copy of this test binary inside
+// a network namespace of its own with only lo up, and reports whether the
+// caller is that copy: a test that changes the addresses of its network
+// then goes on when it returns true, and returns when it returns false
+// (the copy's result is the test's).
+func inOwnNamespace(t *testing.T, name string) bool {
+	t.Helper()
+	if os.Getenv(inNetnsEnv) == "1" {
+		return true
 	}
+	testenv.RequirePrivileged(t, "a network namespace whose addresses the test changes")
+	ns := testenv.LoopbackNamespace(t)
+	cmd := netns.Command(ns, os.Args[0], "-test.run=^"+name+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), inNetnsEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+name) {
+		t.Fatalf("%s in namespace %s: %v\n%s", name, ns, err, out)
+	}
+	return false
+}
+
+// ip runs ip(8) with args, in the test's namespace.
+func ip(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// TestLocalErrorKeepsState probes a healthy backend from a source address
+// that the test's namespace has, until the target has a streak of
+// successes, then takes the address away: every probe is then a
+// local_error, which must leave the target's state and streak as they were,
+// count in its own metric, show in the API and be logged once per period,
+// not per probe. A restart over the state file then resumes the streak as
+// one of successes: failures turn the target unhealthy after fall of them.
+func TestLocalErrorKeepsState(t *testing.T) {
+	if !inOwnNamespace(t, "TestLocalErrorKeepsState") {
+		return
+	}
+	const source = "192.0.2.1"
+	ip(t, "addr", "add", source+"/32", "dev", "lo")
 	b := newBackend(t)
 	logs, err := os.Create(filepath.Join(t.TempDir(), "log")) // the handler serialises writes
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer logs.Close()
-	td := startDaemonWith(t, fmt.Sprintf(`
+	state := filepath.Join(t.TempDir(), "state")
+	yaml := fmt.Sprintf(`
 checks:
-  web: {protocol: http, interval: 20ms, timeout: 1s, rise: 1, fall: 1, initial_state: healthy, source_address: 192.0.2.1}
+  web: {protocol: http, interval: 20ms, timeout: 1s, rise: 1, fall: 3, source_address: %s}
 pools:
   - {name: api, check: web, targets: [%q]}
-`, b.addr()), func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+`, source, b.addr())
+	td := startDaemonWith(t, yaml, func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		o.StateFile = state
+	})
 	deadline := time.Now().Add(20 * time.Second)
-	ports := td.d.metrics.local[probe.CausePorts]
-	for testutil.ToFloat64(ports) < 5 {
+	for {
+		x, _ := td.target(t, "api", b.addr())
+		if x.State == "healthy" && x.LastOutcome == "success" && x.Consecutive >= 5 {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sonde_probe_local_errors_total{cause=\"ports\"} = %v after 20 s, want ≥ 5", testutil.ToFloat64(ports))
+			t.Fatalf("target %+v after 20 s, want healthy with a streak of 5 successes", x)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	var tl struct {
-		Targets []TargetJSON `json:"targets"`
+
+	ip(t, "addr", "del", source+"/32", "dev", "lo")
+	ports := td.d.metrics.local[probe.CausePorts]
+	waitLocal := func(n float64) TargetJSON {
+		t.Helper()
+		for testutil.ToFloat64(ports) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("sonde_probe_local_errors_total{cause=\"ports\"} = %v after 20 s, want ≥ %v", testutil.ToFloat64(ports), n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		x, ok := td.target(t, "api", b.addr())
+		if !ok {
+			t.Fatal("target gone")
+		}
+		return x
 	}
-	td.getJSON(t, "/api/v1/targets?pool=api", &tl)
-	if len(tl.Targets) != 1 {
-		t.Fatalf("targets %+v", tl.Targets)
+	first := waitLocal(5)
+	if first.State != "healthy" || first.Consecutive < 5 || first.LastOutcome != "local_error" || !strings.Contains(first.LastError, "cannot assign requested address") {
+		t.Errorf("target %+v: want healthy with its streak of successes, last outcome local_error with the bind error", first)
 	}
-	x := tl.Targets[0]
-	if x.State != "healthy" || x.Consecutive != 0 || x.LastOutcome != "local_error" || !strings.Contains(x.LastError, "cannot assign requested address") {
-		t.Errorf("target %+v: want healthy (its initial state), no streak, last outcome local_error with the bind error", x)
+	if x := waitLocal(10); x.State != first.State || x.Consecutive != first.Consecutive {
+		t.Errorf("after 5 more local errors: %+v, want state and streak as they were (%s, %d)", x, first.State, first.Consecutive)
 	}
-	if n := testutil.ToFloat64(td.d.metrics.probes.WithLabelValues("api", "http", "local_error")); n < 5 {
-		t.Errorf("sonde_probes_total{outcome=\"local_error\"} = %v, want ≥ 5", n)
+	if n := testutil.ToFloat64(td.d.metrics.probes.WithLabelValues("api", "http", "local_error")); n < 10 {
+		t.Errorf("sonde_probes_total{outcome=\"local_error\"} = %v, want ≥ 10", n)
 	}
 	text, err := os.ReadFile(logs.Name())
 	if err != nil {
@@ -65,5 +127,16 @@ pools:
 	}
 	if !strings.Contains(string(text), "cause=ports") {
 		t.Errorf("log lacks the cause:\n%s", text)
+	}
+
+	// The state file keeps the streak, as one of successes.
+	if err := td.d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	b.failing.Store(true)
+	ip(t, "addr", "add", source+"/32", "dev", "lo")
+	td2 := startDaemonWith(t, yaml, func(o *Options) { o.StateFile = state })
+	if e := td2.waitEvent(t, b.addr(), "unhealthy", 0); e.Streak != 3 {
+		t.Errorf("unhealthy after %d failures, want fall (3): the resumed streak of successes counted as failures", e.Streak)
 	}
 }

@@ -4,9 +4,10 @@ import (
 	"crypto/sha256"
 	"errors"
 	"io"
-	"os"
 	"sync"
 	"time"
+
+	"github.com/sondeprobe/sonde/config"
 )
 
 // errStopped answers a reload asked for while the daemon stops.
@@ -88,20 +89,32 @@ func (r *reloader) stop() {
 	r.mu.Unlock()
 }
 
-// inputs are the files a configuration was read from, with a digest of
-// their contents, so a reload of unchanged files can be told without
-// parsing them.
+// inputs are the files a configuration was read from, each with a digest
+// of the content it was read from, so a reload of unchanged files can be
+// told without parsing them.
 type inputs struct {
-	files  []string
-	digest [sha256.Size]byte
-	ok     bool // every file was read
+	files []string
+	sums  [][sha256.Size]byte // per file
+	ok    bool                // every file has its sum
 }
 
-// readInputs reads files and digests them. A configuration that names no
-// file (built in memory) has no inputs and never counts as unchanged.
-func readInputs(files []string) inputs {
-	in := inputs{files: files}
-	in.digest, in.ok = digest(files)
+// inputsOf returns the inputs of cfg, just loaded: the digests of what the
+// load parsed ([config.Config.Sums]) and, for the files it did not read
+// itself (TLS and secret files, which the probers read after it), of their
+// content now, before anything reads them. A file edited while it was read
+// thus never counts as applied: the next reload finds it changed. A
+// configuration that names no file (built in memory) has no inputs and
+// never counts as unchanged.
+func inputsOf(cfg *config.Config) inputs {
+	in := inputs{files: cfg.Files, sums: make([][sha256.Size]byte, len(cfg.Files)), ok: true}
+	for i, name := range cfg.Files {
+		sum, ok := cfg.Sums[name]
+		if !ok {
+			sum, ok = fileSum(name)
+		}
+		in.sums[i] = sum
+		in.ok = in.ok && ok
+	}
 	return in
 }
 
@@ -110,32 +123,27 @@ func (in *inputs) unchanged() bool {
 	if !in.ok || len(in.files) == 0 {
 		return false
 	}
-	d, ok := digest(in.files)
-	return ok && d == in.digest
+	for i, name := range in.files {
+		if sum, ok := fileSum(name); !ok || sum != in.sums[i] {
+			return false
+		}
+	}
+	return true
 }
 
-func digest(files []string) ([sha256.Size]byte, bool) {
+// fileSum returns the SHA-256 of the content of the file at path; it
+// reports false when the file cannot be read or is not a regular file
+// (opened without waiting, as a load opens it: a FIFO put in a file's place
+// must not hang a reload).
+func fileSum(path string) ([sha256.Size]byte, bool) {
+	f, err := config.OpenRegular(path)
+	if err != nil {
+		return [sha256.Size]byte{}, false
+	}
+	defer f.Close()
 	h := sha256.New()
-	for _, name := range files {
-		f, err := os.Open(name)
-		if err != nil {
-			return [sha256.Size]byte{}, false
-		}
-		fi, err := f.Stat()
-		if err == nil && !fi.Mode().IsRegular() {
-			err = errors.New("not a regular file")
-		}
-		if err == nil {
-			_, err = io.WriteString(h, name+"\x00")
-		}
-		if err == nil {
-			_, err = io.Copy(h, f)
-		}
-		f.Close()
-		if err != nil {
-			return [sha256.Size]byte{}, false
-		}
-		h.Write([]byte{0})
+	if _, err := io.Copy(h, f); err != nil {
+		return [sha256.Size]byte{}, false
 	}
 	return [sha256.Size]byte(h.Sum(nil)), true
 }

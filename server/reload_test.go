@@ -7,13 +7,18 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sondeprobe/sonde/config"
 )
 
 // rewrite replaces the daemon's config file, at once (a reload never reads
@@ -108,6 +113,130 @@ pools:
 	}
 	if v := testutil.ToFloat64(td.d.metrics.reloads.WithLabelValues("failure")); v != 1 {
 		t.Fatalf("failed reloads = %v, want 1", v)
+	}
+}
+
+// TestReloadFIFO replaces the config's targets file, then the config file,
+// by a FIFO that nobody writes: POST /-/reload must answer at once with the
+// reason (reading the FIFO would wait for a writer, holding every other
+// reload and the daemon's stop), the running configuration go on, and the
+// daemon stop.
+func TestReloadFIFO(t *testing.T) {
+	a := newBackend(t)
+	dir := t.TempDir()
+	targets := filepath.Join(dir, "targets.txt")
+	if err := os.WriteFile(targets, []byte(a.addr()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	td := startDaemon(t, fmt.Sprintf(`
+checks:
+  web: {protocol: http, interval: 50ms, timeout: 1s}
+pools:
+  - {name: one, check: web, targets_file: %q}
+`, targets))
+	td.waitEvent(t, a.addr(), "healthy", 0)
+	for _, file := range []string{targets, td.path} {
+		if err := os.Remove(file); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mkfifo(file, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { // a reader that waits for a writer gets one, and EOF
+			if f, err := os.OpenFile(file, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				f.Close()
+			}
+		})
+		done := make(chan int, 1)
+		go func() { done <- td.postReload(t) }()
+		select {
+		case code := <-done:
+			if code != http.StatusBadRequest {
+				t.Errorf("reload with %s a FIFO: status %d, want 400", filepath.Base(file), code)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("reload with %s a FIFO: no answer after 10 s", filepath.Base(file))
+		}
+		if p := td.pool(t, "one"); p.Healthy != 1 {
+			t.Errorf("pool one after the rejected reload: %+v, want it running", p)
+		}
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- td.d.Stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the daemon does not stop")
+	}
+}
+
+// TestReloadEditDuringLoad edits the config file while a load reads it
+// (the test's Load rewrites it right after parsing it), at the start and at
+// a reload: the edit must not count as applied, so the next reload reads
+// it, where a digest taken after the load would find the file unchanged.
+func TestReloadEditDuringLoad(t *testing.T) {
+	a := newBackend(t)
+	yaml := func(pools ...string) string {
+		y := "checks:\n  web: {protocol: http, interval: 50ms, timeout: 1s}\npools:\n"
+		for _, p := range pools {
+			y += fmt.Sprintf("  - {name: %s, check: web, targets: [%q]}\n", p, a.addr())
+		}
+		return y
+	}
+	var edit atomic.Pointer[string] // written over the file after the next load
+	td := startDaemonWith(t, yaml("one"), func(o *Options) {
+		load := o.Load
+		o.Load = func() (*config.Config, error) {
+			cfg, err := load()
+			if next := edit.Swap(nil); next != nil && err == nil {
+				path := cfg.Files[0]
+				if err := os.WriteFile(path+".new", []byte(*next), 0o644); err != nil {
+					return nil, err
+				}
+				if err := os.Rename(path+".new", path); err != nil {
+					return nil, err
+				}
+			}
+			return cfg, err
+		}
+		b := yaml("one", "two")
+		edit.Store(&b)
+	})
+	pools := func() []string {
+		var page struct {
+			Pools []PoolJSON `json:"pools"`
+		}
+		td.getJSON(t, "/api/v1/pools", &page)
+		var names []string
+		for _, p := range page.Pools {
+			names = append(names, p.Name)
+		}
+		return names
+	}
+	if diff := cmp.Diff([]string{"one"}, pools()); diff != "" {
+		t.Fatalf("pools after the start (-want +got):\n%s", diff)
+	}
+	if code := td.postReload(t); code != http.StatusOK {
+		t.Fatalf("reload: status %d", code)
+	}
+	if diff := cmp.Diff([]string{"one", "two"}, pools()); diff != "" {
+		t.Fatalf("pools after a reload that follows an edit made while the start read the file (-want +got):\n%s", diff)
+	}
+
+	c := yaml("one", "three")
+	edit.Store(&c)
+	td.rewrite(t, yaml("one", "two")+"# edited\n")
+	if code := td.postReload(t); code != http.StatusOK {
+		t.Fatalf("reload: status %d", code)
+	}
+	if code := td.postReload(t); code != http.StatusOK {
+		t.Fatalf("reload: status %d", code)
+	}
+	if diff := cmp.Diff([]string{"one", "three"}, pools()); diff != "" {
+		t.Fatalf("pools after a reload that follows an edit made while a reload read the file (-want +got):\n%s", diff)
 	}
 }
 

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -12,6 +11,8 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"iter"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -38,17 +39,28 @@ const DefaultStateInterval = 15 * time.Second
 //	records   uint32 count, then each stateRecordSize bytes: see encodeRecord
 //	crc       uint32 CRC-32C of every byte before it
 //
+// Byte 33 of a record holds recordStreakKnown and recordStreakOK; files
+// written before it did have 0 there, and their streaks are of the last
+// outcome's kind (see decodeRecord).
+//
 // A record is one target as one pool lists it. A target is restored when
 // its pool and check still exist, the check sends the same probe (same probe
 // key) and the address, port and (where it changes the probe) host name
 // match. A file that is truncated, corrupt, of another version or not a
-// state file at all is reported and ignored.
+// state file at all is reported and ignored, and so is one larger than the
+// running targets could need (stateSizeLimit). A save writes the records
+// as it reads the targets' states, and a restore matches them as it reads
+// them: neither holds a copy of the records.
 const (
 	stateMagic      = "SONDEST1"
 	stateVersion    = 1
 	stateRecordSize = 64
-	maxStateStrings = 1 << 20
-	maxStateRecords = 1 << 28
+)
+
+// Flags of a record's byte 33.
+const (
+	recordStreakKnown = 1 << 0 // recordStreakOK says the streak's kind
+	recordStreakOK    = 1 << 1 // the streak is a run of successes
 )
 
 var errStateFormat = errors.New("not a sonde state file of this version")
@@ -76,7 +88,10 @@ func encodeRecord(b []byte, r *stateRecord) {
 	a := r.addr.As16()
 	copy(b[16:32], a[:])
 	b[32] = byte(r.st.LastOutcome)
-	b[33] = 0
+	b[33] = recordStreakKnown
+	if r.st.StreakOK {
+		b[33] |= recordStreakOK
+	}
 	le.PutUint16(b[34:], uint16(min(r.st.Streak, 1<<16-1)))
 	le.PutUint16(b[36:], r.st.LastStatus)
 	le.PutUint16(b[38:], 0)
@@ -102,8 +117,19 @@ func decodeRecord(b []byte) (stateRecord, error) {
 		Latency:     time.Duration(le.Uint32(b[56:])) * time.Microsecond,
 		Smoothed:    time.Duration(le.Uint32(b[60:])) * time.Microsecond,
 	}
-	if r.st.State > scheduler.Unhealthy || r.st.LastOutcome >= probe.NumOutcomes || b[15]&^1 != 0 {
-		return r, fmt.Errorf("%w: a record with state %d, outcome %d", errStateFormat, b[14], b[32])
+	if r.st.State > scheduler.Unhealthy || r.st.LastOutcome >= probe.NumOutcomes || b[15]&^1 != 0 || b[33]&^(recordStreakKnown|recordStreakOK) != 0 {
+		return r, fmt.Errorf("%w: a record with state %d, outcome %d, streak flags %#x", errStateFormat, b[14], b[32], b[33])
+	}
+	switch {
+	case b[33]&recordStreakKnown != 0:
+		r.st.StreakOK = b[33]&recordStreakOK != 0
+	case r.st.LastOutcome.Verdict():
+		// Written before the streak's kind was: the last outcome is one of the run.
+		r.st.StreakOK = r.st.LastOutcome.Healthy()
+	default:
+		// Of that age and with a last outcome that is no verdict, the run's
+		// kind is lost: keep the state, start the run again.
+		r.st.Streak = 0
 	}
 	return r, nil
 }
@@ -114,12 +140,12 @@ func probeDigest(c *config.Check) [8]byte {
 	return [8]byte(h[:8])
 }
 
-// stateSnapshot is what a save writes: string and check tables and records.
-type stateSnapshot struct {
-	written int64
+// stateTables are a state file's string and check tables, which its records
+// index.
+type stateTables struct {
+	written int64 // Unix ns
 	strings []string
 	checks  []stateCheck
-	records []stateRecord
 }
 
 type stateCheck struct {
@@ -127,39 +153,78 @@ type stateCheck struct {
 	digest [8]byte
 }
 
-// snapshot reads the states of g's targets, as each pool lists them.
-func snapshot(g *generation) *stateSnapshot {
+// stateSource is what a save writes, produced while it is written: the
+// strings (nstrings of them) and the records (nrecords) come one at a time,
+// so that a save holds no copy of a target's state.
+type stateSource struct {
+	written  int64
+	nstrings int
+	strings  iter.Seq[string]
+	checks   []stateCheck
+	nrecords int
+	records  iter.Seq[*stateRecord]
+}
+
+// snapshot describes a save of the states of g's targets, as each pool
+// lists them, read from the engine as the save writes them. The string
+// table holds the pool and check names, then the host name of every target
+// given as one, in id order (hosts holds those ids): a record finds its
+// host name's index by its target's rank there.
+func snapshot(g *generation) *stateSource {
 	clock := g.engine.Clock()
 	now, mono := clock.Now().UnixNano(), clock.Nanotime()
 	wall := func(ns int64) int64 { return now + (ns - mono) }
-	s := &stateSnapshot{written: now}
+	var names []string
 	index := map[string]uint32{}
 	str := func(v string) uint32 {
 		i, ok := index[v]
 		if !ok {
-			i = uint32(len(s.strings))
+			i = uint32(len(names))
 			index[v] = i
-			s.strings = append(s.strings, v)
+			names = append(names, v)
 		}
 		return i
 	}
+	s := &stateSource{written: now}
 	for _, c := range g.cfg.Checks {
 		s.checks = append(s.checks, stateCheck{name: str(c.Name), digest: probeDigest(c)})
 	}
+	pools := make([]uint32, len(g.cfg.Pools))
 	for pi, p := range g.cfg.Pools {
-		pool := str(p.Name)
-		for _, id := range p.Members {
-			t := g.cfg.Targets[id]
-			r := stateRecord{pool: pool, check: uint32(p.CheckIndex), addr: t.Addr, port: t.Port, st: g.engine.Status(id)}
-			if name, ok := g.cfg.Hostnames[id]; ok {
-				r.host = str(name) + 1
+		pools[pi] = str(p.Name)
+		s.nrecords += len(p.Members)
+	}
+	hosts := slices.Sorted(maps.Keys(g.cfg.Hostnames))
+	s.nstrings = len(names) + len(hosts)
+	s.strings = func(yield func(string) bool) {
+		for _, v := range names {
+			if !yield(v) {
+				return
 			}
-			r.st.Since = wall(r.st.Since)
-			if r.st.LastProbe != 0 {
-				r.st.LastProbe = wall(r.st.LastProbe)
+		}
+		for _, id := range hosts {
+			if !yield(g.cfg.Hostnames[id]) {
+				return
 			}
-			_ = pi
-			s.records = append(s.records, r)
+		}
+	}
+	s.records = func(yield func(*stateRecord) bool) {
+		var r stateRecord
+		for pi, p := range g.cfg.Pools {
+			for _, id := range p.Members {
+				t := g.cfg.Targets[id]
+				r = stateRecord{pool: pools[pi], check: uint32(p.CheckIndex), addr: t.Addr, port: t.Port, st: g.engine.Status(id)}
+				if rank, ok := slices.BinarySearch(hosts, id); ok {
+					r.host = uint32(len(names)+rank) + 1
+				}
+				r.st.Since = wall(r.st.Since)
+				if r.st.LastProbe != 0 {
+					r.st.LastProbe = wall(r.st.LastProbe)
+				}
+				if !yield(&r) {
+					return
+				}
+			}
 		}
 	}
 	return s
@@ -168,7 +233,7 @@ func snapshot(g *generation) *stateSnapshot {
 // writeState writes s to path atomically: to a temporary file in the same
 // directory, synced, renamed over path, and the directory synced, so a crash
 // leaves the old file or the new one, never a part of either.
-func writeState(path string, s *stateSnapshot) (err error) {
+func writeState(path string, s *stateSource) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -187,20 +252,30 @@ func writeState(path string, s *stateSnapshot) (err error) {
 	w.WriteString(stateMagic)
 	w.Write(le.AppendUint32(buf[:0], stateVersion))
 	w.Write(le.AppendUint64(buf[:0], uint64(s.written)))
-	w.Write(le.AppendUint32(buf[:0], uint32(len(s.strings))))
-	for _, v := range s.strings {
+	w.Write(le.AppendUint32(buf[:0], uint32(s.nstrings)))
+	n := 0
+	for v := range s.strings {
 		w.Write(le.AppendUint32(buf[:0], uint32(len(v))))
 		w.WriteString(v)
+		n++
+	}
+	if n != s.nstrings {
+		return fmt.Errorf("write state: %d strings, announced %d", n, s.nstrings)
 	}
 	w.Write(le.AppendUint32(buf[:0], uint32(len(s.checks))))
 	for _, c := range s.checks {
 		w.Write(le.AppendUint32(buf[:0], c.name))
 		w.Write(c.digest[:])
 	}
-	w.Write(le.AppendUint32(buf[:0], uint32(len(s.records))))
-	for i := range s.records {
-		encodeRecord(buf[:], &s.records[i])
+	w.Write(le.AppendUint32(buf[:0], uint32(s.nrecords)))
+	n = 0
+	for r := range s.records {
+		encodeRecord(buf[:], r)
 		w.Write(buf[:])
+		n++
+	}
+	if n != s.nrecords {
+		return fmt.Errorf("write state: %d records, announced %d", n, s.nrecords)
 	}
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("write state: %w", err)
@@ -228,145 +303,248 @@ func writeState(path string, s *stateSnapshot) (err error) {
 	return nil
 }
 
-// readState reads a state file written by writeState.
-func readState(path string) (*stateSnapshot, error) {
-	data, err := os.ReadFile(path)
+// stateSizeOf returns the size of the state file a save of cfg writes.
+func stateSizeOf(cfg *config.Config) int64 {
+	n := int64(len(stateMagic) + 4 + 8 + 4 + 4 + 4 + 4) // header, three counts, crc
+	for _, c := range cfg.Checks {
+		n += 4 + int64(len(c.Name)) + 12
+	}
+	for _, p := range cfg.Pools {
+		n += 4 + int64(len(p.Name)) + int64(len(p.Members))*stateRecordSize
+	}
+	for _, h := range cfg.Hostnames {
+		n += 4 + int64(len(h))
+	}
+	return n
+}
+
+// stateSizeLimit bounds the state file a daemon running cfg reads: four
+// times what a save of cfg writes, and a MiB. A file saved before the fleet
+// shrank to less than a quarter is ignored with the rest: the targets could
+// not need what it holds, and reading it would cost memory they do not pay.
+func stateSizeLimit(cfg *config.Config) int64 { return 4*stateSizeOf(cfg) + 1<<20 }
+
+// stateSink receives what readState reads: the tables, then each record.
+// A record is lent for the call only.
+type stateSink interface {
+	tables(t *stateTables)
+	record(r *stateRecord)
+}
+
+// readState reads a state file written by writeState, of at most limit
+// bytes, into sink: it holds the tables, and hands the records over one at
+// a time. The checksum is checked at the end: when readState fails, sink
+// must forget what it was given.
+func readState(path string, limit int64, sink stateSink) error {
+	f, err := config.OpenRegular(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if len(data) < len(stateMagic)+4 || string(data[:len(stateMagic)]) != stateMagic {
-		return nil, fmt.Errorf("%w: no %q header", errStateFormat, stateMagic)
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
 	}
+	size := fi.Size()
+	if size > limit {
+		return fmt.Errorf("%w: %d bytes, more than the %d the targets could need", errStateFormat, size, limit)
+	}
+	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	body := bufio.NewReaderSize(io.TeeReader(io.LimitReader(f, max(size-4, 0)), crc), 1<<16)
+	r := &stateReader{r: body, left: max(size-4, 0)}
 	le := binary.LittleEndian
-	if v := le.Uint32(data[len(stateMagic):]); v != stateVersion {
-		return nil, fmt.Errorf("%w: version %d, want %d", errStateFormat, v, stateVersion)
+	truncated := fmt.Errorf("%w: truncated", errStateFormat)
+	var head [len(stateMagic) + 4]byte
+	if !r.full(head[:]) || string(head[:len(stateMagic)]) != stateMagic {
+		return fmt.Errorf("%w: no %q header", errStateFormat, stateMagic)
 	}
-	if len(data) < len(stateMagic)+16 {
-		return nil, fmt.Errorf("%w: truncated", errStateFormat)
+	if v := le.Uint32(head[len(stateMagic):]); v != stateVersion {
+		return fmt.Errorf("%w: version %d, want %d", errStateFormat, v, stateVersion)
 	}
-	body, sum := data[:len(data)-4], le.Uint32(data[len(data)-4:])
-	if crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)) != sum {
-		return nil, fmt.Errorf("%w: checksum mismatch (truncated or corrupt)", errStateFormat)
-	}
-	r := bytes.NewReader(body[len(stateMagic)+4:])
-	u32 := func() (uint32, error) {
-		var b [4]byte
-		_, err := io.ReadFull(r, b[:])
-		return le.Uint32(b[:]), err
-	}
-	s := &stateSnapshot{}
+	t := &stateTables{}
 	var w [8]byte
-	if _, err := io.ReadFull(r, w[:]); err != nil {
-		return nil, fmt.Errorf("%w: truncated", errStateFormat)
+	if !r.full(w[:]) {
+		return truncated
 	}
-	s.written = int64(le.Uint64(w[:]))
+	t.written = int64(le.Uint64(w[:]))
 	bad := func(what string) error { return fmt.Errorf("%w: bad %s", errStateFormat, what) }
-	n, err := u32()
-	if err != nil || n > maxStateStrings {
-		return nil, bad("string table")
+	n, ok := r.u32()
+	if !ok || int64(n) > r.left/4 {
+		return bad("string table")
 	}
+	t.strings = make([]string, 0, n)
 	for range n {
-		l, err := u32()
-		if err != nil || int(l) > r.Len() {
-			return nil, bad("string")
+		l, ok := r.u32()
+		if !ok || int64(l) > r.left {
+			return bad("string")
 		}
 		b := make([]byte, l)
-		io.ReadFull(r, b)
-		s.strings = append(s.strings, string(b))
+		r.full(b)
+		t.strings = append(t.strings, string(b))
 	}
-	if n, err = u32(); err != nil || int(n) > r.Len()/12 {
-		return nil, bad("check table")
+	if n, ok = r.u32(); !ok || int64(n) > r.left/12 {
+		return bad("check table")
 	}
 	for range n {
 		var c stateCheck
-		if c.name, err = u32(); err != nil || int(c.name) >= len(s.strings) {
-			return nil, bad("check")
+		if c.name, ok = r.u32(); !ok || int(c.name) >= len(t.strings) {
+			return bad("check")
 		}
-		io.ReadFull(r, c.digest[:])
-		s.checks = append(s.checks, c)
+		r.full(c.digest[:])
+		t.checks = append(t.checks, c)
 	}
-	if n, err = u32(); err != nil || n > maxStateRecords || int(n)*stateRecordSize != r.Len() {
-		return nil, bad("record table")
+	if n, ok = r.u32(); !ok || int64(n)*stateRecordSize != r.left {
+		return bad("record table")
 	}
-	s.records = make([]stateRecord, n)
+	sink.tables(t)
 	var b [stateRecordSize]byte
-	for i := range s.records {
-		io.ReadFull(r, b[:])
-		if s.records[i], err = decodeRecord(b[:]); err != nil {
-			return nil, err
+	for range n {
+		if !r.full(b[:]) {
+			return truncated
 		}
-		rec := &s.records[i]
-		if int(rec.pool) >= len(s.strings) || int(rec.check) >= len(s.checks) || int(rec.host) > len(s.strings) {
-			return nil, bad("record reference")
+		rec, err := decodeRecord(b[:])
+		if err != nil {
+			return err
 		}
+		if int(rec.pool) >= len(t.strings) || int(rec.check) >= len(t.checks) || int(rec.host) > len(t.strings) {
+			return bad("record reference")
+		}
+		sink.record(&rec)
 	}
-	return s, nil
+	var sum [4]byte
+	if _, err := io.ReadFull(f, sum[:]); err != nil || r.err != nil {
+		return truncated
+	}
+	if crc.Sum32() != le.Uint32(sum[:]) {
+		return fmt.Errorf("%w: checksum mismatch (truncated or corrupt)", errStateFormat)
+	}
+	return nil
 }
 
-// restoreStates returns, per target of cfg (ids as cfg's), the state saved
-// in s, or nil: for a target that a pool of the same name lists with a check
-// of the same name and probe, at the same address, port and (where it
-// changes the probe) host name. Times are turned from Unix ns into clock's
-// Nanotime. It returns how many targets it restored.
-func restoreStates(s *stateSnapshot, cfg *config.Config, clock scheduler.Clock) ([]*scheduler.TargetStatus, int) {
-	now, mono := clock.Now().UnixNano(), clock.Nanotime()
-	poolOf := map[string]int{}
+// stateReader reads a state file's body, counting the bytes left.
+type stateReader struct {
+	r    *bufio.Reader
+	left int64
+	err  error // the first read error
+}
+
+// full fills b; it reports false, and keeps the error, at the end of the
+// body or on a read error.
+func (r *stateReader) full(b []byte) bool {
+	if r.err != nil {
+		return false
+	}
+	n, err := io.ReadFull(r.r, b)
+	r.left -= int64(n)
+	r.err = err
+	return err == nil
+}
+
+func (r *stateReader) u32() (uint32, bool) {
+	var b [4]byte
+	ok := r.full(b[:])
+	return binary.LittleEndian.Uint32(b[:]), ok
+}
+
+// restorer matches the records of a state file with the targets of cfg
+// (see [restorer.record]) as they are read, so that a restart holds the
+// states it restores, not the file's records.
+type restorer struct {
+	cfg       *config.Config
+	now, mono int64 // the clock's Unix ns and Nanotime, to turn saved times into Nanotimes
+	members   []poolMember
+	t         *stateTables
+	poolOf    []int32 // per string of t: the index of the pool of cfg of that name, or -1
+	checkOf   []int   // per check of t: the index of the check of cfg of that name and probe, or -1
+	out       []*scheduler.TargetStatus
+	n, seen   int // targets restored, records read
+}
+
+// poolMember is one target of one pool of cfg, for the restorer's index.
+type poolMember struct {
+	pool int32
+	id   uint32
+}
+
+// newRestorer returns a restorer for cfg's targets; times are turned from
+// Unix ns into clock's Nanotime.
+func newRestorer(cfg *config.Config, clock scheduler.Clock) *restorer {
+	rs := &restorer{cfg: cfg, now: clock.Now().UnixNano(), mono: clock.Nanotime(), out: make([]*scheduler.TargetStatus, len(cfg.Targets))}
 	for pi, p := range cfg.Pools {
-		poolOf[p.Name] = pi
-	}
-	type keyed struct {
-		pool int
-		rec  *stateRecord
-	}
-	var recs []keyed
-	for i := range s.records {
-		r := &s.records[i]
-		pi, ok := poolOf[s.strings[r.pool]]
-		if !ok {
-			continue
-		}
-		c := cfg.Checks[cfg.Pools[pi].CheckIndex]
-		sc := s.checks[r.check]
-		if s.strings[sc.name] != c.Name || sc.digest != probeDigest(c) {
-			continue
-		}
-		recs = append(recs, keyed{pi, r})
-	}
-	cmpRec := func(pool int, addr netip.Addr, port uint16, k keyed) int {
-		return cmp.Or(cmp.Compare(pool, k.pool), addr.Compare(k.rec.addr), cmp.Compare(port, k.rec.port))
-	}
-	slices.SortFunc(recs, func(a, b keyed) int { return cmpRec(a.pool, a.rec.addr, a.rec.port, b) })
-	out := make([]*scheduler.TargetStatus, len(cfg.Targets))
-	n := 0
-	for pi, p := range cfg.Pools {
-		matters := cfg.Checks[p.CheckIndex].HostNameMatters()
 		for _, id := range p.Members {
-			if out[id] != nil {
-				continue
-			}
-			t := cfg.Targets[id]
-			i, _ := slices.BinarySearchFunc(recs, t, func(k keyed, t config.Target) int { return -cmpRec(pi, t.Addr, t.Port, k) })
-			for ; i < len(recs) && cmpRec(pi, t.Addr, t.Port, recs[i]) == 0; i++ {
-				r := recs[i].rec
-				host := ""
-				if r.host > 0 {
-					host = s.strings[r.host-1]
-				}
-				if matters && host != cfg.Hostnames[id] {
-					continue
-				}
-				st := r.st
-				st.Since = mono - (now - st.Since)
-				if st.LastProbe != 0 {
-					st.LastProbe = mono - (now - st.LastProbe)
-				}
-				out[id] = &st
-				n++
+			rs.members = append(rs.members, poolMember{int32(pi), id})
+		}
+	}
+	slices.SortFunc(rs.members, func(a, b poolMember) int {
+		ta, tb := cfg.Targets[a.id], cfg.Targets[b.id]
+		return cmp.Or(cmp.Compare(a.pool, b.pool), ta.Addr.Compare(tb.Addr), cmp.Compare(ta.Port, tb.Port), cmp.Compare(a.id, b.id))
+	})
+	return rs
+}
+
+// tables takes a state file's tables: which of its strings name a pool of
+// cfg, and which of its checks are a check of cfg sending the same probe.
+func (rs *restorer) tables(t *stateTables) {
+	rs.t = t
+	poolOf := map[string]int32{}
+	for pi, p := range rs.cfg.Pools {
+		poolOf[p.Name] = int32(pi)
+	}
+	rs.poolOf = make([]int32, len(t.strings))
+	for i, v := range t.strings {
+		pi, ok := poolOf[v]
+		if !ok {
+			pi = -1
+		}
+		rs.poolOf[i] = pi
+	}
+	rs.checkOf = make([]int, len(t.checks))
+	for i, sc := range t.checks {
+		rs.checkOf[i] = -1
+		for ci, c := range rs.cfg.Checks {
+			if t.strings[sc.name] == c.Name && sc.digest == probeDigest(c) {
+				rs.checkOf[i] = ci
 				break
 			}
 		}
 	}
-	return out, n
+}
+
+// record restores the state of r to the target of cfg that a pool of the
+// same name lists with a check of the same name and probe, at the same
+// address, port and (where it changes the probe) host name, unless that
+// target has a state already: a target that several pools list has one
+// state, saved once per pool.
+func (rs *restorer) record(r *stateRecord) {
+	rs.seen++
+	pi := rs.poolOf[r.pool]
+	if pi < 0 || rs.checkOf[r.check] != rs.cfg.Pools[pi].CheckIndex {
+		return
+	}
+	key := func(m poolMember) int {
+		t := rs.cfg.Targets[m.id]
+		return cmp.Or(cmp.Compare(m.pool, pi), t.Addr.Compare(r.addr), cmp.Compare(t.Port, r.port))
+	}
+	i, _ := slices.BinarySearchFunc(rs.members, 0, func(m poolMember, _ int) int { return key(m) })
+	host := ""
+	if r.host > 0 {
+		host = rs.t.strings[r.host-1]
+	}
+	matters := rs.cfg.Checks[rs.cfg.Pools[pi].CheckIndex].HostNameMatters()
+	for ; i < len(rs.members) && key(rs.members[i]) == 0; i++ {
+		id := rs.members[i].id
+		if rs.out[id] != nil || matters && host != rs.cfg.Hostnames[id] {
+			continue
+		}
+		st := r.st
+		st.Since = rs.mono - (rs.now - st.Since)
+		if st.LastProbe != 0 {
+			st.LastProbe = rs.mono - (rs.now - st.LastProbe)
+		}
+		rs.out[id] = &st
+		rs.n++
+		return
+	}
 }
 
 // restore reads the state file for the first configuration; a missing file
@@ -375,7 +553,8 @@ func (d *Daemon) restore(cfg *config.Config) []*scheduler.TargetStatus {
 	if d.opt.StateFile == "" {
 		return nil
 	}
-	s, err := readState(d.opt.StateFile)
+	rs := newRestorer(cfg, d.opt.Clock)
+	err := readState(d.opt.StateFile, stateSizeLimit(cfg), rs)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		d.log.Info("no state file yet; targets start in their initial state", "file", d.opt.StateFile)
@@ -384,10 +563,9 @@ func (d *Daemon) restore(cfg *config.Config) []*scheduler.TargetStatus {
 		d.log.Warn("state file ignored; targets start in their initial state", "file", d.opt.StateFile, "err", err)
 		return nil
 	}
-	out, n := restoreStates(s, cfg, d.opt.Clock)
-	d.log.Info("states restored", "file", d.opt.StateFile, "targets", n, "saved", time.Unix(0, s.written).UTC().Format(time.RFC3339),
-		"saved_records", len(s.records))
-	return out
+	d.log.Info("states restored", "file", d.opt.StateFile, "targets", rs.n, "saved", time.Unix(0, rs.t.written).UTC().Format(time.RFC3339),
+		"saved_records", rs.seen)
+	return rs.out
 }
 
 // saveState writes the running generation's states to the state file.

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,13 +39,53 @@ func parse(t *testing.T, yaml string) *config.Config {
 	return cfg
 }
 
+// stateSnapshot is a whole state file, as tests build it and read it back.
+type stateSnapshot struct {
+	stateTables
+	records []stateRecord
+}
+
+// source returns a save of s.
+func (s *stateSnapshot) source() *stateSource {
+	return &stateSource{written: s.written, nstrings: len(s.strings), strings: slices.Values(s.strings), checks: s.checks,
+		nrecords: len(s.records), records: func(yield func(*stateRecord) bool) {
+			for i := range s.records {
+				if !yield(&s.records[i]) {
+					return
+				}
+			}
+		}}
+}
+
+func (s *stateSnapshot) tables(t *stateTables) { s.stateTables = *t }
+func (s *stateSnapshot) record(r *stateRecord) { s.records = append(s.records, *r) }
+
+// readSnapshot reads the state file at path whole.
+func readSnapshot(path string) (*stateSnapshot, error) {
+	s := &stateSnapshot{}
+	if err := readState(path, 1<<30, s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// restoreStates restores the states of s to cfg's targets.
+func restoreStates(s *stateSnapshot, cfg *config.Config, clock scheduler.Clock) ([]*scheduler.TargetStatus, int) {
+	rs := newRestorer(cfg, clock)
+	rs.tables(&s.stateTables)
+	for i := range s.records {
+		rs.record(&s.records[i])
+	}
+	return rs.out, rs.n
+}
+
 // savedSnapshot is a snapshot of stateConfig's targets with states by id.
 func savedSnapshot(t *testing.T, cfg *config.Config, host string) *stateSnapshot {
 	t.Helper()
 	if host != "" {
 		cfg.Hostnames = map[uint32]string{2: host}
 	}
-	s := &stateSnapshot{written: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano()}
+	s := &stateSnapshot{stateTables: stateTables{written: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano()}}
 	g := &generation{cfg: cfg}
 	index := map[string]uint32{}
 	str := func(v string) uint32 {
@@ -60,7 +102,7 @@ func savedSnapshot(t *testing.T, cfg *config.Config, host string) *stateSnapshot
 	for _, p := range g.cfg.Pools {
 		for _, id := range p.Members {
 			r := stateRecord{pool: str(p.Name), check: uint32(p.CheckIndex), addr: cfg.Targets[id].Addr, port: cfg.Targets[id].Port,
-				st: scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.Success, Streak: 7 + int(id),
+				st: scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.Success, Streak: 7 + int(id), StreakOK: true,
 					Since: s.written - int64(time.Hour), LastProbe: s.written - int64(time.Second), Latency: 3 * time.Millisecond, Smoothed: 2 * time.Millisecond}}
 			if name, ok := cfg.Hostnames[id]; ok {
 				r.host = str(name) + 1
@@ -75,18 +117,81 @@ func savedSnapshot(t *testing.T, cfg *config.Config, host string) *stateSnapshot
 func TestStateFileRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "state")
 	want := savedSnapshot(t, parse(t, stateConfig), "www.example")
-	if err := writeState(path, want); err != nil {
+	if err := writeState(path, want.source()); err != nil {
 		t.Fatal(err)
 	}
-	got, err := readState(path)
+	got, err := readSnapshot(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(want, got, cmp.AllowUnexported(stateSnapshot{}, stateCheck{}, stateRecord{}), cmp.Comparer(func(a, b interface{ String() string }) bool { return a.String() == b.String() })); diff != "" {
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(stateSnapshot{}, stateTables{}, stateCheck{}, stateRecord{}), cmp.Comparer(func(a, b interface{ String() string }) bool { return a.String() == b.String() })); diff != "" {
 		t.Errorf("read back (-want +got):\n%s", diff)
 	}
 	if left, _ := filepath.Glob(path + ".tmp*"); len(left) != 0 {
 		t.Errorf("temporary files left: %v", left)
+	}
+}
+
+// TestStateSaveStreams saves the states of 131,073 targets, a hundred of
+// them given as host names: the save writes each record as it reads it, so
+// it allocates a small part of what a copy of the records would take (13
+// MB); the file has the size the read limit counts on, and reads back
+// whole. A daemon of a config an eighth of that size refuses the file
+// without reading it; one of half that size reads it.
+func TestStateSaveStreams(t *testing.T) {
+	cfg := parse(t, bigPoolConfig(15))
+	cfg.Hostnames = map[uint32]string{}
+	for id := range uint32(100) {
+		cfg.Hostnames[id*1000] = fmt.Sprintf("h%d.example", id)
+	}
+	g := &generation{cfg: cfg, engine: histEngine(t, len(cfg.Targets))}
+	path := filepath.Join(t.TempDir(), "state")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if err := writeState(path, snapshot(g)); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 1<<20 {
+		t.Errorf("a save of %d targets allocated %d bytes, want at most 1 MiB", len(cfg.Targets), n)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != stateSizeOf(cfg) {
+		t.Errorf("state file of %d bytes, stateSizeOf says %d", fi.Size(), stateSizeOf(cfg))
+	}
+	got, err := readSnapshot(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.records) != len(cfg.Targets) {
+		t.Fatalf("%d records read back, want %d", len(got.records), len(cfg.Targets))
+	}
+	hosts := map[uint32]string{}
+	for id, r := range got.records {
+		if r.host > 0 {
+			hosts[uint32(id)] = got.strings[r.host-1]
+		}
+	}
+	if diff := cmp.Diff(cfg.Hostnames, hosts); diff != "" {
+		t.Errorf("host names read back (-want +got):\n%s", diff)
+	}
+	if out, n := restoreStates(got, cfg, g.engine.Clock()); n != len(cfg.Targets) || out[len(out)-1] == nil {
+		t.Errorf("%d targets restored, want all %d", n, len(cfg.Targets))
+	}
+
+	small := parse(t, bigPoolConfig(18))
+	if limit := stateSizeLimit(small); limit >= fi.Size() {
+		t.Fatalf("limit %d for an eighth of the targets, want less than the file's %d bytes", limit, fi.Size())
+	}
+	if err := readState(path, stateSizeLimit(small), newRestorer(small, g.engine.Clock())); !errors.Is(err, errStateFormat) || !strings.Contains(err.Error(), "more than") {
+		t.Errorf("reading a file beyond the limit: %v, want errStateFormat: more than the targets could need", err)
+	}
+	if err := readState(path, stateSizeLimit(parse(t, bigPoolConfig(16))), &stateSnapshot{}); err != nil {
+		t.Errorf("reading a file for twice the targets: %v, want it read", err)
 	}
 }
 
@@ -95,7 +200,7 @@ func TestStateFileRoundTrip(t *testing.T) {
 func TestStateFileRejects(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good")
-	if err := writeState(good, savedSnapshot(t, parse(t, stateConfig), "")); err != nil {
+	if err := writeState(good, savedSnapshot(t, parse(t, stateConfig), "").source()); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(good)
@@ -119,10 +224,55 @@ func TestStateFileRejects(t *testing.T) {
 			if err := os.WriteFile(path, bad, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := readState(path); !errors.Is(err, errStateFormat) {
+			if _, err := readSnapshot(path); !errors.Is(err, errStateFormat) {
 				t.Errorf("readState = %v, want errStateFormat", err)
 			}
 		})
+	}
+}
+
+// TestStateRecordStreak checks that a record keeps its streak's kind, even
+// when the last outcome is a local error, which is no part of the run, and
+// that a record written before the kind was kept (byte 33 zero) takes it
+// from its last outcome, or loses its streak when that is no verdict.
+func TestStateRecordStreak(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		st   scheduler.TargetStatus
+		old  bool // written with byte 33 zero
+		want scheduler.TargetStatus
+	}{
+		{"successes, then a local error", scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.LocalError, Streak: 10, StreakOK: true}, false,
+			scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.LocalError, Streak: 10, StreakOK: true}},
+		{"failures, then a local error", scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.LocalError, Streak: 2}, false,
+			scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.LocalError, Streak: 2}},
+		{"old file, successes", scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.Success, Streak: 4}, true,
+			scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.Success, Streak: 4, StreakOK: true}},
+		{"old file, failures", scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.Timeout, Streak: 2, StreakOK: true}, true,
+			scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.Timeout, Streak: 2}},
+		{"old file, a local error", scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.LocalError, Streak: 10, StreakOK: true}, true,
+			scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.LocalError}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var b [stateRecordSize]byte
+			encodeRecord(b[:], &stateRecord{st: tt.st})
+			if tt.old {
+				b[33] = 0
+			}
+			got, err := decodeRecord(b[:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got.st); diff != "" {
+				t.Errorf("decoded (-want +got):\n%s", diff)
+			}
+		})
+	}
+	var b [stateRecordSize]byte
+	encodeRecord(b[:], &stateRecord{})
+	b[33] = 0x80
+	if _, err := decodeRecord(b[:]); !errors.Is(err, errStateFormat) {
+		t.Errorf("a record with unknown streak flags: %v, want errStateFormat", err)
 	}
 }
 

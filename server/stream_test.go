@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -447,6 +448,45 @@ func TestEventStreamWrapped(t *testing.T) {
 	if e := next.decode(t); e.Seq != total-ring+1 {
 		t.Fatalf("reconnected from %s: event %d, want %d", notice.id, e.Seq, total-ring+1)
 	}
+}
+
+// TestEventPollsBounded fills the event ring with 10,000 events of about
+// 1.2 kB of JSON each and sends polls for all of them from 8 clients that
+// read nothing: a poll is written as it is read, and runs among the list
+// requests (at most heavyRequests at once), so the heap never holds much
+// more than their buffers, where a page built whole holds 12 MB a client.
+func TestEventPollsBounded(t *testing.T) {
+	d, srv := streamDaemon(t, Options{})
+	pad := strings.Repeat("x", 1000)
+	for i := range maxEventsPage {
+		d.events.add(Event{Kind: KindState, Target: "192.0.2.1:80", Pools: []string{"api"}, Check: strconv.Itoa(i), Message: pad})
+	}
+	live := func() int64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
+	before := live()
+	for range 8 {
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "GET /api/v1/events?limit=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	}
+	peak := int64(0)
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		peak = max(peak, live()-before)
+	}
+	if peak > 16<<20 {
+		t.Errorf("8 polls that are not read grew the heap by %d MB, want at most 16", peak>>20)
+	}
+	t.Logf("heap growth %d kB", peak>>10)
 }
 
 // TestEventStreamLimit refuses streams beyond MaxEventStreams.

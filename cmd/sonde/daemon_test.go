@@ -160,6 +160,90 @@ func TestRunSignalsDuringStart(t *testing.T) {
 	}
 }
 
+// TestRunHangupAtStart sends SIGHUP to a starting daemon as early as a
+// program can act on a signal: as soon as the first package of this module
+// but package earlysignal has been initialised (GODEBUG=inittrace=1 tells
+// when), with most of the binary's initialisation still to run. It must be
+// a reload once the daemon runs, not the daemon's end, in each of a few
+// tries. (A signal before the Go runtime itself runs ends any process: no
+// program can catch it.)
+func TestRunHangupAtStart(t *testing.T) {
+	file := writeConfig(t, "checks:\n  web: {protocol: tcp, tcp_mode: connect, port: 9}\npools:\n  - {name: p, check: web, targets: [127.0.0.1], disabled: [127.0.0.1]}\n")
+	early := "init " + module + "/cmd/sonde/earlysignal "
+	for try := range 5 {
+		cmd := exec.Command(testenv.Sonde(t), "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false", "-watch=false", "-log-level", "debug")
+		cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1")
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		bound := time.AfterFunc(30*time.Second, func() { _ = cmd.Process.Kill() }) // ours, by its PID
+		var log strings.Builder
+		sent, caught, reloaded := false, false, false
+		sc := bufio.NewScanner(stderr)
+		for !reloaded && sc.Scan() {
+			line := sc.Text()
+			log.WriteString(line + "\n")
+			switch {
+			case strings.HasPrefix(line, early):
+				caught = true
+			case !sent && strings.HasPrefix(line, "init "+module+"/"):
+				if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+					t.Fatal(err)
+				}
+				sent = true
+				if !caught {
+					t.Errorf("try %d: %s initialised before package earlysignal", try, strings.Fields(line)[1])
+				}
+			case strings.Contains(line, `msg="configuration unchanged"`):
+				reloaded = sent
+			}
+		}
+		if reloaded {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+		}
+		go func() { _, _ = io.Copy(io.Discard, stderr) }()
+		err = cmd.Wait()
+		bound.Stop()
+		if !reloaded || err != nil {
+			t.Fatalf("try %d: SIGHUP sent during the start (%v): %v, want a reload and then exit 0 on SIGTERM; log:\n%s", try, sent, err, log.String())
+		}
+	}
+}
+
+// TestProbeEndsOnHangup checks that the commands that do not reload still
+// end on SIGHUP, as programs do by default: sonde probe of a server that
+// never answers, hung up while it waits.
+func TestProbeEndsOnHangup(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cmd := exec.Command(testenv.Sonde(t), "probe", "-timeout", "30s", "http://"+l.Addr().String()+"/")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	bound := time.AfterFunc(30*time.Second, func() { _ = cmd.Process.Kill() }) // ours, by its PID
+	defer bound.Stop()
+	c, err := l.Accept() // the probe waits for an answer from here on
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGHUP {
+		t.Fatalf("sonde probe after SIGHUP: %v, want ended by the signal", err)
+	}
+}
+
 // TestRunTermDuringStart stops the daemon while it loads: it exits 0 once
 // the load completes, without running.
 func TestRunTermDuringStart(t *testing.T) {

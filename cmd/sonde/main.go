@@ -16,8 +16,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/sondeprobe/sonde/cmd/sonde/earlysignal"
 )
 
 // Exit codes shared by every subcommand.
@@ -58,8 +58,19 @@ Usage:
 Run "sonde COMMAND -h" for a command's flags.
 `
 
+// main runs a command until it ends or SIGINT or SIGTERM cancels its
+// context. The signals are caught from the process's first moments
+// (package earlysignal); only sonde run reloads on SIGHUP, the other
+// commands end on it.
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if len(os.Args) < 2 || os.Args[1] != "run" {
+		earlysignal.ReleaseHangup()
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	go func() {
+		<-earlysignal.Stops()
+		stop()
+	}()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(report(err, os.Stderr))

@@ -9,14 +9,13 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sondeprobe/sonde/cmd/sonde/earlysignal"
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/config/watch"
@@ -51,12 +50,10 @@ type runFlags struct {
 
 // runRun runs the daemon until SIGINT or SIGTERM; SIGHUP, and a change of
 // the configuration's files unless -watch=false, reload it. SIGHUP is caught
-// from the first instruction: one that arrives while the daemon starts
-// reloads once it has started.
+// from the process's first moments (package earlysignal): one that arrives
+// while the daemon starts reloads once it has started.
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	hup := earlysignal.Hangups()
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var f runFlags

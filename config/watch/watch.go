@@ -19,6 +19,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -28,6 +29,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sondeprobe/sonde/config"
 )
 
 // DefaultDebounce is the quiet time after the last event before the files
@@ -202,12 +205,20 @@ func (w *Watcher) look() bool {
 	return changed
 }
 
+// hashFile hashes the content of the regular file at path; a file that
+// cannot be read or is not a regular file (opened without waiting: a FIFO
+// must not stop the watcher) has no sum.
 func hashFile(path string) sum {
-	b, err := os.ReadFile(path)
+	f, err := config.OpenRegular(path)
 	if err != nil {
 		return sum{}
 	}
-	return sum{ok: true, sha: sha256.Sum256(b)}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return sum{}
+	}
+	return sum{ok: true, sha: [sha256.Size]byte(h.Sum(nil))}
 }
 
 // watchMask: every change of a directory's entries, of their content or

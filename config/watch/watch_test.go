@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,6 +138,37 @@ func TestWatchEdits(t *testing.T) {
 	write(t, cfg, "a: 4\n")
 	if !x.next(t) {
 		t.Fatal("creating the file again is no change")
+	}
+}
+
+// TestWatchFIFO puts a FIFO that nobody writes in a watched file's place:
+// the watcher reports the change (the file can no longer be read) and goes
+// on watching, where reading the FIFO would wait for a writer for ever.
+func TestWatchFIFO(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "sonde.yaml")
+	write(t, cfg, "a: 1\n")
+	x := watch(t, cfg)
+	if err := os.Remove(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // a reader that waits for a writer gets one, and EOF
+		if f, err := os.OpenFile(cfg, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	if !x.next(t) {
+		t.Fatal("a FIFO in the file's place is no change")
+	}
+	if err := os.Remove(cfg); err != nil {
+		t.Fatal(err)
+	}
+	write(t, cfg, "a: 2\n")
+	if !x.next(t) {
+		t.Fatal("the file back after the FIFO is no change")
 	}
 }
 
