@@ -129,6 +129,12 @@ func hostOrAddr(t discovery.Target) string {
 	return t.Addr.String()
 }
 
+// HasMember reports whether target id is a member of the pool.
+func (p *Pool) HasMember(id uint32) bool {
+	_, ok := slices.BinarySearch(p.Members, id)
+	return ok
+}
+
 // disables reports whether the pool's disabled list names a found target.
 func (p *Pool) disables(a netip.Addr, port uint16, host string) bool {
 	if _, ok := slices.BinarySearchFunc(p.disabledEPs, netip.AddrPortFrom(a, port), netip.AddrPort.Compare); ok {

@@ -135,6 +135,7 @@ type Daemon struct {
 	static   *config.Config                   // the configuration as its files give it (config.Config.Static)
 	disc     atomic.Pointer[discovery.Runner] // the pools' discovery sources and host names; nil until one discovers (read without the lock)
 	found    uint64                           // the version of the runner's targets the engine runs
+	pending  pendingStates                    // saved states waiting for discovered targets
 	engine   *scheduler.Engine
 	probers  *proberSet
 	inputs   inputs // of the configuration running
@@ -455,7 +456,12 @@ func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
 		return nil, 0, 0, err
 	}
 	ed := d.engine.Edit()
-	ch, err := edit(ed, old, cfg, pp.ls, slots, nslots)
+	d.pending.expire(d.opt.Clock.Now())
+	var resume func(uint32) *scheduler.TargetStatus
+	if d.pending.n > 0 {
+		resume = func(n uint32) *scheduler.TargetStatus { return d.pending.take(cfg, n, d.opt.Clock) }
+	}
+	ch, err := edit(ed, old, cfg, pp.ls, slots, nslots, resume)
 	if err != nil {
 		ed.Abort()
 		pp.abort()
@@ -562,8 +568,10 @@ func (d *Daemon) Stop() error {
 	<-d.done
 	d.cur.Load().stopRouter()
 	if d.opt.StateFile != "" {
-		if err := d.saveState(); err != nil {
-			errs = append(errs, err)
+		if s := d.stateToSave(); s != nil {
+			if err := writeState(d.opt.StateFile, s); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	errs = append(errs, d.probers.close())

@@ -170,7 +170,7 @@ type stateSource struct {
 // table holds the pool and check names, then the host name of every target
 // given as one, in id order (hosts holds those ids): a record finds its
 // host name's index by its target's rank there.
-func snapshot(g *generation) *stateSource {
+func snapshot(g *generation, pending *pendingStates) *stateSource {
 	clock := g.engine.Clock()
 	now, mono := clock.Now().UnixNano(), clock.Nanotime()
 	wall := func(ns int64) int64 { return now + (ns - mono) }
@@ -194,6 +194,8 @@ func snapshot(g *generation) *stateSource {
 		pools[pi] = str(p.Name)
 		s.nrecords += len(p.Members)
 	}
+	waiting := pendingRecords(g, pending, str)
+	s.nrecords += len(waiting)
 	hosts := slices.Sorted(maps.Keys(g.cfg.Hostnames))
 	s.nstrings = len(names) + len(hosts)
 	s.strings = func(yield func(string) bool) {
@@ -226,8 +228,37 @@ func snapshot(g *generation) *stateSource {
 				}
 			}
 		}
+		for i := range waiting {
+			if !yield(&waiting[i]) {
+				return
+			}
+		}
 	}
 	return s
+}
+
+// pendingRecords returns the records of the saved states that still wait
+// for their targets (see pendingStates), for a save of g: those whose pool
+// and check (by name and probe) g still has. str numbers their strings.
+func pendingRecords(g *generation, p *pendingStates, str func(string) uint32) []stateRecord {
+	if p == nil || p.n == 0 {
+		return nil
+	}
+	var out []stateRecord
+	for _, pool := range g.cfg.Pools {
+		c := g.cfg.Checks[pool.CheckIndex]
+		for k, ps := range p.pools[pool.Name] {
+			if ps.check != c.Name || ps.digest != probeDigest(c) {
+				continue
+			}
+			r := stateRecord{pool: str(pool.Name), check: uint32(pool.CheckIndex), addr: k.addr, port: k.port, st: ps.st}
+			if k.host != "" {
+				r.host = str(k.host) + 1
+			}
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // writeState writes s to path atomically: to a temporary file in the same
@@ -458,6 +489,9 @@ type restorer struct {
 	checkOf   []int   // per check of t: the index of the check of cfg of that name and probe, or -1
 	out       []*scheduler.TargetStatus
 	n, seen   int // targets restored, records read
+	// pending keeps the records of the pools that discover which no target
+	// of cfg took: their targets may come later (see pendingStates).
+	pending pendingStates
 }
 
 // poolMember is one target of one pool of cfg, for the restorer's index.
@@ -545,6 +579,14 @@ func (rs *restorer) record(r *stateRecord) {
 		rs.n++
 		return
 	}
+	if p := rs.cfg.Pools[pi]; len(p.Discovery.Sources) > 0 || len(p.Discovery.Names) > 0 {
+		k := pendingKey{addr: r.addr, port: r.port}
+		if matters {
+			k.host = host
+		}
+		sc := rs.t.checks[r.check]
+		rs.pending.add(p.Name, k, pendingState{check: rs.t.strings[sc.name], digest: sc.digest, st: r.st})
+	}
 }
 
 // restore reads the state file for the first configuration; a missing file
@@ -564,17 +606,33 @@ func (d *Daemon) restore(cfg *config.Config) []*scheduler.TargetStatus {
 		return nil
 	}
 	d.log.Info("states restored", "file", d.opt.StateFile, "targets", rs.n, "saved", time.Unix(0, rs.t.written).UTC().Format(time.RFC3339),
-		"saved_records", rs.seen)
+		"saved_records", rs.seen, "waiting_for_discovery", rs.pending.n)
+	d.pending = rs.pending
+	d.pending.until = d.opt.Clock.Now().Add(pendingFor)
 	return rs.out
 }
 
-// saveState writes the running generation's states to the state file.
+// saveState writes the running generation's states, and the saved states
+// still waiting for discovered targets, to the state file.
 func (d *Daemon) saveState() error {
+	d.updateMu.Lock()
+	s := d.stateToSave()
+	d.updateMu.Unlock()
+	if s == nil {
+		return nil
+	}
+	return writeState(d.opt.StateFile, s)
+}
+
+// stateToSave describes the save of the running generation, nil before
+// one runs. Called with updateMu held.
+func (d *Daemon) stateToSave() *stateSource {
 	g := d.cur.Load()
 	if g == nil {
 		return nil
 	}
-	return writeState(d.opt.StateFile, snapshot(g))
+	d.pending.expire(d.opt.Clock.Now())
+	return snapshot(g, &d.pending)
 }
 
 // saveEvery saves the state file every StateInterval until ctx is done. A

@@ -149,7 +149,7 @@ func TestStateSaveStreams(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	if err := writeState(path, snapshot(g)); err != nil {
+	if err := writeState(path, snapshot(g, nil)); err != nil {
 		t.Fatal(err)
 	}
 	runtime.ReadMemStats(&after)
@@ -368,5 +368,53 @@ pools:
 	}
 	if !strings.Contains(logs.String(), "state file ignored") {
 		t.Errorf("a corrupt state file was not reported; log:\n%s", logs.String())
+	}
+}
+
+// TestStateFileDiscoveredTargets checks that discovered targets, which come
+// after the start, resume their saved states too, and that a save made
+// before they came keeps those states for a later start.
+func TestStateFileDiscoveredTargets(t *testing.T) {
+	b := newGate(t)
+	state := filepath.Join(t.TempDir(), "state")
+	// A target that is healthy after 3 successes at 1 h: only a resumed
+	// state is healthy soon after a start.
+	conf := func(source string) string {
+		return fmt.Sprintf(`
+checks:
+  web: {protocol: http, path: /, interval: 1h, timeout: 1s, rise: 3, fall: 3, initial_state: healthy}
+pools:
+  - {name: web, check: web, %s}
+`, source)
+	}
+	static := conf(fmt.Sprintf("static_configs: [{targets: [%q]}]", b.addr()))
+	withState := func(o *Options) {
+		o.StateFile = state
+		o.DiscoveryDebounce = time.Millisecond
+	}
+	td := startDaemonWith(t, static, withState)
+	before := td.waitTargets(t, "web", "healthy after its first probe", func(m map[string]TargetJSON) bool {
+		return m[b.addr()].State == "healthy" && m[b.addr()].Consecutive == 1
+	})[b.addr()]
+	time.Sleep(4 * sinceSlack)
+	if err := td.d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A start whose discovery finds nothing keeps the state for later.
+	empty := conf(fmt.Sprintf("file_sd_configs: [{files: [%q]}]", filepath.Join(t.TempDir(), "*.json")))
+	td2 := startDaemonWith(t, empty, withState)
+	if err := td2.d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The target comes back by discovery: it resumes its state, though
+	// the check would start it healthy anyway; the since tells.
+	b.hang.Store(true) // a probe would fail: it stays healthy only as resumed (fall 3)
+	td3 := startDaemonWith(t, static, withState)
+	x := td3.waitState(t, "web", b.addr(), "healthy")
+	if x.StateSince.Sub(before.StateSince).Abs() > sinceSlack || x.Consecutive != before.Consecutive {
+		t.Errorf("discovered target after two restarts: since %v streak %d, want its saved since %v and streak %d",
+			x.StateSince, x.Consecutive, before.StateSince, before.Consecutive)
 	}
 }

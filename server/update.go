@@ -270,7 +270,10 @@ type change struct {
 
 // edit computes the edit that turns the engine from old's configuration into
 // next's and stages it in ed; the probers must already run next's checks (ls).
-func edit(ed *scheduler.Edit, old *generation, next *config.Config, ls *launchers, slots []uint16, nslots int) (*change, error) {
+// resume, when not nil, gives a target of next the edit adds a saved state
+// to resume (see pendingStates).
+func edit(ed *scheduler.Edit, old *generation, next *config.Config, ls *launchers, slots []uint16, nslots int,
+	resume func(n uint32) *scheduler.TargetStatus) (*change, error) {
 	engineOf, removed := match(old, next)
 	ss := streamsOf(old, next, engineOf)
 	ch := &change{removed: removed}
@@ -296,7 +299,11 @@ func edit(ed *scheduler.Edit, old *generation, next *config.Config, ls *launcher
 	}
 	add := func(n uint32, leader uint32) error {
 		t := next.Targets[n]
-		id, err := ed.Add(scheduler.TargetSpec{Check: slots[t.Check], Leader: leader, Disabled: t.Disabled})
+		spec := scheduler.TargetSpec{Check: slots[t.Check], Leader: leader, Disabled: t.Disabled}
+		if resume != nil {
+			spec.Resume = resume(n)
+		}
+		id, err := ed.Add(spec)
 		if err != nil {
 			return err
 		}
