@@ -3,6 +3,7 @@ package deploy
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -22,6 +23,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sondeprobe/sonde/bench/netns"
 	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
@@ -395,26 +397,69 @@ func checkConfig(t *testing.T, k *kit, c corev1.Container) {
 	if err := os.WriteFile(file, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(testenv.Sonde(t), "config", "check", file).CombinedOutput()
-	if err != nil {
-		t.Fatalf("sonde config check on the ConfigMap's %s: %v\n%s", key, err, out)
-	}
-	for _, proto := range []string{"http", "tcp"} {
-		if !strings.Contains(string(out), " "+proto+" ") {
-			t.Errorf("the example configuration has no %s check:\n%s", proto, out)
+	// sonde checks the file in a network namespace with only loopback: a
+	// host name in it is looked up there, and neither that lookup nor
+	// anything else leaves the machine.
+	t.Run("config check", func(t *testing.T) {
+		testenv.RequirePrivileged(t, "a network namespace, so that no DNS query leaves")
+		ns := testenv.LoopbackNamespace(t)
+		check := func(args ...string) *exec.Cmd {
+			return netns.Command(ns, testenv.Sonde(t), append([]string{"config", "check"}, args...)...)
 		}
-	}
-	// Every pod's shard, as the kubelet expands it, is one sonde accepts.
-	env := map[string]string{}
-	for _, e := range c.Env {
-		env[e.Name] = e.Value
-	}
-	for i := range int(*k.sts.Spec.Replicas) {
-		env["POD_INDEX"] = strconv.Itoa(i)
-		shard := expand(flagValue(c.Args, "shard"), env)
-		out, err := exec.Command(testenv.Sonde(t), "config", "check", "-shard", shard, file).CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "shard "+shard+": ") {
-			t.Errorf("sonde config check -shard %s on the ConfigMap's %s: %v\n%s", shard, key, err, out)
+		out, err := check(file).CombinedOutput()
+		if err != nil {
+			t.Fatalf("sonde config check on the ConfigMap's %s: %v\n%s", key, err, out)
 		}
-	}
+		for _, proto := range []string{"http", "tcp"} {
+			if !strings.Contains(string(out), " "+proto+" ") {
+				t.Errorf("the example configuration has no %s check:\n%s", proto, out)
+			}
+		}
+		var stderr bytes.Buffer
+		cmd := check("-json", file)
+		cmd.Stderr = &stderr
+		js, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("sonde config check -json: %v\n%s", err, stderr.Bytes())
+		}
+		var rep checkReport
+		if err := json.Unmarshal(js, &rep); err != nil {
+			t.Fatalf("sonde config check -json: %v\n%s", err, js)
+		}
+		for _, p := range rep.Pools {
+			// Every shard looks a name up at start, from wherever it runs.
+			if len(p.Unresolved) > 0 {
+				t.Errorf("pool %s lists host names that do not resolve here: %+v", p.Name, p.Unresolved)
+			}
+		}
+		// Every pod's shard, as the kubelet expands it, is one sonde accepts.
+		env := map[string]string{}
+		for _, e := range c.Env {
+			env[e.Name] = e.Value
+		}
+		for i := range int(*k.sts.Spec.Replicas) {
+			env["POD_INDEX"] = strconv.Itoa(i)
+			shard := expand(flagValue(c.Args, "shard"), env)
+			out, err := check("-shard", shard, file).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "shard "+shard+": ") {
+				t.Errorf("sonde config check -shard %s on the ConfigMap's %s: %v\n%s", shard, key, err, out)
+			}
+		}
+	})
+}
+
+// checkReport is the part of `sonde config check -json` the tests read.
+type checkReport struct {
+	Pools []struct {
+		Name         string            `json:"name"`
+		Sources      []string          `json:"discovery_sources"`
+		RelabelRules int               `json:"relabel_rules"`
+		Labels       map[string]string `json:"labels"`
+		MetricLabels []string          `json:"metric_labels"`
+		Unresolved   []struct {
+			Host  string `json:"host"`
+			Port  int    `json:"port"`
+			Error string `json:"error"`
+		} `json:"unresolved"`
+	} `json:"pools"`
 }
