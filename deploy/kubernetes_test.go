@@ -3,6 +3,7 @@ package deploy
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -17,21 +18,30 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sondeprobe/sonde/bench/netns"
 	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
 // kit is the output of kustomize for one kustomization, decoded strictly.
 type kit struct {
-	configMap *corev1.ConfigMap
-	service   *corev1.Service
-	sts       *appsv1.StatefulSet
-	pdb       *policyv1.PodDisruptionBudget
-	monitor   *monitoringv1.PodMonitor
+	configMap      *corev1.ConfigMap
+	service        *corev1.Service
+	sts            *appsv1.StatefulSet
+	pdb            *policyv1.PodDisruptionBudget
+	monitor        *monitoringv1.PodMonitor
+	serviceAccount *corev1.ServiceAccount
+	// RBAC: any number of each, checked against what the configuration's
+	// Kubernetes discovery reads (checkRBAC).
+	clusterRoles        []*rbacv1.ClusterRole
+	roles               []*rbacv1.Role
+	roleBindings        []*rbacv1.RoleBinding
+	clusterRoleBindings []*rbacv1.ClusterRoleBinding
 }
 
 // build runs `kubectl kustomize dir` and decodes every object with the
@@ -74,14 +84,35 @@ func build(t *testing.T, dir string) *kit {
 			decodeInto(t, doc, &k.pdb)
 		case "monitoring.coreos.com/v1 PodMonitor":
 			decodeInto(t, doc, &k.monitor)
+		case "v1 ServiceAccount":
+			decodeInto(t, doc, &k.serviceAccount)
+		case "rbac.authorization.k8s.io/v1 ClusterRole":
+			k.clusterRoles = append(k.clusterRoles, decodeOne[rbacv1.ClusterRole](t, doc))
+		case "rbac.authorization.k8s.io/v1 Role":
+			k.roles = append(k.roles, decodeOne[rbacv1.Role](t, doc))
+		case "rbac.authorization.k8s.io/v1 RoleBinding":
+			k.roleBindings = append(k.roleBindings, decodeOne[rbacv1.RoleBinding](t, doc))
+		case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
+			k.clusterRoleBindings = append(k.clusterRoleBindings, decodeOne[rbacv1.ClusterRoleBinding](t, doc))
 		default:
 			t.Fatalf("%s: unexpected object %s %s", dir, tm.APIVersion, tm.Kind)
 		}
 	}
-	if k.configMap == nil || k.service == nil || k.sts == nil || k.pdb == nil || k.monitor == nil {
-		t.Fatalf("%s: want a ConfigMap, Service, StatefulSet, PodDisruptionBudget and PodMonitor, got %+v", dir, k)
+	if k.configMap == nil || k.service == nil || k.sts == nil || k.pdb == nil || k.monitor == nil || k.serviceAccount == nil {
+		t.Fatalf("%s: want a ConfigMap, Service, StatefulSet, PodDisruptionBudget, PodMonitor and ServiceAccount, got %+v", dir, k)
 	}
 	return k
+}
+
+// decodeOne decodes doc strictly into a new T, failing on unknown or
+// duplicate fields.
+func decodeOne[T any](t *testing.T, doc []byte) *T {
+	t.Helper()
+	v := new(T)
+	if err := yaml.UnmarshalStrict(doc, v); err != nil {
+		t.Fatalf("%T: %v", v, err)
+	}
+	return v
 }
 
 // decodeInto decodes doc strictly into a new *dst, failing on unknown or
@@ -91,10 +122,7 @@ func decodeInto[T any](t *testing.T, doc []byte, dst **T) {
 	if *dst != nil {
 		t.Fatalf("two objects of type %T", *dst)
 	}
-	*dst = new(T)
-	if err := yaml.UnmarshalStrict(doc, *dst); err != nil {
-		t.Fatalf("%T: %v", *dst, err)
-	}
+	*dst = decodeOne[T](t, doc)
 }
 
 func TestKubernetesBase(t *testing.T) {
@@ -146,12 +174,40 @@ func TestKubernetesVantageOverlay(t *testing.T) {
 	if labels.SelectorFromSet(base.service.Spec.Selector).Matches(labels.Set(k.sts.Spec.Template.Labels)) {
 		t.Error("base Service selects the pods of vantage-b")
 	}
+	// ClusterRoles are cluster-wide and the RoleBindings live in the
+	// namespaces discovered: two vantage points must not overwrite each
+	// other's.
+	var baseRBAC []string
+	for _, r := range base.clusterRoles {
+		baseRBAC = append(baseRBAC, "ClusterRole "+r.Name)
+	}
+	for _, b := range base.roleBindings {
+		baseRBAC = append(baseRBAC, "RoleBinding "+b.Namespace+"/"+b.Name)
+	}
+	for _, b := range base.clusterRoleBindings {
+		baseRBAC = append(baseRBAC, "ClusterRoleBinding "+b.Name)
+	}
+	for _, r := range k.clusterRoles {
+		if slices.Contains(baseRBAC, "ClusterRole "+r.Name) {
+			t.Errorf("vantage-b's ClusterRole %s has the base's name", r.Name)
+		}
+	}
+	for _, b := range k.roleBindings {
+		if slices.Contains(baseRBAC, "RoleBinding "+b.Namespace+"/"+b.Name) {
+			t.Errorf("vantage-b's RoleBinding %s/%s has the base's name", b.Namespace, b.Name)
+		}
+	}
+	for _, b := range k.clusterRoleBindings {
+		if slices.Contains(baseRBAC, "ClusterRoleBinding "+b.Name) {
+			t.Errorf("vantage-b's ClusterRoleBinding %s has the base's name", b.Name)
+		}
+	}
 }
 
 // checkKit asserts what every vantage point's kit must hold.
 func checkKit(t *testing.T, k *kit, name, vantage string) {
 	t.Helper()
-	for _, m := range []metav1.ObjectMeta{k.service.ObjectMeta, k.sts.ObjectMeta, k.pdb.ObjectMeta, k.monitor.ObjectMeta} {
+	for _, m := range []metav1.ObjectMeta{k.service.ObjectMeta, k.sts.ObjectMeta, k.pdb.ObjectMeta, k.monitor.ObjectMeta, k.serviceAccount.ObjectMeta} {
 		if m.Name != name {
 			t.Errorf("%s is named %q, want %q", m.Name, m.Name, name)
 		}
@@ -187,10 +243,13 @@ func checkKit(t *testing.T, k *kit, name, vantage string) {
 	}
 	c := pod.Spec.Containers[0]
 	checkArgs(t, k, c)
-	checkSecurity(t, pod.Spec, c)
+	cfg := loadConfig(t, k, c)
+	inCluster := checkRBAC(t, k, cfg)
+	checkSecurity(t, pod.Spec, c, inCluster)
 	checkProbes(t, c)
 	checkMonitor(t, k, c)
 	checkConfig(t, k, c)
+	checkDiscoveryExample(t, cfg)
 }
 
 // selects reports whether sel matches a pod with labels set. An empty
@@ -263,8 +322,10 @@ func expand(s string, env map[string]string) string {
 	return s
 }
 
-// checkSecurity asserts the capabilities and sandbox of the pod.
-func checkSecurity(t *testing.T, spec corev1.PodSpec, c corev1.Container) {
+// checkSecurity asserts the capabilities and sandbox of the pod; token
+// says whether it needs its service account's token (for Kubernetes
+// discovery in the cluster).
+func checkSecurity(t *testing.T, spec corev1.PodSpec, c corev1.Container, token bool) {
 	t.Helper()
 	sc := c.SecurityContext
 	if sc == nil || sc.Capabilities == nil {
@@ -317,8 +378,15 @@ func checkSecurity(t *testing.T, spec corev1.PodSpec, c corev1.Container) {
 	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
 		t.Error("pod shares a host namespace")
 	}
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+	mounted := spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken
+	switch {
+	case mounted && !token:
 		t.Error("pod mounts a service account token it never uses")
+	case !mounted && token:
+		t.Error("pod mounts no service account token, which kubernetes_sd_configs needs in the cluster")
+	case token && (spec.AutomountServiceAccountToken == nil || spec.ServiceAccountName == ""):
+		t.Errorf("pod relies on defaults for its token (automountServiceAccountToken set: %v, serviceAccountName %q): set both",
+			spec.AutomountServiceAccountToken != nil, spec.ServiceAccountName)
 	}
 }
 
@@ -360,9 +428,9 @@ func checkMonitor(t *testing.T, k *kit, c corev1.Container) {
 	}
 }
 
-// checkConfig asserts the ConfigMap is mounted where -config points, and
-// that sonde accepts the configuration in it.
-func checkConfig(t *testing.T, k *kit, c corev1.Container) {
+// configData returns the key and content of the ConfigMap's file that
+// -config names, asserting the ConfigMap is mounted where -config points.
+func configData(t *testing.T, k *kit, c corev1.Container) (key, data string) {
 	t.Helper()
 	path := flagValue(c.Args, "config")
 	var mount *corev1.VolumeMount
@@ -386,35 +454,96 @@ func checkConfig(t *testing.T, k *kit, c corev1.Container) {
 	if vol == nil || vol.ConfigMap == nil || vol.ConfigMap.Name != k.configMap.Name {
 		t.Fatalf("volume %q is not the ConfigMap %s", mount.Name, k.configMap.Name)
 	}
-	key := strings.TrimPrefix(path, mount.MountPath+"/")
+	key = strings.TrimPrefix(path, mount.MountPath+"/")
 	data, ok := k.configMap.Data[key]
 	if !ok {
 		t.Fatalf("ConfigMap %s has no key %s", k.configMap.Name, key)
 	}
+	return key, data
+}
+
+// checkConfig asserts that sonde accepts the configuration in the
+// ConfigMap, as a whole and as each pod's shard.
+func checkConfig(t *testing.T, k *kit, c corev1.Container) {
+	t.Helper()
+	key, data := configData(t, k, c)
 	file := filepath.Join(t.TempDir(), key)
 	if err := os.WriteFile(file, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(testenv.Sonde(t), "config", "check", file).CombinedOutput()
-	if err != nil {
-		t.Fatalf("sonde config check on the ConfigMap's %s: %v\n%s", key, err, out)
-	}
-	for _, proto := range []string{"http", "tcp"} {
-		if !strings.Contains(string(out), " "+proto+" ") {
-			t.Errorf("the example configuration has no %s check:\n%s", proto, out)
+	// sonde checks the file in a network namespace with only loopback: a
+	// host name in it is looked up there, and neither that lookup nor
+	// anything else leaves the machine.
+	t.Run("config check", func(t *testing.T) {
+		testenv.RequirePrivileged(t, "a network namespace, so that no DNS query leaves")
+		ns := testenv.LoopbackNamespace(t)
+		check := func(args ...string) *exec.Cmd {
+			return netns.Command(ns, testenv.Sonde(t), append([]string{"config", "check"}, args...)...)
 		}
-	}
-	// Every pod's shard, as the kubelet expands it, is one sonde accepts.
-	env := map[string]string{}
-	for _, e := range c.Env {
-		env[e.Name] = e.Value
-	}
-	for i := range int(*k.sts.Spec.Replicas) {
-		env["POD_INDEX"] = strconv.Itoa(i)
-		shard := expand(flagValue(c.Args, "shard"), env)
-		out, err := exec.Command(testenv.Sonde(t), "config", "check", "-shard", shard, file).CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "shard "+shard+": ") {
-			t.Errorf("sonde config check -shard %s on the ConfigMap's %s: %v\n%s", shard, key, err, out)
+		out, err := check(file).CombinedOutput()
+		if err != nil {
+			t.Fatalf("sonde config check on the ConfigMap's %s: %v\n%s", key, err, out)
 		}
-	}
+		for _, proto := range []string{"http", "tcp"} {
+			if !strings.Contains(string(out), " "+proto+" ") {
+				t.Errorf("the example configuration has no %s check:\n%s", proto, out)
+			}
+		}
+		var stderr bytes.Buffer
+		cmd := check("-json", file)
+		cmd.Stderr = &stderr
+		js, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("sonde config check -json: %v\n%s", err, stderr.Bytes())
+		}
+		var rep checkReport
+		if err := json.Unmarshal(js, &rep); err != nil {
+			t.Fatalf("sonde config check -json: %v\n%s", err, js)
+		}
+		kube := 0
+		for _, p := range rep.Pools {
+			// Every shard looks a name up at start, from wherever it runs.
+			if len(p.Unresolved) > 0 {
+				t.Errorf("pool %s lists host names that do not resolve here: %+v", p.Name, p.Unresolved)
+			}
+			if slices.ContainsFunc(p.Sources, func(s string) bool { return strings.HasPrefix(s, "kubernetes_sd_configs[") }) {
+				kube++
+				if p.RelabelRules == 0 || len(p.MetricLabels) == 0 {
+					t.Errorf("pool %s: %d relabel rules, metric_labels %v; the example shows both", p.Name, p.RelabelRules, p.MetricLabels)
+				}
+			}
+		}
+		if kube == 0 {
+			t.Errorf("sonde config check finds no pool fed by kubernetes_sd_configs in the example:\n%s", js)
+		}
+		// Every pod's shard, as the kubelet expands it, is one sonde accepts.
+		env := map[string]string{}
+		for _, e := range c.Env {
+			env[e.Name] = e.Value
+		}
+		for i := range int(*k.sts.Spec.Replicas) {
+			env["POD_INDEX"] = strconv.Itoa(i)
+			shard := expand(flagValue(c.Args, "shard"), env)
+			out, err := check("-shard", shard, file).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "shard "+shard+": ") {
+				t.Errorf("sonde config check -shard %s on the ConfigMap's %s: %v\n%s", shard, key, err, out)
+			}
+		}
+	})
+}
+
+// checkReport is the part of `sonde config check -json` the tests read.
+type checkReport struct {
+	Pools []struct {
+		Name         string            `json:"name"`
+		Sources      []string          `json:"discovery_sources"`
+		RelabelRules int               `json:"relabel_rules"`
+		Labels       map[string]string `json:"labels"`
+		MetricLabels []string          `json:"metric_labels"`
+		Unresolved   []struct {
+			Host  string `json:"host"`
+			Port  int    `json:"port"`
+			Error string `json:"error"`
+		} `json:"unresolved"`
+	} `json:"pools"`
 }

@@ -107,6 +107,14 @@ func TestMetricTableMatchesDaemon(t *testing.T) {
 	}()
 	secure := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(secure.Close)
+	// A pool fed by file_sd exports the discovery series; it finds the
+	// plain server. (No metric_labels: they would add labels to every
+	// per-target series, which the table lists without them.)
+	sd := filepath.Join(t.TempDir(), "found.json")
+	group := fmt.Sprintf(`[{"targets": [%q]}]`, strings.TrimPrefix(web.URL, "http://"))
+	if err := os.WriteFile(sd, []byte(group), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// An HTTPS check exports certificate expiries; a webhook its delivery
 	// counters (it posts to the plain server, which accepts anything).
 	cfg := fmt.Sprintf(`checks:
@@ -117,9 +125,10 @@ pools:
   - {name: web, check: web, targets: [%q]}
   - {name: tcp, check: tcp, targets: [%q]}
   - {name: tls, check: tls, targets: [%q]}
+  - {name: found, check: web, file_sd_configs: [{files: [%q]}]}
 webhooks:
   - {url: %q}
-`, strings.TrimPrefix(web.URL, "http://"), l.Addr().String(), strings.TrimPrefix(secure.URL, "https://"), web.URL+"/")
+`, strings.TrimPrefix(web.URL, "http://"), l.Addr().String(), strings.TrimPrefix(secure.URL, "https://"), sd, web.URL+"/")
 	d := startDaemon(t, cfg)
 
 	// Per-target series appear once the targets are decided; a reload (the
@@ -129,7 +138,8 @@ webhooks:
 		t.Fatal(err)
 	}
 	fams := d.scrapeUntil(t, func(f map[string]*dto.MetricFamily) bool {
-		return value(f["sonde_config_reloads_total"], "result", "success") >= 2 && f["sonde_target_healthy"] != nil
+		return value(f["sonde_config_reloads_total"], "result", "success") >= 2 && f["sonde_target_healthy"] != nil &&
+			value(f["sonde_discovery_source_healthy"], "pool", "found") == 1 && value(f["sonde_target_healthy"], "pool", "found") >= 0
 	})
 
 	for name, doc := range docs {
