@@ -24,7 +24,15 @@ func discover(d *Daemon, pool string, addrs ...string) error {
 		f.Targets = append(f.Targets, discovery.Target{Addr: ap.Addr(), Port: ap.Port()})
 	}
 	found[pool] = f
-	eff, err := d.static.WithFound(found)
+	static := d.static
+	if static == nil { // a configuration without discovery: the daemon keeps none
+		cfg, err := d.opt.Load()
+		if err != nil {
+			return err
+		}
+		static = cfg.Static()
+	}
+	eff, err := static.WithFound(found)
 	if err != nil {
 		return err
 	}

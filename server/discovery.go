@@ -25,7 +25,10 @@ func (d *Daemon) withFound(cfg *config.Config) (*config.Config, error) {
 	static := cfg.Static()
 	r := d.disc.Load()
 	if r == nil && !static.Discovers() {
-		d.static, d.found = static, 0
+		// Nothing to find: the running generation is all there is, and
+		// keeping the loaded configuration too would double its tables
+		// after a reload (the generation's are renumbered copies).
+		d.static, d.found = nil, 0
 		return cfg, nil
 	}
 	if r == nil {
@@ -44,6 +47,9 @@ func (d *Daemon) withFound(cfg *config.Config) (*config.Config, error) {
 		return nil, err
 	}
 	d.static, d.found = static, version
+	if !static.Discovers() {
+		d.static = nil // as above: nothing more to find
+	}
 	return eff, nil
 }
 
@@ -53,7 +59,7 @@ func (d *Daemon) discoveryChanged() {
 	d.updateMu.Lock()
 	defer d.updateMu.Unlock()
 	r := d.disc.Load()
-	if d.engine == nil || d.stopped || r == nil {
+	if d.engine == nil || d.stopped || r == nil || d.static == nil {
 		return
 	}
 	found, version := r.Found()
