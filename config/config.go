@@ -89,10 +89,11 @@ type Config struct {
 	maxTargets int
 }
 
-// Target is one unique (address, port, check). It is small and holds no
-// slice or string, so a million of them stay compact.
+// Target is one unique (address, port, check). It holds no pointer, slice or
+// string (28 bytes), so ten million of them stay compact and the garbage
+// collector never scans them.
 type Target struct {
-	Addr  netip.Addr
+	ip    [16]byte // the address, IPv4 as IPv4-mapped IPv6; see Addr
 	Port  uint16
 	Check uint16 // index into Config.Checks
 	// Leader is the id of the target that leads this target's probe stream:
@@ -104,10 +105,25 @@ type Target struct {
 	// lists it disables it (E6) or has its health checks off. Then no pool
 	// needs its health and it is not probed.
 	Disabled bool
+	valid    bool // ip holds an address (a placeholder's does not)
+}
+
+// NewTarget returns a target at a, port, of check index check, leading
+// its own stream (Leader is the caller's to set).
+func NewTarget(a netip.Addr, port, check uint16) Target {
+	return Target{ip: a.As16(), Port: port, Check: check, valid: a.IsValid()}
+}
+
+// Addr returns the target's address; the zero Addr for a placeholder.
+func (t Target) Addr() netip.Addr {
+	if !t.valid {
+		return netip.Addr{}
+	}
+	return netip.AddrFrom16(t.ip).Unmap()
 }
 
 // AddrPort returns the target's endpoint.
-func (t Target) AddrPort() netip.AddrPort { return netip.AddrPortFrom(t.Addr, t.Port) }
+func (t Target) AddrPort() netip.AddrPort { return netip.AddrPortFrom(t.Addr(), t.Port) }
 
 // Metrics holds the metrics options.
 type Metrics struct {

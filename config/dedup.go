@@ -141,7 +141,7 @@ func (x *expander) dedup(pools []*Pool) ([]Target, map[uint32]string) {
 	targets := make([]Target, groups)
 	for i := range entries {
 		e := &entries[i]
-		targets[targetOf[e.seq]] = Target{Addr: e.addr(), Port: e.port, Check: e.check}
+		targets[targetOf[e.seq]] = NewTarget(e.addr(), e.port, e.check)
 	}
 	entries = nil
 

@@ -83,7 +83,7 @@ func (c *Config) WithFound(found map[string]discovery.Found) (*Config, error) {
 			}
 			t := s.Targets[id]
 			x.labels = x.intern(p.MemberLabels(pos))
-			if x.add(t.Addr, t.Port, s.Hostnames[id], uint16(p.CheckIndex), chk) && d < len(p.Disabled) && p.Disabled[d] == id {
+			if x.add(t.Addr(), t.Port, s.Hostnames[id], uint16(p.CheckIndex), chk) && d < len(p.Disabled) && p.Disabled[d] == id {
 				x.entries[len(x.entries)-1].flags |= flagDisabled
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/prometheus/model/labels"
@@ -200,5 +201,20 @@ func TestRenumbered(t *testing.T) {
 	}
 	if diff := cmp.Diff([]uint32{8}, q.Disabled); diff != "" {
 		t.Errorf("disabled (-want +got):\n%s", diff)
+	}
+}
+
+// TestTargetSize keeps Target small and free of pointers: the configuration
+// holds one per target, ten million in a large fleet.
+func TestTargetSize(t *testing.T) {
+	if n := unsafe.Sizeof(Target{}); n > 28 {
+		t.Errorf("Target is %d bytes, want at most 28", n)
+	}
+	tg := NewTarget(netip.MustParseAddr("198.18.0.1"), 80, 0)
+	if tg.Addr() != netip.MustParseAddr("198.18.0.1") || !tg.Addr().Is4() || (Target{}).Addr().IsValid() {
+		t.Errorf("Addr round trip: %v, placeholder %v", tg.Addr(), (Target{}).Addr())
+	}
+	if a := NewTarget(netip.MustParseAddr("2001:db8::1"), 80, 0).Addr(); a != netip.MustParseAddr("2001:db8::1") {
+		t.Errorf("IPv6 round trip: %v", a)
 	}
 }

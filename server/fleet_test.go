@@ -83,7 +83,7 @@ metrics: {per_target: false}
 	// Two addresses start dropping every packet.
 	var drop []uint32
 	for id, tg := range g.cfg.Targets {
-		if a := tg.Addr.As4(); a[3] == 7 || a[3] == 100 {
+		if a := tg.Addr().As4(); a[3] == 7 || a[3] == 100 {
 			drop = append(drop, uint32(id))
 		}
 	}
@@ -148,7 +148,7 @@ metrics: {per_target: false}
 		}
 		var added []uint32
 		for id, tg := range g2.cfg.Targets {
-			if tg.Addr.IsValid() && tg.Addr.As4()[2] != 0 {
+			if tg.Addr().IsValid() && tg.Addr().As4()[2] != 0 {
 				added = append(added, uint32(id))
 			}
 		}

@@ -85,7 +85,7 @@ func (g *generation) indexPools() {
 	}
 	g.members = map[uint32][]uint32{}
 	for id, t := range cfg.Targets {
-		if !t.Addr.IsValid() {
+		if !t.Addr().IsValid() {
 			continue
 		}
 		g.targets++
@@ -220,7 +220,7 @@ func (g *generation) poolsOf(id uint32, fn func(pi int)) {
 
 // has reports whether the generation has a target with id.
 func (g *generation) has(id uint32) bool {
-	return int(id) < len(g.cfg.Targets) && g.cfg.Targets[id].Addr.IsValid()
+	return int(id) < len(g.cfg.Targets) && g.cfg.Targets[id].Addr().IsValid()
 }
 
 // target returns the destination of target id for a one-shot prober, or
@@ -230,7 +230,7 @@ func (g *generation) target(id uint32) probe.Target {
 		return probe.Target{}
 	}
 	t := g.cfg.Targets[id]
-	return probe.Target{Addr: t.Addr, Port: t.Port, Host: g.cfg.Hostnames[id]}
+	return probe.Target{Addr: t.Addr(), Port: t.Port, Host: g.cfg.Hostnames[id]}
 }
 
 // lastErrors keeps the most recent failure of each failing target, for the

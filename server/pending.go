@@ -75,7 +75,7 @@ func (p *pendingStates) take(next *config.Config, n uint32, clock scheduler.Cloc
 	}
 	t := next.Targets[n]
 	c := next.Checks[t.Check]
-	k := pendingKey{addr: t.Addr, port: t.Port}
+	k := pendingKey{addr: t.Addr(), port: t.Port}
 	if c.HostNameMatters() {
 		k.host = next.Hostnames[n]
 	}

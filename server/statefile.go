@@ -215,7 +215,7 @@ func snapshot(g *generation, pending *pendingStates) *stateSource {
 		for pi, p := range g.cfg.Pools {
 			for _, id := range p.Members {
 				t := g.cfg.Targets[id]
-				r = stateRecord{pool: pools[pi], check: uint32(p.CheckIndex), addr: t.Addr, port: t.Port, st: g.engine.Status(id)}
+				r = stateRecord{pool: pools[pi], check: uint32(p.CheckIndex), addr: t.Addr(), port: t.Port, st: g.engine.Status(id)}
 				if rank, ok := slices.BinarySearch(hosts, id); ok {
 					r.host = uint32(len(names)+rank) + 1
 				}
@@ -511,7 +511,7 @@ func newRestorer(cfg *config.Config, clock scheduler.Clock) *restorer {
 	}
 	slices.SortFunc(rs.members, func(a, b poolMember) int {
 		ta, tb := cfg.Targets[a.id], cfg.Targets[b.id]
-		return cmp.Or(cmp.Compare(a.pool, b.pool), ta.Addr.Compare(tb.Addr), cmp.Compare(ta.Port, tb.Port), cmp.Compare(a.id, b.id))
+		return cmp.Or(cmp.Compare(a.pool, b.pool), ta.Addr().Compare(tb.Addr()), cmp.Compare(ta.Port, tb.Port), cmp.Compare(a.id, b.id))
 	})
 	return rs
 }
@@ -557,7 +557,7 @@ func (rs *restorer) record(r *stateRecord) {
 	}
 	key := func(m poolMember) int {
 		t := rs.cfg.Targets[m.id]
-		return cmp.Or(cmp.Compare(m.pool, pi), t.Addr.Compare(r.addr), cmp.Compare(t.Port, r.port))
+		return cmp.Or(cmp.Compare(m.pool, pi), t.Addr().Compare(r.addr), cmp.Compare(t.Port, r.port))
 	}
 	i, _ := slices.BinarySearchFunc(rs.members, 0, func(m poolMember, _ int) int { return key(m) })
 	host := ""

@@ -101,7 +101,7 @@ func savedSnapshot(t *testing.T, cfg *config.Config, host string) *stateSnapshot
 	}
 	for _, p := range g.cfg.Pools {
 		for _, id := range p.Members {
-			r := stateRecord{pool: str(p.Name), check: uint32(p.CheckIndex), addr: cfg.Targets[id].Addr, port: cfg.Targets[id].Port,
+			r := stateRecord{pool: str(p.Name), check: uint32(p.CheckIndex), addr: cfg.Targets[id].Addr(), port: cfg.Targets[id].Port,
 				st: scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.Success, Streak: 7 + int(id), StreakOK: true,
 					Since: s.written - int64(time.Hour), LastProbe: s.written - int64(time.Second), Latency: 3 * time.Millisecond, Smoothed: 2 * time.Millisecond}}
 			if name, ok := cfg.Hostnames[id]; ok {

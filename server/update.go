@@ -53,10 +53,10 @@ func (k *keyer) keys(cfg *config.Config) []targetKey {
 	}
 	out := make([]targetKey, 0, len(cfg.Targets))
 	for id, t := range cfg.Targets {
-		if !t.Addr.IsValid() {
+		if !t.Addr().IsValid() {
 			continue
 		}
-		a := t.Addr.As16()
+		a := t.Addr().As16()
 		key := targetKey{hi: binary.BigEndian.Uint64(a[:8]), lo: binary.BigEndian.Uint64(a[8:]), port: t.Port, check: ci[t.Check], id: uint32(id)}
 		if cfg.Checks[t.Check].HostNameMatters() {
 			if name, ok := cfg.Hostnames[uint32(id)]; ok {

@@ -125,7 +125,7 @@ func TestDemoBackends(t *testing.T) {
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
 				defer cancel()
-				r := pr.Report(ctx, probe.Target{Addr: tg.Addr, Port: tg.Port})
+				r := pr.Report(ctx, probe.Target{Addr: tg.Addr(), Port: tg.Port})
 				mu.Lock()
 				got[p.Name+"/"+names[tg.AddrPort()]] = r.Outcome
 				mu.Unlock()

@@ -56,7 +56,7 @@ func indexRemediation(cfg *config.Config, r *config.Remediation) []entry {
 			if d < len(p.Disabled) && p.Disabled[d] == id {
 				continue
 			}
-			out = append(out, entry{addr: cfg.Targets[id].Addr, pool: i, id: id})
+			out = append(out, entry{addr: cfg.Targets[id].Addr(), pool: i, id: id})
 		}
 	}
 	slices.SortFunc(out, func(a, b entry) int {
