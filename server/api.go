@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -184,12 +183,8 @@ func (g *generation) unresolvedJSON(pi, i int) TargetJSON {
 	cp := g.cfg.Pools[pi]
 	u := cp.Unresolved[i]
 	c := g.cfg.Checks[cp.CheckIndex]
-	target := u.Host
-	if u.Port != 0 {
-		target = net.JoinHostPort(u.Host, strconv.Itoa(int(u.Port)))
-	}
 	return TargetJSON{
-		ID: unresolvedBase + uint32(i), Target: target, Host: u.Host, Pool: cp.Name, Check: c.Name, Protocol: c.Protocol.String(),
+		ID: unresolvedBase + uint32(i), Target: unresolvedTarget(&u), Host: u.Host, Pool: cp.Name, Check: c.Name, Protocol: c.Protocol.String(),
 		State: "unknown", Route: scheduler.Excluded.String(), LastOutcome: "unresolved", LastError: u.Err, StateSince: u.Since,
 		FailureWindowSeconds: c.FailureWindow().Seconds(), SuccessWindowSeconds: c.SuccessWindow(c.Timeout).Seconds(),
 		Labels: labelMap(u.Labels), Unresolved: true,
