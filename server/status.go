@@ -635,13 +635,14 @@ func (d *Daemon) unresolvedPage(w http.ResponseWriter, g *generation, ref target
 		pageBase
 		M        memberView
 		PoolURL  string
-		Next     time.Time // the name's next lookup; zero for a target that is no name
+		IsName   bool      // Host is a host name, looked up again and again
+		Next     time.Time // the name's next lookup
 		NextIn   string    // how long until Next; "" when it is due
 		Host     string
 		Settings []setting
 	}{
 		pageBase: base, M: view, PoolURL: "pool?" + url.Values{"name": {cp.Name}}.Encode(),
-		Next: u.Next, NextIn: nextIn, Host: u.Host, Settings: checkSettings(c),
+		IsName: !isAddr(u.Host), Next: u.Next, NextIn: nextIn, Host: u.Host, Settings: checkSettings(c),
 	})
 }
 
@@ -743,7 +744,7 @@ func (d *Daemon) handleDiscoveryPage(w http.ResponseWriter, _ *http.Request) {
 	var pools []discoveryView
 	var static []string
 	for _, ps := range d.discoveryStatus() {
-		if len(ps.Sources) == 0 && ps.Names == 0 && len(ps.Unresolved) == 0 {
+		if len(ps.Sources) == 0 && ps.Names == 0 {
 			static = append(static, ps.Pool)
 			continue
 		}
@@ -752,9 +753,21 @@ func (d *Daemon) handleDiscoveryPage(w http.ResponseWriter, _ *http.Request) {
 		for _, s := range ps.Sources {
 			v.Sources = append(v.Sources, sourceView{SourceStatus: s, DroppedText: droppedText(s.Dropped)})
 		}
-		for i := range ps.Unresolved {
-			u := &ps.Unresolved[i]
-			t := unresolvedTarget(u)
+		// The pool's targets that cannot be probed, names and others, with
+		// the names' lookups as the runner has them now.
+		var unresolved []discovery.Unresolved
+		if pi, err := g.poolIndex(ps.Pool); err == nil {
+			unresolved = g.cfg.Pools[pi].Unresolved
+		}
+		for i := range unresolved {
+			u := unresolved[i]
+			for _, f := range ps.Unresolved {
+				if f.Host == u.Host && f.Port == u.Port {
+					u.Err, u.Since, u.Next = f.Err, f.Since, f.Next
+					break
+				}
+			}
+			t := unresolvedTarget(&u)
 			v.Unresolved = append(v.Unresolved, unresolvedRow{Target: t, URL: targetURL(ps.Pool, t, ""), Error: u.Err, Since: u.Since, Next: u.Next})
 		}
 		pools = append(pools, v)
@@ -767,6 +780,12 @@ func (d *Daemon) handleDiscoveryPage(w http.ResponseWriter, _ *http.Request) {
 		Pools  []discoveryView
 		Static []string
 	}{d.pageBase(g, "discovery", "Discovery"), pools, static})
+}
+
+// isAddr reports whether s is an IP address.
+func isAddr(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil
 }
 
 // droppedText says how many targets a source dropped for each reason.

@@ -43,6 +43,7 @@ const hostileLabel = `"><b id=sonde-xss onclick=alert(1)>x</b><img src=/xss-labe
 const labelledConfig = `
 checks:
   web: {protocol: http, path: /, interval: 1s, timeout: 1s}
+  tcp: {protocol: tcp, tcp_mode: connect}
 pools:
   - name: web
     check: web
@@ -55,6 +56,7 @@ pools:
         labels: {zone: '` + hostileLabel + `'}
       - {targets: ["nohost.test:81"], labels: {zone: b}}
   - {name: plain, check: web, targets: ["198.18.1.1:80"], health_checks: false}
+  - {name: ports, check: tcp, static_configs: [{targets: ["198.18.3.1"]}], health_checks: false}
 `
 
 // startLabelled starts a daemon with labelledConfig, whose names resolve
@@ -350,6 +352,11 @@ func TestTargetPageUnresolved(t *testing.T) {
 	if code, _, body := td.page(t, "/api/v1/history?pool=web&target=late.test%3A80"); code != http.StatusNotFound || !strings.Contains(body, "no address to probe yet") {
 		t.Errorf("history of an unresolved target: %d %q, want 404 saying why", code, body)
 	}
+	// A target that is no name but cannot be probed (no port): no lookup.
+	body = td.okPage(t, "/target?pool=ports&target=198.18.3.1")
+	if !strings.Contains(body, `no port, and check &#34;tcp&#34; has none`) || !strings.Contains(body, "<dt>until</dt>") || strings.Contains(body, "next lookup") {
+		t.Errorf("the view of a target without a port:\n%s", body)
+	}
 	// A member's view shows its labels.
 	body = td.okPage(t, "/target?pool=web&target=198.18.0.3%3A80")
 	if !strings.Contains(body, `<dt>labels in web</dt>`) || !strings.Contains(body, `<span class="lv">&#34;&gt;&lt;b id=sonde-xss`) {
@@ -427,6 +434,7 @@ func TestOverviewDiscovery(t *testing.T) {
 		`<tr class="src src-failing" data-source="file_sd_configs[0]">`,
 		`<tr data-unresolved="late.test:80"><td><a href="target?pool=web&amp;target=late.test%3A80">late.test:80</a></td><td class="err">cannot resolve &#34;late.test&#34;: &lt;b/id=sonde-xss&gt;`,
 		`<tr data-unresolved="nohost.test:81">`,
+		`<tr data-unresolved="198.18.3.1"><td><a href="target?pool=ports&amp;target=198.18.3.1">198.18.3.1</a></td><td class="err">no port`,
 		`Pools whose targets are all addresses from the configuration: plain.`,
 	} {
 		if !strings.Contains(body, want) {
