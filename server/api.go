@@ -16,7 +16,7 @@ import (
 
 // Handler returns the daemon's HTTP endpoints:
 //
-//	GET  /                 status page: overview; /pool, /target and /events pages (see status.go)
+//	GET  /                 status page: overview; /pool, /target, /events and /discovery pages (see status.go)
 //	GET  /api/v1/history   a target's recent results (pool=, target=)
 //	GET  /metrics          Prometheus metrics
 //	GET  /api/v1/pools     pools with counts and policy (paging limit=, after=)

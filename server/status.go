@@ -20,8 +20,9 @@ import (
 )
 
 // The status page: an overview of every pool (served at /, rendered on the
-// server so it works without JavaScript), a pool's members, one target's
-// recent results and events, and the event list. Every page links to the
+// server so it works without JavaScript), a pool's members and unresolved
+// targets, one target's recent results and events, the event list, and
+// the pools' discovery sources. Every page links to the
 // others with relative addresses, so it works under any path a reverse
 // proxy puts it (see Options.Web.RoutePrefix). The script in server/ui keeps the
 // pages live: it re-reads them, and follows the event stream.
