@@ -83,6 +83,7 @@ type bitset []uint64
 func newBitset(n int) bitset       { return make(bitset, (n+63)/64) }
 func (b bitset) set(i uint32)      { b[i>>6] |= 1 << (i & 63) }
 func (b bitset) has(i uint32) bool { return b[i>>6]&(1<<(i&63)) != 0 }
+func (b bitset) clear(i uint32)    { b[i>>6] &^= 1 << (i & 63) }
 
 // dedup turns the expanded entries into unique targets (P4, P5).
 //

@@ -185,9 +185,21 @@ func (x *expander) setPoolLabels(p *Pool, pairs [][2]uint32) {
 	}
 	p.labelSets = x.labelSets
 	p.labelOf = make([]uint32, len(pairs))
+	if x.setsSeen == nil {
+		x.setsSeen = newBitset(len(x.labelSets))
+	}
+	names := map[string]bool{}
 	for i, pr := range pairs {
 		p.labelOf[i] = pr[1]
+		if !x.setsSeen.has(pr[1]) {
+			x.setsSeen.set(pr[1])
+			x.labelSets[pr[1]].Range(func(l labels.Label) { names[l.Name] = true })
+		}
 	}
+	for _, pr := range pairs {
+		x.setsSeen.clear(pr[1])
+	}
+	p.labelNames = sortedKeys(names)
 }
 
 // LabelNames returns the names of the labels of the pool's members and
@@ -197,14 +209,25 @@ func (p *Pool) LabelNames() []string {
 	add := func(ls labels.Labels) {
 		ls.Range(func(l labels.Label) { seen[l.Name] = true })
 	}
-	for _, ls := range p.labelSets {
-		add(ls)
+	if p.labelOf != nil {
+		for _, n := range p.labelNames {
+			seen[n] = true
+		}
+	} else {
+		for _, ls := range p.labelSets {
+			add(ls)
+		}
 	}
 	for _, u := range p.Unresolved {
 		add(u.Labels)
 	}
-	out := make([]string, 0, len(seen))
-	for n := range seen {
+	return sortedKeys(seen)
+}
+
+// sortedKeys returns the keys of m, sorted.
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for n := range m {
 		out = append(out, n)
 	}
 	slices.Sort(out)

@@ -101,7 +101,7 @@ pools:
 		}},
 		"tcp": {Targets: []discovery.Target{
 			{Addr: netip.MustParseAddr("198.18.0.5")}, // no port: tcp has none
-			{Addr: netip.MustParseAddr("198.18.0.6"), Port: 23},
+			{Addr: netip.MustParseAddr("198.18.0.6"), Port: 23, Labels: lbls("rack", "r1")},
 		}},
 	}
 	n, err := cfg.WithFound(found)
@@ -130,6 +130,13 @@ pools:
 	}
 	if u := n.Pools[1].Unresolved; len(u) != 1 || u[0].Host != "198.18.0.5" || !strings.Contains(u[0].Err, "no port") {
 		t.Errorf("pool tcp unresolved = %+v, want 198.18.0.5 without a port", u)
+	}
+	// Each pool's label names are those of its own targets, though the
+	// pools' label sets are shared.
+	for i, want := range [][]string{{"team", "zone"}, {"rack"}} {
+		if diff := cmp.Diff(want, n.Pools[i].LabelNames()); diff != "" {
+			t.Errorf("pool %s label names (-want +got):\n%s", n.Pools[i].Name, diff)
+		}
 	}
 	if n.Static() != cfg.Static() || len(cfg.Pools[0].Members) != 1 {
 		t.Errorf("WithFound changed its receiver or lost the static configuration")

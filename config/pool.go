@@ -57,8 +57,11 @@ type Pool struct {
 
 	// labelOf gives each member (by position) its labels in labelSets;
 	// nil when every member has labelSets[0], the pool's own labels.
-	labelOf   []uint32
-	labelSets []labels.Labels
+	// labelSets may be shared with other pools (then labelNames are the
+	// names of the sets this pool's members use).
+	labelOf    []uint32
+	labelSets  []labels.Labels
+	labelNames []string
 	// The pool's disabled entries, to match the targets it discovers
 	// against: endpoints, sorted, and host names.
 	disabledEPs   []netip.AddrPort
@@ -153,6 +156,7 @@ type expander struct {
 	labelOf   []uint32
 	labelSets []labels.Labels
 	labelIdx  map[string]uint32
+	setsSeen  bitset // scratch of setPoolLabels, cleared after each pool
 }
 
 // addPool resolves pool i, expands its targets and marks its disabled ones.

@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -17,7 +16,7 @@ import (
 
 // Handler returns the daemon's HTTP endpoints:
 //
-//	GET  /                 status page: overview; /pool, /target and /events pages (see status.go)
+//	GET  /                 status page: overview; /pool, /target, /events and /discovery pages (see status.go)
 //	GET  /api/v1/history   a target's recent results (pool=, target=)
 //	GET  /metrics          Prometheus metrics
 //	GET  /api/v1/pools     pools with counts and policy (paging limit=, after=)
@@ -184,12 +183,8 @@ func (g *generation) unresolvedJSON(pi, i int) TargetJSON {
 	cp := g.cfg.Pools[pi]
 	u := cp.Unresolved[i]
 	c := g.cfg.Checks[cp.CheckIndex]
-	target := u.Host
-	if u.Port != 0 {
-		target = net.JoinHostPort(u.Host, strconv.Itoa(int(u.Port)))
-	}
 	return TargetJSON{
-		ID: unresolvedBase + uint32(i), Target: target, Host: u.Host, Pool: cp.Name, Check: c.Name, Protocol: c.Protocol.String(),
+		ID: unresolvedBase + uint32(i), Target: unresolvedTarget(&u), Host: u.Host, Pool: cp.Name, Check: c.Name, Protocol: c.Protocol.String(),
 		State: "unknown", Route: scheduler.Excluded.String(), LastOutcome: "unresolved", LastError: u.Err, StateSince: u.Since,
 		FailureWindowSeconds: c.FailureWindow().Seconds(), SuccessWindowSeconds: c.SuccessWindow(c.Timeout).Seconds(),
 		Labels: labelMap(u.Labels), Unresolved: true,

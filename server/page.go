@@ -220,7 +220,7 @@ func streamList(w http.ResponseWriter, name string, each func(emit func(v any) e
 type targetFilter struct {
 	pool   int // -1: every pool
 	state  string
-	labels []labelMatch
+	labels labelMatches
 	limit  int
 	from   cursor
 }
@@ -232,9 +232,27 @@ type labelMatch struct {
 	equal       bool
 }
 
+// labelMatches are the label= filters of a request, all of which a target
+// must pass: the API's and the pool view's.
+type labelMatches []labelMatch
+
+// parseLabelMatches reads label= values, each NAME=VALUE or NAME!=VALUE
+// (see config.ParseLabelMatch).
+func parseLabelMatches(vs []string) (labelMatches, error) {
+	var out labelMatches
+	for _, l := range vs {
+		name, value, equal, err := config.ParseLabelMatch(l)
+		if err != nil {
+			return nil, fmt.Errorf("label=%w", err)
+		}
+		out = append(out, labelMatch{name, value, equal})
+	}
+	return out, nil
+}
+
 // matches reports whether ls passes every filter.
-func (f *targetFilter) matches(ls labels.Labels) bool {
-	for _, m := range f.labels {
+func (ms labelMatches) matches(ls labels.Labels) bool {
+	for _, m := range ms {
 		if (ls.Get(m.name) == m.value) != m.equal {
 			return false
 		}
@@ -263,14 +281,10 @@ func (g *generation) parseTargetFilter(r *http.Request) (targetFilter, error) {
 	default:
 		return f, fmt.Errorf("state=%q: want healthy, unhealthy, unknown, disabled or unprobed", f.state)
 	}
-	for _, l := range q["label"] {
-		name, value, equal, err := config.ParseLabelMatch(l)
-		if err != nil {
-			return f, fmt.Errorf("label=%w", err)
-		}
-		f.labels = append(f.labels, labelMatch{name, value, equal})
-	}
 	var err error
+	if f.labels, err = parseLabelMatches(q["label"]); err != nil {
+		return f, err
+	}
 	if f.limit, err = pageLimit(q.Get("limit")); err != nil {
 		return f, err
 	}
@@ -342,7 +356,7 @@ func (g *generation) listTargets(f *targetFilter, emit func(v any) error) (curso
 		p.EachFrom(pos, func(pos int, id uint32, disabled bool) bool {
 			at = cursor{layout: g.layout, pool: pi, id: id + 1}
 			scanned++
-			if len(f.labels) > 0 && !f.matches(cp.MemberLabels(pos)) {
+			if len(f.labels) > 0 && !f.labels.matches(cp.MemberLabels(pos)) {
 				stop = scanned >= scanBudget
 				return !stop
 			}
@@ -383,7 +397,7 @@ func (g *generation) listTargets(f *targetFilter, emit func(v any) error) (curso
 			}
 			for i := first; i < len(cp.Unresolved); i++ {
 				at = cursor{layout: g.layout, pool: pi, id: unresolvedBase + uint32(i) + 1}
-				if len(f.labels) > 0 && !f.matches(cp.Unresolved[i].Labels) {
+				if len(f.labels) > 0 && !f.labels.matches(cp.Unresolved[i].Labels) {
 					continue
 				}
 				if err := emit(g.unresolvedJSON(pi, i)); err != nil {

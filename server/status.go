@@ -1,22 +1,28 @@
 package server
 
 import (
+	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/server/ui"
 )
 
 // The status page: an overview of every pool (served at /, rendered on the
-// server so it works without JavaScript), a pool's members, one target's
-// recent results and events, and the event list. Every page links to the
+// server so it works without JavaScript), a pool's members and unresolved
+// targets, one target's recent results and events, the event list, and
+// the pools' discovery sources. Every page links to the
 // others with relative addresses, so it works under any path a reverse
 // proxy puts it (see Options.Web.RoutePrefix). The script in server/ui keeps the
 // pages live: it re-reads them, and follows the event stream.
@@ -57,6 +63,7 @@ func (d *Daemon) statusRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /pool", d.handlePoolPage)
 	mux.HandleFunc("GET /target", d.handleTargetPage)
 	mux.HandleFunc("GET /events", d.handleEventsPage)
+	mux.HandleFunc("GET /discovery", d.handleDiscoveryPage)
 	mux.HandleFunc("GET /static/{name}", ui.Static)
 	mux.HandleFunc("GET /api/v1/history", d.handleHistory)
 }
@@ -82,19 +89,23 @@ type barSegment struct {
 // poolCard is a pool as the overview and the pool view head show it.
 type poolCard struct {
 	PoolJSON
-	URL      string
-	Interval float64 // seconds
-	Timeout  float64
-	Shard    string // "" when the daemon runs every target
-	InRot    int    // unhealthy members kept in rotation
-	Bar      []barSegment
-	Warnings []string
+	URL           string
+	UnresolvedURL string  // of the pool view listing its unresolved targets
+	Interval      float64 // seconds
+	Timeout       float64
+	Shard         string // "" when the daemon runs every target
+	InRot         int    // unhealthy members kept in rotation
+	Bar           []barSegment
+	Warnings      []string
 }
 
-func (g *generation) poolCard(pi int, j PoolJSON) poolCard {
+// poolCard describes pool pi with its counts j and its discovery's status
+// ds (nil when it has none).
+func (g *generation) poolCard(pi int, j PoolJSON, ds *discovery.PoolStatus) poolCard {
 	c := g.cfg.Checks[g.cfg.Pools[pi].CheckIndex]
 	pc := poolCard{PoolJSON: j, URL: "pool?" + url.Values{"name": {j.Name}}.Encode(),
-		Interval: c.Interval.Seconds(), Timeout: c.Timeout.Seconds()}
+		UnresolvedURL: "pool?" + url.Values{"name": {j.Name}, "outcome": {unresolvedOutcome}}.Encode(),
+		Interval:      c.Interval.Seconds(), Timeout: c.Timeout.Seconds()}
 	if g.cfg.Shard.Shards() > 1 {
 		pc.Shard = g.cfg.Shard.String()
 	}
@@ -133,7 +144,60 @@ func (g *generation) poolCard(pi int, j PoolJSON) poolCard {
 	if j.Routable == 0 && j.Targets > j.Disabled {
 		pc.Warnings = append(pc.Warnings, "No target is routable: this pool receives no traffic.")
 	}
+	if ds != nil {
+		pc.Warnings = append(pc.Warnings, discoveryWarnings(ds, time.Now())...)
+	}
 	return pc
+}
+
+// discoveryWarnings says what is wrong with a pool's discovery at now: its
+// failing sources, and an update refused.
+func discoveryWarnings(ds *discovery.PoolStatus, now time.Time) []string {
+	var out []string
+	for _, s := range ds.Sources {
+		if s.State != "failing" {
+			continue
+		}
+		w := s.Source + " failing"
+		if s.FailingSince != nil {
+			w += " since " + wallClock(*s.FailingSince, now)
+		}
+		if s.LastError != "" {
+			w += ": " + s.LastError
+		}
+		if s.LastUpdate == nil {
+			w += " — it has given no targets yet."
+		} else {
+			w += fmt.Sprintf(" — keeping %s it gave last.", count(s.Targets, "the 1 target", "the %d targets"))
+		}
+		out = append(out, w)
+	}
+	if ds.Refused != "" {
+		out = append(out, "Discovery update refused: "+ds.Refused+".")
+	}
+	return out
+}
+
+// wallClock says when t was, in UTC, as the pages do: its time of day, with
+// the date when it is not today's, and how long ago.
+func wallClock(t, now time.Time) string {
+	t, now = t.UTC(), now.UTC()
+	f := "15:04:05 UTC"
+	if t.YearDay() != now.YearDay() || t.Year() != now.Year() {
+		f = "2006-01-02 15:04:05 UTC"
+	}
+	return t.Format(f) + " (" + ui.Ago(t, now) + " ago)"
+}
+
+// poolDiscovery returns the discovery status of the pool called name; nil
+// when it discovers nothing.
+func (d *Daemon) poolDiscovery(name string) *discovery.PoolStatus {
+	for _, ps := range d.discoveryStatus() {
+		if ps.Pool == name {
+			return &ps
+		}
+	}
+	return nil
 }
 
 // count says n things: one when n is 1, else many with n for its %d.
@@ -144,10 +208,15 @@ func count(n int, one, many string) string {
 	return fmt.Sprintf(many, n)
 }
 
-func (g *generation) poolCards() []poolCard {
+// poolCards describes every pool, with the discovery status ds.
+func (g *generation) poolCards(ds []discovery.PoolStatus) []poolCard {
+	byName := make(map[string]*discovery.PoolStatus, len(ds))
+	for i := range ds {
+		byName[ds[i].Pool] = &ds[i]
+	}
 	cards := make([]poolCard, len(g.pools))
 	for pi := range cards {
-		cards[pi] = g.poolCard(pi, g.poolJSON(pi))
+		cards[pi] = g.poolCard(pi, g.poolJSON(pi), byName[g.pools[pi].Name])
 	}
 	return cards
 }
@@ -166,7 +235,7 @@ func eventViews(evs []Event) []eventView {
 		if len(e.Pools) > 0 {
 			out[i].Pool = e.Pools[0]
 			if e.Target != "" {
-				out[i].URL = targetURL(e.Pools[0], e.Target)
+				out[i].URL = targetURL(e.Pools[0], e.Target, e.Host)
 			}
 		}
 	}
@@ -200,7 +269,7 @@ func (d *Daemon) handleOverview(w http.ResponseWriter, r *http.Request) {
 		pageBase
 		Pools  []poolCard
 		Events recentList
-	}{d.pageBase(g, "overview", "Overview"), g.poolCards(), d.recentEvents(overviewEvents, nil)})
+	}{d.pageBase(g, "overview", "Overview"), g.poolCards(d.discoveryStatus()), d.recentEvents(overviewEvents, nil)})
 }
 
 // poolIndex returns the index of the pool called name.
@@ -297,6 +366,15 @@ func (d *Daemon) handlePoolPage(w http.ResponseWriter, r *http.Request) {
 	for o := range probe.NumOutcomes {
 		outcomes = append(outcomes, o.String())
 	}
+	outcomes = append(outcomes, unresolvedOutcome)
+	for i := range list.Rows {
+		q.labelLinks(name, list.Rows[i].Labels)
+	}
+	names := g.cfg.Pools[pi].LabelNames()
+	hint := "NAME=VALUE"
+	if len(names) > 0 {
+		hint = names[0] + "=…"
+	}
 	pj := g.poolJSON(pi)
 	base := d.pageBase(g, "pool", "Pool "+name)
 	base.Pool = name
@@ -317,39 +395,104 @@ func (d *Daemon) handlePoolPage(w http.ResponseWriter, r *http.Request) {
 		Outcomes   []filterChoice
 		Routes     []filterChoice
 		Limits     []int
-		FilterText string
+		LabelNames []string // the pool's, offered by the label filter
+		LabelHint  string
+		LabelsKey  string // the label filters, for the script to tell when they changed
 	}{
-		pageBase: base, Card: g.poolCard(pi, pj), Query: q, Rows: list.Rows, First: list.First, Last: last, Total: list.Total,
+		pageBase: base, Card: g.poolCard(pi, pj, d.poolDiscovery(name)), Query: q, Rows: list.Rows, First: list.First, Last: last, Total: list.Total,
 		PrevURL: page("before", list.Prev), NextURL: page("after", list.Next), FirstURL: page("", nil), Heads: heads,
-		States:   choices(memberStates, list.States, q.State),
-		Outcomes: choices(outcomes, list.Outcomes, q.Outcome),
-		Routes:   choices(memberRoutes, list.Routes, q.Route),
-		Limits:   []int{50, 100, 500, 1000},
+		States:     choices(memberStates, list.States, q.State),
+		Outcomes:   choices(outcomes, list.Outcomes, q.Outcome),
+		Routes:     choices(memberRoutes, list.Routes, q.Route),
+		Limits:     []int{50, 100, 500, 1000},
+		LabelNames: names, LabelHint: hint, LabelsKey: url.Values{"label": q.Labels}.Encode(),
 	})
 }
 
-// findMember returns the index in pool pi of the member at address target.
-func (g *generation) findMember(pi int, target string) (int, error) {
-	ap, err := netip.ParseAddrPort(target)
-	if err != nil {
-		return 0, fmt.Errorf("target=%q: want an address:port", target)
-	}
-	for m, id := range g.pools[pi].Members {
-		if g.cfg.Targets[id].AddrPort() == ap {
-			return m, nil
+// labelLinks gives the labels of a row of pool's view links that add the
+// label to q's filters, or take it out when q filters by it already. A
+// label whose name the filter syntax cannot say (one with "=" in it) gets
+// none.
+func (q *poolQuery) labelLinks(pool string, ls []labelView) {
+	for i := range ls {
+		l := &ls[i]
+		f := l.Name + "=" + l.Value
+		if n, _, eq, err := config.ParseLabelMatch(f); err != nil || n != l.Name || !eq {
+			continue
 		}
+		v := q.values()
+		v.Set("name", pool)
+		if l.On = slices.Contains(q.Labels, f); l.On {
+			v["label"] = slices.DeleteFunc(v["label"], func(s string) bool { return s == f })
+		} else {
+			v.Add("label", f)
+		}
+		l.URL = "pool?" + v.Encode()
 	}
-	return 0, fmt.Errorf("pool %q has no target %s", g.pools[pi].Name, target)
 }
 
-// lookupTarget reads pool= and target= of r.
-func (g *generation) lookupTarget(r *http.Request) (pi, m int, err error) {
-	q := r.URL.Query()
-	if pi, err = g.poolIndex(q.Get("pool")); err != nil {
-		return 0, 0, err
+// targetRef is a target a page names: member m of pool pi, or (m < 0)
+// the pool's unresolved target u.
+type targetRef struct{ pi, m, u int }
+
+// findTarget finds target in pool pi: a member by "address:port" (the one
+// called host when several names share the address), else an unresolved
+// target by its "host:port" (or host), else the member that a name, given
+// as "host:port" or host, resolved to since — so a link to an unresolved
+// target leads to it once it resolves.
+func (g *generation) findTarget(pi int, target, host string) (targetRef, error) {
+	ref := targetRef{pi: pi, m: -1, u: -1}
+	p := g.pools[pi]
+	if target == "" {
+		return ref, errors.New("target=: want the address:port of a target, or the host:port of one listed by name")
 	}
-	m, err = g.findMember(pi, q.Get("target"))
-	return pi, m, err
+	if ap, err := netip.ParseAddrPort(target); err == nil {
+		for m, id := range p.Members {
+			if g.cfg.Targets[id].AddrPort() != ap {
+				continue
+			}
+			if ref.m < 0 {
+				ref.m = m
+			}
+			if host == "" || g.cfg.Hostnames[id] == host {
+				ref.m = m
+				break
+			}
+		}
+		if ref.m >= 0 {
+			return ref, nil
+		}
+	}
+	cp := g.cfg.Pools[pi]
+	for i := range cp.Unresolved {
+		if unresolvedTarget(&cp.Unresolved[i]) == target {
+			ref.u = i
+			return ref, nil
+		}
+	}
+	name, port := target, ""
+	if h, pt, err := net.SplitHostPort(target); err == nil {
+		name, port = h, pt
+	}
+	if len(g.cfg.Hostnames) > 0 {
+		for m, id := range p.Members {
+			if g.cfg.Hostnames[id] == name && (port == "" || strconv.Itoa(int(g.cfg.Targets[id].Port)) == port) {
+				ref.m = m
+				return ref, nil
+			}
+		}
+	}
+	return ref, fmt.Errorf("pool %q has no target %s", p.Name, target)
+}
+
+// lookupTarget reads pool=, target= and host= of r.
+func (g *generation) lookupTarget(r *http.Request) (targetRef, error) {
+	q := r.URL.Query()
+	pi, err := g.poolIndex(q.Get("pool"))
+	if err != nil {
+		return targetRef{}, err
+	}
+	return g.findTarget(pi, q.Get("target"), q.Get("host"))
 }
 
 // setting is one row of the target view's settings table.
@@ -394,19 +537,25 @@ func (d *Daemon) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 	if g == nil {
 		return
 	}
-	pi, m, err := g.lookupTarget(r)
+	ref, err := g.lookupTarget(r)
 	if err != nil {
 		d.pageError(w, g, http.StatusNotFound, err)
 		return
 	}
+	if ref.m < 0 {
+		d.unresolvedPage(w, g, ref)
+		return
+	}
+	pi, m := ref.pi, ref.m
 	p := g.pools[pi]
 	id := p.Members[m]
 	route, pref := g.router.Route(pi, m)
 	mb := member{m: m, id: id, route: route, pref: pref, st: g.engine.Status(id)}
 	mb.state = stateIndex(p, route, mb.st)
 	clock := g.engine.Clock()
-	off := clock.Now().Sub(time.Unix(0, 0)) - time.Duration(clock.Nanotime())
+	off := wallOffset(clock)
 	view := g.memberView(pi, &mb, off)
+	(&poolQuery{Sort: sortColumns[0], Limit: defaultPoolPage}).labelLinks(p.Name, view.Labels)
 
 	recorded := d.hist.view(g.hist, id, clock.Nanotime())
 	results := d.history(g, id)
@@ -453,7 +602,48 @@ func (d *Daemon) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 		Settings: checkSettings(c), W1: c.FailureWindow().Seconds(), W2: c.SuccessWindow(rtt).Seconds(),
 		CertExpiry: certExpiry, Results: results, Recorded: recorded, Capacity: d.hist.results, Events: events,
 		IntervalSec: c.Interval.Seconds(),
-		HistoryURL:  "api/v1/history?" + url.Values{"pool": {p.Name}, "target": {view.Target}}.Encode(),
+		HistoryURL:  "api/v1/history?" + strings.TrimPrefix(view.URL, "target?"),
+	})
+}
+
+// unresolvedPage shows a target that cannot be probed yet: why, since
+// when, when its name is looked up again, its labels and its check.
+func (d *Daemon) unresolvedPage(w http.ResponseWriter, g *generation, ref targetRef) {
+	cp := g.cfg.Pools[ref.pi]
+	u := cp.Unresolved[ref.u]
+	view := g.unresolvedView(ref.pi, ref.u)
+	(&poolQuery{Sort: sortColumns[0], Limit: defaultPoolPage}).labelLinks(cp.Name, view.Labels)
+	// The names table knows the next lookup: the pool's copy keeps the
+	// schedule of the lookup that made it.
+	if ds := d.poolDiscovery(cp.Name); ds != nil {
+		for _, f := range ds.Unresolved {
+			if f.Host == u.Host && f.Port == u.Port {
+				u.Since, u.Next, view.Error = f.Since, f.Next, f.Err
+				break
+			}
+		}
+	}
+	view.Since = u.Since
+	now := d.opt.Clock.Now()
+	nextIn := ""
+	if u.Next.After(now) {
+		nextIn = ui.Ago(now, u.Next.Add(time.Second-1)) // whole seconds, rounded up
+	}
+	c := g.cfg.Checks[cp.CheckIndex]
+	base := d.pageBase(g, "target", view.Target)
+	base.Pool, base.Target = cp.Name, view.Target
+	ui.Render(w, http.StatusOK, "target", struct {
+		pageBase
+		M        memberView
+		PoolURL  string
+		IsName   bool      // Host is a host name, looked up again and again
+		Next     time.Time // the name's next lookup
+		NextIn   string    // how long until Next; "" when it is due
+		Host     string
+		Settings []setting
+	}{
+		pageBase: base, M: view, PoolURL: "pool?" + url.Values{"name": {cp.Name}}.Encode(),
+		IsName: !isAddr(u.Host), Next: u.Next, NextIn: nextIn, Host: u.Host, Settings: checkSettings(c),
 	})
 }
 
@@ -489,11 +679,15 @@ func (d *Daemon) handleHistory(w http.ResponseWriter, r *http.Request) {
 	if g == nil {
 		return
 	}
-	pi, m, err := g.lookupTarget(r)
+	ref, err := g.lookupTarget(r)
+	if err == nil && ref.m < 0 {
+		err = fmt.Errorf("target %s of pool %q has no address to probe yet, so no results", r.URL.Query().Get("target"), g.pools[ref.pi].Name)
+	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
 	}
+	pi, m := ref.pi, ref.m
 	p := g.pools[pi]
 	id := p.Members[m]
 	route, _ := g.router.Route(pi, m)
@@ -516,6 +710,93 @@ func (d *Daemon) handleEventsPage(w http.ResponseWriter, _ *http.Request) {
 		Kinds  []string
 		Pools  []string
 	}{d.pageBase(g, "events", "Events"), d.recentEvents(eventsPage, nil), EventKinds, poolNames(g)})
+}
+
+// sourceView is a discovery source as the discovery page lists it.
+type sourceView struct {
+	discovery.SourceStatus
+	DroppedText string // "relabel 3, bad address 1"
+}
+
+// unresolvedRow is a name of the discovery page that does not resolve.
+type unresolvedRow struct {
+	Target, URL, Error string
+	Since, Next        time.Time
+}
+
+// discoveryView is a pool as the discovery page shows it.
+type discoveryView struct {
+	Name, URL  string
+	Sources    []sourceView
+	Names      int
+	Targets    int
+	Unresolved []unresolvedRow
+	Refused    string
+}
+
+// handleDiscoveryPage lists every pool's discovery sources and host names:
+// how each source is doing, what it gives, and the names that do not
+// resolve, as /api/v1/discovery does.
+func (d *Daemon) handleDiscoveryPage(w http.ResponseWriter, _ *http.Request) {
+	g := d.running(w)
+	if g == nil {
+		return
+	}
+	var pools []discoveryView
+	var static []string
+	for _, ps := range d.discoveryStatus() {
+		if len(ps.Sources) == 0 && ps.Names == 0 {
+			static = append(static, ps.Pool)
+			continue
+		}
+		v := discoveryView{Name: ps.Pool, URL: "pool?" + url.Values{"name": {ps.Pool}}.Encode(),
+			Names: ps.Names, Targets: ps.Targets, Refused: ps.Refused}
+		for _, s := range ps.Sources {
+			v.Sources = append(v.Sources, sourceView{SourceStatus: s, DroppedText: droppedText(s.Dropped)})
+		}
+		// The pool's targets that cannot be probed, names and others, with
+		// the names' lookups as the runner has them now.
+		var unresolved []discovery.Unresolved
+		if pi, err := g.poolIndex(ps.Pool); err == nil {
+			unresolved = g.cfg.Pools[pi].Unresolved
+		}
+		for i := range unresolved {
+			u := unresolved[i]
+			for _, f := range ps.Unresolved {
+				if f.Host == u.Host && f.Port == u.Port {
+					u.Err, u.Since, u.Next = f.Err, f.Since, f.Next
+					break
+				}
+			}
+			t := unresolvedTarget(&u)
+			v.Unresolved = append(v.Unresolved, unresolvedRow{Target: t, URL: targetURL(ps.Pool, t, ""), Error: u.Err, Since: u.Since, Next: u.Next})
+		}
+		pools = append(pools, v)
+	}
+	if pools == nil {
+		static = nil // the page says it all
+	}
+	ui.Render(w, http.StatusOK, "discovery", struct {
+		pageBase
+		Pools  []discoveryView
+		Static []string
+	}{d.pageBase(g, "discovery", "Discovery"), pools, static})
+}
+
+// isAddr reports whether s is an IP address.
+func isAddr(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil
+}
+
+// droppedText says how many targets a source dropped for each reason.
+func droppedText(dropped map[string]int) string {
+	reasons := slices.Sorted(maps.Keys(dropped))
+	parts := make([]string, 0, len(reasons))
+	for _, r := range reasons {
+		parts = append(parts, fmt.Sprintf("%s %d", r, dropped[r]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func poolNames(g *generation) []string {

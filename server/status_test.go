@@ -311,8 +311,9 @@ func TestStatusPageErrors(t *testing.T) {
 		{"/pool?name=api&limit=0", 400, `limit=&#34;0&#34;: want a whole number 1..1000`},
 		{"/pool?name=api&after=x", 400, `after=&#34;x&#34;: want the cursor of a page link`},
 		{"/target?pool=api&target=198.18.0.2:80", 404, `pool &#34;api&#34; has no target 198.18.0.2:80`},
-		{"/target?pool=api&target=junk", 404, `target=&#34;junk&#34;: want an address:port`},
-		{"/api/v1/history?pool=api&target=junk", 404, `target="junk": want an address:port`},
+		{"/target?pool=api&target=junk", 404, `pool &#34;api&#34; has no target junk`},
+		{"/target?pool=api", 404, `target=: want the address:port of a target, or the host:port of one listed by name`},
+		{"/api/v1/history?pool=api&target=junk", 404, `pool "api" has no target junk`},
 		{"/static/nope.js", 404, ""},
 	} {
 		code, _, body := td.page(t, c.path)

@@ -14,6 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
 )
@@ -59,6 +62,15 @@ var (
 	memberStates = []string{"unhealthy", "unknown", "healthy", "disabled", "unprobed"}
 	memberRoutes = []string{"removed", "pending", "routed", "excluded"}
 	notProbed    = "none" // the outcome filter's value for members without a result
+	// unresolvedOutcome is the outcome of a pool's unresolved targets: they
+	// have no address to probe (see config.Pool.Unresolved).
+	unresolvedOutcome = "unresolved"
+)
+
+// Indexes of the outcome counts of a pass beyond the probe outcomes.
+const (
+	outcomeNone       = int(probe.NumOutcomes)
+	outcomeUnresolved = outcomeNone + 1
 )
 
 // routeNames returns the routes' names indexed by scheduler.Route.
@@ -76,16 +88,19 @@ var sortColumns = []string{"target", "state", "route", "outcome", "status", "err
 
 // poolQuery is what the pool view asks for: filters, order and page.
 type poolQuery struct {
-	State, Outcome, Route string // "" for any
-	Text                  string // in the address, host name or error text, ignoring case
-	Sort                  string // one of sortColumns
+	State, Outcome, Route string       // "" for any
+	Text                  string       // in the address, host name or error text, ignoring case
+	Labels                []string     // label= filters as given, as the API takes them
+	labels                labelMatches // Labels, parsed
+	Sort                  string       // one of sortColumns
 	Desc                  bool
 	After, Before         *rowKey // a page after or before this row; nil for the first
 	Limit                 int
 }
 
 // parsePoolQuery reads a pool view's query parameters: state=, outcome=,
-// route=, q=, sort=, desc=1, after=, before=, limit=.
+// route=, q=, label= (repeated; empty ones, a form's blank fields, are
+// left out), sort=, desc=1, after=, before=, limit=.
 func parsePoolQuery(v url.Values) (poolQuery, error) {
 	q := poolQuery{State: v.Get("state"), Outcome: v.Get("outcome"), Route: v.Get("route"),
 		Text: strings.TrimSpace(v.Get("q")), Sort: v.Get("sort"), Desc: v.Get("desc") == "1", Limit: defaultPoolPage}
@@ -95,10 +110,19 @@ func parsePoolQuery(v url.Values) (poolQuery, error) {
 	if q.Route != "" && !slices.Contains(memberRoutes, q.Route) {
 		return q, fmt.Errorf("route=%q: want one of %s", q.Route, strings.Join(memberRoutes, ", "))
 	}
-	if q.Outcome != "" && q.Outcome != notProbed {
+	if q.Outcome != "" && q.Outcome != notProbed && q.Outcome != unresolvedOutcome {
 		if _, err := probe.ParseOutcome(q.Outcome); err != nil {
-			return q, fmt.Errorf("outcome=%q: want a probe outcome (success, timeout, refused…) or %s", q.Outcome, notProbed)
+			return q, fmt.Errorf("outcome=%q: want a probe outcome (success, timeout, refused…), %s or %s", q.Outcome, notProbed, unresolvedOutcome)
 		}
+	}
+	for _, l := range v["label"] {
+		if strings.TrimSpace(l) != "" {
+			q.Labels = append(q.Labels, l)
+		}
+	}
+	var err error
+	if q.labels, err = parseLabelMatches(q.Labels); err != nil {
+		return q, err
 	}
 	if q.Sort == "" {
 		q.Sort = sortColumns[0]
@@ -140,6 +164,9 @@ func (q *poolQuery) values() url.Values {
 			v.Set(p[0], p[1])
 		}
 	}
+	if len(q.Labels) > 0 {
+		v["label"] = slices.Clone(q.Labels)
+	}
 	if q.Sort != sortColumns[0] {
 		v.Set("sort", q.Sort)
 	}
@@ -152,29 +179,44 @@ func (q *poolQuery) values() url.Values {
 	return v
 }
 
-// rowKey orders a pool's members for one sort column: by n, then s, then
-// address and port (unique in a pool), so the order is total.
+// rowKey orders a pool's rows for one sort column: by n, then s, then
+// address and port, then host name (a pool may probe one address by several
+// names; an unresolved target has only its name, "host:port", and no
+// address), so the order is total.
 type rowKey struct {
 	n    int64
 	s    string
 	addr [18]byte // address (16 bytes, IPv4 mapped) and port, big-endian
+	host string
 }
 
 func compareRowKeys(a, b *rowKey) int {
-	return cmp.Or(cmp.Compare(a.n, b.n), strings.Compare(a.s, b.s), bytes.Compare(a.addr[:], b.addr[:]))
+	return cmp.Or(cmp.Compare(a.n, b.n), strings.Compare(a.s, b.s), bytes.Compare(a.addr[:], b.addr[:]), strings.Compare(a.host, b.host))
 }
 
-// String encodes the key as a cursor: "N.S.ADDR", S and ADDR in base64url.
+// String encodes the key as a cursor: "N.S.ADDR", or "N.S.ADDR.HOST" with a
+// host name, S, ADDR and HOST in base64url.
 func (k *rowKey) String() string {
-	return strconv.FormatInt(k.n, 10) + "." + base64.RawURLEncoding.EncodeToString([]byte(k.s)) + "." +
+	c := strconv.FormatInt(k.n, 10) + "." + base64.RawURLEncoding.EncodeToString([]byte(k.s)) + "." +
 		base64.RawURLEncoding.EncodeToString(k.addr[:])
+	if k.host != "" {
+		c += "." + base64.RawURLEncoding.EncodeToString([]byte(k.host))
+	}
+	return c
 }
 
 func parseRowKey(c string) (rowKey, error) {
 	var k rowKey
 	parts := strings.Split(c, ".")
-	if len(parts) != 3 {
-		return k, errors.New("want three parts")
+	if len(parts) != 3 && len(parts) != 4 {
+		return k, errors.New("want three or four parts")
+	}
+	if len(parts) == 4 {
+		h, err := base64.RawURLEncoding.DecodeString(parts[3])
+		if err != nil || len(h) == 0 {
+			return k, errors.New("bad host name")
+		}
+		k.host = string(h)
 	}
 	n, err := strconv.ParseInt(parts[0], 10, 64)
 	if err != nil {
@@ -203,28 +245,38 @@ func addrKey(ap netip.AddrPort) (k [18]byte) {
 // routeRank orders routes in a sort: the troubled first.
 var routeRank = [...]int64{scheduler.Removed: 0, scheduler.Pending: 1, scheduler.Routed: 2, scheduler.Excluded: 3}
 
-// member is what a pass over a pool reads of one member.
+// member is what a pass over a pool reads of one row: a member, or one of
+// the pool's unresolved targets.
 type member struct {
 	m     int // index in the pool's members
+	u     int // index+1 in the pool's unresolved targets; 0 for a member
 	id    uint32
 	route scheduler.Route
 	pref  bool
-	st    scheduler.TargetStatus
-	state int    // index of memberStates
-	err   string // read only when a filter or the order needs it
+	st    scheduler.TargetStatus // of an unresolved target: Since alone
+	state int                    // index of memberStates
+	err   string                 // read only when a filter or the order needs it; always for an unresolved target
 }
 
-// key returns m's key for column col.
-func (m *member) key(col string, ap netip.AddrPort) rowKey {
-	k := rowKey{addr: addrKey(ap)}
+// key returns m's key for column col; addr is its addrKey (an unresolved
+// target's: a zero address and its port) and host its host name.
+func (m *member) key(col string, addr [18]byte, host string) rowKey {
+	k := rowKey{addr: addr, host: host}
 	switch col {
+	case "target":
+		if m.u > 0 {
+			k.n = 1 // after the members, as the API lists them
+		}
 	case "state":
 		k.n = int64(m.state)
 	case "route":
 		k.n = routeRank[m.route]
 	case "outcome":
 		k.n = -1
-		if m.st.Probed {
+		switch {
+		case m.u > 0:
+			k.n = int64(outcomeUnresolved)
+		case m.st.Probed:
 			k.n = int64(m.st.LastOutcome)
 		}
 	case "status":
@@ -251,14 +303,16 @@ type poolListing struct {
 	Total    int // members matching the filters
 	Prev     *rowKey
 	Next     *rowKey
-	States   map[string]int // members by state, before filtering
-	Routes   map[string]int // members by route, before filtering
-	Outcomes map[string]int // members by last outcome (notProbed for none), before filtering
+	States   map[string]int // rows by state, before filtering
+	Routes   map[string]int // rows by route, before filtering
+	Outcomes map[string]int // rows by last outcome (notProbed for none, unresolvedOutcome), before filtering
 }
 
-// listPool returns the page of pool pi's members that q asks for.
+// listPool returns the page of pool pi's rows that q asks for: its members,
+// then its unresolved targets, filtered, in q's order.
 func (g *generation) listPool(pi int, q *poolQuery) poolListing {
 	p := g.pools[pi]
+	cp := g.cfg.Pools[pi]
 	out := poolListing{States: map[string]int{}, Routes: map[string]int{}, Outcomes: map[string]int{}}
 	state, route, outcome := -1, -1, -1 // the filters, as indexes; -1 for any
 	if q.State != "" {
@@ -267,15 +321,19 @@ func (g *generation) listPool(pi int, q *poolQuery) poolListing {
 	if q.Route != "" {
 		route = slices.Index(routeNames(), q.Route)
 	}
-	if q.Outcome != "" && q.Outcome != notProbed {
+	switch q.Outcome {
+	case "":
+	case notProbed:
+		outcome = outcomeNone
+	case unresolvedOutcome:
+		outcome = outcomeUnresolved
+	default:
 		o, _ := probe.ParseOutcome(q.Outcome) // checked by parsePoolQuery
 		outcome = int(o)
-	} else if q.Outcome == notProbed {
-		outcome = int(probe.NumOutcomes)
 	}
 	var states [5]int
 	var routes [scheduler.Excluded + 1]int
-	var outcomes [probe.NumOutcomes + 1]int // the last: not probed
+	var outcomes [outcomeUnresolved + 1]int
 	back := q.Before != nil
 	cursor := q.After
 	if back {
@@ -286,12 +344,23 @@ func (g *generation) listPool(pi int, q *poolQuery) poolListing {
 	needErr := q.Text != "" || q.Sort == "error"
 	text := strings.ToLower(q.Text)
 	var buf []byte
-	skipped := 0 // matching members on the other side of the cursor
+	skipped := 0 // matching rows on the other side of the cursor
+	// offer counts a row that passed the filters and keeps it if it
+	// belongs on the page.
+	var row pageRow
+	offer := func() {
+		out.Total++
+		if cursor != nil && best.order(&row.key, cursor) <= 0 {
+			skipped++
+			return
+		}
+		best.offer(&row, q.Limit)
+	}
 	for m, id := range p.Members {
 		rt, pref := g.router.Route(pi, m)
 		mb := member{m: m, id: id, route: rt, pref: pref, st: g.engine.Status(id)}
 		mb.state = stateIndex(p, rt, mb.st)
-		o := int(probe.NumOutcomes)
+		o := outcomeNone
 		if mb.st.Probed {
 			o = int(mb.st.LastOutcome)
 		}
@@ -301,24 +370,53 @@ func (g *generation) listPool(pi int, q *poolQuery) poolListing {
 		if state >= 0 && state != mb.state || route >= 0 && route != int(rt) || outcome >= 0 && outcome != o {
 			continue
 		}
+		if len(q.labels) > 0 && !q.labels.matches(cp.MemberLabels(m)) {
+			continue
+		}
 		ap := g.cfg.Targets[id].AddrPort()
+		var host string
+		if len(g.cfg.Hostnames) > 0 {
+			host = g.cfg.Hostnames[id]
+		}
 		if needErr && mb.st.Probed && !mb.st.LastOutcome.Healthy() {
 			mb.err = g.lastError(id)
 		}
 		if text != "" {
 			buf = ap.AppendTo(buf[:0])
-			if !containsFold(string(buf), text) && !containsFold(g.cfg.Hostnames[id], text) && !containsFold(mb.err, text) {
+			if !containsFold(string(buf), text) && !containsFold(host, text) && !containsFold(mb.err, text) {
 				continue
 			}
 		}
-		out.Total++
-		k := mb.key(q.Sort, ap)
-		if cursor != nil && best.order(&k, cursor) <= 0 {
-			skipped++
+		row.key, row.mb = mb.key(q.Sort, addrKey(ap), host), mb
+		offer()
+	}
+	clock := g.engine.Clock()
+	off := wallOffset(clock) // wall = Unix(0, ns) + off
+	// The unresolved targets: unknown, excluded, never probed.
+	for i := range cp.Unresolved {
+		u := &cp.Unresolved[i]
+		states[1]++
+		routes[scheduler.Excluded]++
+		outcomes[outcomeUnresolved]++
+		if state >= 0 && state != 1 || route >= 0 && route != int(scheduler.Excluded) || outcome >= 0 && outcome != outcomeUnresolved {
 			continue
 		}
-		row := pageRow{key: k, mb: mb}
-		best.offer(&row, q.Limit)
+		if len(q.labels) > 0 && !q.labels.matches(u.Labels) {
+			continue
+		}
+		if text != "" {
+			buf = appendHostPort(buf[:0], u.Host, u.Port)
+			if !containsFold(string(buf), text) && !containsFold(u.Err, text) {
+				continue
+			}
+		}
+		mb := member{u: i + 1, route: scheduler.Excluded, state: 1, err: u.Err}
+		mb.st.Since = 1<<63 - 1 // unknown: last
+		if !u.Since.IsZero() {
+			mb.st.Since = u.Since.UnixNano() - int64(off)
+		}
+		row.key, row.mb = mb.key(q.Sort, addrKey(netip.AddrPortFrom(netip.IPv6Unspecified(), u.Port)), u.Host), mb
+		offer()
 	}
 	for i, n := range states {
 		out.States[memberStates[i]] = n
@@ -327,18 +425,19 @@ func (g *generation) listPool(pi int, q *poolQuery) poolListing {
 		out.Routes[scheduler.Route(r).String()] = n
 	}
 	for o, n := range outcomes {
-		name := notProbed
-		if o < int(probe.NumOutcomes) {
-			name = probe.Outcome(o).String()
+		switch o {
+		case outcomeNone:
+			out.Outcomes[notProbed] = n
+		case outcomeUnresolved:
+			out.Outcomes[unresolvedOutcome] = n
+		default:
+			out.Outcomes[probe.Outcome(o).String()] = n
 		}
-		out.Outcomes[name] = n
 	}
 	rows := best.sorted()
 	if back {
 		slices.Reverse(rows)
 	}
-	clock := g.engine.Clock()
-	off := clock.Now().Sub(time.Unix(0, 0)) - time.Duration(clock.Nanotime()) // wall = Unix(0, ns) + off
 	for i := range rows {
 		out.Rows = append(out.Rows, g.memberView(pi, &rows[i].mb, off))
 	}
@@ -356,6 +455,27 @@ func (g *generation) listPool(pi int, q *poolQuery) poolListing {
 		}
 	}
 	return out
+}
+
+// wallOffset returns what turns clock's readings into wall time: Unix(0,
+// ns) + offset. It is the same in every pass over a pool (see
+// scheduler.WallTime), so the keys it makes of wall times stay put.
+func wallOffset(clock scheduler.Clock) time.Duration {
+	return scheduler.WallTime(clock, 0).Sub(time.Unix(0, 0))
+}
+
+// appendHostPort appends "host:port" ("[host]:port" for an IPv6 address) to
+// b, or host alone when port is 0: how an unresolved target is named.
+func appendHostPort(b []byte, host string, port uint16) []byte {
+	if port == 0 {
+		return append(b, host...)
+	}
+	if strings.IndexByte(host, ':') >= 0 {
+		b = append(append(append(b, '['), host...), ']')
+	} else {
+		b = append(b, host...)
+	}
+	return strconv.AppendUint(append(b, ':'), uint64(port), 10)
 }
 
 // containsFold reports whether s contains lower, a lower-case string,
@@ -428,9 +548,10 @@ func (h *pageHeap) sorted() []pageRow {
 	return h.rows
 }
 
-// memberView is one pool member as the status page shows it.
+// memberView is one row of a pool as the status page shows it: a member,
+// or one of its unresolved targets.
 type memberView struct {
-	Target    string // address:port
+	Target    string // address:port; host:port (or host) of an unresolved target
 	Host      string
 	Pool      string
 	URL       string // of its target view
@@ -438,7 +559,7 @@ type memberView struct {
 	Route     string
 	Preferred bool
 	Probed    bool
-	Outcome   string
+	Outcome   string // "" when not probed; unresolvedOutcome for an unresolved target
 	Status    int
 	Error     string
 	Streak    int
@@ -446,19 +567,45 @@ type memberView struct {
 	Smoothed  time.Duration
 	Since     time.Time
 	LastProbe time.Time
+	Labels    []labelView
+	// Unresolved is set for a target the pool cannot probe yet; Since is
+	// then when its name was first looked up (zero when it is no name).
+	Unresolved bool
 }
 
-// memberView fills the view of mb, a member of pool pi; off turns the
+// labelView is one label of a target, and the pool view's link that
+// filters by it (or, when the view filters by it, stops filtering).
+type labelView struct {
+	Name, Value string
+	URL         string
+	On          bool
+}
+
+// labelViews returns ls as the pages show them, without links.
+func labelViews(ls labels.Labels) []labelView {
+	if ls.IsEmpty() {
+		return nil
+	}
+	out := make([]labelView, 0, ls.Len())
+	ls.Range(func(l labels.Label) { out = append(out, labelView{Name: l.Name, Value: l.Value}) })
+	return out
+}
+
+// memberView fills the view of mb, a row of pool pi; off turns the
 // engine's Nanotime into wall time.
 func (g *generation) memberView(pi int, mb *member, off time.Duration) memberView {
+	if mb.u > 0 {
+		return g.unresolvedView(pi, mb.u-1)
+	}
 	t := g.cfg.Targets[mb.id]
 	v := memberView{
 		Target: t.AddrPort().String(), Host: g.cfg.Hostnames[mb.id], Pool: g.pools[pi].Name,
 		State: memberStates[mb.state], Route: mb.route.String(), Preferred: mb.pref, Probed: mb.st.Probed,
 		Streak: mb.st.Streak, Latency: mb.st.Latency, Smoothed: mb.st.Smoothed,
-		Since: time.Unix(0, mb.st.Since).Add(off),
+		Since:  time.Unix(0, mb.st.Since).Add(off),
+		Labels: labelViews(g.cfg.Pools[pi].MemberLabels(mb.m)),
 	}
-	v.URL = targetURL(v.Pool, v.Target)
+	v.URL = targetURL(v.Pool, v.Target, v.Host)
 	if mb.st.Probed {
 		v.Outcome = mb.st.LastOutcome.String()
 		v.Status = int(mb.st.LastStatus)
@@ -473,7 +620,30 @@ func (g *generation) memberView(pi int, mb *member, off time.Duration) memberVie
 	return v
 }
 
-// targetURL is the address of a target's view, relative to the page root.
-func targetURL(pool, target string) string {
-	return "target?" + url.Values{"pool": {pool}, "target": {target}}.Encode()
+// unresolvedView is the view of the i-th unresolved target of pool pi.
+func (g *generation) unresolvedView(pi, i int) memberView {
+	u := &g.cfg.Pools[pi].Unresolved[i]
+	v := memberView{
+		Target: unresolvedTarget(u), Pool: g.pools[pi].Name, State: memberStates[1], Route: scheduler.Excluded.String(),
+		Outcome: unresolvedOutcome, Error: u.Err, Since: u.Since, Labels: labelViews(u.Labels), Unresolved: true,
+	}
+	v.URL = targetURL(v.Pool, v.Target, "")
+	return v
+}
+
+// unresolvedTarget names an unresolved target as the API and the pages do:
+// "host:port", or the host alone when it has no port.
+func unresolvedTarget(u *discovery.Unresolved) string {
+	return string(appendHostPort(nil, u.Host, u.Port))
+}
+
+// targetURL is the address of a target's view, relative to the page root;
+// host, when not "", tells apart targets at one address under several
+// names.
+func targetURL(pool, target, host string) string {
+	v := url.Values{"pool": {pool}, "target": {target}}
+	if host != "" {
+		v.Set("host", host)
+	}
+	return "target?" + v.Encode()
 }

@@ -73,6 +73,12 @@ type demoPool struct {
 	name, check string
 	members     []string // backend names
 	expect      string   // what a newcomer should see
+	// zones, when set, gives each member a zone label: the pool lists its
+	// members in static_configs, a group per zone, with the pool's team
+	// label, as a pool discovering its targets would, and exports the
+	// zone on its per-target series.
+	zones map[string]string
+	team  string
 }
 
 // demoChecks and demoPools define the demo config. Intervals and timeouts
@@ -91,7 +97,8 @@ var (
 	}
 	demoPools = []demoPool{
 		{name: "app", check: "app", members: []string{"healthy", "failing", "redirecting", "flapping"},
-			expect: "3 of 4 unhealthy while flapping fails, but at most 50 % leave rotation (P1)"},
+			expect: "3 of 4 unhealthy while flapping fails, but at most 50 % leave rotation (P1); labelled by zone",
+			zones:  map[string]string{"healthy": "eu-1", "failing": "eu-1", "redirecting": "eu-2", "flapping": "eu-2"}, team: "web"},
 		{name: "edge", check: "edge", members: []string{"failing", "slow", "refusing"},
 			expect: "all unhealthy (500, timeout, refused): fail open keeps all in rotation (P2)"},
 		{name: "gateway", check: "gateway", members: []string{"healthy", "redirecting", "flapping"},
@@ -189,15 +196,38 @@ func (d *demo) config() []byte {
 	}
 	b.WriteString("pools:\n")
 	for _, p := range demoPools {
-		targets := make([]string, len(p.members))
-		for i, m := range p.members {
-			targets[i] = fmt.Sprintf("%q", d.backend(m).String())
+		fmt.Fprintf(&b, "  # %s: %s\n  - name: %s\n    check: %s\n", strings.Join(p.members, ", "), p.expect, p.name, p.check)
+		if p.zones == nil {
+			fmt.Fprintf(&b, "    targets: [%s]\n", d.targetList(p.members))
+			continue
 		}
-		fmt.Fprintf(&b, "  # %s: %s\n  - name: %s\n    check: %s\n    targets: [%s]\n",
-			strings.Join(p.members, ", "), p.expect, p.name, p.check, strings.Join(targets, ", "))
+		// A group per zone, in the order of their first member.
+		var zones []string
+		byZone := map[string][]string{}
+		for _, m := range p.members {
+			z := p.zones[m]
+			if byZone[z] == nil {
+				zones = append(zones, z)
+			}
+			byZone[z] = append(byZone[z], m)
+		}
+		fmt.Fprintf(&b, "    labels: {team: %s}\n    metric_labels: [zone]\n    static_configs:\n", p.team)
+		for _, z := range zones {
+			fmt.Fprintf(&b, "      - {targets: [%s], labels: {zone: %s}}\n", d.targetList(byZone[z]), z)
+		}
 	}
 	b.WriteString("metrics:\n  per_target: true\n")
 	return []byte(b.String())
+}
+
+// targetList is the addresses of the backends called names, as a YAML
+// flow list's items.
+func (d *demo) targetList(names []string) string {
+	out := make([]string, len(names))
+	for i, m := range names {
+		out[i] = fmt.Sprintf("%q", d.backend(m).String())
+	}
+	return strings.Join(out, ", ")
 }
 
 // Banner prints what runs where and the URLs to look at, for a server

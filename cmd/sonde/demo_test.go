@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,8 +17,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	promsd "github.com/prometheus/prometheus/discovery"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
 	"github.com/sondeprobe/sonde/server"
@@ -34,12 +37,54 @@ func startTestDemo(t *testing.T, tm demoTiming) *demo {
 	return d
 }
 
-func TestDemoConfig(t *testing.T) {
-	d := startTestDemo(t, demoTiming{slowDelay: demoSlowDelay, flapPeriod: demoFlapPeriod, now: time.Now})
+// parseDemo parses the demo's config with the targets its pools' static
+// groups give, as the daemon runs it.
+func parseDemo(t *testing.T, d *demo) *config.Config {
+	t.Helper()
 	cfg, err := config.Parse(d.Config, "", config.LoadOptions{})
 	if err != nil {
 		t.Fatalf("demo config does not parse: %v\n%s", err, d.Config)
 	}
+	// The demo's sources are static groups: wait for all their targets.
+	want := map[string]int{}
+	for _, p := range cfg.DiscoveryPools() {
+		for _, src := range p.Sources {
+			groups, ok := src.Config.(promsd.StaticConfig)
+			if !ok {
+				t.Fatalf("pool %s: source %s is not static", p.Name, src.Name())
+			}
+			for _, g := range groups {
+				want[p.Name] += len(g.Targets)
+			}
+		}
+	}
+	r := discovery.NewRunner(discovery.Options{Debounce: time.Millisecond})
+	defer r.Close()
+	r.Update(cfg.DiscoveryPools())
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		found, _ := r.Found()
+		all := true
+		for name, n := range want {
+			all = all && len(found[name].Targets) == n
+		}
+		if all {
+			eff, err := cfg.WithFound(found)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return eff
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the demo's static groups gave %v", found)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestDemoConfig(t *testing.T) {
+	d := startTestDemo(t, demoTiming{slowDelay: demoSlowDelay, flapPeriod: demoFlapPeriod, now: time.Now})
+	cfg := parseDemo(t, d)
 	if !cfg.Metrics.PerTarget {
 		t.Error("per-target metrics are off")
 	}
@@ -71,20 +116,35 @@ func TestDemoConfig(t *testing.T) {
 		Members             []string
 		MaxUnhealthyPercent int
 		FailOpen            bool
+		Labels              []string // of each member, when some have any
+		MetricLabels        []string
 	}
 	got := map[string]poolView{}
 	for _, p := range cfg.Pools {
-		v := poolView{MaxUnhealthyPercent: p.MaxUnhealthyPercent, FailOpen: p.FailOpen}
-		for _, id := range p.Members {
+		v := poolView{MaxUnhealthyPercent: p.MaxUnhealthyPercent, FailOpen: p.FailOpen, MetricLabels: p.MetricLabels}
+		var labelled bool
+		var ls []string
+		for pos, id := range p.Members {
 			v.Members = append(v.Members, names[cfg.Targets[id].AddrPort()])
+			l := p.MemberLabels(pos)
+			labelled = labelled || !l.IsEmpty()
+			ls = append(ls, names[cfg.Targets[id].AddrPort()]+" "+l.String())
 		}
+		if labelled {
+			slices.Sort(ls)
+			v.Labels = ls
+		}
+		slices.Sort(v.Members)
 		got[p.Name] = v
 	}
 	want := map[string]poolView{
-		"app":     {[]string{"healthy", "failing", "redirecting", "flapping"}, 50, true},
-		"edge":    {[]string{"failing", "slow", "refusing"}, 100, true},
-		"gateway": {[]string{"healthy", "redirecting", "flapping"}, 100, false},
-		"fleet":   {[]string{"tcp", "refusing"}, 100, false},
+		"app": {[]string{"failing", "flapping", "healthy", "redirecting"}, 50, true, []string{
+			`failing {team="web", zone="eu-1"}`, `flapping {team="web", zone="eu-2"}`,
+			`healthy {team="web", zone="eu-1"}`, `redirecting {team="web", zone="eu-2"}`,
+		}, []string{"zone"}},
+		"edge":    {[]string{"failing", "refusing", "slow"}, 100, true, nil, nil},
+		"gateway": {[]string{"flapping", "healthy", "redirecting"}, 100, false, nil, nil},
+		"fleet":   {[]string{"refusing", "tcp"}, 100, false, nil, nil},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("pools (-want +got):\n%s", diff)
@@ -97,10 +157,7 @@ func TestDemoBackends(t *testing.T) {
 	// The flapping backend stays in its healthy period: its clock is frozen.
 	start := time.Now()
 	d := startTestDemo(t, demoTiming{slowDelay: demoSlowDelay, flapPeriod: demoFlapPeriod, now: func() time.Time { return start }})
-	cfg, err := config.Parse(d.Config, "", config.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := parseDemo(t, d)
 	names := map[netip.AddrPort]string{}
 	for _, b := range d.Backends {
 		names[b.Addr] = b.Name

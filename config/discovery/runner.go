@@ -374,6 +374,9 @@ type SourceStatus struct {
 	LastUpdate  *time.Time     `json:"last_update"`
 	LastFailure *time.Time     `json:"last_failure,omitempty"`
 	LastError   string         `json:"last_error,omitempty"`
+	// FailingSince is, while the source fails, when it started to: its
+	// first failure since it last worked.
+	FailingSince *time.Time `json:"failing_since,omitempty"`
 }
 
 // Status tells how every pool's discovery is doing, pools in
@@ -392,7 +395,7 @@ func (r *Runner) Status() []PoolStatus {
 			r.compute(ps)
 		}
 		st := PoolStatus{Pool: name, Names: len(ps.spec.Names), Targets: len(ps.found.Targets),
-			Unresolved: ps.found.Unresolved, Refused: ps.over}
+			Unresolved: r.freshUnresolved(ps), Refused: ps.over}
 		for i, s := range ps.sources {
 			s.mu.Lock()
 			ss := SourceStatus{Source: s.spec.Name(), Mechanism: s.mech, State: s.stateLocked(now),
@@ -404,6 +407,10 @@ func (r *Runner) Status() []PoolStatus {
 			if !s.failed.IsZero() {
 				t := s.failed
 				ss.LastFailure = &t
+			}
+			if ss.State == "failing" {
+				t := s.failing
+				ss.FailingSince = &t
 			}
 			s.mu.Unlock()
 			if i < len(ps.kept) {
@@ -419,6 +426,27 @@ func (r *Runner) Status() []PoolStatus {
 			st.Sources = append(st.Sources, ss)
 		}
 		out = append(out, st)
+	}
+	return out
+}
+
+// freshUnresolved returns the pool's unresolved names with their lookups as
+// the names table has them now: a lookup that fails again with the same
+// error changes no target, so the pool's found targets keep the schedule of
+// the lookup that made them.
+func (r *Runner) freshUnresolved(ps *poolState) []Unresolved {
+	if len(ps.found.Unresolved) == 0 {
+		return nil
+	}
+	out := slices.Clone(ps.found.Unresolved)
+	for i := range out {
+		u := &out[i]
+		if st, ok := r.names.get(nameKey{u.Host, ps.spec.Family}); ok && len(st.addrs) == 0 {
+			u.Since, u.Next = st.since, st.next
+			if st.err != nil {
+				u.Err = st.err.Error()
+			}
+		}
 	}
 	return out
 }

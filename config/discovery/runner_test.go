@@ -1,7 +1,10 @@
 package discovery
 
 import (
+	"context"
+	"errors"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -183,3 +186,79 @@ func TestRunnerLimit(t *testing.T) {
 
 // testLogger receives the runner's log in tests.
 var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+// TestSourceFailingSince checks when a source's failing spell starts: at
+// its first failure since it last worked, for a source that refreshes and
+// for a watch whose failures count for watchFailureWindow.
+func TestSourceFailingSince(t *testing.T) {
+	for _, c := range []struct {
+		mech string
+		// at is when each failure is noted (offsets from t0); update, when
+		// non-zero, is when an update arrives after the second.
+		at     []time.Duration
+		update time.Duration
+		want   []time.Duration // the spell's start after each failure
+	}{
+		{"file", []time.Duration{0, time.Minute, 3 * time.Minute}, 2 * time.Minute, []time.Duration{0, 0, 3 * time.Minute}},
+		{"file", []time.Duration{0, time.Hour}, 0, []time.Duration{0, 0}},
+		{"kubernetes", []time.Duration{0, 30 * time.Second, 2 * time.Minute}, 0, []time.Duration{0, 0, 2 * time.Minute}},
+	} {
+		s := &source{mech: c.mech}
+		for i, at := range c.at {
+			if i == 2 && c.update != 0 {
+				s.update = t0.Add(c.update)
+			}
+			s.noteAt("broken", t0.Add(at))
+			if st := s.stateLocked(t0.Add(at)); st != "failing" || !s.failing.Equal(t0.Add(c.want[i])) {
+				t.Errorf("%s, failure %d at +%s: %s since +%s, want failing since +%s", c.mech, i, at, st, s.failing.Sub(t0), c.want[i])
+			}
+		}
+	}
+}
+
+// failingResolver fails every lookup and counts them.
+type failingResolver struct{ calls chan string }
+
+func (r failingResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	r.calls <- host
+	return nil, errors.New("no such host")
+}
+
+// TestStatusFailingSourceAndRetries checks the status of a source that
+// fails (since when) and of a name whose lookups keep failing: its next
+// lookup is the one scheduled now, not the one of the first failure.
+func TestStatusFailingSourceAndRetries(t *testing.T) {
+	sd := filepath.Join(t.TempDir(), "bad.json")
+	if err := os.WriteFile(sd, []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := failingResolver{calls: make(chan string, 16)}
+	run, _ := newTestRunner(t, res)
+	run.Update([]Pool{{Name: "p", Family: IP4,
+		Sources: []Source{{Key: "file_sd_configs", Config: &file.SDConfig{Files: []string{sd}, RefreshInterval: model.Duration(time.Minute)}}},
+		Names:   []Name{{Host: "missing.test", Port: 80}}}})
+	deadline := time.After(20 * time.Second)
+	for lookups := 0; lookups < 2; {
+		select {
+		case <-res.calls:
+			lookups++
+		case <-deadline:
+			t.Fatalf("%d lookups of the failing name, want 2", lookups)
+		}
+	}
+	for {
+		st := run.Status()[0]
+		src, un := st.Sources[0], st.Unresolved
+		found, _ := run.Found()
+		first := found["p"].Unresolved
+		if src.State == "failing" && src.FailingSince != nil && !src.FailingSince.After(*src.LastFailure) &&
+			len(un) == 1 && len(first) == 1 && un[0].Next.After(first[0].Next) && un[0].Err == first[0].Err {
+			break
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("status %+v, found %+v: want the source failing since its first failure, and the name's next lookup after the first retry", st, first)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

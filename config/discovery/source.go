@@ -50,6 +50,7 @@ type source struct {
 	started time.Time
 	update  time.Time // last update received
 	failed  time.Time // last failure seen
+	failing time.Time // the first failure since the source last worked
 	fails   uint64    // failures seen
 	lastErr string
 	counted float64 // the failure counters' sum when last read
@@ -116,10 +117,16 @@ func (s *source) receive(tgs []*targetgroup.Group) {
 }
 
 // note records a failure with its reason.
-func (s *source) note(msg string) {
+func (s *source) note(msg string) { s.noteAt(msg, time.Now()) }
+
+// noteAt records a failure at now.
+func (s *source) noteAt(msg string, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.failed = time.Now()
+	if s.stateLocked(now) != "failing" {
+		s.failing = now
+	}
+	s.failed = now
 	s.fails++
 	if msg != "" {
 		s.lastErr = msg

@@ -29,6 +29,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/sondeprobe/sonde/bench/testenv"
 )
@@ -291,6 +292,39 @@ func TestStatusPageDemo(t *testing.T) {
 			}
 			time.Sleep(250 * time.Millisecond)
 		}
+	}
+
+	// The app pool's targets carry zone labels (its static_configs): filter
+	// by one in the form, then take the filter out with a label's link,
+	// all without reloading the page.
+	b.open(base + "pool?name=app")
+	b.wait("the app pool's zone labels", `document.querySelectorAll("#members td.col-labels .label").length === 8`,
+		`document.querySelector("#members").innerText`, 20*time.Second)
+	rowNames := func(rows []memberRow) []string {
+		var out []string
+		for _, r := range rows {
+			out = append(out, name[r.Target])
+		}
+		slices.Sort(out)
+		return out
+	}
+	labelInputs := `Array.from(document.querySelectorAll('#label-filters input[name="label"]')).map(i => i.value).join(",")`
+	b.do(chromedp.SendKeys(`#label-filters input[name="label"]`, "zone"+kb.Enter))
+	if !eval[bool](b, `!!document.querySelector("#label-filters input:invalid") && !location.search.includes("label=")`) {
+		t.Error(`the label filter "zone" (no value) was not refused in the form`)
+	}
+	b.do(chromedp.SendKeys(`#label-filters input[name="label"]`, "=eu-1"+kb.Enter))
+	b.wait("the rows of zone eu-1, and the filter in the form and the address",
+		`document.querySelectorAll("#members tbody tr").length === 2 && new URLSearchParams(location.search).get("label") === "zone=eu-1" && `+
+			labelInputs+` === "zone=eu-1,"`, labelInputs+` + " / " + document.querySelector("#members").innerText`, 20*time.Second)
+	if got := rowNames(eval[[]memberRow](b, memberRows)); !slices.Equal(got, []string{"failing", "healthy"}) {
+		t.Errorf("zone=eu-1 keeps %v, want failing and healthy", got)
+	}
+	b.do(chromedp.Click(`#members a.label.on`))
+	b.wait("every row again, the filter gone", `document.querySelectorAll("#members tbody tr").length === 4 && !location.search.includes("label=") && `+
+		labelInputs+` === ""`, labelInputs, 20*time.Second)
+	if n := eval[int](b, `performance.getEntriesByType("navigation").length`); n != 1 {
+		t.Errorf("%d navigations: the label filter reloaded the page", n)
 	}
 
 	// A failing target: its timeline, its error, its events, its check.

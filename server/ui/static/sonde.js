@@ -65,6 +65,7 @@
           if (neu) old.replaceWith(document.importNode(neu, true));
         });
         menuCounts(doc);
+        labelFilters(doc);
         pageOK = true;
       })
       .catch(function () { pageOK = false; })
@@ -85,6 +86,14 @@
         if (n) o.textContent = n.textContent;
       });
     });
+  }
+
+  // labelFilters takes the label filters of a re-read page when they are
+  // not those the form was made with (a label's link was followed, or the
+  // history moved): those being typed stay.
+  function labelFilters(doc) {
+    var cur = document.getElementById("label-filters"), neu = doc.getElementById("label-filters");
+    if (cur && neu && cur.dataset.labels !== neu.dataset.labels) cur.replaceWith(document.importNode(neu, true));
   }
 
   var soon = 0;
@@ -240,14 +249,22 @@
       var u = new URL(poolForm.getAttribute("action"), location.href);
       var cur = new URLSearchParams(location.search);
       new FormData(poolForm).forEach(function (v, k) {
-        if (v && k !== "sort" && k !== "desc") u.searchParams.set(k, v);
+        if (!v.trim() || k === "sort" || k === "desc") return;
+        if (k === "label") u.searchParams.append(k, v); // repeatable, as in the API
+        else u.searchParams.set(k, v);
       });
       ["sort", "desc"].forEach(function (k) { if (cur.get(k)) u.searchParams.set(k, cur.get(k)); });
       return u.toString();
     };
     var typing = 0;
-    poolForm.addEventListener("submit", function (ev) { ev.preventDefault(); navigate(formURL()); });
-    poolForm.addEventListener("change", function () { navigate(formURL()); });
+    // A label filter the server would refuse (not NAME=VALUE) is shown as
+    // such and not asked for.
+    var apply = function () {
+      if (!poolForm.checkValidity()) { poolForm.reportValidity(); return; }
+      navigate(formURL());
+    };
+    poolForm.addEventListener("submit", function (ev) { ev.preventDefault(); apply(); });
+    poolForm.addEventListener("change", apply);
     poolForm.addEventListener("input", function (ev) {
       if (ev.target.name !== "q") return;
       clearTimeout(typing);
@@ -379,7 +396,7 @@
 
   showLive();
   follow();
-  if (page === "overview" || page === "pool" || page === "target") {
+  if (page === "overview" || page === "pool" || page === "target" || page === "discovery") {
     setInterval(function () { if (!document.hidden) refresh(); }, REFRESH_MS);
   }
   if (box) {
