@@ -12,8 +12,15 @@
 //     quote a TCP packet sent from sonde's address and port range (a probe that
 //     a router or host refused).
 // Every packet continues to the stack (TC_ACT_UNSPEC, which is TCX_NEXT for a
-// TCX program): the kernel answers a SYN-ACK with an RST, which closes the
-// half-open connection on the target.
+// TCX program), except, with cfg_answer, a SYN-ACK to sonde's address and
+// port range: the program turns it in place into the RST the kernel would
+// send (seq = the SYN-ACK's ack, no options), sends it back out of the
+// interface it came in on (bpf_redirect to its egress) and the SYN-ACK never
+// reaches the stack. The half-open connection on the target is closed as
+// promptly, and the host's TCP does no socket lookup, RST build or route
+// lookup per reply. A SYN-ACK the program cannot answer so (IP options, a
+// device without an Ethernet header, a helper that fails) goes to the stack,
+// which answers it.
 //
 // Records are submitted without waking the reader (BPF_RB_NO_WAKEUP), which
 // drains the ring on its own short period; the record that takes the ring past
@@ -65,7 +72,8 @@ enum counter {
 	CNT_SEEN = 0,     // packets the program looked at
 	CNT_MATCHED = 1,  // replies to sonde's probes pushed (or pushed at) the ring
 	CNT_RINGFULL = 2, // replies lost because the ring buffer was full
-	CNT_MAX = 3
+	CNT_ANSWERED = 3, // SYN-ACKs answered with an RST by the program (cfg_answer)
+	CNT_MAX = 4
 };
 
 struct {
@@ -88,6 +96,7 @@ volatile const __u8 cfg_local6[16];     // sonde's IPv6 source address
 volatile const __u16 cfg_port_lo;       // first source port of sonde's range (host order)
 volatile const __u16 cfg_port_hi;       // last source port of sonde's range (host order)
 volatile const __u64 cfg_wakeup_bytes;  // wake the reader when the ring holds more than this
+volatile const __u8 cfg_answer;         // 1: answer SYN-ACKs with an RST here, not in the stack
 
 // The ICMP header. <linux/icmp.h> pulls in libc headers that do not build for
 // the BPF target, so the eight bytes are spelled out here.
@@ -197,124 +206,237 @@ static __always_inline void fill_quoted(struct event *ev, const struct quoted_tc
 	ev->icmp_code = code;
 }
 
-static __always_inline void handle4(struct __sk_buff *skb)
+// csum_add adds n bytes (n even) at p to a one's-complement sum.
+static __always_inline __u32 csum_add(__u32 sum, const void *p, int n)
+{
+	const __u16 *w = p;
+#pragma unroll
+	for (int i = 0; i < n / 2; i++)
+		sum += w[i];
+	return sum;
+}
+
+static __always_inline __u16 csum_fold(__u32 sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return ~sum;
+}
+
+// rst_tcp fills the RST that answers a SYN-ACK: from its destination port
+// to its source port, seq = its ack, no ACK, no options. The checksum is
+// the caller's.
+static __always_inline void rst_tcp(struct tcphdr *rst, const struct tcphdr *synack)
+{
+	__builtin_memset(rst, 0, sizeof(*rst));
+	rst->source = synack->dest;
+	rst->dest = synack->source;
+	rst->seq = synack->ack_seq;
+	rst->doff = 5;
+	rst->rst = 1;
+}
+
+// store_rst makes skb the RST of headers eth, ip (iplen bytes) and tcp: the
+// packet cut to their length, and they written over it. It returns non-zero
+// when a helper failed.
+static __always_inline int store_rst(struct __sk_buff *skb, const struct ethhdr *eth, const void *ip, __u32 iplen,
+				     const struct tcphdr *tcp)
+{
+	__u32 len = sizeof(*eth) + iplen + sizeof(*tcp);
+
+	return bpf_skb_change_tail(skb, len, 0) || bpf_skb_store_bytes(skb, 0, eth, sizeof(*eth), 0) ||
+	       bpf_skb_store_bytes(skb, sizeof(*eth), ip, iplen, 0) ||
+	       bpf_skb_store_bytes(skb, sizeof(*eth) + iplen, tcp, sizeof(*tcp), 0);
+}
+
+// answer4 turns the IPv4 SYN-ACK in skb, whose IP header (without options)
+// and TCP header are ip and tcp, into its RST and sends it back out of the
+// device; it returns the verdict, TC_ACT_UNSPEC when the stack must answer.
+static __always_inline int answer4(struct __sk_buff *skb, const struct iphdr *ip, const struct tcphdr *tcp)
+{
+	struct {
+		struct ethhdr eth;
+		struct iphdr ip;
+		struct tcphdr tcp;
+	} out; // stored field by field: the struct has padding after eth
+	struct ethhdr eth;
+
+	if (ip->ihl != 5 || bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)) || eth.h_proto != bpf_htons(ETH_P_IP))
+		return TC_ACT_UNSPEC;
+	__builtin_memcpy(out.eth.h_dest, eth.h_source, ETH_ALEN);
+	__builtin_memcpy(out.eth.h_source, eth.h_dest, ETH_ALEN);
+	out.eth.h_proto = eth.h_proto;
+	__builtin_memset(&out.ip, 0, sizeof(out.ip));
+	out.ip.version = 4;
+	out.ip.ihl = 5;
+	out.ip.tot_len = bpf_htons(sizeof(out.ip) + sizeof(out.tcp));
+	out.ip.frag_off = bpf_htons(0x4000); // DF, as the kernel's RST
+	out.ip.ttl = 64;
+	out.ip.protocol = IPPROTO_TCP;
+	out.ip.saddr = ip->daddr;
+	out.ip.daddr = ip->saddr;
+	out.ip.check = csum_fold(csum_add(0, &out.ip, sizeof(out.ip)));
+	rst_tcp(&out.tcp, tcp);
+	__u32 sum = csum_add(0, &out.ip.saddr, 8) + bpf_htons(IPPROTO_TCP) + bpf_htons(sizeof(out.tcp));
+	out.tcp.check = csum_fold(csum_add(sum, &out.tcp, sizeof(out.tcp)));
+	if (store_rst(skb, &out.eth, &out.ip, sizeof(out.ip), &out.tcp))
+		return TC_ACT_SHOT; // the packet may be changed already: the target's retransmission is answered
+	count(CNT_ANSWERED);
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+// answer6 is answer4 for IPv6 (no extension headers: the caller checked).
+static __always_inline int answer6(struct __sk_buff *skb, const struct ipv6hdr *ip, const struct tcphdr *tcp)
+{
+	struct {
+		struct ethhdr eth;
+		struct ipv6hdr ip;
+		struct tcphdr tcp;
+	} out; // stored field by field: the struct has padding after eth
+	struct ethhdr eth;
+
+	if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)) || eth.h_proto != bpf_htons(ETH_P_IPV6))
+		return TC_ACT_UNSPEC;
+	__builtin_memcpy(out.eth.h_dest, eth.h_source, ETH_ALEN);
+	__builtin_memcpy(out.eth.h_source, eth.h_dest, ETH_ALEN);
+	out.eth.h_proto = eth.h_proto;
+	__builtin_memset(&out.ip, 0, sizeof(out.ip));
+	out.ip.version = 6;
+	out.ip.payload_len = bpf_htons(sizeof(out.tcp));
+	out.ip.nexthdr = IPPROTO_TCP;
+	out.ip.hop_limit = 64;
+	out.ip.saddr = ip->daddr;
+	out.ip.daddr = ip->saddr;
+	rst_tcp(&out.tcp, tcp);
+	__u32 sum = csum_add(0, &out.ip.saddr, 32) + bpf_htons(sizeof(out.tcp)) + bpf_htons(IPPROTO_TCP);
+	out.tcp.check = csum_fold(csum_add(sum, &out.tcp, sizeof(out.tcp)));
+	if (store_rst(skb, &out.eth, &out.ip, sizeof(out.ip), &out.tcp))
+		return TC_ACT_SHOT;
+	count(CNT_ANSWERED);
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+static __always_inline int handle4(struct __sk_buff *skb)
 {
 	struct iphdr ip;
 	struct event ev = {};
 
 	if (bpf_skb_load_bytes_relative(skb, 0, &ip, sizeof(ip), BPF_HDR_START_NET))
-		return;
+		return TC_ACT_UNSPEC;
 	if (ip.version != 4 || ip.ihl < 5 || (ip.frag_off & bpf_htons(0x1fff)))
-		return;
+		return TC_ACT_UNSPEC;
 	__u32 off = ip.ihl * 4;
 
 	if (ip.protocol == IPPROTO_TCP) {
 		struct tcphdr tcp;
 		if (ip.daddr != cfg_local4)
-			return;
+			return TC_ACT_UNSPEC;
 		if (bpf_skb_load_bytes_relative(skb, off, &tcp, sizeof(tcp), BPF_HDR_START_NET))
-			return;
+			return TC_ACT_UNSPEC;
 		__u8 flags = ((__u8 *)&tcp)[13];
 		ev.kind = tcp_kind(flags);
 		if (!ev.kind || !in_range(bpf_ntohs(tcp.dest)))
-			return;
+			return TC_ACT_UNSPEC;
 		map4(ev.remote, ip.saddr);
 		map4(ev.local, ip.daddr);
 		fill_reply(&ev, &tcp, flags, 4);
 		emit(&ev);
-		return;
+		if (cfg_answer && ev.kind == KIND_SYNACK)
+			return answer4(skb, &ip, &tcp);
+		return TC_ACT_UNSPEC;
 	}
 	if (ip.protocol != IPPROTO_ICMP)
-		return;
+		return TC_ACT_UNSPEC;
 
 	struct icmp4hdr icmp;
 	struct iphdr inner;
 	struct quoted_tcp q;
 
 	if (bpf_skb_load_bytes_relative(skb, off, &icmp, sizeof(icmp), BPF_HDR_START_NET))
-		return;
+		return TC_ACT_UNSPEC;
 	if (icmp.type != ICMP_DEST_UNREACH)
-		return;
+		return TC_ACT_UNSPEC;
 	off += sizeof(icmp);
 	if (bpf_skb_load_bytes_relative(skb, off, &inner, sizeof(inner), BPF_HDR_START_NET))
-		return;
+		return TC_ACT_UNSPEC;
 	if (inner.version != 4 || inner.ihl < 5 || inner.protocol != IPPROTO_TCP || inner.saddr != cfg_local4)
-		return;
+		return TC_ACT_UNSPEC;
 	off += inner.ihl * 4;
 	if (bpf_skb_load_bytes_relative(skb, off, &q, sizeof(q), BPF_HDR_START_NET))
-		return;
+		return TC_ACT_UNSPEC;
 	if (!in_range(bpf_ntohs(q.source)))
-		return;
+		return TC_ACT_UNSPEC;
 	map4(ev.remote, inner.daddr);
 	map4(ev.local, inner.saddr);
 	fill_quoted(&ev, &q, icmp.code, 4);
 	emit(&ev);
+	return TC_ACT_UNSPEC;
 }
 
-static __always_inline void handle6(struct __sk_buff *skb)
+static __always_inline int handle6(struct __sk_buff *skb)
 {
 	struct ipv6hdr ip;
 	struct event ev = {};
 	__u32 off = sizeof(ip);
 
 	if (bpf_skb_load_bytes_relative(skb, 0, &ip, sizeof(ip), BPF_HDR_START_NET))
-		return;
+		return TC_ACT_UNSPEC;
 	if (ip.version != 6)
-		return;
+		return TC_ACT_UNSPEC;
 
 	if (ip.nexthdr == IPPROTO_TCP) {
 		struct tcphdr tcp;
 		if (!is_local6(&ip.daddr))
-			return;
+			return TC_ACT_UNSPEC;
 		if (bpf_skb_load_bytes_relative(skb, off, &tcp, sizeof(tcp), BPF_HDR_START_NET))
-			return;
+			return TC_ACT_UNSPEC;
 		__u8 flags = ((__u8 *)&tcp)[13];
 		ev.kind = tcp_kind(flags);
 		if (!ev.kind || !in_range(bpf_ntohs(tcp.dest)))
-			return;
+			return TC_ACT_UNSPEC;
 		__builtin_memcpy(ev.remote, &ip.saddr, 16);
 		__builtin_memcpy(ev.local, &ip.daddr, 16);
 		fill_reply(&ev, &tcp, flags, 6);
 		emit(&ev);
-		return;
+		if (cfg_answer && ev.kind == KIND_SYNACK)
+			return answer6(skb, &ip, &tcp);
+		return TC_ACT_UNSPEC;
 	}
 	if (ip.nexthdr != IPPROTO_ICMPV6)
-		return;
+		return TC_ACT_UNSPEC;
 
 	struct icmp6hdr icmp;
 	struct ipv6hdr inner;
 	struct quoted_tcp q;
 
 	if (bpf_skb_load_bytes_relative(skb, off, &icmp, sizeof(icmp), BPF_HDR_START_NET))
-		return;
+		return TC_ACT_UNSPEC;
 	if (icmp.icmp6_type != ICMPV6_DEST_UNREACH)
-		return;
+		return TC_ACT_UNSPEC;
 	off += sizeof(icmp);
 	if (bpf_skb_load_bytes_relative(skb, off, &inner, sizeof(inner), BPF_HDR_START_NET))
-		return;
+		return TC_ACT_UNSPEC;
 	if (inner.version != 6 || inner.nexthdr != IPPROTO_TCP || !is_local6(&inner.saddr))
-		return;
+		return TC_ACT_UNSPEC;
 	off += sizeof(inner);
 	if (bpf_skb_load_bytes_relative(skb, off, &q, sizeof(q), BPF_HDR_START_NET))
-		return;
+		return TC_ACT_UNSPEC;
 	if (!in_range(bpf_ntohs(q.source)))
-		return;
+		return TC_ACT_UNSPEC;
 	__builtin_memcpy(ev.remote, &inner.daddr, 16);
 	__builtin_memcpy(ev.local, &inner.saddr, 16);
 	fill_quoted(&ev, &q, icmp.icmp6_code, 6);
 	emit(&ev);
+	return TC_ACT_UNSPEC;
 }
 
 SEC("tc")
 int capture_replies(struct __sk_buff *skb)
 {
 	count(CNT_SEEN);
-	if (skb->protocol == bpf_htons(ETH_P_IP)) {
-		if (cfg_want4)
-			handle4(skb);
-	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
-		if (cfg_want6)
-			handle6(skb);
-	}
+	if (skb->protocol == bpf_htons(ETH_P_IP) && cfg_want4)
+		return handle4(skb);
+	if (skb->protocol == bpf_htons(ETH_P_IPV6) && cfg_want6)
+		return handle6(skb);
 	return TC_ACT_UNSPEC; // TCX_NEXT for TCX; continue for cls_bpf
 }

@@ -106,6 +106,12 @@ type CaptureConfig struct {
 	WakeupBytes int
 	// Attach selects TCX or TC; default AttachAuto.
 	Attach Attach
+	// Answer makes the program answer each SYN-ACK to sonde's address and
+	// port range with the RST the kernel would send, from the interface's
+	// egress, and keep the SYN-ACK from the stack: the host's TCP then does
+	// no work per reply. A SYN-ACK it cannot answer (IP options, no Ethernet
+	// header) is left to the kernel. Off, the kernel answers them all.
+	Answer bool
 }
 
 // Counters are the capture program's counters, summed over CPUs.
@@ -113,6 +119,7 @@ type Counters struct {
 	Seen     uint64 // packets the program looked at
 	Matched  uint64 // replies to sonde's probes found (including those lost to a full ring)
 	RingFull uint64 // replies lost because the ring buffer was full
+	Answered uint64 // SYN-ACKs the program answered with an RST (CaptureConfig.Answer)
 }
 
 // Capture owns the loaded capture program, its attachment and the ring-buffer
@@ -237,6 +244,7 @@ func configure(spec *ebpf.CollectionSpec, cfg CaptureConfig) error {
 		{captureVarCfgPortLo, cfg.PortLo},
 		{captureVarCfgPortHi, cfg.PortHi},
 		{captureVarCfgWakeupBytes, uint64(cfg.WakeupBytes)},
+		{captureVarCfgAnswer, boolByte(cfg.Answer)},
 	}
 	for _, v := range vars {
 		if err := spec.Variables[v.name].Set(v.value); err != nil {
@@ -244,6 +252,13 @@ func configure(spec *ebpf.CollectionSpec, cfg CaptureConfig) error {
 		}
 	}
 	return nil
+}
+
+func boolByte(b bool) uint8 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (c *Capture) attachTo(ifindex int, mode Attach) error {
@@ -330,7 +345,7 @@ var pastDeadline = time.Unix(1, 0)
 
 // Counters reads the program's per-CPU counters and sums them.
 func (c *Capture) Counters() (Counters, error) {
-	var sums [3]uint64
+	var sums [4]uint64
 	var vals []uint64
 	for i := range sums {
 		if err := c.objs.Counters.Lookup(uint32(i), &vals); err != nil {
@@ -340,7 +355,7 @@ func (c *Capture) Counters() (Counters, error) {
 			sums[i] += v
 		}
 	}
-	return Counters{Seen: sums[0], Matched: sums[1], RingFull: sums[2]}, nil
+	return Counters{Seen: sums[0], Matched: sums[1], RingFull: sums[2], Answered: sums[3]}, nil
 }
 
 // Close stops a blocked Poll, detaches the program and frees its objects, in

@@ -35,6 +35,7 @@ const (
 	captureMapCounters        = "counters"
 	captureMapEvents          = "events"
 	captureProgCaptureReplies = "capture_replies"
+	captureVarCfgAnswer       = "cfg_answer"
 	captureVarCfgLocal4       = "cfg_local4"
 	captureVarCfgLocal6       = "cfg_local6"
 	captureVarCfgPortHi       = "cfg_port_hi"
@@ -102,6 +103,7 @@ type captureMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type captureVariableSpecs struct {
+	CfgAnswer      *ebpf.VariableSpec `ebpf:"cfg_answer"`
 	CfgLocal4      *ebpf.VariableSpec `ebpf:"cfg_local4"`
 	CfgLocal6      *ebpf.VariableSpec `ebpf:"cfg_local6"`
 	CfgPortHi      *ebpf.VariableSpec `ebpf:"cfg_port_hi"`
@@ -147,6 +149,7 @@ func (m *captureMaps) Close() error {
 //
 // It can be passed to loadCaptureObjects or ebpf.CollectionSpec.LoadAndAssign.
 type captureVariables struct {
+	CfgAnswer      *ebpf.Variable `ebpf:"cfg_answer"`
 	CfgLocal4      *ebpf.Variable `ebpf:"cfg_local4"`
 	CfgLocal6      *ebpf.Variable `ebpf:"cfg_local6"`
 	CfgPortHi      *ebpf.Variable `ebpf:"cfg_port_hi"`

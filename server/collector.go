@@ -43,6 +43,7 @@ var (
 	descSynStale     = desc("sonde_syn_stale_replies_total", "Replies to an older probe of a target, dropped.")
 	descSynDup       = desc("sonde_syn_duplicate_replies_total", "Second replies to an answered probe, dropped.")
 	descSynDrops     = desc("sonde_syn_ring_drops_total", "Replies lost because the capture ring was full.")
+	descSynAnswered  = desc("sonde_syn_rsts_answered_total", "SYN-ACKs the eBPF capture program answered with an RST itself (the others the kernel answered).")
 	descHTTPConns    = desc("sonde_http_connections", "Open connections to the HTTP server.")
 	descHTTPMax      = desc("sonde_http_connections_max", "Most connections the HTTP server keeps open (-web.max-connections, at most a quarter of the file descriptor limit).")
 	descHTTPEvicted  = desc("sonde_http_connections_evicted_total", "Idle connections closed to make room for new ones at the connection limit.")
@@ -93,6 +94,7 @@ func addSyn(dst *syn.Counters, c syn.Counters) {
 	dst.Stale += c.Stale
 	dst.Duplicate += c.Duplicate
 	dst.RingDrops += c.RingDrops
+	dst.Answered += c.Answered
 }
 
 // stateCollector produces, at scrape time, everything read from the running
@@ -105,7 +107,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		descPoolTargets, descPoolRoutable, descPoolRemoved, descPoolOpen, descFailWin, descSuccessWin, descOnsetWin,
 		descTargets, descStreams, descDispatched, descTimeouts, descStale, descLate, descOverflow, descLateness,
 		descWorkPending, descWorkFlight, descWorkLate, descTCPPath, descSynSent, descSynErrors, descSynReplies,
-		descSynInvalid, descSynStale, descSynDup, descSynDrops, descUnresolved,
+		descSynInvalid, descSynStale, descSynDup, descSynDrops, descSynAnswered, descUnresolved,
 		descHTTPConns, descHTTPMax, descHTTPEvicted, descHTTPRefused,
 	} {
 		ch <- d
@@ -183,6 +185,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descSynStale, sc.Stale)
 	counter(descSynDup, sc.Duplicate)
 	counter(descSynDrops, sc.RingDrops)
+	counter(descSynAnswered, sc.Answered)
 }
 
 func (c *stateCollector) collectPools(g *generation, gauge func(*prometheus.Desc, float64, ...string)) {

@@ -39,6 +39,7 @@ type runFlags struct {
 	syn       bool
 	source    string
 	iface     string
+	kernelRST bool
 	shards    int
 	shard     config.Shard
 	watch     bool
@@ -65,6 +66,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.BoolVar(&f.syn, "syn", true, "let TCP checks in tcp_mode auto use the raw-socket SYN prober when privileged")
 	fs.StringVar(&f.source, "source", "", "source `address` of SYN probes (default: the route's source)")
 	fs.StringVar(&f.iface, "interface", "", "`interface` whose ingress carries SYN replies (default: the source address's)")
+	fs.BoolVar(&f.kernelRST, "kernel-rst", false, "leave the RST that answers each SYN-ACK to the kernel (by default the eBPF capture program sends it)")
 	fs.IntVar(&f.shards, "shards", 0, "scheduler shards (default: one per CPU)")
 	fs.BoolVar(&f.watch, "watch", true, "reload the -config file by itself when its content, or that of a file it names, changes")
 	fs.StringVar(&f.web.RoutePrefix, "web.route-prefix", "", "serve every endpoint under this `path` (/sonde: the status page at /sonde/), for a reverse proxy that forwards one")
@@ -293,7 +295,7 @@ func raiseFileLimit() (uint64, error) {
 
 // synFlags turns the SYN prober flags into its settings.
 func synFlags(f runFlags) (syn.Config, error) {
-	c := syn.Config{Interface: f.iface}
+	c := syn.Config{Interface: f.iface, KernelRST: f.kernelRST}
 	if err := setSynSource(&c, f.source); err != nil {
 		return c, fmt.Errorf("run: %w", err)
 	}

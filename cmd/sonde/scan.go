@@ -52,6 +52,7 @@ type scanFlags struct {
 	senders   int
 	portRange string
 	nextHop   string
+	kernelRST bool
 }
 
 // runScan implements `sonde scan`: it parses flags and targets, runs one
@@ -123,6 +124,7 @@ func parseScanFlags(args []string, stderr io.Writer) (scanFlags, []string, error
 	fs.StringVar(&sf.path, "path", "auto", "TCP probe `path`: auto (syn-bpf when eBPF loads, else syn-packet), syn-bpf (replies caught by eBPF) or syn-packet (replies read with AF_PACKET)")
 	fs.IntVar(&sf.senders, "senders", runtime.GOMAXPROCS(0), "concurrent sender threads")
 	fs.StringVar(&sf.nextHop, "next-hop-mac", "", "send Ethernet frames to this `MAC` through AF_PACKET instead of a raw IP socket (every target must be behind it)")
+	fs.BoolVar(&sf.kernelRST, "kernel-rst", false, "leave the RST that answers each SYN-ACK to the kernel (by default the eBPF program sends it and the SYN-ACK never reaches the stack)")
 	fs.StringVar(&sf.portRange, "source-ports", "", "source-port `range` FIRST-LAST (default 61000-65535, outside the kernel's ephemeral range)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -149,7 +151,7 @@ func parseScanFlags(args []string, stderr io.Writer) (scanFlags, []string, error
 
 // sweepOptions turns the flags into the sweep's settings.
 func (sf scanFlags) sweepOptions(tab *probe.Table) (syn.SweepOptions, error) {
-	cfg := syn.Config{Table: tab, Lanes: sf.senders, Interface: sf.iface, Batch: 256}
+	cfg := syn.Config{Table: tab, Lanes: sf.senders, Interface: sf.iface, Batch: 256, KernelRST: sf.kernelRST}
 	switch p := probe.TCPPath(sf.path); p {
 	case "auto":
 	case probe.PathSynBPF, probe.PathSynPacket:

@@ -83,8 +83,8 @@ func writeScanSummary(w io.Writer, st syn.SweepStats, cpu float64) {
 		st.Sent, st.Probes, d, pps, st.Replies)
 	fmt.Fprintf(w, "  success %d, refused %d, unreachable %d, timeout %d (late replies %d)\n",
 		st.Outcomes[probe.Success], st.Outcomes[probe.Refused], st.Outcomes[probe.Unreachable], st.Outcomes[probe.Timeout], st.Late)
-	fmt.Fprintf(w, "  tcp path %s, source %s, ports %s; send errors %d, invalid cookies %d, stale %d, duplicates %d, ring drops %d\n",
-		path, src, st.Ports, c.SendErrors, c.InvalidCookie, c.Stale, c.Duplicate, c.RingDrops)
+	fmt.Fprintf(w, "  tcp path %s, source %s, ports %s; send errors %d, invalid cookies %d, stale %d, duplicates %d, ring drops %d, RSTs sent by eBPF %d\n",
+		path, src, st.Ports, c.SendErrors, c.InvalidCookie, c.Stale, c.Duplicate, c.RingDrops, c.Answered)
 	fmt.Fprintf(w, "  cpu %.2fs user+sys (%.2fs per million probes)\n", cpu, cpm)
 	if st.Fallback != nil {
 		fmt.Fprintf(w, "  eBPF capture unavailable, used syn-packet: %v\n", st.Fallback)

@@ -20,13 +20,19 @@ type capturer interface {
 	// calling handle for each. It returns an error matching os.ErrClosed
 	// after close.
 	poll(deadline time.Time) error
-	// counters returns seen, matched and dropped packets.
-	counters() (seen, matched, drops uint64, err error)
+	// counters returns the capture's counts of packets.
+	counters() (captureCounts, error)
 	// stop makes a running or later poll return os.ErrClosed; it may be
 	// called from any goroutine.
 	stop() error
 	// close frees what is left once poll has returned for good.
 	close() error
+}
+
+// captureCounts are a capture's counts of packets.
+type captureCounts struct {
+	seen, matched, drops uint64
+	answered             uint64 // SYN-ACKs the eBPF program answered itself
 }
 
 // openCapture opens the capture of the path that cfg asks for.
@@ -43,6 +49,7 @@ func (p *Prober) openCapture(cfg Config, iface *net.Interface) error {
 			Interface: iface.Index, Local4: l4, Local6: l6,
 			PortLo: p.ports.First, PortHi: p.ports.Last,
 			RingBytes: cfg.RingBytes, WakeupBytes: wakeupBytes(cfg.RingBytes), Attach: cfg.Attach,
+			Answer: !cfg.KernelRST,
 		})
 		if err == nil {
 			p.cap, p.path, p.attach = c, probe.PathSynBPF, c.c.Attachment()

@@ -37,9 +37,9 @@ func (bc *bpfCapture) poll(deadline time.Time) error {
 	return err
 }
 
-func (bc *bpfCapture) counters() (seen, matched, drops uint64, err error) {
+func (bc *bpfCapture) counters() (captureCounts, error) {
 	c, err := bc.c.Counters()
-	return c.Seen, c.Matched, c.RingFull, err
+	return captureCounts{seen: c.Seen, matched: c.Matched, drops: c.RingFull, answered: c.Answered}, err
 }
 
 // stop closes the capture, which interrupts poll; close has nothing left to do.

@@ -174,7 +174,8 @@ func (c *packetCapture) packet(b []byte, ktime int64) {
 	c.p.handle(&c.r)
 }
 
-func (c *packetCapture) counters() (seen, matched, drops uint64, err error) {
+func (c *packetCapture) counters() (captureCounts, error) {
+	var err error
 	cerr := c.raw.Control(func(fd uintptr) {
 		var st *unix.TpacketStatsV3
 		st, err = unix.GetsockoptTpacketStatsV3(int(fd), unix.SOL_PACKET, unix.PACKET_STATISTICS)
@@ -186,7 +187,7 @@ func (c *packetCapture) counters() (seen, matched, drops uint64, err error) {
 	if cerr != nil && !c.stopped.Load() {
 		err = cerr
 	}
-	return 0, c.packets.Load(), c.drops.Load(), err
+	return captureCounts{matched: c.packets.Load(), drops: c.drops.Load()}, err
 }
 
 // stop makes a running or later poll return os.ErrClosed: it closes the

@@ -57,4 +57,11 @@ type Config struct {
 	// drains it; default 2ms. It delays results, not RTTs, which come from
 	// kernel timestamps.
 	PollInterval time.Duration
+	// KernelRST leaves the RST that closes each target's half-open
+	// connection to the host's TCP. By default, with the eBPF capture, the
+	// program answers each SYN-ACK itself (the same RST, sent from the
+	// interface's egress) and the SYN-ACK never reaches the stack, which
+	// spares the host a socket lookup, an RST and a route lookup per open
+	// port. With AF_PACKET capture the kernel always answers.
+	KernelRST bool
 }

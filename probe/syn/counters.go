@@ -24,6 +24,9 @@ type Counters struct {
 	CaptureSeen    uint64 // packets the capture filter looked at (eBPF path only)
 	CaptureMatched uint64 // packets the capture filter kept
 	CaptureErrors  uint64 // failed reads of the capture ring
+	// Answered counts the SYN-ACKs the eBPF program answered with an RST
+	// itself (see Config.KernelRST); the kernel answered the others.
+	Answered uint64
 
 	Path probe.TCPPath // the path in use: syn-bpf or syn-packet (empty before a capture is open)
 }
@@ -54,11 +57,11 @@ func (p *Prober) Counters() Counters {
 		c.Unreachable += l.unreach.Load()
 	}
 	if p.cap != nil {
-		seen, matched, drops, err := p.cap.counters()
+		cc, err := p.cap.counters()
 		if err != nil {
 			c.CaptureErrors++
 		}
-		c.CaptureSeen, c.CaptureMatched, c.RingDrops = seen, matched, drops
+		c.CaptureSeen, c.CaptureMatched, c.RingDrops, c.Answered = cc.seen, cc.matched, cc.drops, cc.answered
 	}
 	return c
 }
