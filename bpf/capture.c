@@ -236,17 +236,37 @@ static __always_inline void rst_tcp(struct tcphdr *rst, const struct tcphdr *syn
 	rst->rst = 1;
 }
 
-// store_rst makes skb the RST of headers eth, ip (iplen bytes) and tcp: the
-// packet cut to their length, and they written over it. It returns non-zero
-// when a helper failed.
-static __always_inline int store_rst(struct __sk_buff *skb, const struct ethhdr *eth, const void *ip, __u32 iplen,
-				     const struct tcphdr *tcp)
+// reply_eth fills out with the Ethernet header of a reply to the frame in
+// skb: its addresses swapped. It returns non-zero when the frame has no
+// Ethernet header of protocol proto.
+static __always_inline int reply_eth(struct __sk_buff *skb, struct ethhdr *out, __be16 proto)
+{
+	struct ethhdr eth;
+
+	if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)) || eth.h_proto != proto)
+		return -1;
+	__builtin_memcpy(out->h_dest, eth.h_source, ETH_ALEN);
+	__builtin_memcpy(out->h_source, eth.h_dest, ETH_ALEN);
+	out->h_proto = proto;
+	return 0;
+}
+
+// send_rst makes skb the RST of headers eth, ip (iplen bytes) and tcp — the
+// packet cut to their length, and they written over it — and sends it out
+// of the device it came in on. When a helper fails the packet may be
+// changed already: it is dropped, and the target's retransmission of its
+// SYN-ACK is answered.
+static __always_inline int send_rst(struct __sk_buff *skb, const struct ethhdr *eth, const void *ip, __u32 iplen,
+				    const struct tcphdr *tcp)
 {
 	__u32 len = sizeof(*eth) + iplen + sizeof(*tcp);
 
-	return bpf_skb_change_tail(skb, len, 0) || bpf_skb_store_bytes(skb, 0, eth, sizeof(*eth), 0) ||
-	       bpf_skb_store_bytes(skb, sizeof(*eth), ip, iplen, 0) ||
-	       bpf_skb_store_bytes(skb, sizeof(*eth) + iplen, tcp, sizeof(*tcp), 0);
+	if (bpf_skb_change_tail(skb, len, 0) || bpf_skb_store_bytes(skb, 0, eth, sizeof(*eth), 0) ||
+	    bpf_skb_store_bytes(skb, sizeof(*eth), ip, iplen, 0) ||
+	    bpf_skb_store_bytes(skb, sizeof(*eth) + iplen, tcp, sizeof(*tcp), 0))
+		return TC_ACT_SHOT;
+	count(CNT_ANSWERED);
+	return bpf_redirect(skb->ifindex, 0);
 }
 
 // answer4 turns the IPv4 SYN-ACK in skb, whose IP header (without options)
@@ -259,13 +279,8 @@ static __always_inline int answer4(struct __sk_buff *skb, const struct iphdr *ip
 		struct iphdr ip;
 		struct tcphdr tcp;
 	} out; // stored field by field: the struct has padding after eth
-	struct ethhdr eth;
-
-	if (ip->ihl != 5 || bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)) || eth.h_proto != bpf_htons(ETH_P_IP))
+	if (ip->ihl != 5 || reply_eth(skb, &out.eth, bpf_htons(ETH_P_IP)))
 		return TC_ACT_UNSPEC;
-	__builtin_memcpy(out.eth.h_dest, eth.h_source, ETH_ALEN);
-	__builtin_memcpy(out.eth.h_source, eth.h_dest, ETH_ALEN);
-	out.eth.h_proto = eth.h_proto;
 	__builtin_memset(&out.ip, 0, sizeof(out.ip));
 	out.ip.version = 4;
 	out.ip.ihl = 5;
@@ -279,10 +294,7 @@ static __always_inline int answer4(struct __sk_buff *skb, const struct iphdr *ip
 	rst_tcp(&out.tcp, tcp);
 	__u32 sum = csum_add(0, &out.ip.saddr, 8) + bpf_htons(IPPROTO_TCP) + bpf_htons(sizeof(out.tcp));
 	out.tcp.check = csum_fold(csum_add(sum, &out.tcp, sizeof(out.tcp)));
-	if (store_rst(skb, &out.eth, &out.ip, sizeof(out.ip), &out.tcp))
-		return TC_ACT_SHOT; // the packet may be changed already: the target's retransmission is answered
-	count(CNT_ANSWERED);
-	return bpf_redirect(skb->ifindex, 0);
+	return send_rst(skb, &out.eth, &out.ip, sizeof(out.ip), &out.tcp);
 }
 
 // answer6 is answer4 for IPv6 (no extension headers: the caller checked).
@@ -293,13 +305,8 @@ static __always_inline int answer6(struct __sk_buff *skb, const struct ipv6hdr *
 		struct ipv6hdr ip;
 		struct tcphdr tcp;
 	} out; // stored field by field: the struct has padding after eth
-	struct ethhdr eth;
-
-	if (bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)) || eth.h_proto != bpf_htons(ETH_P_IPV6))
+	if (reply_eth(skb, &out.eth, bpf_htons(ETH_P_IPV6)))
 		return TC_ACT_UNSPEC;
-	__builtin_memcpy(out.eth.h_dest, eth.h_source, ETH_ALEN);
-	__builtin_memcpy(out.eth.h_source, eth.h_dest, ETH_ALEN);
-	out.eth.h_proto = eth.h_proto;
 	__builtin_memset(&out.ip, 0, sizeof(out.ip));
 	out.ip.version = 6;
 	out.ip.payload_len = bpf_htons(sizeof(out.tcp));
@@ -310,10 +317,7 @@ static __always_inline int answer6(struct __sk_buff *skb, const struct ipv6hdr *
 	rst_tcp(&out.tcp, tcp);
 	__u32 sum = csum_add(0, &out.ip.saddr, 32) + bpf_htons(sizeof(out.tcp)) + bpf_htons(IPPROTO_TCP);
 	out.tcp.check = csum_fold(csum_add(sum, &out.tcp, sizeof(out.tcp)));
-	if (store_rst(skb, &out.eth, &out.ip, sizeof(out.ip), &out.tcp))
-		return TC_ACT_SHOT;
-	count(CNT_ANSWERED);
-	return bpf_redirect(skb->ifindex, 0);
+	return send_rst(skb, &out.eth, &out.ip, sizeof(out.ip), &out.tcp);
 }
 
 static __always_inline int handle4(struct __sk_buff *skb)
