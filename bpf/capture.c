@@ -206,21 +206,39 @@ static __always_inline void fill_quoted(struct event *ev, const struct quoted_tc
 	ev->icmp_code = code;
 }
 
-// csum_add adds n bytes (n even) at p to a one's-complement sum.
-static __always_inline __u32 csum_add(__u32 sum, const void *p, int n)
-{
-	const __u16 *w = p;
-#pragma unroll
-	for (int i = 0; i < n / 2; i++)
-		sum += w[i];
-	return sum;
-}
-
+// csum_fold folds a 32-bit one's-complement sum into a checksum.
 static __always_inline __u16 csum_fold(__u32 sum)
 {
 	sum = (sum & 0xffff) + (sum >> 16);
 	sum = (sum & 0xffff) + (sum >> 16);
 	return ~sum;
+}
+
+// pseudo4 and pseudo6 are the pseudo headers of the TCP checksum.
+struct pseudo4 {
+	__be32 saddr, daddr;
+	__u8 zero, proto;
+	__be16 len;
+};
+
+struct pseudo6 {
+	struct in6_addr saddr, daddr;
+	__be32 len;
+	__u8 zero[3], next;
+};
+
+// tcp_csum returns the checksum of tcp (no options) after the pseudo
+// header ph of phlen bytes. The sums are the kernel's (bpf_csum_diff), so
+// that no pointer arithmetic of ours needs privileges beyond CAP_BPF.
+static __always_inline __u16 tcp_csum(void *ph, __u32 phlen, struct tcphdr *tcp)
+{
+	__s64 sum = bpf_csum_diff(NULL, 0, ph, phlen, 0);
+	if (sum < 0)
+		return 0;
+	sum = bpf_csum_diff(NULL, 0, (__be32 *)tcp, sizeof(*tcp), (__u32)sum);
+	if (sum < 0)
+		return 0;
+	return csum_fold((__u32)sum);
 }
 
 // rst_tcp fills the RST that answers a SYN-ACK: from its destination port
@@ -290,10 +308,13 @@ static __always_inline int answer4(struct __sk_buff *skb, const struct iphdr *ip
 	out.ip.protocol = IPPROTO_TCP;
 	out.ip.saddr = ip->daddr;
 	out.ip.daddr = ip->saddr;
-	out.ip.check = csum_fold(csum_add(0, &out.ip, sizeof(out.ip)));
+	__s64 ipsum = bpf_csum_diff(NULL, 0, (__be32 *)&out.ip, sizeof(out.ip), 0);
+	if (ipsum < 0)
+		return TC_ACT_UNSPEC;
+	out.ip.check = csum_fold((__u32)ipsum);
 	rst_tcp(&out.tcp, tcp);
-	__u32 sum = csum_add(0, &out.ip.saddr, 8) + bpf_htons(IPPROTO_TCP) + bpf_htons(sizeof(out.tcp));
-	out.tcp.check = csum_fold(csum_add(sum, &out.tcp, sizeof(out.tcp)));
+	struct pseudo4 ph = {.saddr = out.ip.saddr, .daddr = out.ip.daddr, .proto = IPPROTO_TCP, .len = bpf_htons(sizeof(out.tcp))};
+	out.tcp.check = tcp_csum(&ph, sizeof(ph), &out.tcp);
 	return send_rst(skb, &out.eth, &out.ip, sizeof(out.ip), &out.tcp);
 }
 
@@ -315,8 +336,8 @@ static __always_inline int answer6(struct __sk_buff *skb, const struct ipv6hdr *
 	out.ip.saddr = ip->daddr;
 	out.ip.daddr = ip->saddr;
 	rst_tcp(&out.tcp, tcp);
-	__u32 sum = csum_add(0, &out.ip.saddr, 32) + bpf_htons(sizeof(out.tcp)) + bpf_htons(IPPROTO_TCP);
-	out.tcp.check = csum_fold(csum_add(sum, &out.tcp, sizeof(out.tcp)));
+	struct pseudo6 ph = {.saddr = out.ip.saddr, .daddr = out.ip.daddr, .len = bpf_htonl(sizeof(out.tcp)), .next = IPPROTO_TCP};
+	out.tcp.check = tcp_csum(&ph, sizeof(ph), &out.tcp);
 	return send_rst(skb, &out.eth, &out.ip, sizeof(out.ip), &out.tcp);
 }
 
