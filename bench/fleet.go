@@ -225,7 +225,7 @@ func (f *Fleet) answer(cfg FleetConfig) error {
 			return err
 		}
 		f.resp = r
-		return nil
+		return f.dropRedirected()
 	}
 	if err := f.firewall(cfg); err != nil {
 		return err
@@ -241,6 +241,20 @@ func (f *Fleet) answer(cfg FleetConfig) error {
 		}
 	}
 	return nil
+}
+
+// dropRedirected drops, at the XDP fleet's ingress, the TCP packets that
+// the responder does not see: those a TC program on the prober side sent
+// with bpf_redirect (sonde's own RSTs, see bpf/capture.c), which generic
+// XDP skips as reinjected. Without it they would climb the fleet's TCP stack
+// for nothing, inside the prober's send calls, and count against it; the
+// kernel's RSTs the responder drops itself.
+func (f *Fleet) dropRedirected() error {
+	rules := fmt.Sprintf("table netdev sonde_fleet {\n  chain in {\n    type filter hook ingress device %s priority -500; policy accept;\n"+
+		"    meta l4proto tcp counter drop\n  }\n}\n", f.FleetLink)
+	cmd := exec.Command("ip", "netns", "exec", f.FleetNS, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	return runCmd(cmd)
 }
 
 // ResponderCounters returns the XDP responder's counters; false when the

@@ -210,6 +210,30 @@ func TestFirstProbesPrompt(t *testing.T) {
 	}
 }
 
+// TestFirstProbesShareALauncher checks that checks sending to one launcher
+// share its first-probe pace: two checks of 5,000 targets, each asking for a
+// burst of 1,000 then 4,500/s, leave as one burst then 4,500/s for all
+// 10,000 (the last after 2 s), not at twice the rate.
+func TestFirstProbesShareALauncher(t *testing.T) {
+	pace := Pace{Rate: 4500, Burst: 1000}
+	timing := Timing{Interval: 30 * sec, Timeout: 30 * sec, Rise: 1, Fall: 3}
+	checks := []Check{{Timing: timing, FirstProbes: pace}, {Timing: timing, FirstProbes: pace}}
+	targets := make([]TargetSpec, 10000)
+	for i := range targets {
+		targets[i] = TargetSpec{Check: uint16(i % 2), Leader: uint32(i)}
+	}
+	s := newSim(t, checks, targets, 3)
+	start := s.clock.Nanotime()
+	s.runFor(10 * sec)
+	var last int64
+	for _, r := range s.sent {
+		last = max(last, r.Sent-start)
+	}
+	if got := time.Duration(last); got < 1900*time.Millisecond || got > 2100*time.Millisecond {
+		t.Fatalf("last first probe after %v, want 2 s: one pace for the launcher", got)
+	}
+}
+
 // TestManyTargetsAcrossShards runs a mixed fleet over several shards and
 // checks that every target is evaluated and lateness stays at zero in
 // simulation.

@@ -73,7 +73,8 @@ type shard struct {
 	batches   [][]probe.Request // per launcher
 	now       int64             // time of the step in progress
 	rng       uint64            // jitter random state
-	first     []pacer           // per check: the pace of its first probes
+	first     []pacer           // per launcher: the pace of its first probes
+	paces     []Pace            // per launcher: the pace its pacer was made for
 	fire      func(t timer)     // s.onTimer, bound once
 	touched   uint8             // keeps touch's loads from being optimised away
 	rx        [64]arrival       // batch of results being applied
@@ -248,7 +249,11 @@ func (s *shard) schedule(i uint32, rec *record, at int64) {
 // here, at the engine's start and for a target added later, so none waits
 // for a slot inside its interval.
 func (s *shard) fileFirst(i uint32, rec *record) {
-	s.schedule(i, rec, s.first[rec.check].slot(s.now))
+	at := s.now
+	if li := s.tab.launcherOf[rec.check]; li >= 0 {
+		at = s.first[li].slot(s.now)
+	}
+	s.schedule(i, rec, at)
 }
 
 // dispatch sends the next probe of target i, whose record is rec.
@@ -480,7 +485,7 @@ func (s *shard) wakeUp() {
 	}
 }
 
-// pacer spaces the first probes of one check in one shard: up to a burst at
+// pacer spaces the first probes of one launcher in one shard: up to a burst at
 // once, then one per step nanoseconds (the generic cell rate algorithm,
 // delaying instead of dropping). The zero pacer lets every probe go at once.
 type pacer struct {

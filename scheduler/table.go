@@ -76,16 +76,33 @@ func (t *checkTable) timeoutQueue(d time.Duration) int {
 
 // use makes the shard work with table t from now on: deadline queues for new
 // timeouts, batches for new launchers, and a first-probe pacer for each
-// check (kept while its pace is the same). It runs between steps, when every
-// batch has been flushed.
+// launcher (kept while its pace is the same). Checks that share a launcher
+// share its pacer, at the most generous pace any of them asks for: a burst
+// of first probes of many checks is paced as the one prober they go to
+// takes them. It runs between steps, when every batch has been flushed.
 func (s *shard) use(t *checkTable) {
+	paces := make([]Pace, len(t.launchers))
+	unlimited := make([]bool, len(t.launchers))
 	for ci := range t.checks {
+		li := t.launcherOf[ci]
+		if li < 0 {
+			continue
+		}
 		p := t.checks[ci].FirstProbes
+		unlimited[li] = unlimited[li] || p.Rate <= 0
+		paces[li].Rate = max(paces[li].Rate, p.Rate)
+		paces[li].Burst = max(paces[li].Burst, p.Burst)
+	}
+	for li := range paces {
+		if unlimited[li] {
+			paces[li] = Pace{}
+		}
 		switch {
-		case ci >= len(s.first):
-			s.first = append(s.first, newPacer(p, len(s.e.shards)))
-		case p != s.tab.checks[ci].FirstProbes:
-			s.first[ci] = newPacer(p, len(s.e.shards))
+		case li >= len(s.first):
+			s.first = append(s.first, newPacer(paces[li], len(s.e.shards)))
+			s.paces = append(s.paces, paces[li])
+		case paces[li] != s.paces[li]:
+			s.first[li], s.paces[li] = newPacer(paces[li], len(s.e.shards)), paces[li]
 		}
 	}
 	s.tab = t

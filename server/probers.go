@@ -122,6 +122,7 @@ func (ps *proberSet) prepare(cfg *config.Config) (*proberPlan, error) {
 		pp.ls.tcpPath = sp.Path()
 	}
 	streams := streamsPerCheck(cfg)
+	synPace := synFirstPace(cfg, streams, sp != nil)
 	for ci, c := range cfg.Checks {
 		p, useSyn, err := NewProber(c, sp != nil)
 		if err != nil {
@@ -130,7 +131,7 @@ func (ps *proberSet) prepare(cfg *config.Config) (*proberPlan, error) {
 		}
 		if useSyn {
 			pp.ls.byCheck[ci] = sp
-			pp.ls.firstProbes[ci] = firstProbePace(c, streams[ci], synFirstBurst, synFirstRate)
+			pp.ls.firstProbes[ci] = synPace
 			continue
 		}
 		n := concurrencyFor(c, streams[ci])
@@ -368,6 +369,25 @@ const (
 	synFirstBurst = 4096
 	synFirstRate  = 100_000
 )
+
+// synFirstPace is the pace of the first probes of every check the SYN
+// prober runs, shared by them in the engine (one pacer for the one
+// launcher): synFirstBurst at once, then synFirstRate, or the steady rate of
+// all their streams together when that is higher. A wave of first probes
+// thus never runs faster than the prober's comfortable rate unless the
+// steady state needs more, and the last first probe leaves within an
+// interval: after completion, later probes keep the phases the first ones
+// took, so a wave squeezed into a part of the interval would stay one,
+// probes late behind each other, at every round.
+func synFirstPace(cfg *config.Config, streams []int, syn bool) scheduler.Pace {
+	steady := 0.0
+	for ci, c := range cfg.Checks {
+		if syn && c.Protocol == config.TCP && c.TCPMode != config.TCPConnect { // NewProber's choice of the SYN prober
+			steady += float64(streams[ci]) / c.Interval.Seconds()
+		}
+	}
+	return scheduler.Pace{Rate: max(synFirstRate, steady), Burst: synFirstBurst}
+}
 
 // firstProbePace paces the first probes of a check's streams to what its
 // launcher takes: burst at once, then rate per second (a worker pool: its

@@ -104,3 +104,30 @@ func TestConcurrencyAndFirstProbes(t *testing.T) {
 		t.Errorf("pace %+v: want the check's steady rate of %v/s", p, 100_000/30.0)
 	}
 }
+
+// TestSynFirstPace checks the one pace of the SYN prober's first probes:
+// its comfortable rate, or the steady rate of all its checks' streams
+// together, whichever is higher; connect() and HTTP checks do not count.
+func TestSynFirstPace(t *testing.T) {
+	cfg, err := config.Parse([]byte(`checks:
+  a: {protocol: tcp, port: 1, interval: 10s}
+  b: {protocol: tcp, port: 2, interval: 60s}
+  c: {protocol: tcp, port: 3, tcp_mode: connect, interval: 1s}
+  d: {protocol: http, interval: 1s}
+pools:
+  - {name: a, check: a, targets: [198.18.0.1]}
+  - {name: b, check: b, targets: [198.18.0.1]}
+  - {name: c, check: c, targets: [198.18.0.1]}
+  - {name: d, check: d, targets: [198.18.0.1]}
+`), "", config.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	streams := []int{1_000_000, 6_000_000, 5_000_000, 5_000_000} // checks sorted by name: a, b, c, d
+	if p := synFirstPace(cfg, streams, true); p.Rate != 200_000 || p.Burst != synFirstBurst {
+		t.Errorf("pace %+v, want 100,000/s + 100,000/s of the two SYN checks", p)
+	}
+	if p := synFirstPace(cfg, []int{10, 10, 10, 10}, true); p.Rate != synFirstRate {
+		t.Errorf("pace %+v for a small fleet, want %d/s", p, synFirstRate)
+	}
+}
