@@ -436,7 +436,7 @@ pools:
 	if !cfg.Pools[1].HealthChecks {
 		t.Fatal("pool probed has health checks off; the default is on")
 	}
-	if !cfg.Targets[0].Disabled || cfg.Targets[1].Disabled {
+	if !cfg.Targets[0].Disabled() || cfg.Targets[1].Disabled() {
 		t.Fatalf("targets %+v: want 127.0.0.1 not probed, 127.0.0.2 probed for pool probed", cfg.Targets)
 	}
 	if got := cfg.Streams(); got != 1 {

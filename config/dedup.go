@@ -189,10 +189,12 @@ func (x *expander) dedup(pools []*Pool) ([]Target, map[uint32]string) {
 	}
 	for id := range targets {
 		t := &targets[id]
-		t.Disabled = !enabled.has(uint32(id))
+		t.SetDisabled(!enabled.has(uint32(id)))
 		st := streamOfID[id]
-		if t.Leader = lead[st]; t.Leader == math.MaxUint32 {
-			t.Leader = first[st]
+		if l := lead[st]; l != math.MaxUint32 {
+			t.SetLeader(l)
+		} else {
+			t.SetLeader(first[st])
 		}
 	}
 

@@ -20,7 +20,7 @@ type row struct {
 func rows(cfg *Config) []row {
 	out := make([]row, len(cfg.Targets))
 	for id, t := range cfg.Targets {
-		out[id] = row{EP: t.AddrPort().String(), Check: cfg.Checks[t.Check].Name, Leader: t.Leader, Disabled: t.Disabled}
+		out[id] = row{EP: t.AddrPort().String(), Check: cfg.Checks[t.Check].Name, Leader: t.Leader(), Disabled: t.Disabled()}
 	}
 	return out
 }
@@ -196,15 +196,15 @@ func checkInvariants(t *testing.T, cfg *Config) {
 			t.Errorf("target %d %v is not unique", id, r)
 		}
 		seen[r] = true
-		l := cfg.Targets[tg.Leader]
-		if l.Leader != tg.Leader {
-			t.Errorf("target %d: leader %d does not lead itself", id, tg.Leader)
+		l := cfg.Targets[tg.Leader()]
+		if l.Leader() != tg.Leader() {
+			t.Errorf("target %d: leader %d does not lead itself", id, tg.Leader())
 		}
 		if l.AddrPort() != tg.AddrPort() || cfg.Checks[l.Check].Class != cfg.Checks[tg.Check].Class {
-			t.Errorf("target %d (%v) has leader %d (%v) of another endpoint or class", id, tg.AddrPort(), tg.Leader, l.AddrPort())
+			t.Errorf("target %d (%v) has leader %d (%v) of another endpoint or class", id, tg.AddrPort(), tg.Leader(), l.AddrPort())
 		}
-		if !tg.Disabled && l.Disabled {
-			t.Errorf("target %d is enabled but its leader %d is disabled", id, tg.Leader)
+		if !tg.Disabled() && l.Disabled() {
+			t.Errorf("target %d is enabled but its leader %d is disabled", id, tg.Leader())
 		}
 	}
 	for _, p := range cfg.Pools {

@@ -11,7 +11,7 @@ import (
 func (c *Config) Streams() int {
 	n := 0
 	for id, t := range c.Targets {
-		if t.Leader == uint32(id) && !t.Disabled {
+		if t.Leader() == uint32(id) && !t.Disabled() {
 			n++
 		}
 	}
@@ -66,13 +66,13 @@ func (c *Config) eachEndpointRate(fn func(netip.AddrPort, float64)) {
 	streamRate := make([]float64, len(c.Targets)) // by leader id
 	var leaders []uint32
 	for _, t := range c.Targets {
-		if t.Disabled {
+		if t.Disabled() {
 			continue
 		}
-		if streamRate[t.Leader] == 0 {
-			leaders = append(leaders, t.Leader)
+		if streamRate[t.Leader()] == 0 {
+			leaders = append(leaders, t.Leader())
 		}
-		streamRate[t.Leader] = max(streamRate[t.Leader], rates[t.Check])
+		streamRate[t.Leader()] = max(streamRate[t.Leader()], rates[t.Check])
 	}
 	slices.SortFunc(leaders, func(a, b uint32) int {
 		return cmp.Or(c.Targets[a].AddrPort().Compare(c.Targets[b].AddrPort()), cmp.Compare(a, b))

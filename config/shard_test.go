@@ -203,8 +203,8 @@ func TestShardsPartitionConfig(t *testing.T) {
 						t.Errorf("endpoint %s is in shards %d and %d", tg.AddrPort(), o, i)
 					}
 					owner[tg.AddrPort()] = i
-					if ld := cfg.Targets[tg.Leader]; ld.AddrPort() != tg.AddrPort() {
-						t.Errorf("shard %d: target %d (%s) led by %d (%s)", i, id, tg.AddrPort(), tg.Leader, ld.AddrPort())
+					if ld := cfg.Targets[tg.Leader()]; ld.AddrPort() != tg.AddrPort() {
+						t.Errorf("shard %d: target %d (%s) led by %d (%s)", i, id, tg.AddrPort(), tg.Leader(), ld.AddrPort())
 					}
 				}
 				got = append(got, membersOf(cfg)...)

@@ -121,6 +121,29 @@ func (t *Table) IP16(id uint32) *[16]byte { return &t.block(id).ip[id&tableMask]
 // Port returns id's port.
 func (t *Table) Port(id uint32) uint16 { return t.block(id).port[id&tableMask] }
 
+// Endpoint16 returns id's address in 16-byte form and its port, or nil for
+// an id out of range: the table as [Endpoints].
+func (t *Table) Endpoint16(id uint32) (*[16]byte, uint16) {
+	if id >= t.n.Load() {
+		return nil, 0
+	}
+	b := (*t.dir.Load())[id>>tableShift]
+	return &b.ip[id&tableMask], b.port[id&tableMask]
+}
+
+var _ Endpoints = (*Table)(nil)
+
+// Endpoints gives a prober the endpoint of each target id: a [Table], or
+// a daemon's own targets. It is safe for concurrent use.
+type Endpoints interface {
+	// Len is how many ids there are: those below it may have an endpoint.
+	Len() int
+	// Endpoint16 returns id's address in 16-byte form (IPv4 as IPv4-mapped
+	// IPv6) and its port, or nil when id has no endpoint (out of range, or a
+	// free id). The array it points to does not change.
+	Endpoint16(id uint32) (*[16]byte, uint16)
+}
+
 // Lookup returns the endpoint of id, or false when id is not in the table.
 func (t *Table) Lookup(id uint32) (netip.AddrPort, bool) {
 	if id >= t.n.Load() {

@@ -98,6 +98,13 @@ var ErrInvalidTarget = errors.New("invalid target")
 // stream leaves when the engine starts (its first Step or Run), paced only
 // by its check's [Check.FirstProbes].
 func New(checks []Check, targets []TargetSpec, opt Options) (*Engine, error) {
+	return NewFunc(checks, len(targets), func(id uint32) TargetSpec { return targets[id] }, opt)
+}
+
+// NewFunc is [New] for n targets whose specs spec gives by index, so that a
+// large fleet's specs need not all be held at once: spec may be called more
+// than once for an index, and must give the same spec each time.
+func NewFunc(checks []Check, n int, spec func(id uint32) TargetSpec, opt Options) (*Engine, error) {
 	if opt.Shards <= 0 {
 		opt.Shards = runtime.GOMAXPROCS(0)
 	}
@@ -113,14 +120,14 @@ func New(checks []Check, targets []TargetSpec, opt Options) (*Engine, error) {
 	if opt.Clock == nil {
 		opt.Clock = NewRealClock()
 	}
-	if len(targets) >= 1<<32-1 {
-		return nil, fmt.Errorf("%w: %d targets is more than the engine holds", ErrInvalidTarget, len(targets))
+	if n >= 1<<32-1 {
+		return nil, fmt.Errorf("%w: %d targets is more than the engine holds", ErrInvalidTarget, n)
 	}
 	tab, err := newCheckTable(checks, nil)
 	if err != nil {
 		return nil, err
 	}
-	if err := validateTargets(tab.checks, targets); err != nil {
+	if err := validateTargets(tab.checks, n, spec); err != nil {
 		return nil, err
 	}
 	e := &Engine{
@@ -139,67 +146,100 @@ func New(checks []Check, targets []TargetSpec, opt Options) (*Engine, error) {
 		e.shards[i].use(tab)
 	}
 	e.books.init(len(e.shards))
-	if err := e.place(targets); err != nil {
+	if err := e.place(n, spec); err != nil {
 		return nil, err
 	}
 	return e, nil
 }
 
 // validateTargets checks the specs given to New.
-func validateTargets(checks []Check, targets []TargetSpec) error {
-	active := make([]bool, len(targets))
-	for id, t := range targets {
+func validateTargets(checks []Check, n int, spec func(uint32) TargetSpec) error {
+	active := make([]bool, n)
+	for id := range uint32(n) {
+		t := spec(id)
 		if int(t.Check) >= len(checks) {
 			return fmt.Errorf("%w: target %d: check %d does not exist", ErrInvalidTarget, id, t.Check)
 		}
-		if int(t.Leader) >= len(targets) || targets[t.Leader].Leader != t.Leader {
+		if int(t.Leader) >= n {
 			return fmt.Errorf("%w: target %d: leader %d does not lead a stream", ErrInvalidTarget, id, t.Leader)
 		}
-		if checks[t.Check].Timeout != checks[targets[t.Leader].Check].Timeout {
+		l := spec(t.Leader)
+		if l.Leader != t.Leader {
+			return fmt.Errorf("%w: target %d: leader %d does not lead a stream", ErrInvalidTarget, id, t.Leader)
+		}
+		if checks[t.Check].Timeout != checks[l.Check].Timeout {
 			return fmt.Errorf("%w: target %d: its timeout differs from its leader %d's", ErrInvalidTarget, id, t.Leader)
 		}
 		if !t.Disabled {
 			active[t.Leader] = true
 		}
 	}
-	for id, t := range targets {
-		if t.Leader == uint32(id) && active[id] && checks[t.Check].Launcher == nil {
+	for id := range uint32(n) {
+		if t := spec(id); t.Leader == id && active[id] && checks[t.Check].Launcher == nil {
 			return fmt.Errorf("%w: target %d: check %d has no launcher", ErrInvalidTarget, id, t.Check)
 		}
 	}
 	return nil
 }
 
+// placeChunk is how many of New's targets are queued before their shards
+// apply them: a fleet's additions are never all held as commands at once.
+const placeChunk = 1 << 16
+
 // place gives New's targets ids equal to their indices, puts every stream on
-// one shard (its leader's, chosen by a hash) and queues their addition, each
-// leader before its followers. The first Step or Run applies it.
-func (e *Engine) place(targets []TargetSpec) error {
+// one shard (its leader's, chosen by a hash) and adds them to their shards,
+// each leader before its followers, placeChunk at a time. The shards do not
+// run yet: New applies the additions itself, at the clock's present, so
+// their first probes are due at once.
+func (e *Engine) place(count int, spec func(uint32) TargetSpec) error {
 	n := uint64(len(e.shards))
 	shardOf := func(leader uint32) int { return int(mix64(e.seed^uint64(leader)) % n) }
 	maxLocal := uint32(1<<(32-e.shardBits) - 1)
 	ed := e.Edit()
-	e.locs.reserve(len(targets))
-	for id, t := range targets {
+	e.locs.reserve(count)
+	for id := range uint32(count) {
+		t := spec(id)
 		sh := shardOf(t.Leader)
 		if ed.e.books.shards[sh].next == maxLocal {
 			ed.Abort()
-			return fmt.Errorf("%w: %d targets do not fit %d shards", ErrInvalidTarget, len(targets), n)
+			return fmt.Errorf("%w: %d targets do not fit %d shards", ErrInvalidTarget, count, n)
 		}
-		ed.assign(uint32(id), sh, t)
+		ed.assign(id, sh, t)
+	}
+	now := e.clock.Nanotime()
+	queued := 0
+	apply := func() {
+		for si, s := range e.shards {
+			s.now = now
+			s.refresh()
+			for i := range ed.cmds[si] {
+				s.command(&ed.cmds[si][i])
+			}
+			ed.cmds[si] = ed.cmds[si][:0]
+		}
+		queued = 0
 	}
 	for pass := range 2 {
-		for id, t := range targets {
-			if (t.Leader == uint32(id)) != (pass == 0) {
+		for id := range uint32(count) {
+			t := spec(id)
+			if (t.Leader == id) != (pass == 0) {
 				continue
 			}
 			leader := Alone
 			if pass == 1 {
 				leader = t.Leader
 			}
-			ed.queueAdd(uint32(id), leader, t)
+			ed.queueAdd(id, leader, t)
+			if queued++; queued == placeChunk {
+				apply()
+			}
 		}
 	}
-	ed.Commit()
+	apply()
+	ed.Commit() // nothing left to post: the books and the edit sequence
+	for _, s := range e.shards {
+		s.publish()
+	}
 	return nil
 }
 
@@ -213,7 +253,9 @@ func (e *Engine) newShard(idx int, opt Options) *shard {
 	}
 	s.dir.Store(new([]*recBlock))
 	s.refresh()
-	s.wheel = newWheel(e.tickFloor(e.base))
+	// One tick before the start: New files its targets' first probes, due
+	// at the start, in the wheel, and the first step sends them.
+	s.wheel = newWheel(e.tickFloor(e.base) - 1)
 	s.fire = s.onTimer
 	s.wheel.touch = s.touch
 	return s

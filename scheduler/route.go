@@ -104,7 +104,7 @@ type Router struct {
 	first []uint16            // per target, index+1 of the first pool listing it, 0 for none
 	more  map[uint32][]uint16 // targets in several pools: the other pools
 	state []State             // per target, the state the decisions were taken with
-	since []int64             // per target, when it entered that state
+	sick  map[uint32]int64    // per unhealthy target, when it became so: the key of its entries in the pools' sick lists
 
 	in      *ring[uint32]
 	lost    atomic.Bool // a notice found the ring full: re-read every target
@@ -178,14 +178,19 @@ func NewRouter(e *Engine, pools []*Pool, opt RouterOptions) *Router {
 		opt:   opt,
 		first: make([]uint16, n),
 		state: make([]State, n),
-		since: make([]int64, n),
 		in:    newRing[uint32](opt.RingSize),
 		wake:  make(chan struct{}, 1),
 		now:   e.clock.Nanotime(),
 	}
 	for id := range n {
 		st := e.Status(uint32(id))
-		r.state[id], r.since[id] = st.State, st.Since
+		r.state[id] = st.State
+		if st.State == Unhealthy {
+			if r.sick == nil {
+				r.sick = map[uint32]int64{}
+			}
+			r.sick[uint32(id)] = st.Since
+		}
 	}
 	for pi, p := range pools {
 		pr := &poolRoute{p: p, index: pi, flags: make([]atomic.Uint32, (len(p.Members)+memberFlags-1)/memberFlags), lastRank: r.now}
@@ -224,7 +229,7 @@ func (r *Router) initPool(pr *poolRoute) {
 			pr.setFlags(m, uint32(Routed))
 		case Unhealthy:
 			pr.unhealthy++
-			pr.sick = append(pr.sick, sickEntry{since: r.since[id], id: id})
+			pr.sick = append(pr.sick, sickEntry{since: r.sick[id], id: id})
 			pr.setFlags(m, uint32(Routed))
 		default:
 			pr.unknown++
@@ -337,11 +342,20 @@ func (r *Router) apply(id uint32) {
 		return
 	}
 	st := r.e.Status(id)
-	from, oldSince := r.state[id], r.since[id]
+	from, oldSince := r.state[id], r.sick[id]
 	if st.State == from && (from != Unhealthy || st.Since == oldSince) {
 		return
 	}
-	r.state[id], r.since[id] = st.State, st.Since
+	r.state[id] = st.State
+	switch {
+	case st.State == Unhealthy:
+		if r.sick == nil {
+			r.sick = map[uint32]int64{}
+		}
+		r.sick[id] = st.Since
+	case from == Unhealthy:
+		delete(r.sick, id)
+	}
 	r.change(r.pools[r.first[id]-1], id, from, oldSince, st.Since)
 	for _, pi := range r.more[id] {
 		r.change(r.pools[pi], id, from, oldSince, st.Since)
@@ -613,6 +627,25 @@ func (r *Router) Pools() int { return len(r.pools) }
 
 // Pool returns pool pi.
 func (r *Router) Pool(pi int) *Pool { return r.pools[pi].p }
+
+// FirstPool returns the index of the first pool that lists target id, -1
+// for none. With MorePools it tells a target's pools without a table of
+// their own: it reads what NewRouter set, and is safe for concurrent use.
+func (r *Router) FirstPool(id uint32) int {
+	if int(id) >= len(r.first) {
+		return -1
+	}
+	return int(r.first[id]) - 1
+}
+
+// MorePools returns the indexes of the pools after the first that list
+// target id; nil for most targets. The slice is shared: do not change it.
+func (r *Router) MorePools(id uint32) []uint16 {
+	if r.more == nil {
+		return nil
+	}
+	return r.more[id]
+}
 
 // Summary returns pool pi's counts as of the router's latest decisions.
 func (r *Router) Summary(pi int) PoolSummary { return *r.pools[pi].summary.Load() }

@@ -53,10 +53,11 @@ type Options struct {
 	// Web configures the HTTP server: lifecycle endpoints, allowed hosts,
 	// connection limit.
 	Web WebOptions
-	// NoMemoryLimit leaves the Go runtime's memory limit alone. By default
-	// the daemon sets it after every load to the memory in use plus an
-	// eighth (see memoryTuner), unless GOMEMLIMIT is set.
-	NoMemoryLimit bool
+	// NoMemoryTuning leaves the Go runtime's collector settings alone. By
+	// default the daemon sets GOGC after every load so that the heap grows
+	// by a sixty-fourth of the live heap between collections (see
+	// memoryTuner), unless GOGC or GOMEMLIMIT is set.
+	NoMemoryTuning bool
 	// ReloadGap is the least time between the starts of two reloads;
 	// default DefaultReloadGap. Reloads asked for meanwhile are coalesced
 	// into one.
@@ -83,7 +84,7 @@ type Options struct {
 	// cannot crowd out scheduled probes; default 16.
 	ProbeConcurrency int
 	// HistoryTargets is how many targets keep their recent results for the
-	// status page's timelines (see history.go); default 1024.
+	// status page's timelines (see history.go); default 1024, at most 65535.
 	// HistoryResults is how many results each keeps; default 240.
 	HistoryTargets, HistoryResults int
 	// Resolver looks up the host names of pools while the daemon runs (they
@@ -277,11 +278,7 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 	ps := &proberSet{
 		opt: &d.opt, sink: sink, target: d.target, onReport: d.obs.report,
 		onRetire: d.totals.retireSyn, onStop: d.totals.retirePool,
-		shards: shards, ctx: ctx, pools: map[string]*workerPool{}, table: probe.NewTable(len(cfg.Targets)),
-	}
-	added := make([]uint32, len(cfg.Targets))
-	for id := range added {
-		added[id] = uint32(id)
+		shards: shards, ctx: ctx, pools: map[string]*workerPool{}, endpoints: daemonEndpoints{d},
 	}
 	pp, err := ps.prepare(cfg)
 	if err != nil {
@@ -295,14 +292,17 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 		slots[ci] = uint16(ci)
 	}
 	resume := d.restore(cfg)
-	specs := make([]scheduler.TargetSpec, len(cfg.Targets))
-	for id, t := range cfg.Targets {
-		specs[id] = scheduler.TargetSpec{Check: t.Check, Leader: t.Leader, Disabled: t.Disabled}
+	// Specs are made per id, not held for the whole fleet: at ten million
+	// targets a slice of them would be the load's largest transient.
+	spec := func(id uint32) scheduler.TargetSpec {
+		t := &cfg.Targets[id]
+		s := scheduler.TargetSpec{Check: t.Check, Leader: t.Leader(), Disabled: t.Disabled()}
 		if resume != nil {
-			specs[id].Resume = resume[id]
+			s.Resume = resume[id]
 		}
+		return s
 	}
-	engine, err = scheduler.New(checks, specs, scheduler.Options{
+	engine, err = scheduler.NewFunc(checks, len(cfg.Targets), spec, scheduler.Options{
 		Shards:   shards,
 		Clock:    d.opt.Clock,
 		Observer: &d.obs,
@@ -314,7 +314,7 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 		return nil, fmt.Errorf("build scheduler: %w", err)
 	}
 	sink.e.Store(engine)
-	retire := pp.commit(cfg, added)
+	retire := pp.commit(cfg)
 	g := d.newGeneration(cfg, engine, pp.ls, slots, plan)
 	d.hist.adopt(nil, g.hist, nil)
 	d.hooks.replace(hooks)
@@ -340,7 +340,7 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 // resolves its pools' instruments.
 func (d *Daemon) newGeneration(cfg *config.Config, e *scheduler.Engine, ls *launchers, slots []uint16, remedies *remediate.Plan) *generation {
 	g := &generation{cfg: cfg, engine: e, launch: ls, errs: &d.errs, slots: slots, remedies: remedies, loaded: d.opt.Clock.Now(),
-		hist: newHistIndex(len(cfg.Targets))}
+		hist: newHistIndex(len(d.hist.slots))}
 	g.indexPools()
 	g.targetDescs = newTargetDescs(cfg.Pools)
 	g.rankCache = make([]rankCache, len(g.pools))
@@ -467,7 +467,7 @@ func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
 		pp.abort()
 		return nil, 0, 0, err
 	}
-	retire := pp.commit(ch.cfg, ch.added)
+	retire := pp.commit(ch.cfg)
 	g := d.newGeneration(ch.cfg, d.engine, pp.ls, slots, plan)
 	g.keepCerts(old, ch.removed)
 	d.hist.adopt(old.hist, g.hist, ch.removed)
@@ -499,7 +499,7 @@ func (d *Daemon) loadFailed(err error, reload bool) {
 
 // loaded counts and reports a load that succeeded.
 func (d *Daemon) loaded(g *generation, reload bool, kept, added, removed int, took time.Duration) {
-	limit := d.mem.afterLoad()
+	gogc := d.mem.afterLoad()
 	d.metrics.reloads.WithLabelValues("success").Inc()
 	d.metrics.reloadOK.Set(1)
 	d.metrics.reloadTime.Set(float64(time.Now().Unix()))
@@ -510,8 +510,8 @@ func (d *Daemon) loaded(g *generation, reload bool, kept, added, removed int, to
 	d.log.Info(msg, "shard", g.cfg.Shard.String(), "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", g.targets,
 		"streams", g.cfg.Streams(), "remediations", len(g.cfg.Remediations), "kept_state", kept, "added", added, "removed", removed,
 		"tcp_path", g.launch.tcpPath, "took", took.Round(time.Millisecond))
-	if limit > 0 {
-		d.log.Debug("memory limit set", "bytes", limit)
+	if gogc > 0 {
+		d.log.Debug("collector goal set", "gogc", gogc)
 	}
 	if g.launch.synErr != nil {
 		d.log.Warn("TCP checks use connect(), not the SYN prober", "reason", g.launch.synErr)

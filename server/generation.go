@@ -29,8 +29,6 @@ type generation struct {
 	router   *scheduler.Router // the pools' decisions; built by decide
 	launch   *launchers
 	pools    []*scheduler.Pool
-	poolOf   []uint16            // per target, the first pool that lists it; noPool for none
-	morePool map[uint32][]uint16 // targets listed by more than one pool: the others
 	members  map[uint32][]uint32 // leaders of shared streams (P4): the other enabled members
 	errs     *lastErrors         // why each failing stream failed, by leader id, for the API
 	slots    []uint16            // per check, its index in the engine's checks
@@ -52,18 +50,11 @@ type generation struct {
 	done   chan struct{}      // closed when the router stopped
 }
 
-// noPool in generation.poolOf marks an id no pool lists.
-const noPool = ^uint16(0)
-
-// indexPools builds the scheduler pools and the target → pool index.
+// indexPools builds the scheduler pools. Which pools list a target the
+// generation's router tells (scheduler.Router.FirstPool, MorePools).
 func (g *generation) indexPools() {
 	cfg := g.cfg
-	g.poolOf = make([]uint16, len(cfg.Targets))
-	for i := range g.poolOf {
-		g.poolOf[i] = noPool
-	}
-	g.morePool = map[uint32][]uint16{}
-	for pi, p := range cfg.Pools {
+	for _, p := range cfg.Pools {
 		g.pools = append(g.pools, &scheduler.Pool{
 			Name: p.Name,
 			Policy: scheduler.PoolPolicy{
@@ -75,13 +66,6 @@ func (g *generation) indexPools() {
 			Disabled: p.Disabled,
 			Unprobed: !p.HealthChecks,
 		})
-		for _, id := range p.Members {
-			if g.poolOf[id] == noPool {
-				g.poolOf[id] = uint16(pi)
-				continue
-			}
-			g.morePool[id] = append(g.morePool[id], uint16(pi))
-		}
 	}
 	g.members = map[uint32][]uint32{}
 	for id, t := range cfg.Targets {
@@ -89,8 +73,8 @@ func (g *generation) indexPools() {
 			continue
 		}
 		g.targets++
-		if t.Leader != uint32(id) && !t.Disabled {
-			g.members[t.Leader] = append(g.members[t.Leader], uint32(id))
+		if t.Leader() != uint32(id) && !t.Disabled() {
+			g.members[t.Leader()] = append(g.members[t.Leader()], uint32(id))
 		}
 	}
 }
@@ -108,7 +92,7 @@ func (g *generation) streamPoolsOf(leader uint32, fn func(pi int)) {
 // it did not or nobody said. Probes run once per stream, so the error is
 // kept under the stream's leader.
 func (g *generation) lastError(id uint32) string {
-	return g.errs.get(g.cfg.Targets[id].Leader)
+	return g.errs.get(g.cfg.Targets[id].Leader())
 }
 
 // certExpiry returns the Unix time at which the earliest certificate that
@@ -117,7 +101,7 @@ func (g *generation) certExpiry(id uint32) int64 {
 	if g.certs == nil {
 		return 0
 	}
-	return g.certs[g.cfg.Targets[id].Leader].Load()
+	return g.certs[g.cfg.Targets[id].Leader()].Load()
 }
 
 // keepCerts carries over the certificate expiries old saw, but those of
@@ -209,11 +193,12 @@ func (g *generation) routeChanges(next *generation, kept []uint32, add func(Even
 // poolsOf calls fn for every pool that lists target id; none for an id the
 // generation does not have.
 func (g *generation) poolsOf(id uint32, fn func(pi int)) {
-	if int(id) >= len(g.poolOf) || g.poolOf[id] == noPool {
+	pi := g.router.FirstPool(id)
+	if pi < 0 {
 		return
 	}
-	fn(int(g.poolOf[id]))
-	for _, pi := range g.morePool[id] {
+	fn(pi)
+	for _, pi := range g.router.MorePools(id) {
 		fn(int(pi))
 	}
 }
@@ -277,4 +262,31 @@ func (l *lastErrors) forget(ids []uint32) {
 	for _, id := range ids {
 		delete(l.m, id)
 	}
+}
+
+// daemonEndpoints gives the SYN prober the endpoints of the running
+// generation's targets, by engine id, from the generation's own table: the
+// prober keeps no copy. A generation is published before the engine probes
+// the targets it adds, and the ids it frees are given out again only after
+// the engine stopped probing them, so an id the prober is handed has its
+// endpoint (or none, for a target just removed).
+type daemonEndpoints struct{ d *Daemon }
+
+// Len returns the number of ids of the running generation.
+func (e daemonEndpoints) Len() int {
+	g := e.d.cur.Load()
+	if g == nil {
+		return 0
+	}
+	return len(g.cfg.Targets)
+}
+
+// Endpoint16 returns the address and port of target id.
+func (e daemonEndpoints) Endpoint16(id uint32) (*[16]byte, uint16) {
+	g := e.d.cur.Load()
+	if g == nil || int(id) >= len(g.cfg.Targets) {
+		return nil, 0
+	}
+	t := &g.cfg.Targets[id]
+	return t.IP16(), t.Port
 }

@@ -84,7 +84,122 @@ type histEntry struct {
 // through a generation a reload replaced is refused (see adopt), and a
 // removed target, whose last results may come in after the reload, cannot
 // take a ring that its id's next target would inherit.
-type histIndex struct{ slot []atomic.Int32 }
+//
+// Only the targets with rings are in it: a table with open addressing of
+// id+1 << 32 | slot+1, four times the rings in size, so the index costs
+// nothing per target (a million targets or ten). Its entries are hints: a
+// slot's owner says whose ring it is. Readers take no lock; writers hold
+// history.mu. An entry of slot 0 is dead: its place is given to the next
+// id that needs one.
+type histIndex struct {
+	t     atomic.Pointer[[]atomic.Uint64]
+	cells int // entries in use (live or dead), guarded by history.mu
+}
+
+// maxHistoryTargets is the most targets that keep rings: a slot + 1 fits
+// in 16 bits.
+const maxHistoryTargets = 1<<16 - 1
+
+// newHistIndex returns an empty index for a history of rings rings.
+func newHistIndex(rings int) *histIndex {
+	ix := &histIndex{}
+	ix.t.Store(newHistTable(rings))
+	return ix
+}
+
+func newHistTable(rings int) *[]atomic.Uint64 {
+	n := 64
+	for n < 4*rings {
+		n *= 2
+	}
+	t := make([]atomic.Uint64, n)
+	return &t
+}
+
+// home is where id's search starts in a table of mask+1 entries.
+func home(id uint32, mask uint32) uint32 { return (id * 0x9e3779b1) >> 8 & mask }
+
+// load returns id's slot + 1, 0 for none.
+func (ix *histIndex) load(id uint32) int32 {
+	t := *ix.t.Load()
+	mask := uint32(len(t) - 1)
+	for i, n := home(id, mask), 0; n < len(t); i, n = (i+1)&mask, n+1 {
+		e := t[i].Load()
+		switch {
+		case e == 0:
+			return 0
+		case uint32(e>>32) == id+1:
+			return int32(e & 0xffff)
+		}
+	}
+	return 0
+}
+
+// store sets id's slot + 1 (0: none). Called with history.mu held.
+func (ix *histIndex) store(id uint32, v int32, rings int) {
+	t := *ix.t.Load()
+	mask := uint32(len(t) - 1)
+	dead := -1
+	for i, n := home(id, mask), 0; n < len(t); i, n = (i+1)&mask, n+1 {
+		e := t[i].Load()
+		switch {
+		case e == 0:
+			if v == 0 {
+				return
+			}
+			if dead < 0 {
+				dead = int(i)
+				ix.cells++
+			}
+			t[dead].Store(uint64(id+1)<<32 | uint64(v))
+			ix.compact(rings)
+			return
+		case uint32(e>>32) == id+1:
+			t[i].Store(uint64(id+1)<<32 | uint64(v))
+			return
+		case e&0xffff == 0 && dead < 0:
+			dead = int(i)
+		}
+	}
+	if v != 0 && dead >= 0 {
+		t[dead].Store(uint64(id+1)<<32 | uint64(v))
+	}
+}
+
+// compact copies the live entries into a new table when the entries in
+// use fill three quarters of it, so that searches stay short.
+func (ix *histIndex) compact(rings int) {
+	t := *ix.t.Load()
+	if ix.cells*4 < len(t)*3 {
+		return
+	}
+	nt := newHistTable(rings)
+	ix.cells = 0
+	mask := uint32(len(*nt) - 1)
+	for i := range t {
+		e := t[i].Load()
+		if e == 0 || e&0xffff == 0 {
+			continue
+		}
+		j := home(uint32(e>>32)-1, mask)
+		for (*nt)[j].Load() != 0 {
+			j = (j + 1) & mask
+		}
+		(*nt)[j].Store(e)
+		ix.cells++
+	}
+	ix.t.Store(nt)
+}
+
+// each calls fn with every id that has a slot, and the slot + 1.
+func (ix *histIndex) each(fn func(id uint32, v int32)) {
+	t := *ix.t.Load()
+	for i := range t {
+		if e := t[i].Load(); e != 0 && e&0xffff != 0 {
+			fn(uint32(e>>32)-1, int32(e&0xffff))
+		}
+	}
+}
 
 // HistoryResult is one probe result of a target's history.
 type HistoryResult struct {
@@ -99,6 +214,7 @@ func newHistory(targets, results int) *history {
 	if targets <= 0 {
 		targets = defaultHistoryTargets
 	}
+	targets = min(targets, maxHistoryTargets)
 	if results <= 0 {
 		results = defaultHistoryResults
 	}
@@ -132,7 +248,7 @@ func tagOf(owner, pos uint64) uint64 { return owner>>32<<40 | (pos+1)&(1<<40-1) 
 // when the target has a ring or may take one. It runs on the shard that
 // owns id, after the shard applied r.
 func (h *history) record(ix *histIndex, id uint32, r *probe.Result, e *scheduler.Engine) {
-	s := ix.slot[id].Load()
+	s := ix.load(id)
 	failed := r.Outcome != probe.Success
 	if s == 0 {
 		if h.nfree.Load() == 0 && (!failed || r.Done < h.noVictimUntil.Load()) {
@@ -144,8 +260,7 @@ func (h *history) record(ix *histIndex, id uint32, r *probe.Result, e *scheduler
 	}
 	sl := &h.slots[s-1]
 	own := sl.owner.Load()
-	if uint32(own) != id+1 { // taken by another target
-		ix.slot[id].CompareAndSwap(s, 0)
+	if uint32(own) != id+1 { // taken by another target: a stale hint, cleared by the next claim
 		return
 	}
 	if failed {
@@ -166,7 +281,7 @@ func (h *history) record(ix *histIndex, id uint32, r *probe.Result, e *scheduler
 // has none, and keeps it for historyKeep. It reports whether the target
 // had one before.
 func (h *history) view(ix *histIndex, id uint32, now int64) bool {
-	if s := ix.slot[id].Load(); s != 0 {
+	if s := ix.load(id); s != 0 {
 		sl := &h.slots[s-1]
 		if uint32(sl.owner.Load()) == id+1 {
 			if keep := now + int64(historyKeep); sl.keep.Load() < keep {
@@ -194,7 +309,7 @@ func (h *history) claim(ix *histIndex, id uint32, now int64, viewed bool) int32 
 	if ix != h.current {
 		return 0 // a reload replaced the index
 	}
-	if s := ix.slot[id].Load(); s != 0 && uint32(h.slots[s-1].owner.Load()) == id+1 {
+	if s := ix.load(id); s != 0 && uint32(h.slots[s-1].owner.Load()) == id+1 {
 		return s
 	}
 	si := int32(-1)
@@ -225,7 +340,7 @@ func (h *history) claim(ix *histIndex, id uint32, now int64, viewed bool) int32 
 	}
 	sl := &h.slots[si]
 	if old := sl.owner.Load(); old != 0 {
-		ix.slot[uint32(old)-1].CompareAndSwap(si+1, 0)
+		ix.store(uint32(old)-1, 0, len(h.slots))
 	}
 	if sl.ring == nil {
 		sl.ring = make([]histEntry, h.results)
@@ -237,13 +352,13 @@ func (h *history) claim(ix *histIndex, id uint32, now int64, viewed bool) int32 
 	sl.keep.Store(keep)
 	h.epoch++
 	sl.owner.Store(uint64(h.epoch)<<32 | uint64(id+1))
-	ix.slot[id].Store(si + 1)
+	ix.store(id, si+1, len(h.slots))
 	return si + 1
 }
 
 // read appends the results kept for target id to buf, oldest first.
 func (h *history) read(ix *histIndex, id uint32, buf []histRead) []histRead {
-	s := ix.slot[id].Load()
+	s := ix.load(id)
 	if s == 0 {
 		return buf
 	}
@@ -287,9 +402,6 @@ func (r histRead) result(clock scheduler.Clock) HistoryResult {
 	}
 }
 
-// newHistIndex returns an index of n targets without rings.
-func newHistIndex(n int) *histIndex { return &histIndex{slot: make([]atomic.Int32, n)} }
-
 // adopt makes ix, a new generation's index, the one rings are claimed for.
 // old is the running generation's index (nil at the first load); removed
 // are the engine ids the new generation no longer has. Every other target
@@ -300,14 +412,15 @@ func (h *history) adopt(old, ix *histIndex, removed []uint32) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if old != nil {
-		for id := range min(len(old.slot), len(ix.slot)) {
-			ix.slot[id].Store(old.slot[id].Load())
+		gone := make(map[uint32]bool, len(removed))
+		for _, id := range removed {
+			gone[id] = true
 		}
-	}
-	for _, id := range removed {
-		if int(id) < len(ix.slot) {
-			ix.slot[id].Store(0)
-		}
+		old.each(func(id uint32, v int32) {
+			if !gone[id] {
+				ix.store(id, v, len(h.slots))
+			}
+		})
 	}
 	// Free every ring the new index does not point to: those of removed
 	// targets, and any whose owner lost it meanwhile.
@@ -317,7 +430,7 @@ func (h *history) adopt(old, ix *histIndex, removed []uint32) {
 		if own == 0 {
 			continue
 		}
-		if id := uint32(own) - 1; int(id) < len(ix.slot) && ix.slot[id].Load() == int32(i)+1 {
+		if id := uint32(own) - 1; ix.load(id) == int32(i)+1 {
 			continue
 		}
 		sl.owner.Store(0)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"sync"
 	"testing"
@@ -382,5 +383,57 @@ pools:
 	}
 	if h := history(a); h[501] != 3 {
 		t.Errorf("history of %s after the pool updates: %v, want its 3 results of status 501", a, h)
+	}
+}
+
+// TestHistIndexChurn checks the index against a map while many more ids
+// than it has room for come and go, as rings pass from target to target
+// over a long run: it answers every id right, and compacts itself instead
+// of filling up.
+func TestHistIndexChurn(t *testing.T) {
+	const rings = 16
+	ix := newHistIndex(rings)
+	want := map[uint32]int32{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for step := range 20000 {
+		id := uint32(rng.IntN(1 << 20))
+		v := int32(0)
+		if len(want) < rings || rng.IntN(2) == 0 {
+			v = int32(rng.IntN(rings) + 1)
+		}
+		if v == 0 {
+			for k := range want { // take a ring away
+				id = k
+				break
+			}
+		}
+		ix.store(id, v, rings)
+		if v == 0 {
+			delete(want, id)
+		} else {
+			if len(want) >= rings { // stay within the rings: drop another
+				for k := range want {
+					if k != id {
+						ix.store(k, 0, rings)
+						delete(want, k)
+						break
+					}
+				}
+			}
+			want[id] = v
+		}
+		if step%997 == 0 {
+			for k, v := range want {
+				if got := ix.load(k); got != v {
+					t.Fatalf("step %d: id %d has %d, want %d", step, k, got, v)
+				}
+			}
+			if got := ix.load(1<<21 + uint32(step)); got != 0 {
+				t.Fatalf("an id never stored has %d", got)
+			}
+		}
+	}
+	if n := len(*ix.t.Load()); n != 64 {
+		t.Errorf("table of %d entries after the churn, want it compacted at 64", n)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -23,28 +22,35 @@ pools:
   - {name: api, check: web, targets: ["127.0.0.1:1"]}
 `
 
-// TestMemoryLimit checks that a load sets the runtime's memory limit to the
-// memory in use plus headroom, that a reload sets it again, and that
-// NoMemoryLimit leaves it alone.
-func TestMemoryLimit(t *testing.T) {
-	if _, ok := os.LookupEnv("GOMEMLIMIT"); ok {
-		t.Skip("GOMEMLIMIT is set: the daemon leaves the limit to it")
+// TestMemoryTuning checks that a load sets the collector's goal (GOGC) and
+// leaves the memory limit alone, that a reload of a changed file sets it
+// again without a forced collection while a reload of an unchanged file does
+// nothing, and that NoMemoryTuning leaves the runtime alone.
+func TestMemoryTuning(t *testing.T) {
+	for _, env := range []string{"GOGC", "GOMEMLIMIT"} {
+		if _, ok := os.LookupEnv(env); ok {
+			t.Skipf("%s is set: the daemon leaves the collector to it", env)
+		}
 	}
-	orig := debug.SetMemoryLimit(-1)
-	t.Cleanup(func() { debug.SetMemoryLimit(orig) })
+	const marker = 7 // a GOGC the daemon never sets for a small heap
+	origGC := debug.SetGCPercent(marker)
+	origLimit := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetGCPercent(origGC); debug.SetMemoryLimit(origLimit) })
+	gogc := func() int { p := debug.SetGCPercent(marker); debug.SetGCPercent(p); return p }
 
-	debug.SetMemoryLimit(math.MaxInt64)
 	td := startDaemon(t, memoryConfig)
-	limit := debug.SetMemoryLimit(-1)
-	if limit == math.MaxInt64 || limit < minMemoryHeadroom || limit > 1<<30 {
-		t.Fatalf("memory limit after a load of one target = %d, want the memory in use plus at least %d", limit, minMemoryHeadroom)
+	if got := gogc(); got == marker || got < 1 || got > 100 {
+		t.Fatalf("GOGC after a load = %d, want the daemon's goal, 1..100", got)
 	}
-	debug.SetMemoryLimit(math.MaxInt64)
+	if got := debug.SetMemoryLimit(-1); got != origLimit {
+		t.Errorf("a load changed the memory limit from %d to %d: a limit fixed at load time stalls the process once the live heap grows past it", origLimit, got)
+	}
+	debug.SetGCPercent(marker)
 	if err := td.d.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
-		t.Error("a reload of an unchanged file set the memory limit: it must do nothing")
+	if got := gogc(); got != marker {
+		t.Errorf("a reload of an unchanged file set GOGC to %d: it must do nothing", got)
 	}
 	td.rewrite(t, strings.Replace(memoryConfig, "interval: 1s", "interval: 2s", 1))
 	var before, after runtime.MemStats
@@ -53,19 +59,19 @@ func TestMemoryLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	runtime.ReadMemStats(&after)
-	if got := debug.SetMemoryLimit(-1); got == math.MaxInt64 {
-		t.Error("reload did not set the memory limit")
+	if got := gogc(); got == marker {
+		t.Error("a reload did not set GOGC")
 	}
 	if after.NumForcedGC != before.NumForcedGC {
 		t.Errorf("a reload forced %d collections, want none", after.NumForcedGC-before.NumForcedGC)
 	}
 
-	debug.SetMemoryLimit(math.MaxInt64)
+	debug.SetGCPercent(marker)
 	d, err := New(Options{
-		Load:          func() (*config.Config, error) { return config.Parse([]byte(memoryConfig), "", config.LoadOptions{}) },
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
-		NoSyn:         true,
-		NoMemoryLimit: true,
+		Load:           func() (*config.Config, error) { return config.Parse([]byte(memoryConfig), "", config.LoadOptions{}) },
+		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		NoSyn:          true,
+		NoMemoryTuning: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -74,8 +80,28 @@ func TestMemoryLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Stop()
-	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
-		t.Errorf("NoMemoryLimit: limit changed to %d", got)
+	if got := gogc(); got != marker {
+		t.Errorf("NoMemoryTuning: GOGC changed to %d", got)
+	}
+}
+
+// TestGCPercent checks the goal: a sixty-fourth of a large heap, at least
+// minMemoryHeadroom, never above the runtime's default doubling.
+func TestGCPercent(t *testing.T) {
+	for _, c := range []struct {
+		live uint64
+		want int
+	}{
+		{0, 100},
+		{1 << 20, 100},              // 32 MiB over 1 MiB: capped at the default
+		{64 << 20, 50},              // 32 MiB over 64 MiB
+		{1 << 30, 4},                // 32 MiB over 1 GiB: 3.125%, rounded up
+		{10 << 30, 2},               // a sixty-fourth: 1.5625%, rounded up
+		{25 * minMemoryHeadroom, 4}, // exactly 4%
+	} {
+		if got := gcPercent(c.live); got != c.want {
+			t.Errorf("gcPercent(%d) = %d, want %d", c.live, got, c.want)
+		}
 	}
 }
 

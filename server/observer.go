@@ -42,13 +42,11 @@ func (o *observer) Result(id uint32, r probe.Result) {
 	if r.Outcome == probe.LocalError {
 		o.localError(g, id, &r)
 	}
-	if pi := g.poolOf[id]; pi != noPool {
-		o.count(g, int(pi), &r)
+	if pi := g.router.FirstPool(id); pi >= 0 {
+		o.count(g, pi, &r)
 	}
-	if len(g.morePool) > 0 {
-		for _, pi := range g.morePool[id] {
-			o.count(g, int(pi), &r)
-		}
+	for _, pi := range g.router.MorePools(id) {
+		o.count(g, int(pi), &r)
 	}
 	if o.debug {
 		o.d.log.Debug("probe", "target", g.cfg.Targets[id].AddrPort(), "check", g.checkName(id),

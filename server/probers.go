@@ -76,10 +76,12 @@ type proberSet struct {
 	onStop   func(*probe.Workers) // takes a retiring worker pool's counters
 	shards   int
 	ctx      context.Context // pools and retiring SYN probers run until it is done
+	// endpoints give the SYN prober its targets' endpoints: those of the
+	// running generation, by engine id (see daemonEndpoints).
+	endpoints probe.Endpoints
 
 	pools map[string]*workerPool // by check name
 	syn   *syn.Prober
-	table *probe.Table   // endpoints by target id, for the SYN prober
 	wg    sync.WaitGroup // pools' Run, retiring SYN probers' Close
 }
 
@@ -156,17 +158,12 @@ func (pp *proberPlan) abort() {
 }
 
 // commit makes the plan the probers' state for cfg, whose ids are the
-// engine's: it puts the endpoints of the ids added in the SYN prober's table,
-// starts new pools and gives running ones their new prober and size. retire,
+// engine's: it starts new pools and gives running ones their new prober and
+// size (the SYN prober reads cfg's endpoints once it is published). retire,
 // to call once the engine runs on the new launchers, stops the probers cfg
 // no longer uses.
-func (pp *proberPlan) commit(cfg *config.Config, added []uint32) (retire func()) {
+func (pp *proberPlan) commit(cfg *config.Config) (retire func()) {
 	ps := pp.ps
-	entries := make([]probe.TableEntry, len(added))
-	for i, id := range added {
-		entries[i] = probe.TableEntry{ID: id, Endpoint: cfg.Targets[id].AddrPort()}
-	}
-	ps.table.Put(entries)
 	old := ps.syn
 	ps.syn = pp.ls.syn
 	used := map[string]bool{}
@@ -251,7 +248,7 @@ func (ps *proberSet) synFor(cfg *config.Config, ls *launchers) (*syn.Prober, err
 		return ps.syn, nil
 	}
 	sc := ps.opt.Syn
-	sc.Table, sc.Sink, sc.Lanes = ps.table, ps.sink, ps.shards
+	sc.Table, sc.Sink, sc.Lanes = ps.endpoints, ps.sink, ps.shards
 	sc.Destinations = firstOfFamilies(cfg)
 	p, err := syn.New(sc)
 	if err != nil {
@@ -345,7 +342,7 @@ func (ps *proberSet) close() error {
 func streamsPerCheck(cfg *config.Config) []int {
 	n := make([]int, len(cfg.Checks))
 	for id, t := range cfg.Targets {
-		if t.Leader == uint32(id) && !t.Disabled {
+		if t.Leader() == uint32(id) && !t.Disabled() {
 			n[t.Check]++
 		}
 	}

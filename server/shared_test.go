@@ -25,7 +25,7 @@ pools:
   - {name: follower, check: slow, targets: [%q]}
 `, b.addr(), b.addr()))
 	g := td.d.cur.Load()
-	if l := g.cfg.Targets[1].Leader; l != 0 {
+	if l := g.cfg.Targets[1].Leader(); l != 0 {
 		t.Fatalf("target 1 is led by %d, want 0: the test needs a shared stream", l)
 	}
 

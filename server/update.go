@@ -188,11 +188,11 @@ func streamsOf(old *generation, next *config.Config, engineOf []uint32) *streamS
 	}
 	var count []uint32
 	for _, t := range next.Targets {
-		if index[t.Leader] == noID {
-			index[t.Leader] = uint32(len(count))
+		if index[t.Leader()] == noID {
+			index[t.Leader()] = uint32(len(count))
 			count = append(count, 0)
 		}
-		count[index[t.Leader]]++
+		count[index[t.Leader()]]++
 	}
 	ss := &streamSet{start: make([]uint32, len(count)+1), members: make([]uint32, len(next.Targets)), leader: make([]uint32, len(count))}
 	for i, c := range count {
@@ -201,7 +201,7 @@ func streamsOf(old *generation, next *config.Config, engineOf []uint32) *streamS
 	fill := count[:0:0]
 	fill = append(fill, ss.start[:len(count)]...)
 	for id, t := range next.Targets {
-		si := index[t.Leader]
+		si := index[t.Leader()]
 		ss.members[fill[si]] = uint32(id)
 		fill[si]++
 	}
@@ -212,11 +212,11 @@ func streamsOf(old *generation, next *config.Config, engineOf []uint32) *streamS
 			if e == noID {
 				continue
 			}
-			if old.cfg.Targets[e].Leader == e {
+			if old.cfg.Targets[e].Leader() == e {
 				leader = e
 				break
 			}
-			on := !next.Targets[n].Disabled
+			on := !next.Targets[n].Disabled()
 			if heir == noID || on && !heirOn || on == heirOn && e < heir {
 				heir, heirOn = e, on
 			}
@@ -238,12 +238,12 @@ func reindex(next *config.Config, engineOf []uint32, ss *streamSet, size int) *c
 	out.Pools = make([]*config.Pool, len(next.Pools))
 	out.Targets = make([]config.Target, size)
 	for id := range out.Targets {
-		out.Targets[id] = config.Target{Leader: uint32(id), Disabled: true}
+		out.Targets[id] = config.Placeholder(uint32(id))
 	}
 	for si, leader := range ss.leader {
 		for _, n := range ss.of(si) {
 			t := next.Targets[n]
-			t.Leader = leader
+			t.SetLeader(leader)
 			out.Targets[engineOf[n]] = t
 		}
 	}
@@ -283,8 +283,8 @@ func edit(ed *scheduler.Edit, old *generation, next *config.Config, ls *launcher
 		}
 	}
 	for n, e := range engineOf {
-		if e != noID && old.cfg.Targets[e].Disabled != next.Targets[n].Disabled {
-			if err := ed.SetDisabled(e, next.Targets[n].Disabled); err != nil {
+		if e != noID && old.cfg.Targets[e].Disabled() != next.Targets[n].Disabled() {
+			if err := ed.SetDisabled(e, next.Targets[n].Disabled()); err != nil {
 				return nil, err
 			}
 		}
@@ -299,7 +299,7 @@ func edit(ed *scheduler.Edit, old *generation, next *config.Config, ls *launcher
 	}
 	add := func(n uint32, leader uint32) error {
 		t := next.Targets[n]
-		spec := scheduler.TargetSpec{Check: slots[t.Check], Leader: leader, Disabled: t.Disabled}
+		spec := scheduler.TargetSpec{Check: slots[t.Check], Leader: leader, Disabled: t.Disabled()}
 		if resume != nil {
 			spec.Resume = resume(n)
 		}
@@ -317,7 +317,7 @@ func edit(ed *scheduler.Edit, old *generation, next *config.Config, ls *launcher
 			// Added targets only: the first enabled one leads, as in a file.
 			lead := members[0]
 			for _, n := range members {
-				if !next.Targets[n].Disabled {
+				if !next.Targets[n].Disabled() {
 					lead = n
 					break
 				}

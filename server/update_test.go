@@ -347,7 +347,7 @@ pools:
     relabel_configs:
       - {source_labels: [__address__], regex: "127\\.\\d+\\.(\\d+)\\..*", target_label: rack, replacement: "r$1"}%s
 `, sd, livePool), func(o *Options) {
-		o.NoMemoryLimit = true
+		o.NoMemoryTuning = true
 		o.DiscoveryDebounce = time.Millisecond
 	})
 	d := td.d

@@ -11,11 +11,13 @@ import (
 
 // Config configures a [Prober]. Table and Sink are required.
 type Config struct {
-	// Table holds the targets, addressed by id. It may grow and change while
-	// the prober runs (a reload or discovery adds targets): an id is probed
-	// once the table has it. Its targets at New choose the default source
+	// Table holds the targets, addressed by id: a probe.Table, or a
+	// daemon's own targets. It may grow and change while the prober runs (a
+	// reload or discovery adds targets): an id is probed once the table has
+	// it; a probe of an id without an endpoint (a target just removed) is not
+	// sent. Its targets at New, with Destinations, choose the default source
 	// addresses; a target of a family without a source gets outcome error.
-	Table *probe.Table
+	Table probe.Endpoints
 	// Sink receives the results.
 	Sink probe.Sink
 	// Lanes is the number of concurrent Launch callers (scheduler shards);

@@ -444,7 +444,7 @@ func TestMatchTableChanges(t *testing.T) {
 	for id := uint32(1); id <= late; id++ {
 		entries = append(entries, probe.TableEntry{ID: id, Endpoint: netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 10, byte(id)}), 80)})
 	}
-	p.table.Put(entries)
+	p.table.(*probe.Table).Put(entries)
 
 	p.Launch(0, []probe.Request{{ID: late, Gen: 4}})
 	syn := ws[0][0].pkts[0]

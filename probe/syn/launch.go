@@ -54,7 +54,10 @@ func (p *Prober) Launch(lane int, batch []probe.Request) {
 			l.errs.Add(1)
 			continue
 		}
-		dst := p.table.IP16(id)
+		dst, dport := p.table.Endpoint16(id)
+		if dst == nil {
+			continue // removed since it was due: the scheduler forgets its probe
+		}
 		fam, t := 0, p.tmpl4
 		if !isMapped(dst) {
 			fam, t = 1, p.tmpl6
@@ -65,10 +68,8 @@ func (p *Prober) Launch(lane int, batch []probe.Request) {
 			continue
 		}
 		st := p.probes.reserve(id)
-		st.gen.Store(req.Gen)
-		st.done.Store(0)
+		st.gen.Store(req.Gen) // sent is stamped, unanswered, when the batch leaves
 		sport := p.ports.Port(id, req.Gen)
-		dport := p.table.Port(id)
 		k := l.n[fam]
 		t.write(l.pkt[fam][k], dst, sport, dport, p.key.seq(id, &t.src, dst, sport, dport))
 		l.ids[fam][k] = id
@@ -89,9 +90,10 @@ func (p *Prober) flush(l *lane, fam int) {
 	}
 	l.n[fam] = 0
 	ids := l.ids[fam][:n]
-	now := p.now()
+	now := p.now() &^ answered
 	for _, id := range ids {
-		p.probes.get(id).sent.Store(now)
+		st, _ := p.probes.get(id) // reserved by Launch
+		st.sent.Store(now)
 	}
 	pkts := l.out[fam][:n]
 	retries := 0
@@ -113,9 +115,9 @@ func (p *Prober) flush(l *lane, fam int) {
 			id := ids[off]
 			if noRoute(err) {
 				l.unreach.Add(1)
-				p.sink.Deliver(probe.Result{ID: id, Gen: p.probes.get(id).gen.Load(), Outcome: probe.Unreachable, Done: p.now()})
+				p.sink.Deliver(probe.Result{ID: id, Gen: p.genOf(id), Outcome: probe.Unreachable, Done: p.now()})
 			} else if cause := sendCause(err); cause != probe.CauseNone {
-				p.sink.Deliver(probe.Result{ID: id, Gen: p.probes.get(id).gen.Load(), Outcome: probe.LocalError, Cause: cause, Done: p.now()})
+				p.sink.Deliver(probe.Result{ID: id, Gen: p.genOf(id), Outcome: probe.LocalError, Cause: cause, Done: p.now()})
 			}
 			off++
 		}
@@ -148,3 +150,9 @@ func noRoute(err error) bool {
 }
 
 func isMapped(a *[16]byte) bool { return [12]byte(a[:12]) == v4InV6Prefix }
+
+// genOf returns the generation of id's last probe.
+func (p *Prober) genOf(id uint32) uint32 {
+	st, _ := p.probes.get(id)
+	return st.gen.Load()
+}

@@ -35,8 +35,15 @@ const (
 // match checks a reply against its cookie and the target's state.
 func (p *Prober) match(r *reply) (probe.Result, verdict) {
 	id := p.key.id(r.seq, &r.local, &r.remote, r.localPort, r.remotePort)
-	st := p.probes.get(id)
-	if st == nil || int(id) >= p.table.Len() || *p.table.IP16(id) != r.remote || p.table.Port(id) != r.remotePort {
+	st, ok := p.probes.get(id)
+	if !ok || int(id) >= p.table.Len() {
+		return probe.Result{}, verdictInvalid
+	}
+	ip, port := p.table.Endpoint16(id)
+	if ip == nil {
+		return probe.Result{}, verdictStale // a target removed since its probe
+	}
+	if *ip != r.remote || port != r.remotePort {
 		return probe.Result{}, verdictInvalid
 	}
 	gen := st.gen.Load()
@@ -44,8 +51,11 @@ func (p *Prober) match(r *reply) (probe.Result, verdict) {
 	if sent == 0 || r.localPort != p.ports.Port(id, gen) {
 		return probe.Result{}, verdictStale
 	}
-	if st.done.Swap(gen+1) == gen+1 {
+	if sent&answered != 0 {
 		return probe.Result{}, verdictDuplicate
+	}
+	if !st.sent.CompareAndSwap(sent, sent|answered) {
+		return probe.Result{}, verdictStale // a new probe left meanwhile
 	}
 	res := probe.Result{ID: id, Gen: gen, Latency: time.Duration(max(r.ktime-sent, 0)), Done: r.ktime}
 	switch r.kind {

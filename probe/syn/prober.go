@@ -18,7 +18,7 @@ var _ probe.Launcher = (*Prober)(nil)
 // concurrently for different lanes; Counters and Path from any
 // goroutine. The reply reader runs on its own goroutine until Close.
 type Prober struct {
-	table *probe.Table
+	table probe.Endpoints
 	sink  probe.Sink
 	key   cookieKey
 	ports PortRange

@@ -21,7 +21,9 @@ func resolveInterface(cfg *Config) (*net.Interface, error) {
 		see(a.Unmap())
 	}
 	for id := 0; id < cfg.Table.Len() && !(first4.IsValid() && first6.IsValid()); id++ {
-		see(cfg.Table.Endpoint(uint32(id)).Addr())
+		if ip, _ := cfg.Table.Endpoint16(uint32(id)); ip != nil {
+			see(netip.AddrFrom16(*ip).Unmap())
+		}
 	}
 	for _, f := range []struct {
 		src   *netip.Addr

@@ -6,12 +6,17 @@ import (
 )
 
 // probeState is what the prober keeps of a target's last probe, written by
-// Launch and read by the reply reader.
+// Launch and read by the reply reader: the time of its send, whose lowest
+// bit says whether it was answered (a send time has its lowest bit clear;
+// the nanosecond is not worth 4 bytes a target), and its generation. 12
+// bytes a target, in two arrays of the target's block.
 type probeState struct {
-	sent atomic.Int64  // CLOCK_MONOTONIC ns of the last probe's send
-	gen  atomic.Uint32 // generation of the last probe
-	done atomic.Uint32 // generation+1 of the last probe answered, 0 if none
+	sent *atomic.Int64  // CLOCK_MONOTONIC ns of the last probe's send | 1 once answered; 0 before any
+	gen  *atomic.Uint32 // generation of the last probe
 }
+
+// answered is the bit of probeState.sent that marks the probe answered.
+const answered = 1
 
 // states holds a probeState per target id in blocks that are never moved,
 // so the table of targets can grow while the prober runs: a block is added
@@ -22,11 +27,14 @@ type states struct {
 }
 
 const (
-	stateShift = 10 // 1024 targets, 16 KiB, a block
+	stateShift = 10 // 1024 targets, 12 KiB, a block
 	stateMask  = 1<<stateShift - 1
 )
 
-type stateBlock [1 << stateShift]probeState
+type stateBlock struct {
+	sent [1 << stateShift]atomic.Int64
+	gen  [1 << stateShift]atomic.Uint32
+}
 
 func newStates(n int) *states {
 	mem := make([]stateBlock, (n+stateMask)>>stateShift) // one allocation for the first targets
@@ -39,18 +47,19 @@ func newStates(n int) *states {
 	return s
 }
 
-// get returns id's state, or nil when no block holds it yet.
-func (s *states) get(id uint32) *probeState {
+// get returns id's state, or false when no block holds it yet.
+func (s *states) get(id uint32) (probeState, bool) {
 	d := *s.dir.Load()
 	if int(id>>stateShift) >= len(d) {
-		return nil
+		return probeState{}, false
 	}
-	return &d[id>>stateShift][id&stateMask]
+	b := d[id>>stateShift]
+	return probeState{&b.sent[id&stateMask], &b.gen[id&stateMask]}, true
 }
 
 // reserve returns id's state, adding blocks up to it when needed.
-func (s *states) reserve(id uint32) *probeState {
-	if st := s.get(id); st != nil {
+func (s *states) reserve(id uint32) probeState {
+	if st, ok := s.get(id); ok {
 		return st
 	}
 	s.mu.Lock()
@@ -61,5 +70,6 @@ func (s *states) reserve(id uint32) *probeState {
 		grown = append(grown, new(stateBlock))
 	}
 	s.dir.Store(&grown)
-	return &grown[id>>stateShift][id&stateMask]
+	b := grown[id>>stateShift]
+	return probeState{&b.sent[id&stateMask], &b.gen[id&stateMask]}
 }
