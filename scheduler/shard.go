@@ -85,6 +85,7 @@ type shard struct {
 	count  shardCounts // the shard's own tallies, published to stats after each step
 	stats  shardStats
 	parked atomic.Bool
+	soon   atomic.Bool // parked with its timer due within one tick: a result can wait for it
 	wake   chan struct{}
 
 	// Results that found the ring full wait here, so a burst never blocks
@@ -445,6 +446,7 @@ func (s *shard) run(ctx context.Context) {
 		if wait <= 0 {
 			continue
 		}
+		s.soon.Store(int64(wait) <= s.e.tick)
 		s.parked.Store(true)
 		if !s.ring.empty() || s.overflowed.Load() || s.inbox.Load() != nil {
 			s.parked.Store(false)
@@ -461,7 +463,11 @@ func (s *shard) run(ctx context.Context) {
 }
 
 // deliver queues a result for the target at local index i and wakes the
-// shard if it sleeps. It reports whether the result overflowed the ring.
+// shard if it sleeps for longer than a tick; a shard whose timer fires
+// within the tick takes the result then, before it expires any deadline, so
+// the result counts as it would have at once. Under load that spares the
+// shard a second wake-up per tick. A result that overflows the ring always
+// wakes the shard. It reports whether the result overflowed the ring.
 func (s *shard) deliver(r *probe.Result, i uint32) (overflowed bool) {
 	a := arrival{r: *r, idx: i}
 	if !s.ring.push(&a) {
@@ -469,10 +475,13 @@ func (s *shard) deliver(r *probe.Result, i uint32) (overflowed bool) {
 		s.overflow = append(s.overflow, a)
 		s.overflowed.Store(true)
 		s.overflowMu.Unlock()
-		overflowed = true
+		s.wakeUp()
+		return true
 	}
-	s.wakeUp()
-	return overflowed
+	if !s.soon.Load() {
+		s.wakeUp()
+	}
+	return false
 }
 
 // wakeUp wakes the shard if it sleeps.
