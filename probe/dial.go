@@ -30,7 +30,6 @@ type Dialer struct {
 func NewDialer(source netip.Addr) *Dialer {
 	d := &Dialer{d: net.Dialer{
 		KeepAlive: -1, // probe connections are short: no TCP keep-alive probes
-		Control:   setLingerZero,
 	}}
 	if source.IsValid() {
 		d.d.LocalAddr = &net.TCPAddr{IP: source.Unmap().AsSlice()}
@@ -52,6 +51,15 @@ func (d *Dialer) DialContext(ctx context.Context, dst netip.AddrPort) (*net.TCPC
 	if !ok { // cannot happen for network "tcp"; guard rather than panic
 		_ = c.Close()
 		return nil, fmt.Errorf("dial %s: unexpected connection type %T", dst, c)
+	}
+	if d.d.Control == nil {
+		// SO_LINGER matters only at close, so it is set here, after
+		// connect(): a Control function would cost the dial four
+		// allocations (its address string among them) for nothing.
+		if err := tc.SetLinger(0); err != nil {
+			_ = tc.Close()
+			return nil, fmt.Errorf("set SO_LINGER: %w", err)
+		}
 	}
 	return tc, nil
 }

@@ -234,3 +234,28 @@ func BenchmarkConnectProbeParallel(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "probes/s")
 }
+
+// BenchmarkNetDialParallel is the reference for BenchmarkConnectProbeParallel:
+// a plain loop of net.Dialer.DialContext with the same context and a close
+// with an RST (SO_LINGER 0, as the prober closes), with no classification,
+// timing or result.
+func BenchmarkNetDialParallel(b *testing.B) {
+	tg := listen(b, func(*net.TCPConn) {})
+	addr := netip.AddrPortFrom(tg.Addr, tg.Port).String()
+	ctx := b.Context()
+	b.ReportAllocs()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		var d net.Dialer
+		for pb.Next() {
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				b.Errorf("dial: %v", err)
+				return
+			}
+			_ = c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+	})
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "probes/s")
+}
