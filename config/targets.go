@@ -132,10 +132,6 @@ func (l loc) errorf(format string, args ...any) error {
 	return &FieldError{Field: l.field, Msg: l.prefix + fmt.Sprintf(format, args...)}
 }
 
-func (l loc) wrap(err error, format string, args ...any) error {
-	return &FieldError{Field: l.field, Msg: l.prefix + fmt.Sprintf(format, args...) + ": " + err.Error(), Err: err}
-}
-
 // resolver looks host names up once per (name, family) during a load.
 type resolver struct {
 	r       Resolver

@@ -222,7 +222,7 @@ func TestKubernetesEndpointSlices(t *testing.T) {
 	// dropped by the rules.
 	k.put(endpointSlice("web-a", "web", 8080, "10.1.0.2", "10.1.0.3"))
 	k.put(endpointSlice("db-a", "db", 5432, "10.2.0.1"))
-	f = waitFound(t, run, changed, "web", func(f Found) bool {
+	waitFound(t, run, changed, "web", func(f Found) bool {
 		got := endpointsOf(f)
 		return len(got) == 2 && strings.HasPrefix(got[1], "10.1.0.3:8080")
 	})

@@ -242,10 +242,7 @@ func (r *DNSResolver) clientConfig() (*dns.ClientConfig, error) {
 		conf = &dns.ClientConfig{Ndots: 1, Timeout: 5, Attempts: 2}
 	}
 	if len(r.Servers) > 0 {
-		conf.Servers, conf.Port = nil, ""
-		for _, s := range r.Servers {
-			conf.Servers = append(conf.Servers, s)
-		}
+		conf.Servers, conf.Port = append([]string(nil), r.Servers...), ""
 	}
 	if len(conf.Servers) == 0 {
 		return nil, errors.New("no name server")

@@ -174,15 +174,9 @@ func (s *source) eachGroup(fn func(g *targetgroup.Group)) {
 	}
 }
 
-// state tells whether the source works: "starting" before its first update
-// or failure, "failing" while its last failure is newer than its last
-// update, else "ok".
-func (s *source) state(now time.Time) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stateLocked(now)
-}
-
+// stateLocked tells whether the source works: "starting" before its first
+// update or failure, "failing" while its last failure is newer than its last
+// update, else "ok". The caller holds s.mu.
 func (s *source) stateLocked(now time.Time) string {
 	switch {
 	case s.failed.IsZero() && s.update.IsZero():
