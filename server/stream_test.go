@@ -311,20 +311,28 @@ func TestEventStreamResumeBeyondNewest(t *testing.T) {
 	}
 }
 
+// slowStream opens an event stream on srv over a connection with a small
+// receive buffer and reads nothing of it; the test closes it at its end.
+func slowStream(t *testing.T, srv *httptest.Server) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+	return conn
+}
+
 // TestEventStreamSlowClient stalls a client that stops reading: the daemon
 // keeps adding events at full speed, and drops the client once a write has
 // waited longer than the write timeout.
 func TestEventStreamSlowClient(t *testing.T) {
 	d, srv := streamDaemon(t, Options{Events: 1 << 16, EventWriteTimeout: 200 * time.Millisecond})
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(conn, "GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+	slowStream(t, srv) // open while the test runs; read by nobody
 	deadline := time.Now().Add(10 * time.Second)
 	for d.streams.n.Load() != 1 {
 		if time.Now().After(deadline) {
@@ -352,15 +360,7 @@ func TestEventStreamSlowClient(t *testing.T) {
 func TestEventStreamWrapped(t *testing.T) {
 	const ring = 16
 	d, srv := streamDaemon(t, Options{Events: ring, EventWriteTimeout: time.Minute, EventKeepAlive: time.Hour})
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(conn, "GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+	conn := slowStream(t, srv)
 	// Until the stream waits for the next event: it has started.
 	deadline := time.Now().Add(10 * time.Second)
 	for waiting := false; !waiting; {

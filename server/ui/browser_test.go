@@ -648,6 +648,25 @@ func newSwitchBackend(t *testing.T) *switchBackend {
 	return sb
 }
 
+// startSwitchSonde starts a switch backend and a sonde that probes it every
+// 200 ms in pool api, deciding on one probe; it returns the backend and
+// sonde's base URL.
+func startSwitchSonde(t *testing.T) (*switchBackend, string) {
+	t.Helper()
+	sb := newSwitchBackend(t)
+	cfg := filepath.Join(t.TempDir(), "sonde.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `
+checks:
+  web: {protocol: http, path: /, interval: 200ms, timeout: 1s, rise: 1, fall: 1}
+pools:
+  - {name: api, check: web, targets: [%q]}
+`, sb.addr), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, base := startSonde(t, "-config", cfg)
+	return sb, base
+}
+
 // tab opens a new tab of b, for test t, whose pages run script before
 // their own.
 func (b *browser) tab(t *testing.T, script string) *browser {
@@ -679,17 +698,7 @@ const (
 // backend's state change shows in the live event list without a reload.
 func TestStatusPageFallbacks(t *testing.T) {
 	b := newBrowser(t)
-	sb := newSwitchBackend(t)
-	cfg := filepath.Join(t.TempDir(), "sonde.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, `
-checks:
-  web: {protocol: http, path: /, interval: 200ms, timeout: 1s, rise: 1, fall: 1}
-pools:
-  - {name: api, check: web, targets: [%q]}
-`, sb.addr), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, base := startSonde(t, "-config", cfg)
+	sb, base := startSwitchSonde(t)
 	live := `document.getElementById("live").textContent`
 	for _, c := range []struct {
 		name, script, live string
@@ -743,17 +752,7 @@ pools:
 // it: a backend's change shows in both, without a reload.
 func TestStatusPagePoolCounts(t *testing.T) {
 	b := newBrowser(t)
-	sb := newSwitchBackend(t)
-	cfg := filepath.Join(t.TempDir(), "sonde.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, `
-checks:
-  web: {protocol: http, path: /, interval: 200ms, timeout: 1s, rise: 1, fall: 1}
-pools:
-  - {name: api, check: web, targets: [%q]}
-`, sb.addr), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, base := startSonde(t, "-config", cfg)
+	sb, base := startSwitchSonde(t)
 	menu := `Array.from(document.querySelectorAll('#filters select[name="state"] option')).map(o => o.textContent).join(", ")`
 	table := `document.querySelector("#members tbody .col-state").textContent.trim()`
 	b.open(base + "pool?name=api")
