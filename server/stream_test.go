@@ -311,9 +311,10 @@ func TestEventStreamResumeBeyondNewest(t *testing.T) {
 	}
 }
 
-// slowStream opens an event stream on srv over a connection with a small
-// receive buffer and reads nothing of it; the test closes it at its end.
-func slowStream(t *testing.T, srv *httptest.Server) net.Conn {
+// stalled sends the raw HTTP request req to srv over a connection with a
+// small receive buffer and reads nothing of the answer; the test closes it
+// at its end.
+func stalled(t *testing.T, srv *httptest.Server, req string) net.Conn {
 	t.Helper()
 	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
 	if err != nil {
@@ -323,16 +324,19 @@ func slowStream(t *testing.T, srv *httptest.Server) net.Conn {
 	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(conn, "GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n")
+	fmt.Fprint(conn, req)
 	return conn
 }
+
+// streamRequest asks for the event stream.
+const streamRequest = "GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n"
 
 // TestEventStreamSlowClient stalls a client that stops reading: the daemon
 // keeps adding events at full speed, and drops the client once a write has
 // waited longer than the write timeout.
 func TestEventStreamSlowClient(t *testing.T) {
 	d, srv := streamDaemon(t, Options{Events: 1 << 16, EventWriteTimeout: 200 * time.Millisecond})
-	slowStream(t, srv) // open while the test runs; read by nobody
+	stalled(t, srv, streamRequest) // open while the test runs; read by nobody
 	deadline := time.Now().Add(10 * time.Second)
 	for d.streams.n.Load() != 1 {
 		if time.Now().After(deadline) {
@@ -360,7 +364,7 @@ func TestEventStreamSlowClient(t *testing.T) {
 func TestEventStreamWrapped(t *testing.T) {
 	const ring = 16
 	d, srv := streamDaemon(t, Options{Events: ring, EventWriteTimeout: time.Minute, EventKeepAlive: time.Hour})
-	conn := slowStream(t, srv)
+	conn := stalled(t, srv, streamRequest)
 	// Until the stream waits for the next event: it has started.
 	deadline := time.Now().Add(10 * time.Second)
 	for waiting := false; !waiting; {
@@ -469,15 +473,7 @@ func TestEventPollsBounded(t *testing.T) {
 	}
 	before := live()
 	for range 8 {
-		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(conn, "GET /api/v1/events?limit=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+		stalled(t, srv, "GET /api/v1/events?limit=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 	}
 	peak := int64(0)
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
