@@ -105,20 +105,16 @@ func holdToken(tok uint64) (int, error) {
 }
 
 // ownerGone reports whether no process holds the socket of token tok in
-// the calling thread's network namespace: whether binding it succeeds.
+// the calling thread's network namespace: whether it can be held.
 func ownerGone(tok uint64) (bool, error) {
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return false, os.NewSyscallError("socket", err)
-	}
-	defer unix.Close(fd)
-	switch err := unix.Bind(fd, tokenAddr(tok)); {
+	fd, err := holdToken(tok)
+	switch {
 	case err == nil:
-		return true, nil
+		return true, unix.Close(fd)
 	case errors.Is(err, unix.EADDRINUSE):
 		return false, nil
 	default:
-		return false, os.NewSyscallError("bind", err)
+		return false, err
 	}
 }
 
@@ -235,13 +231,14 @@ func removeStale(fd, ifindex int) (int, error) {
 		if f.kind != "bpf" || !ours || f.info>>16 != tcFilterPriority {
 			continue
 		}
-		if gone, err := ownerGone(tok); err != nil || !gone {
-			if err != nil {
-				return n, fmt.Errorf("owner of tc filter %#x: %w", f.handle, err)
-			}
+		gone, err := ownerGone(tok)
+		if err != nil {
+			return n, fmt.Errorf("owner of tc filter %#x: %w", f.handle, err)
+		}
+		if !gone {
 			continue
 		}
-		err := tcRequest(fd, unix.RTM_DELTFILTER, 0, ifindex, f.handle, f.parent, f.info, tcAttrs("bpf", nil))
+		err = tcRequest(fd, unix.RTM_DELTFILTER, 0, ifindex, f.handle, f.parent, f.info, tcAttrs("bpf", nil))
 		if err != nil && !errors.Is(err, unix.ENOENT) {
 			return n, fmt.Errorf("remove stale bpf filter %#x: %w", f.handle, err)
 		}

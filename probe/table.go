@@ -113,16 +113,10 @@ func (t *Table) Endpoint(id uint32) netip.AddrPort {
 	return netip.AddrPortFrom(netip.AddrFrom16(b.ip[id&tableMask]).Unmap(), b.port[id&tableMask])
 }
 
-// IP16 returns id's address in 16-byte form (IPv4 as IPv4-mapped IPv6), for
-// packet builders that patch headers without building a netip.Addr. The
-// array it points to never changes.
-func (t *Table) IP16(id uint32) *[16]byte { return &t.block(id).ip[id&tableMask] }
-
-// Port returns id's port.
-func (t *Table) Port(id uint32) uint16 { return t.block(id).port[id&tableMask] }
-
-// Endpoint16 returns id's address in 16-byte form and its port, or nil for
-// an id out of range: the table as [Endpoints].
+// Endpoint16 returns id's address in 16-byte form (IPv4 as IPv4-mapped
+// IPv6), for packet builders that patch headers without building a
+// netip.Addr, and its port; nil for an id out of range. The array it points
+// to never changes: the table as [Endpoints].
 func (t *Table) Endpoint16(id uint32) (*[16]byte, uint16) {
 	if id >= t.n.Load() {
 		return nil, 0

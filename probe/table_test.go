@@ -17,7 +17,7 @@ func TestTablePut(t *testing.T) {
 	for i := range 10 {
 		tab.Add(ep(i))
 	}
-	held := tab.IP16(3)
+	held, _ := tab.Endpoint16(3)
 	tab.Put([]TableEntry{{ID: 3, Endpoint: ep(1003)}, {ID: 9000, Endpoint: ep(9000)}})
 	if tab.Len() != 9001 {
 		t.Fatalf("Len = %d, want 9001", tab.Len())

@@ -104,7 +104,7 @@ type Router struct {
 	first []uint16            // per target, index+1 of the first pool listing it, 0 for none
 	more  map[uint32][]uint16 // targets in several pools: the other pools
 	state []State             // per target, the state the decisions were taken with
-	sick  map[uint32]int64    // per unhealthy target, when it became so: the key of its entries in the pools' sick lists
+	sick  map[uint32]int64    // per unhealthy target, when it became so: the key of its entries in the pools' sick lists; only unhealthy targets are in it
 
 	in      *ring[uint32]
 	lost    atomic.Bool // a notice found the ring full: re-read every target
@@ -178,6 +178,7 @@ func NewRouter(e *Engine, pools []*Pool, opt RouterOptions) *Router {
 		opt:   opt,
 		first: make([]uint16, n),
 		state: make([]State, n),
+		sick:  map[uint32]int64{},
 		in:    newRing[uint32](opt.RingSize),
 		wake:  make(chan struct{}, 1),
 		now:   e.clock.Nanotime(),
@@ -186,9 +187,6 @@ func NewRouter(e *Engine, pools []*Pool, opt RouterOptions) *Router {
 		st := e.Status(uint32(id))
 		r.state[id] = st.State
 		if st.State == Unhealthy {
-			if r.sick == nil {
-				r.sick = map[uint32]int64{}
-			}
 			r.sick[uint32(id)] = st.Since
 		}
 	}
@@ -342,16 +340,17 @@ func (r *Router) apply(id uint32) {
 		return
 	}
 	st := r.e.Status(id)
-	from, oldSince := r.state[id], r.sick[id]
+	from := r.state[id]
+	var oldSince int64
+	if from == Unhealthy {
+		oldSince = r.sick[id] // the map holds only the unhealthy: no lookup for the others
+	}
 	if st.State == from && (from != Unhealthy || st.Since == oldSince) {
 		return
 	}
 	r.state[id] = st.State
 	switch {
 	case st.State == Unhealthy:
-		if r.sick == nil {
-			r.sick = map[uint32]int64{}
-		}
 		r.sick[id] = st.Since
 	case from == Unhealthy:
 		delete(r.sick, id)
