@@ -163,7 +163,16 @@ type stateSource struct {
 	checks   []stateCheck
 	nrecords int
 	records  iter.Seq[*stateRecord]
+	// current reports whether the records read are still of the
+	// generation they were described with; nil for always. A reload or a
+	// discovery update edits the engine in place, and may give a target's
+	// id to another target, after it publishes its generation.
+	current func() bool
 }
+
+// errStateChanged says that the running generation changed while a save
+// read its states: the file would pair targets with others' states.
+var errStateChanged = errors.New("write state: the configuration changed during the save")
 
 // snapshot describes a save of the states of g's targets, as each pool
 // lists them, read from the engine as the save writes them. The string
@@ -308,6 +317,9 @@ func writeState(path string, s *stateSource) (err error) {
 	if n != s.nrecords {
 		return fmt.Errorf("write state: %d records, announced %d", n, s.nrecords)
 	}
+	if s.current != nil && !s.current() {
+		return errStateChanged
+	}
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("write state: %w", err)
 	}
@@ -353,7 +365,16 @@ func stateSizeOf(cfg *config.Config) int64 {
 // times what a save of cfg writes, and a MiB. A file saved before the fleet
 // shrank to less than a quarter is ignored with the rest: the targets could
 // not need what it holds, and reading it would cost memory they do not pay.
-func stateSizeLimit(cfg *config.Config) int64 { return 4*stateSizeOf(cfg) + 1<<20 }
+// A configuration that discovers targets has, at the first load, not found
+// them yet: its file may hold records for as many targets as discovery may
+// bring (config.DefaultMaxTargets).
+func stateSizeLimit(cfg *config.Config) int64 {
+	n := 4*stateSizeOf(cfg) + 1<<20
+	if cfg.Discovers() {
+		n += config.DefaultMaxTargets * stateRecordSize
+	}
+	return n
+}
 
 // stateSink receives what readState reads: the tables, then each record.
 // A record is lent for the call only.
@@ -613,16 +634,26 @@ func (d *Daemon) restore(cfg *config.Config) []*scheduler.TargetStatus {
 }
 
 // saveState writes the running generation's states, and the saved states
-// still waiting for discovered targets, to the state file.
+// still waiting for discovered targets, to the state file. A save that a
+// reload or a discovery update overtook is made again, a few times.
 func (d *Daemon) saveState() error {
-	d.updateMu.Lock()
-	s := d.stateToSave()
-	d.updateMu.Unlock()
-	if s == nil {
-		return nil
+	var err error
+	for range saveTries {
+		d.updateMu.Lock()
+		s := d.stateToSave()
+		d.updateMu.Unlock()
+		if s == nil {
+			return nil
+		}
+		if err = writeState(d.opt.StateFile, s); !errors.Is(err, errStateChanged) {
+			return err
+		}
 	}
-	return writeState(d.opt.StateFile, s)
+	return fmt.Errorf("%w, %d times in a row", err, saveTries)
 }
+
+// saveTries is how many times saveState tries a save that updates overtake.
+const saveTries = 3
 
 // stateToSave describes the save of the running generation, nil before
 // one runs. Called with updateMu held.
@@ -632,7 +663,9 @@ func (d *Daemon) stateToSave() *stateSource {
 		return nil
 	}
 	d.pending.expire(d.opt.Clock.Now())
-	return snapshot(g, &d.pending)
+	s := snapshot(g, &d.pending)
+	s.current = func() bool { return d.cur.Load() == g }
+	return s
 }
 
 // saveEvery saves the state file every StateInterval until ctx is done. A

@@ -130,6 +130,24 @@ func TestStateFileRoundTrip(t *testing.T) {
 	if left, _ := filepath.Glob(path + ".tmp*"); len(left) != 0 {
 		t.Errorf("temporary files left: %v", left)
 	}
+
+	// A save whose generation was replaced while it read the states
+	// leaves the file as it was, and no temporary file.
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raced := savedSnapshot(t, parse(t, stateConfig), "other.example").source()
+	raced.current = func() bool { return false }
+	if err := writeState(path, raced); !errors.Is(err, errStateChanged) {
+		t.Errorf("save overtaken by an update: %v, want errStateChanged", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(after, before) {
+		t.Error("an overtaken save changed the file")
+	}
+	if left, _ := filepath.Glob(path + ".tmp*"); len(left) != 0 {
+		t.Errorf("temporary files left by the overtaken save: %v", left)
+	}
 }
 
 // TestStateSaveStreams saves the states of 131,073 targets, a hundred of
@@ -192,6 +210,17 @@ func TestStateSaveStreams(t *testing.T) {
 	}
 	if err := readState(path, stateSizeLimit(parse(t, bigPoolConfig(16))), &stateSnapshot{}); err != nil {
 		t.Errorf("reading a file for twice the targets: %v, want it read", err)
+	}
+	// A configuration that discovers its targets has found none at its
+	// first load: the file of the fleet it found before is still read.
+	disc := parse(t, fmt.Sprintf(`
+checks:
+  web: {protocol: http, path: /}
+pools:
+  - {name: web, check: web, file_sd_configs: [{files: [%q]}]}
+`, filepath.Join(t.TempDir(), "*.json")))
+	if err := readState(path, stateSizeLimit(disc), newRestorer(disc, g.engine.Clock())); err != nil {
+		t.Errorf("reading the file for a configuration that discovers: %v, want it read", err)
 	}
 }
 
@@ -402,16 +431,19 @@ pools:
 	}
 
 	// A start whose discovery finds nothing keeps the state for later.
-	empty := conf(fmt.Sprintf("file_sd_configs: [{files: [%q]}]", filepath.Join(t.TempDir(), "*.json")))
-	td2 := startDaemonWith(t, empty, withState)
+	sdDir := t.TempDir()
+	discovered := conf(fmt.Sprintf("file_sd_configs: [{files: [%q]}]", filepath.Join(sdDir, "*.json")))
+	td2 := startDaemonWith(t, discovered, withState)
 	if err := td2.d.Stop(); err != nil {
 		t.Fatal(err)
 	}
 
-	// The target comes back by discovery: it resumes its state, though
-	// the check would start it healthy anyway; the since tells.
+	// After another start that finds nothing, the target comes back by
+	// discovery: it resumes its state, though the check would start it
+	// healthy anyway; the since tells.
 	b.hang.Store(true) // a probe would fail: it stays healthy only as resumed (fall 3)
-	td3 := startDaemonWith(t, static, withState)
+	td3 := startDaemonWith(t, discovered, withState)
+	writeSD(t, filepath.Join(sdDir, "web.json"), []sdGroup{{Targets: []string{b.addr()}}})
 	x := td3.waitState(t, "web", b.addr(), "healthy")
 	if x.StateSince.Sub(before.StateSince).Abs() > sinceSlack || x.Consecutive != before.Consecutive {
 		t.Errorf("discovered target after two restarts: since %v streak %d, want its saved since %v and streak %d",
