@@ -127,11 +127,17 @@ func (l *eventLog) copyRange(from, end uint64, buf []Event) ([]Event, bool) {
 	if from < l.oldest() {
 		return buf[:0], false
 	}
+	return l.copyLocked(from, end, buf), true
+}
+
+// copyLocked copies into buf the events from sequence number from on,
+// before end and the next event, as many as fit. Called with l.mu held.
+func (l *eventLog) copyLocked(from, end uint64, buf []Event) []Event {
 	evs := buf[:0]
-	for s := from; s < end && s < l.next && len(evs) < cap(buf); s++ {
+	for s := from; s < min(end, l.next) && len(evs) < cap(buf); s++ {
 		evs = append(evs, l.buf[s%uint64(len(l.buf))])
 	}
-	return evs, true
+	return evs
 }
 
 // read copies into buf the oldest events after sequence number after, as
@@ -145,10 +151,7 @@ func (l *eventLog) read(after uint64, buf []Event) (evs []Event, lost uint64, wa
 	if first := l.oldest(); from < first {
 		lost, from = first-from, first
 	}
-	evs = buf[:0]
-	for s := from; s < l.next && len(evs) < cap(buf); s++ {
-		evs = append(evs, l.buf[s%uint64(len(l.buf))])
-	}
+	evs = l.copyLocked(from, l.next, buf)
 	if len(evs) == 0 {
 		if l.wake == nil {
 			l.wake = make(chan struct{})

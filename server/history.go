@@ -167,10 +167,11 @@ func (ix *histIndex) store(id uint32, v int32, rings int) {
 }
 
 // compact copies the live entries into a new table when the entries in
-// use fill three quarters of it, so that searches stay short.
+// use (live or dead) fill half of it: live ones are at most a quarter, so
+// searches, misses above all (most targets have no ring), stay short.
 func (ix *histIndex) compact(rings int) {
 	t := *ix.t.Load()
-	if ix.cells*4 < len(t)*3 {
+	if ix.cells*2 < len(t) {
 		return
 	}
 	nt := newHistTable(rings)
@@ -412,15 +413,10 @@ func (h *history) adopt(old, ix *histIndex, removed []uint32) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if old != nil {
-		gone := make(map[uint32]bool, len(removed))
+		old.each(func(id uint32, v int32) { ix.store(id, v, len(h.slots)) })
 		for _, id := range removed {
-			gone[id] = true
+			ix.store(id, 0, len(h.slots)) // a short probe for the many without a ring
 		}
-		old.each(func(id uint32, v int32) {
-			if !gone[id] {
-				ix.store(id, v, len(h.slots))
-			}
-		})
 	}
 	// Free every ring the new index does not point to: those of removed
 	// targets, and any whose owner lost it meanwhile.

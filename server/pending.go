@@ -41,6 +41,11 @@ type pendingStates struct {
 	until time.Time
 	pools map[string]map[pendingKey]pendingState
 	n     int
+
+	// The probe digest of the check take last matched: an edit's targets
+	// mostly share a check, and a digest costs a hash of its settings.
+	digestOf *config.Check
+	digest   [8]byte
 }
 
 // add keeps a saved state for a target of pool.
@@ -81,11 +86,17 @@ func (p *pendingStates) take(next *config.Config, n uint32, clock scheduler.Cloc
 	}
 	for _, pool := range next.Pools {
 		m := p.pools[pool.Name]
-		if m == nil || next.Checks[pool.CheckIndex] != c || !pool.HasMember(n) {
+		if m == nil || next.Checks[pool.CheckIndex] != c {
 			continue
 		}
 		s, ok := m[k]
-		if !ok || s.check != c.Name || s.digest != probeDigest(c) {
+		if !ok || s.check != c.Name || !pool.HasMember(n) {
+			continue
+		}
+		if p.digestOf != c {
+			p.digestOf, p.digest = c, probeDigest(c)
+		}
+		if s.digest != p.digest {
 			continue
 		}
 		delete(m, k)

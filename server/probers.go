@@ -124,7 +124,7 @@ func (ps *proberSet) prepare(cfg *config.Config) (*proberPlan, error) {
 		pp.ls.tcpPath = sp.Path()
 	}
 	streams := streamsPerCheck(cfg)
-	synPace := synFirstPace(cfg, streams, sp != nil)
+	syn := make([]bool, len(cfg.Checks)) // the checks the SYN prober runs
 	for ci, c := range cfg.Checks {
 		p, useSyn, err := NewProber(c, sp != nil)
 		if err != nil {
@@ -132,8 +132,7 @@ func (ps *proberSet) prepare(cfg *config.Config) (*proberPlan, error) {
 			return nil, err
 		}
 		if useSyn {
-			pp.ls.byCheck[ci] = sp
-			pp.ls.firstProbes[ci] = synPace
+			pp.ls.byCheck[ci], syn[ci] = sp, true
 			continue
 		}
 		n := concurrencyFor(c, streams[ci])
@@ -146,6 +145,12 @@ func (ps *proberSet) prepare(cfg *config.Config) (*proberPlan, error) {
 		}
 		pp.ls.byCheck[ci] = wp.w
 		pp.ls.workers = append(pp.ls.workers, wp.w)
+	}
+	synPace := synFirstPace(cfg, streams, syn)
+	for ci := range syn {
+		if syn[ci] {
+			pp.ls.firstProbes[ci] = synPace
+		}
 	}
 	return pp, nil
 }
@@ -370,16 +375,17 @@ const (
 // synFirstPace is the pace of the first probes of every check the SYN
 // prober runs, shared by them in the engine (one pacer for the one
 // launcher): synFirstBurst at once, then synFirstRate, or the steady rate of
-// all their streams together when that is higher. A wave of first probes
+// all their streams together when that is higher. syn tells the checks the
+// SYN prober runs (NewProber's choice). A wave of first probes
 // thus never runs faster than the prober's comfortable rate unless the
 // steady state needs more, and the last first probe leaves within an
 // interval: after completion, later probes keep the phases the first ones
 // took, so a wave squeezed into a part of the interval would stay one,
 // probes late behind each other, at every round.
-func synFirstPace(cfg *config.Config, streams []int, syn bool) scheduler.Pace {
+func synFirstPace(cfg *config.Config, streams []int, syn []bool) scheduler.Pace {
 	steady := 0.0
 	for ci, c := range cfg.Checks {
-		if syn && c.Protocol == config.TCP && c.TCPMode != config.TCPConnect { // NewProber's choice of the SYN prober
+		if syn[ci] {
 			steady += float64(streams[ci]) / c.Interval.Seconds()
 		}
 	}

@@ -123,11 +123,17 @@ pools:
 	if err != nil {
 		t.Fatal(err)
 	}
+	syn := make([]bool, len(cfg.Checks))
+	for ci, c := range cfg.Checks {
+		if _, syn[ci], err = NewProber(c, true); err != nil {
+			t.Fatal(err)
+		}
+	}
 	streams := []int{1_000_000, 6_000_000, 5_000_000, 5_000_000} // checks sorted by name: a, b, c, d
-	if p := synFirstPace(cfg, streams, true); p.Rate != 200_000 || p.Burst != synFirstBurst {
+	if p := synFirstPace(cfg, streams, syn); p.Rate != 200_000 || p.Burst != synFirstBurst {
 		t.Errorf("pace %+v, want 100,000/s + 100,000/s of the two SYN checks", p)
 	}
-	if p := synFirstPace(cfg, []int{10, 10, 10, 10}, true); p.Rate != synFirstRate {
+	if p := synFirstPace(cfg, []int{10, 10, 10, 10}, syn); p.Rate != synFirstRate {
 		t.Errorf("pace %+v for a small fleet, want %d/s", p, synFirstRate)
 	}
 }

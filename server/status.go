@@ -616,11 +616,8 @@ func (d *Daemon) unresolvedPage(w http.ResponseWriter, g *generation, ref target
 	// The names table knows the next lookup: the pool's copy keeps the
 	// schedule of the lookup that made it.
 	if ds := d.poolDiscovery(cp.Name); ds != nil {
-		for _, f := range ds.Unresolved {
-			if f.Host == u.Host && f.Port == u.Port {
-				u.Since, u.Next, view.Error = f.Since, f.Next, f.Err
-				break
-			}
+		if f, ok := lookupsOf(ds.Unresolved)[unresolvedKey{u.Host, u.Port}]; ok {
+			u.Since, u.Next, view.Error = f.Since, f.Next, f.Err
 		}
 	}
 	view.Since = u.Since
@@ -760,13 +757,11 @@ func (d *Daemon) handleDiscoveryPage(w http.ResponseWriter, _ *http.Request) {
 		if pi, err := g.poolIndex(ps.Pool); err == nil {
 			unresolved = g.cfg.Pools[pi].Unresolved
 		}
+		now := lookupsOf(ps.Unresolved)
 		for i := range unresolved {
 			u := unresolved[i]
-			for _, f := range ps.Unresolved {
-				if f.Host == u.Host && f.Port == u.Port {
-					u.Err, u.Since, u.Next = f.Err, f.Since, f.Next
-					break
-				}
+			if f, ok := now[unresolvedKey{u.Host, u.Port}]; ok {
+				u.Err, u.Since, u.Next = f.Err, f.Since, f.Next
 			}
 			t := unresolvedTarget(&u)
 			v.Unresolved = append(v.Unresolved, unresolvedRow{Target: t, URL: targetURL(ps.Pool, t, ""), Error: u.Err, Since: u.Since, Next: u.Next})
@@ -781,6 +776,24 @@ func (d *Daemon) handleDiscoveryPage(w http.ResponseWriter, _ *http.Request) {
 		Pools  []discoveryView
 		Static []string
 	}{d.pageBase(g, "discovery", "Discovery"), pools, static})
+}
+
+// unresolvedKey names an unresolved target: its host and port.
+type unresolvedKey struct {
+	host string
+	port uint16
+}
+
+// lookupsOf indexes the unresolved targets of a pool as the discovery
+// runner has them now (their names' latest lookups), by host and port.
+func lookupsOf(list []discovery.Unresolved) map[unresolvedKey]*discovery.Unresolved {
+	m := make(map[unresolvedKey]*discovery.Unresolved, len(list))
+	for i := range list {
+		if k := (unresolvedKey{list[i].Host, list[i].Port}); m[k] == nil {
+			m[k] = &list[i] // the first of a repeated one, as a search would find
+		}
+	}
+	return m
 }
 
 // isAddr reports whether s is an IP address.

@@ -52,11 +52,13 @@ func (k *keyer) keys(cfg *config.Config) []targetKey {
 		ci[i] = n
 	}
 	out := make([]targetKey, 0, len(cfg.Targets))
-	for id, t := range cfg.Targets {
-		if !t.Addr().IsValid() {
+	for id := range cfg.Targets {
+		t := &cfg.Targets[id]
+		ip := t.IP16()
+		if ip == nil {
 			continue
 		}
-		a := t.Addr().As16()
+		a := *ip
 		key := targetKey{hi: binary.BigEndian.Uint64(a[:8]), lo: binary.BigEndian.Uint64(a[8:]), port: t.Port, check: ci[t.Check], id: uint32(id)}
 		if cfg.Checks[t.Check].HostNameMatters() {
 			if name, ok := cfg.Hostnames[uint32(id)]; ok {
