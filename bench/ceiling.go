@@ -35,6 +35,10 @@ type CeilingConfig struct {
 	// Sendmmsg sends batches with sendmmsg(2) from a buffer instead of from
 	// a PACKET_MMAP TX ring.
 	Sendmmsg bool
+	// KernelRST leaves the RST that answers each SYN-ACK to the kernel; by
+	// default the capture program sends it, as for sonde (syn.Config's
+	// KernelRST), so the two are compared doing the same work.
+	KernelRST bool
 }
 
 // CeilingResult is what one [Ceiling] sweep did.
@@ -122,7 +126,7 @@ func Ceiling(ctx context.Context, cfg CeilingConfig) (*CeilingResult, error) {
 	}
 	capt, err := bpf.NewCapture(bpf.CaptureConfig{
 		Interface: ifc.Index, Local4: cfg.Source, PortLo: ports.First, PortHi: ports.Last,
-		RingBytes: 8 << 20, WakeupBytes: 4 << 20,
+		RingBytes: 8 << 20, WakeupBytes: 4 << 20, Answer: !cfg.KernelRST,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ceiling: %w", err)

@@ -151,7 +151,8 @@ const ceilingUsage = `Usage: sonde bench ceiling -interface IF -source IP -next-
 
 Sweeps every address of PREFIX on one port with the bench's same-run ceiling:
 sonde's SYNs and cookies written straight into PACKET_MMAP TX rings, replies
-read in bulk from sonde's eBPF capture, no scheduler. sonde bench runs it
+read in bulk from sonde's eBPF capture (which answers each SYN-ACK with the
+RST, as for sonde scan, unless -kernel-rst), no scheduler. sonde bench runs it
 inside the prober namespace of its fleet (ip netns exec NS sonde bench
 ceiling …). Results go to stdout as "addr:port<TAB>outcome<TAB>-", a summary
 to stderr. Needs CAP_NET_RAW, CAP_BPF and CAP_NET_ADMIN.
@@ -178,6 +179,7 @@ func runBenchCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.UintVar(&port, "port", 0, "TCP `port` to probe (required)")
 	fs.IntVar(&cfg.Senders, "senders", runtime.GOMAXPROCS(0), "sending threads, each with its own socket (default: one per CPU, as sonde scan)")
 	fs.BoolVar(&cfg.Sendmmsg, "sendmmsg", false, "send batches with sendmmsg(2) instead of a PACKET_MMAP TX ring")
+	fs.BoolVar(&cfg.KernelRST, "kernel-rst", false, "leave the RST that answers each SYN-ACK to the kernel (by default the eBPF capture program sends it, as for sonde scan)")
 	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "how long to wait for replies after the last probe")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
