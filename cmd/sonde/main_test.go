@@ -1,9 +1,18 @@
 package main
 
 import (
+	"os"
+	"os/signal"
+	"syscall"
 	"testing"
 
 	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	// earlysignal's init catches SIGHUP, SIGINT and SIGTERM for package
+	// main's func main, which a test binary does not run: give them their
+	// defaults back, so Ctrl-C or a timeout's SIGTERM ends a test run.
+	signal.Reset(syscall.SIGHUP, os.Interrupt, syscall.SIGTERM)
+	testenv.Main(m)
+}
