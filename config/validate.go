@@ -1,8 +1,10 @@
 package config
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -203,6 +205,23 @@ func OpenRegular(path string) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// FileSum returns the SHA-256 of the content of the file at path, opened
+// with OpenRegular (a FIFO put in a file's place must not hang whoever
+// asks); it reports false when the file cannot be read or is not a regular
+// file.
+func FileSum(path string) ([sha256.Size]byte, bool) {
+	f, err := OpenRegular(path)
+	if err != nil {
+		return [sha256.Size]byte{}, false
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return [sha256.Size]byte{}, false
+	}
+	return [sha256.Size]byte(h.Sum(nil)), true
 }
 
 // errText returns the innermost message of a file error ("no such file or

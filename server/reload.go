@@ -3,7 +3,6 @@ package server
 import (
 	"crypto/sha256"
 	"errors"
-	"io"
 	"sync"
 	"time"
 
@@ -110,7 +109,7 @@ func inputsOf(cfg *config.Config) inputs {
 	for i, name := range cfg.Files {
 		sum, ok := cfg.Sums[name]
 		if !ok {
-			sum, ok = fileSum(name)
+			sum, ok = config.FileSum(name)
 		}
 		in.sums[i] = sum
 		in.ok = in.ok && ok
@@ -124,26 +123,9 @@ func (in *inputs) unchanged() bool {
 		return false
 	}
 	for i, name := range in.files {
-		if sum, ok := fileSum(name); !ok || sum != in.sums[i] {
+		if sum, ok := config.FileSum(name); !ok || sum != in.sums[i] {
 			return false
 		}
 	}
 	return true
-}
-
-// fileSum returns the SHA-256 of the content of the file at path; it
-// reports false when the file cannot be read or is not a regular file
-// (opened without waiting, as a load opens it: a FIFO put in a file's place
-// must not hang a reload).
-func fileSum(path string) ([sha256.Size]byte, bool) {
-	f, err := config.OpenRegular(path)
-	if err != nil {
-		return [sha256.Size]byte{}, false
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return [sha256.Size]byte{}, false
-	}
-	return [sha256.Size]byte(h.Sum(nil)), true
 }

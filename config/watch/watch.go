@@ -19,7 +19,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -209,16 +208,8 @@ func (w *Watcher) look() bool {
 // cannot be read or is not a regular file (opened without waiting: a FIFO
 // must not stop the watcher) has no sum.
 func hashFile(path string) sum {
-	f, err := config.OpenRegular(path)
-	if err != nil {
-		return sum{}
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return sum{}
-	}
-	return sum{ok: true, sha: [sha256.Size]byte(h.Sum(nil))}
+	sha, ok := config.FileSum(path)
+	return sum{ok: ok, sha: sha}
 }
 
 // watchMask: every change of a directory's entries, of their content or
