@@ -252,7 +252,12 @@ func (f *Fleet) answer(cfg FleetConfig) error {
 func (f *Fleet) dropRedirected() error {
 	rules := fmt.Sprintf("table netdev sonde_fleet {\n  chain in {\n    type filter hook ingress device %s priority -500; policy accept;\n"+
 		"    meta l4proto tcp counter drop\n  }\n}\n", f.FleetLink)
-	cmd := exec.Command("ip", "netns", "exec", f.FleetNS, "nft", "-f", "-")
+	return f.nft(rules)
+}
+
+// nft applies the nftables rules text in the fleet's namespace.
+func (f *Fleet) nft(rules string) error {
+	cmd := netns.Command(f.FleetNS, "nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
 	return runCmd(cmd)
 }
@@ -320,9 +325,7 @@ func (f *Fleet) firewall(cfg FleetConfig) error {
 		b.WriteString(r)
 	}
 	b.WriteString("  }\n}\n")
-	cmd := exec.Command("ip", "netns", "exec", f.FleetNS, "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(b.String())
-	return runCmd(cmd)
+	return f.nft(b.String())
 }
 
 func writeSet(b *strings.Builder, name, typ string, interval bool, elems []string) {
@@ -446,9 +449,7 @@ func (f *Fleet) SetDrop(prefixes []netip.Prefix) error {
 		}
 		b.WriteString("  }\n}\n")
 	}
-	cmd := netns.Command(f.FleetNS, "nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(b.String())
-	if err := runCmd(cmd); err != nil {
+	if err := f.nft(b.String()); err != nil {
 		return fmt.Errorf("set dropped prefixes: %w", err)
 	}
 	return nil
