@@ -146,6 +146,11 @@ func NewTarget(a netip.Addr, port, check uint16) Target {
 	return t
 }
 
+// Valid reports whether the target has an address: false for a
+// placeholder (a free id). It costs what Addr().IsValid() would, without
+// building the address.
+func (t *Target) Valid() bool { return t.lead&leadValid != 0 }
+
 // Addr returns the target's address; the zero Addr for a placeholder.
 func (t Target) Addr() netip.Addr {
 	if t.lead&leadValid == 0 {

@@ -69,7 +69,7 @@ func (g *generation) indexPools() {
 	}
 	g.members = map[uint32][]uint32{}
 	for id, t := range cfg.Targets {
-		if !t.Addr().IsValid() {
+		if !t.Valid() {
 			continue
 		}
 		g.targets++
@@ -205,7 +205,7 @@ func (g *generation) poolsOf(id uint32, fn func(pi int)) {
 
 // has reports whether the generation has a target with id.
 func (g *generation) has(id uint32) bool {
-	return int(id) < len(g.cfg.Targets) && g.cfg.Targets[id].Addr().IsValid()
+	return int(id) < len(g.cfg.Targets) && g.cfg.Targets[id].Valid()
 }
 
 // target returns the destination of target id for a one-shot prober, or

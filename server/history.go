@@ -96,9 +96,9 @@ type histIndex struct {
 	cells int // entries in use (live or dead), guarded by history.mu
 }
 
-// maxHistoryTargets is the most targets that keep rings: a slot + 1 fits
-// in 16 bits.
-const maxHistoryTargets = 1<<16 - 1
+// MaxHistoryTargets is the most targets that keep recent results for the
+// status page ([Options.HistoryTargets]): a ring's slot + 1 fits in 16 bits.
+const MaxHistoryTargets = 1<<16 - 1
 
 // newHistIndex returns an empty index for a history of rings rings.
 func newHistIndex(rings int) *histIndex {
@@ -215,7 +215,7 @@ func newHistory(targets, results int) *history {
 	if targets <= 0 {
 		targets = defaultHistoryTargets
 	}
-	targets = min(targets, maxHistoryTargets)
+	targets = min(targets, MaxHistoryTargets)
 	if results <= 0 {
 		results = defaultHistoryResults
 	}

@@ -271,7 +271,7 @@ func (ps *proberSet) synFor(cfg *config.Config, ls *launchers) (*syn.Prober, err
 func covers(p *syn.Prober, cfg *config.Config) bool {
 	v4, v6 := p.Sources()
 	for _, t := range cfg.Targets {
-		if !t.Addr().IsValid() || cfg.Checks[t.Check].Protocol != config.TCP {
+		if !t.Valid() || cfg.Checks[t.Check].Protocol != config.TCP {
 			continue
 		}
 		if t.Addr().Is4() && !v4.IsValid() || t.Addr().Is6() && !v6.IsValid() {
@@ -286,7 +286,7 @@ func covers(p *syn.Prober, cfg *config.Config) bool {
 func firstOfFamilies(cfg *config.Config) []netip.Addr {
 	var v4, v6 netip.Addr
 	for _, t := range cfg.Targets {
-		if !t.Addr().IsValid() {
+		if !t.Valid() {
 			continue
 		}
 		if t.Addr().Is4() && !v4.IsValid() {

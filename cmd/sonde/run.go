@@ -106,8 +106,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if host, _, err := net.SplitHostPort(f.listen); err == nil && host != "" {
 		f.web.AllowedHosts = append(f.web.AllowedHosts, host) // the name the operator listens on
 	}
-	if f.history < 0 || f.history > 65535 {
-		return usageError(fmt.Errorf("run: -web.history-targets %d: want a number of targets 1..65535, or 0 for the default", f.history))
+	if f.history < 0 || f.history > server.MaxHistoryTargets {
+		return usageError(fmt.Errorf("run: -web.history-targets %d: want a number of targets 1..%d, or 0 for the default", f.history, server.MaxHistoryTargets))
 	}
 	// One resolver for the loads and for the daemon, which looks host
 	// names up again as their answers expire.
