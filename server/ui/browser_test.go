@@ -559,17 +559,13 @@ func newHostileBackend(t *testing.T) *hostileBackend {
 func TestStatusPageHostileTarget(t *testing.T) {
 	b := newBrowser(t)
 	hb := newHostileBackend(t)
-	cfg := filepath.Join(t.TempDir(), "sonde.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, `
+	_, base := startSondeWith(t, fmt.Sprintf(`
 checks:
   web: {protocol: http, path: /, interval: 300ms, timeout: 1s, rise: 1, fall: 2}
 pools:
   - {name: hostile, check: web, targets: [%q]}
   - {name: big, check: web, targets: ["198.18.0.0/15"], health_checks: false}
-`, hb.addr), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, base := startSonde(t, "-config", cfg)
+`, hb.addr))
 	target := "target?" + url.Values{"pool": {"hostile"}, "target": {hb.addr}}.Encode()
 	inert := `document.getElementById("sonde-xss") === null && !/xss/.test(document.title)`
 
@@ -654,17 +650,24 @@ func newSwitchBackend(t *testing.T) *switchBackend {
 func startSwitchSonde(t *testing.T) (*switchBackend, string) {
 	t.Helper()
 	sb := newSwitchBackend(t)
-	cfg := filepath.Join(t.TempDir(), "sonde.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, `
+	_, base := startSondeWith(t, fmt.Sprintf(`
 checks:
   web: {protocol: http, path: /, interval: 200ms, timeout: 1s, rise: 1, fall: 1}
 pools:
   - {name: api, check: web, targets: [%q]}
-`, sb.addr), 0o644); err != nil {
+`, sb.addr))
+	return sb, base
+}
+
+// startSondeWith starts sonde on a configuration file of content config,
+// as startSonde does.
+func startSondeWith(t *testing.T, config string) (*testenv.Process, string) {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "sonde.yaml")
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, base := startSonde(t, "-config", cfg)
-	return sb, base
+	return startSonde(t, "-config", cfg)
 }
 
 // tab opens a new tab of b, for test t, whose pages run script before
