@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +23,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/probe"
 )
 
 // scrape GETs path from the daemon with optional headers and returns the
@@ -109,7 +112,7 @@ checks:
   http_2xx: {protocol: http, path: /, interval: 1h, timeout: 2s}
   body: {protocol: http, path: /, body_contains: Absent, interval: 1h, timeout: 2s}
   short: {protocol: http, path: /, max_body_bytes: 4, interval: 1h, timeout: 2s}
-  tcp_connect: {protocol: tcp, tcp_mode: syn, interval: 1h, timeout: 2s}
+  tcp_connect: {protocol: tcp, interval: 1h, timeout: 2s}
 pools:
   - {name: api, check: http_2xx, targets: [%q]}
 `, good.addr()))
@@ -139,7 +142,7 @@ pools:
 		{"body mismatch", body.addr(), "body", map[string]float64{"probe_success": 0, "probe_failed_due_to_regex": 1, "probe_http_status_code": 200}},
 		{"refused http", closed, "http_2xx", map[string]float64{"probe_success": 0, "probe_http_status_code": 0,
 			"probe_http_content_length": 0, "probe_http_uncompressed_body_length": 0}},
-		{"good tcp (syn check, probed with connect)", good.addr(), "tcp_connect", map[string]float64{"probe_success": 1, "probe_ip_protocol": 4}},
+		{"good tcp", good.addr(), "tcp_connect", map[string]float64{"probe_success": 1, "probe_ip_protocol": 4}},
 		{"refused tcp", closed, "tcp_connect", map[string]float64{"probe_success": 0}},
 	}
 	for _, tt := range tests {
@@ -192,6 +195,43 @@ pools:
 		if code != http.StatusBadRequest || strings.TrimSpace(text) != r.want {
 			t.Errorf("/probe?%s: %d %q, want 400 %q", r.query, code, strings.TrimSpace(text), r.want)
 		}
+	}
+}
+
+// TestProbeSynCheckConnects checks that /probe probes a check in tcp_mode
+// syn with connect(): a one-shot probe has no SYN prober to run on, and
+// must neither fail for the lack of one nor need CAP_NET_RAW. It drives the
+// generation's one-shot path, as a daemon whose configuration has such a
+// check would (a daemon cannot start one without the SYN prober).
+func TestProbeSynCheckConnects(t *testing.T) {
+	cfg, err := config.Parse([]byte(`checks:
+  tcp_connect: {protocol: tcp, tcp_mode: syn, interval: 1h, timeout: 2s}
+pools:
+  - {name: api, check: tcp_connect, targets: ["127.0.0.1:1"]}
+`), "", config.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &generation{cfg: cfg}
+	good := newBackend(t)
+	for _, tt := range []struct {
+		name, target string
+		want         probe.Outcome
+	}{
+		{"listener", good.addr(), probe.Success},
+		{"closed port", closedPort(t), probe.Refused},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			shot, err := g.newOneShot("tcp_connect", tt.target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			shot.log = slog.New(slog.DiscardHandler)
+			res := g.runOneShot(t.Context(), &shot, 2*time.Second)
+			if res.rep.Outcome != tt.want {
+				t.Errorf("outcome %v (%v), want %v", res.rep.Outcome, res.rep.Err, tt.want)
+			}
+		})
 	}
 }
 
