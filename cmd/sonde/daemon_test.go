@@ -286,9 +286,7 @@ func TestRunShutdownSlowClient(t *testing.T) {
 // descriptors and opens 1,100 idle connections to it: the API must keep
 // answering, and the target it probes meanwhile must stay healthy.
 func TestRunIdleConnectionsNofile1024(t *testing.T) {
-	if _, err := exec.LookPath("prlimit"); err != nil {
-		t.Skip("prlimit (util-linux) not installed")
-	}
+	prlimit := testenv.Tool(t, "prlimit", "util-linux")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -301,7 +299,7 @@ checks:
 pools:
   - {name: p, check: web, targets: [%q]}
 `, backend))
-	p := startDaemonProc(t, []string{"prlimit", "--nofile=1024:1024", "--"}, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false")
+	p := startDaemonProc(t, []string{prlimit, "--nofile=1024:1024", "--"}, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false")
 	addr := p.waitLog(t, servingRE, 30*time.Second)[1]
 	if m := p.waitLog(t, regexp.MustCompile(`max_connections=(\d+) nofile=(\d+)`), 30*time.Second); m[1] != "256" || m[2] != "1024" {
 		t.Fatalf("max_connections %s with nofile %s, want 256 with 1024", m[1], m[2])
@@ -379,9 +377,7 @@ func capLines(t *testing.T, pid int) map[string]map[string]string {
 // prober with eBPF.
 func TestRunDropsCapabilities(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces, raw sockets, eBPF, setpriv")
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("setpriv not installed")
-	}
+	setpriv := testenv.Tool(t, "setpriv", "util-linux")
 	const (
 		three = "0000008000003000" // CAP_NET_ADMIN (12), CAP_NET_RAW (13), CAP_BPF (39)
 		none  = "0000000000000000"
@@ -389,7 +385,7 @@ func TestRunDropsCapabilities(t *testing.T) {
 	conf := func(mode string, interval int) string {
 		return fmt.Sprintf("checks:\n  t: {protocol: tcp, tcp_mode: %s, port: 1, interval: %dms, timeout: 500ms}\npools:\n  - {name: lo, check: t, targets: [127.0.0.1]}\n", mode, interval)
 	}
-	unprivileged := []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+	unprivileged := []string{setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
 		"--inh-caps=+net_raw,+bpf,+net_admin", "--ambient-caps=+net_raw,+bpf,+net_admin", "--bounding-set=+net_raw,+bpf,+net_admin"}
 	for _, tt := range []struct {
 		name   string

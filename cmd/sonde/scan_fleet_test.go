@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os/exec"
@@ -153,36 +152,13 @@ func scanOnce(t *testing.T, f *bench.Fleet, bin string, truth map[netip.Addr]pro
 	return pps
 }
 
-// TestScanNoPrivileges runs the scan without CAP_NET_RAW and expects a clear
-// error naming the capability (exit 1). It needs root to drop privileges with
-// setpriv.
-func TestScanNoPrivileges(t *testing.T) {
-	testenv.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("setpriv not installed")
-	}
-	bin := testenv.Sonde(t)
-	cmd := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-		bin, "scan", "-port", "1", "127.0.0.1")
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != exitFailure {
-		t.Fatalf("exit: %v, want %d\n%s", err, exitFailure, out)
-	}
-	if !strings.Contains(string(out), "CAP_NET_RAW") {
-		t.Errorf("error does not name CAP_NET_RAW:\n%s", out)
-	}
-}
-
 // TestScanCapabilities runs the scan as an unprivileged user holding exactly
 // the capabilities of each path (DESIGN "Privileges and fallbacks"):
 // CAP_NET_RAW + CAP_BPF + CAP_NET_ADMIN → eBPF capture; CAP_NET_RAW alone →
 // AF_PACKET capture. Both must classify the fleet.
 func TestScanCapabilities(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("setpriv not installed")
-	}
+	setpriv := testenv.Tool(t, "setpriv", "util-linux")
 	bin := testenv.Sonde(t)
 	f, err := bench.NewFleet(bench.FleetConfig{
 		Listen: []uint16{80},
@@ -199,7 +175,7 @@ func TestScanCapabilities(t *testing.T) {
 		{"+net_raw", "tcp path syn-packet,"},
 	} {
 		t.Run(tt.caps, func(t *testing.T) {
-			cmd := netns.Command(f.ProberNS, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+			cmd := netns.Command(f.ProberNS, setpriv, "--reuid=65534", "--regid=65534", "--clear-groups",
 				"--inh-caps="+tt.caps, "--ambient-caps="+tt.caps, "--bounding-set="+tt.caps,
 				bin, "scan", "-port", "80", "-timeout", "500ms", "198.18.0.0/24")
 			var stdout, stderr bytes.Buffer

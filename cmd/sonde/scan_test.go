@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/probe/syn"
@@ -277,5 +279,27 @@ func TestWriteScanResults(t *testing.T) {
 	}
 	if want := "198.18.0.1:80\tsuccess\t1.5ms\n[2001:db8::1]:443\ttimeout\t-\n198.18.0.2:80\ttimeout\t-\n"; out.String() != want {
 		t.Errorf("text output:\n%s\nwant:\n%s", out.String(), want)
+	}
+}
+
+// TestScanNoPrivileges runs the scan without CAP_NET_RAW and expects a clear
+// error naming the capability (exit 1). setpriv takes away the inheritable
+// and ambient capabilities the scan could otherwise be given and, as root,
+// changes to nobody first; without root the test's own user is the one
+// without the capability.
+func TestScanNoPrivileges(t *testing.T) {
+	args := []string{testenv.Tool(t, "setpriv", "util-linux")}
+	if os.Geteuid() == 0 {
+		args = append(args, "--reuid=65534", "--regid=65534", "--clear-groups")
+	}
+	args = append(args, "--inh-caps=-all", "--ambient-caps=-all", testenv.Sonde(t), "scan", "-port", "1", "127.0.0.1")
+	cmd := exec.Command(args[0], args[1:]...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitFailure {
+		t.Fatalf("exit: %v, want %d\n%s", err, exitFailure, out)
+	}
+	if !strings.Contains(string(out), "CAP_NET_RAW") {
+		t.Errorf("error does not name CAP_NET_RAW:\n%s", out)
 	}
 }
