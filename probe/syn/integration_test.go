@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -222,10 +223,25 @@ func forge(t *testing.T, i int, prober netip.Addr, ports syn.PortRange) []byte {
 	return buf.Bytes()
 }
 
-// TestNoRawSocket checks the sentinel error without CAP_NET_RAW.
+// noNetRawEnv tells a copy of the test binary that setpriv took CAP_NET_RAW
+// from it (see TestNoRawSocket).
+const noNetRawEnv = "SONDE_TEST_NO_NET_RAW"
+
+// TestNoRawSocket checks the sentinel error without CAP_NET_RAW. Without
+// root it runs as it is; as root it runs again in a copy of the test binary
+// whose bounding set lacks CAP_NET_RAW (setpriv), so a root run checks it
+// too.
 func TestNoRawSocket(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("runs only without root: as root raw sockets always open")
+	if os.Geteuid() == 0 && os.Getenv(noNetRawEnv) != "1" {
+		setpriv := testenv.Tool(t, "setpriv", "util-linux")
+		cmd := exec.Command(setpriv, "--bounding-set=-net_raw", "--inh-caps=-net_raw",
+			os.Args[0], "-test.run=^TestNoRawSocket$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), noNetRawEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestNoRawSocket") {
+			t.Fatalf("TestNoRawSocket without CAP_NET_RAW: %v\n%s", err, out)
+		}
+		return
 	}
 	tab := probe.NewTable(1)
 	tab.Add(netip.MustParseAddrPort("127.0.0.1:1"))
