@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -52,7 +53,11 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if helper.dir != "" {
+		_ = os.RemoveAll(helper.dir)
+	}
+	os.Exit(code)
 }
 
 // printThreads prints the capability and no_new_privs lines of every thread.
@@ -75,31 +80,52 @@ func printThreads() error {
 	return nil
 }
 
-// TestDrop drops capabilities in a child process (as root) and checks every
-// thread's sets: effective and permitted are what was kept, inheritable,
-// ambient and the rest of the bounding set are empty, no_new_privs is set.
-func TestDrop(t *testing.T) {
-	testenv.RequirePrivileged(t, "capabilities to drop")
-	keep := Of(unix.CAP_NET_RAW, unix.CAP_BPF, unix.CAP_NET_ADMIN)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+// helper is the test binary runDrop runs, built once per test process.
+var helper struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// runDrop runs a test binary of this package as the helper that drops to
+// keep, after the command prefix (a program and its arguments, which runs
+// the helper), and returns what it printed. The helper is built again with
+// CGO_ENABLED=0: Drop returns ErrCgo in a binary that links cgo, as this one
+// does under -race or wherever a C compiler makes package net (which
+// bench/testenv imports) use it.
+func runDrop(t *testing.T, keep Set, prefix ...string) string {
+	t.Helper()
+	helper.once.Do(func() {
+		if helper.dir, helper.err = os.MkdirTemp("", "sonde-test-privilege-"); helper.err != nil {
+			return
+		}
+		helper.path = filepath.Join(helper.dir, "privilege.test")
+		build := exec.Command("go", "test", "-c", "-o", helper.path, ".")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			helper.err = fmt.Errorf("go test -c: %w\n%s", err, out)
+		}
+	})
+	if helper.err != nil {
+		t.Fatal(helper.err)
+	}
+	args := append(prefix, helper.path, "-test.run=^$")
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%x", helperEnv, uint64(keep)))
 	out, err := cmd.CombinedOutput()
-	if err != nil && strings.Contains(string(out), ErrCgo.Error()) {
-		t.Skip("this test binary links cgo (as -race does); the run without -race tests Drop")
-	}
 	if err != nil {
 		t.Fatalf("helper: %v\n%s", err, out)
 	}
-	want := map[string]string{
-		"CapEff:":     fmt.Sprintf("%016x", uint64(keep)),
-		"CapPrm:":     fmt.Sprintf("%016x", uint64(keep)),
-		"CapBnd:":     fmt.Sprintf("%016x", uint64(keep)),
-		"CapInh:":     "0000000000000000",
-		"CapAmb:":     "0000000000000000",
-		"NoNewPrivs:": "1",
-	}
+	return string(out)
+}
+
+// checkThreads checks the capability lines of every thread in the helper's
+// output out against want (field, with its colon, to value).
+func checkThreads(t *testing.T, out string, want map[string]string) {
+	t.Helper()
 	threads := map[string]bool{}
-	for line := range strings.Lines(string(out)) {
+	for line := range strings.Lines(out) {
 		f := strings.Fields(line)
 		if len(f) != 3 {
 			continue
@@ -112,7 +138,49 @@ func TestDrop(t *testing.T) {
 	if len(threads) < 2 {
 		t.Errorf("saw %d threads, want several:\n%s", len(threads), out)
 	}
-	if !strings.Contains(string(out), fmt.Sprintf("kept %#x", uint64(keep))) || !strings.Contains(string(out), "bounding true") {
+}
+
+// TestDrop drops capabilities in a child process (as root) and checks every
+// thread's sets: effective and permitted are what was kept, inheritable,
+// ambient and the rest of the bounding set are empty, no_new_privs is set.
+func TestDrop(t *testing.T) {
+	testenv.RequirePrivileged(t, "capabilities to drop")
+	keep := Of(unix.CAP_NET_RAW, unix.CAP_BPF, unix.CAP_NET_ADMIN)
+	out := runDrop(t, keep)
+	checkThreads(t, out, map[string]string{
+		"CapEff:":     fmt.Sprintf("%016x", uint64(keep)),
+		"CapPrm:":     fmt.Sprintf("%016x", uint64(keep)),
+		"CapBnd:":     fmt.Sprintf("%016x", uint64(keep)),
+		"CapInh:":     "0000000000000000",
+		"CapAmb:":     "0000000000000000",
+		"NoNewPrivs:": "1",
+	})
+	if !strings.Contains(out, fmt.Sprintf("kept %#x", uint64(keep))) || !strings.Contains(out, "bounding true") {
+		t.Errorf("result:\n%s", out)
+	}
+}
+
+// TestDropWithoutCapabilities drops in a child process that holds no
+// capability, as `sonde run` by a user without any does: nothing is kept,
+// the bounding set is left (changing it needs CAP_SETPCAP), and still every
+// thread has empty sets and no_new_privs. setpriv clears the child's
+// inheritable and ambient sets and, as root, its bounding set, so that uid
+// 0 runs it without capabilities.
+func TestDropWithoutCapabilities(t *testing.T) {
+	keep := Of(unix.CAP_NET_RAW, unix.CAP_BPF, unix.CAP_NET_ADMIN)
+	prefix := []string{testenv.Tool(t, "setpriv", "util-linux"), "--inh-caps=-all", "--ambient-caps=-all"}
+	if os.Geteuid() == 0 {
+		prefix = append(prefix, "--bounding-set=-all")
+	}
+	out := runDrop(t, keep, prefix...)
+	checkThreads(t, out, map[string]string{
+		"CapEff:":     "0000000000000000",
+		"CapPrm:":     "0000000000000000",
+		"CapInh:":     "0000000000000000",
+		"CapAmb:":     "0000000000000000",
+		"NoNewPrivs:": "1",
+	})
+	if !strings.Contains(out, "kept 0x0 dropped 0x0 bounding false") {
 		t.Errorf("result:\n%s", out)
 	}
 }
