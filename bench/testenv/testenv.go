@@ -36,13 +36,21 @@ func RequirePrivileged(tb testing.TB, needs string) {
 }
 
 // Tool returns the path of the program name, which the Debian package pkg
-// installs (.ci/run installs it for CI). When it is missing the test skips,
-// or fails when SONDE_REQUIRE_PRIV is 1, so CI cannot skip it silently.
+// installs (.ci/run installs it for CI). It looks in PATH, then in the sbin
+// directories, which Debian leaves out of the PATH of users other than root
+// but where it installs programs any user may run (haproxy). When it is
+// missing the test skips, or fails when SONDE_REQUIRE_PRIV is 1, so CI
+// cannot skip it silently.
 func Tool(tb testing.TB, name, pkg string) string {
 	tb.Helper()
 	path, err := exec.LookPath(name)
 	if err == nil {
 		return path
+	}
+	for _, dir := range []string{"/usr/local/sbin", "/usr/sbin", "/sbin"} {
+		if path, e := exec.LookPath(filepath.Join(dir, name)); e == nil {
+			return path
+		}
 	}
 	if os.Getenv("SONDE_REQUIRE_PRIV") == "1" {
 		tb.Fatalf("test needs %s (Debian package %s) and SONDE_REQUIRE_PRIV=1 is set: %v", name, pkg, err)
