@@ -56,7 +56,14 @@ type browser struct {
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
 	path := testenv.Tool(t, "chromium", "chromium")
+	// Chromium writes outside its profile too: crash report settings under
+	// the user's configuration and cache directories, a singleton socket's
+	// directory in TMPDIR that it leaves behind. All go to a directory of
+	// the test's, so a run leaves nothing in the user's home or in /tmp.
+	home := t.TempDir()
 	opts := []chromedp.ExecAllocatorOption{
+		chromedp.Env("HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
+			"XDG_CACHE_HOME="+filepath.Join(home, ".cache"), "TMPDIR="+home),
 		chromedp.ExecPath(path),
 		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
 		chromedp.Flag("disable-quic", true),
