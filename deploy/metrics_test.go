@@ -137,9 +137,12 @@ webhooks:
 	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
+	// The certificate expiry comes with the first HTTPS probe's answer,
+	// which a loaded machine may give after the rest.
 	fams := d.scrapeUntil(t, func(f map[string]*dto.MetricFamily) bool {
 		return value(f["sonde_config_reloads_total"], "result", "success") >= 2 && f["sonde_target_healthy"] != nil &&
-			value(f["sonde_discovery_source_healthy"], "pool", "found") == 1 && value(f["sonde_target_healthy"], "pool", "found") >= 0
+			value(f["sonde_discovery_source_healthy"], "pool", "found") == 1 && value(f["sonde_target_healthy"], "pool", "found") >= 0 &&
+			f["sonde_tls_earliest_cert_expiry_seconds"] != nil
 	})
 
 	for name, doc := range docs {
