@@ -24,7 +24,6 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sondeprobe/sonde/bench/netns"
 	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
@@ -475,10 +474,9 @@ func checkConfig(t *testing.T, k *kit, c corev1.Container) {
 	// host name in it is looked up there, and neither that lookup nor
 	// anything else leaves the machine.
 	t.Run("config check", func(t *testing.T) {
-		testenv.RequirePrivileged(t, "a network namespace, so that no DNS query leaves")
-		ns := testenv.LoopbackNamespace(t)
+		isolated := testenv.IsolatedNetwork(t, "a network namespace, so that no DNS query leaves")
 		check := func(args ...string) *exec.Cmd {
-			return netns.Command(ns, testenv.Sonde(t), append([]string{"config", "check"}, args...)...)
+			return isolated(testenv.Sonde(t), append([]string{"config", "check"}, args...)...)
 		}
 		out, err := check(file).CombinedOutput()
 		if err != nil {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/sondeprobe/sonde/bench/netns"
 	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/probe"
 )
@@ -22,22 +21,22 @@ import (
 const inNetnsEnv = "SONDE_TEST_IN_NETNS"
 
 // inOwnNamespace runs test name again, in a copy of this test binary inside
-// a network namespace of its own with only lo up, and reports whether the
-// caller is that copy: a test that changes the addresses of its network
-// then goes on when it returns true, and returns when it returns false
-// (the copy's result is the test's).
+// a network namespace of its own with only lo up (see
+// testenv.IsolatedNetwork: without root, in a user namespace too), and
+// reports whether the caller is that copy: a test that changes the
+// addresses of its network then goes on when it returns true, and returns
+// when it returns false (the copy's result is the test's).
 func inOwnNamespace(t *testing.T, name string) bool {
 	t.Helper()
 	if os.Getenv(inNetnsEnv) == "1" {
 		return true
 	}
-	testenv.RequirePrivileged(t, "a network namespace whose addresses the test changes")
-	ns := testenv.LoopbackNamespace(t)
-	cmd := netns.Command(ns, os.Args[0], "-test.run=^"+name+"$", "-test.count=1", "-test.v")
+	isolated := testenv.IsolatedNetwork(t, "a network namespace whose addresses the test changes")
+	cmd := isolated(os.Args[0], "-test.run=^"+name+"$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), inNetnsEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "--- PASS: "+name) {
-		t.Fatalf("%s in namespace %s: %v\n%s", name, ns, err, out)
+		t.Fatalf("%s in a namespace of its own: %v\n%s", name, err, out)
 	}
 	return false
 }
@@ -45,7 +44,7 @@ func inOwnNamespace(t *testing.T, name string) bool {
 // ip runs ip(8) with args, in the test's namespace.
 func ip(t *testing.T, args ...string) {
 	t.Helper()
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+	if out, err := exec.Command(testenv.Tool(t, "ip", "iproute2"), args...).CombinedOutput(); err != nil {
 		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 	}
 }

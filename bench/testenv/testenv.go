@@ -197,4 +197,33 @@ func LoopbackNamespace(tb testing.TB) string {
 	return ns
 }
 
+// IsolatedNetwork is for a test whose programs must send nothing beyond the
+// machine (a DNS query, say) and need nothing but loopback: it returns a
+// function that makes commands running name with args in a network
+// namespace with only lo up. As root that is one namespace made by
+// [LoopbackNamespace]; without root each command runs in a new user and
+// network namespace of the test's user (unshare --user --map-root-user
+// --net), where the kernel lets users make them. Where it does not, the
+// test skips, or fails when SONDE_REQUIRE_PRIV is 1, as [RequirePrivileged]
+// says; needs says what the test needs the namespace for.
+func IsolatedNetwork(tb testing.TB, needs string) func(name string, args ...string) *exec.Cmd {
+	tb.Helper()
+	if os.Geteuid() == 0 {
+		ns := LoopbackNamespace(tb)
+		return func(name string, args ...string) *exec.Cmd {
+			return exec.Command("ip", append([]string{"netns", "exec", ns, name}, args...)...)
+		}
+	}
+	unshare, ip := Tool(tb, "unshare", "util-linux"), Tool(tb, "ip", "iproute2")
+	cmd := func(name string, args ...string) *exec.Cmd {
+		// sh -c SCRIPT ip NAME ARGS...: $0 is ip, "$@" the command.
+		return exec.Command(unshare, append([]string{"--user", "--map-root-user", "--net",
+			"sh", "-c", `"$0" link set lo up && exec "$@"`, ip, name}, args...)...)
+	}
+	if out, err := cmd("true").CombinedOutput(); err != nil {
+		RequirePrivileged(tb, fmt.Sprintf("%s; users may not make namespaces here: %v: %s", needs, err, strings.TrimSpace(string(out))))
+	}
+	return cmd
+}
+
 var nsSeq atomic.Int64

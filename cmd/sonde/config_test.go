@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -342,8 +341,7 @@ func TestConfigCheckWebhooks(t *testing.T) {
 // runs in a network namespace with only loopback, so the lookup of the
 // name fails without a packet leaving the machine.
 func TestConfigCheckDiscovery(t *testing.T) {
-	testenv.RequirePrivileged(t, "a network namespace, so that no DNS query leaves")
-	ns := testenv.LoopbackNamespace(t)
+	isolated := testenv.IsolatedNetwork(t, "a network namespace, so that no DNS query leaves")
 	file := writeConfig(t, `checks: {web: {protocol: http}}
 pools:
   - name: p
@@ -354,7 +352,7 @@ pools:
     file_sd_configs: [{files: [sd/*.json]}]
     relabel_configs: [{source_labels: [__meta_zone], target_label: zone}]
 `)
-	out, err := exec.Command("ip", "netns", "exec", ns, testenv.Sonde(t), "config", "check", "-json", file).CombinedOutput()
+	out, err := isolated(testenv.Sonde(t), "config", "check", "-json", file).CombinedOutput()
 	if err != nil {
 		t.Fatalf("config check: %v\n%s", err, out)
 	}
@@ -385,7 +383,7 @@ pools:
 		!strings.HasPrefix(p.Unresolved[0].Error, `cannot resolve "nowhere.invalid"`) {
 		t.Errorf("unresolved %+v, want nowhere.invalid:80 with the lookup's error", p.Unresolved)
 	}
-	text, err := exec.Command("ip", "netns", "exec", ns, testenv.Sonde(t), "config", "check", file).CombinedOutput()
+	text, err := isolated(testenv.Sonde(t), "config", "check", file).CombinedOutput()
 	if err != nil || !strings.Contains(string(text), "pool p: nowhere.invalid:80 not probed until it resolves: cannot resolve") ||
 		!strings.Contains(string(text), "file_sd_configs[0]") {
 		t.Errorf("config check text (%v):\n%s", err, text)
