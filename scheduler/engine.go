@@ -374,6 +374,7 @@ func (e *Engine) Stats() Stats {
 		st.Stale += ss.stale.Load()
 		st.Late += ss.late.Load()
 		st.Transitions += ss.transition.Load()
+		st.Retransmits += ss.retransmit.Load()
 		st.LatenessSum += time.Duration(ss.lateSum.Load())
 		st.LatenessMax = max(st.LatenessMax, time.Duration(ss.lateMax.Load()))
 		for b := range ss.lateCount {

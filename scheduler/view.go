@@ -66,7 +66,9 @@ func (r *record) load() TargetStatus {
 
 // recordLatency folds a successful probe's latency into the view: the last
 // value and an exponentially weighted average with weight 1/4 for the newest.
-func (r *record) recordLatency(d time.Duration) {
+// A latency that is no round-trip sample (a retransmitted probe's) is only
+// the last value, unless the average has nothing else to start from.
+func (r *record) recordLatency(d time.Duration, sample bool) {
 	us := uint64(d / time.Microsecond)
 	if us > 1<<32-1 {
 		us = 1<<32 - 1
@@ -74,7 +76,10 @@ func (r *record) recordLatency(d time.Duration) {
 	avg := us
 	if prev := r.latency.Load(); prev != 0 {
 		old := int64(prev & (1<<32 - 1))
-		avg = uint64(old + (int64(us)-old)/4)
+		avg = uint64(old)
+		if sample {
+			avg = uint64(old + (int64(us)-old)/4)
+		}
 	}
 	r.latency.Store(us<<32 | avg)
 }
