@@ -14,6 +14,11 @@ import (
 
 // invalidConfigs maps every testdata/invalid-*.yaml to its exact error.
 var invalidConfigs = map[string]string{
+	"invalid-syn-retransmit.yaml":                `checks.edge.syn_retransmit: "fast" is not "kernel", "off" or a whole number of milliseconds such as "200ms"`,
+	"invalid-syn-retransmit-short.yaml":          `checks.edge.syn_retransmit: 5ms is out of range 10ms..24h (or "kernel", "off")`,
+	"invalid-syn-retransmit-timeout.yaml":        `checks.edge.syn_retransmit: 2s is not shorter than timeout 2s: it would never fire; want a shorter one, or "off"`,
+	"invalid-syn-retransmit-connect.yaml":        `checks.edge.syn_retransmit: only for tcp_mode syn or auto: connect() retransmits in the kernel`,
+	"invalid-syn-retransmit-http.yaml":           `checks.web.syn_retransmit: only for protocol tcp, not http`,
 	"invalid-labels-name.yaml":                   `pools[0].labels.1zone: "1zone" is not a valid label name; want letters, digits and _, not first a digit`,
 	"invalid-labels-reserved.yaml":               `pools[0].labels.__address__: labels starting with __ are reserved for discovery`,
 	"invalid-metric-labels-dup.yaml":             `pools[0].metric_labels[1]: "zone" is listed twice`,

@@ -24,6 +24,7 @@ type Probe struct {
 	IPFamily      IPFamily   `json:"ip_family"`               // address family preferred for host-name targets
 	SourceAddress netip.Addr `json:"source_address,omitzero"` // local address probes are sent from; invalid for the system's choice
 	TCPMode       TCPMode    `json:"tcp_mode,omitzero"`       // TCP checks only
+	SynRetransmit Retransmit `json:"syn_retransmit,omitzero"` // TCP checks on the SYN prober only: when an unanswered SYN is sent again (T5)
 
 	// HTTP and HTTPS checks only (zero for TCP).
 	Method        string               `json:"method,omitempty"`         // "GET" or "HEAD"

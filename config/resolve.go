@@ -111,6 +111,7 @@ func (c *Check) checkApplicable(s *CheckSpec) error {
 		{"auth_token", s.AuthToken != nil, httpOnly, "http or https"},
 		{"tls", s.TLS != nil, c.Protocol == HTTPS, "https"},
 		{"tcp_mode", s.TCPMode != nil, c.Protocol == TCP, "tcp"},
+		{"syn_retransmit", s.SynRetransmit != nil, c.Protocol == TCP, "tcp"},
 	} {
 		if x.set && !x.ok {
 			return fieldErr(c.field(x.name), "only for protocol %s, not %s", x.want, c.Protocol)
@@ -328,6 +329,9 @@ func (c *Check) resolveNetwork(s *CheckSpec) error {
 		}
 		c.TCPMode = TCPMode(slices.Index(tcpModeNames[:], *s.TCPMode))
 	}
+	if err := c.resolveRetransmit(s); err != nil {
+		return err
+	}
 	if s.IPFamily != nil {
 		if err := checkEnum(c.field("ip_family"), *s.IPFamily, ipFamilyNames[:], ""); err != nil {
 			return err
@@ -344,6 +348,32 @@ func (c *Check) resolveNetwork(s *CheckSpec) error {
 		}
 		c.SourceAddress = a
 	}
+	return nil
+}
+
+// resolveRetransmit fills syn_retransmit: the kernel's by default for a
+// TCP check that may run on the SYN prober, none for the others. A
+// retransmission timeout that is not shorter than the timeout would never
+// fire, which is an error when set by hand.
+func (c *Check) resolveRetransmit(s *CheckSpec) error {
+	if c.Protocol != TCP || c.TCPMode == TCPConnect {
+		if s.SynRetransmit != nil && c.Protocol == TCP {
+			return fieldErr(c.field("syn_retransmit"), "only for tcp_mode syn or auto: connect() retransmits in the kernel")
+		}
+		return nil
+	}
+	c.SynRetransmit = KernelRetransmit
+	if s.SynRetransmit == nil {
+		return nil
+	}
+	r, err := ParseRetransmit(*s.SynRetransmit)
+	if err != nil {
+		return fieldErr(c.field("syn_retransmit"), "%v", err)
+	}
+	if r != 0 && r.D() >= c.Timeout {
+		return fieldErr(c.field("syn_retransmit"), "%s is not shorter than timeout %s: it would never fire; want a shorter one, or \"off\"", r, formatDuration(c.Timeout))
+	}
+	c.SynRetransmit = r
 	return nil
 }
 

@@ -47,6 +47,7 @@ type CheckSpec struct {
 	UnhealthyInterval   *Duration         `yaml:"unhealthy_interval"`
 	Jitter              *Duration         `yaml:"jitter"`
 	TCPMode             *string           `yaml:"tcp_mode"`
+	SynRetransmit       *string           `yaml:"syn_retransmit"`
 	SourceAddress       *string           `yaml:"source_address"`
 	IPFamily            *string           `yaml:"ip_family"`
 }

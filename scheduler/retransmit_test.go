@@ -186,6 +186,9 @@ func TestRetransmitRecoversLostSend(t *testing.T) {
 		t.Errorf("latency %v, want %v: from the first send", res.Latency, want)
 	}
 	st := s.eng.Status(0)
+	if st.LastRetransmits != 1 {
+		t.Errorf("published last retransmits %d, want 1", st.LastRetransmits)
+	}
 	if st.Smoothed != rtt || st.Latency != time.Second+rtt {
 		t.Errorf("latency view: last %v smoothed %v, want last %v and smoothed %v untouched", st.Latency, st.Smoothed, time.Second+rtt, rtt)
 	}
@@ -300,6 +303,9 @@ func TestSettleExpiredIsLocalError(t *testing.T) {
 	}
 	if len(s.events) != 0 {
 		t.Errorf("state changes %+v: local errors are no verdict", s.events)
+	}
+	if st := s.eng.Status(0); st.LastOutcome != probe.LocalError || st.LastCause != probe.CauseCapture || st.State != Healthy {
+		t.Errorf("published %+v: want a healthy target whose last probe was a local error (capture)", st)
 	}
 	if st := s.eng.Stats(); st.Timeouts != 0 {
 		t.Errorf("Stats.Timeouts = %d, want 0", st.Timeouts)

@@ -72,9 +72,8 @@ type shard struct {
 	ring      *ring[arrival]
 	batches   [][]probe.Request // per launcher
 	resends   [][]probe.Request // per launcher: retransmissions to hand to its Resend
-	settled   []settledAt       // per launcher that is a Settler: its Settled as read this step
+	settled   []int64           // per launcher that is a Settler: its Settled as read this step
 	settling  []settling        // probes past their deadline whose launcher has not settled yet
-	steps     uint64            // steps taken
 	now       int64             // time of the step in progress
 	rng       uint64            // jitter random state
 	first     []pacer           // per launcher: the pace of its first probes
@@ -105,7 +104,6 @@ type shard struct {
 // deadline, and launches due probes, at time now.
 func (s *shard) step(now int64) {
 	s.now = now
-	s.steps++
 	s.applyEdits()
 	s.drain()
 	s.retransmit()
@@ -122,6 +120,13 @@ func (s *shard) step(now int64) {
 // can make the next send due at once; expire then dispatches it, which may
 // queue new deadlines behind the current ones, never before.
 func (s *shard) expire() {
+	if len(s.settling) == 0 && !s.deadlineDue() {
+		return
+	}
+	// Launchers settle after they deliver: read how far they have
+	// settled, then take what they delivered before saying so.
+	s.readSettled()
+	s.drain()
 	if len(s.settling) > 0 {
 		s.resettle()
 	}
@@ -199,20 +204,28 @@ func (s *shard) resettle() {
 	s.settling = keep
 }
 
-// settledAt is a launcher's Settled as read in one step.
-type settledAt struct {
-	step uint64
-	at   int64
+// deadlineDue reports whether a probe in flight has reached its deadline.
+func (s *shard) deadlineDue() bool {
+	for qi := range s.deadlines {
+		q := &s.deadlines[qi]
+		if e, ok := q.front(); ok && s.rec(e.idx).at+q.timeout <= s.now {
+			return true
+		}
+	}
+	return false
 }
 
-// settledOf returns launcher li's Settled, read once a step.
-func (s *shard) settledOf(li int) int64 {
-	c := &s.settled[li]
-	if c.step != s.steps {
-		c.step, c.at = s.steps, s.tab.settlers[li].Settled()
+// readSettled reads every settling launcher's Settled for this step.
+func (s *shard) readSettled() {
+	for li, st := range s.tab.settlers {
+		if st != nil {
+			s.settled[li] = st.Settled()
+		}
 	}
-	return c.at
 }
+
+// settledOf returns launcher li's Settled as read this step.
+func (s *shard) settledOf(li int) int64 { return s.settled[li] }
 
 // retransmit sends again every probe in flight that has had no answer by
 // its queue's next retransmission offset (T5), in batches to its
@@ -492,7 +505,7 @@ func (s *shard) next(m uint32) uint32 {
 func (s *shard) apply(rec *record, c *Check, r *probe.Result) {
 	if !r.Outcome.Verdict() {
 		rec.last.Store(r.Done)
-		rec.word.Store(packWord(&rec.ev, false, true, r.Outcome, 0))
+		rec.word.Store(packWord(&rec.ev, false, true, r.Outcome, 0) | wordDetail(r))
 		if obs := s.e.observer; obs != nil {
 			obs.Result(rec.id, *r)
 		}
@@ -510,7 +523,7 @@ func (s *shard) apply(rec *record, c *Check, r *probe.Result) {
 	if changed {
 		rec.since.Store(r.Done)
 	}
-	rec.word.Store(packWord(&rec.ev, false, true, r.Outcome, r.Status))
+	rec.word.Store(packWord(&rec.ev, false, true, r.Outcome, r.Status) | wordDetail(r))
 	obs := s.e.observer
 	if obs != nil {
 		obs.Result(rec.id, *r)

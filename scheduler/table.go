@@ -134,6 +134,6 @@ func (s *shard) use(t *checkTable) {
 	for len(s.batches) < len(t.launchers) {
 		s.batches = append(s.batches, make([]probe.Request, 0, maxBatch))
 		s.resends = append(s.resends, nil)
-		s.settled = append(s.settled, settledAt{})
+		s.settled = append(s.settled, 0)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/sondeprobe/sonde/config/discovery"
+	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
@@ -147,6 +148,8 @@ type TargetJSON struct {
 	LatencyRank            int        `json:"latency_rank,omitempty"`
 	LastOutcome            string     `json:"last_outcome,omitempty"`
 	LastStatus             int        `json:"last_status,omitempty"`
+	LastCause              string     `json:"last_cause,omitempty"`       // why the last probe could not run, when its outcome is local_error
+	LastRetransmits        int        `json:"last_retransmits,omitempty"` // SYNs the last probe sent again (syn_retransmit)
 	LastError              string     `json:"last_error,omitempty"`
 	Consecutive            int        `json:"consecutive"`
 	LatencySeconds         *float64   `json:"latency_seconds"`
@@ -212,6 +215,10 @@ func (g *generation) targetJSON(pi, pos int, m scheduler.MemberRoute, state stri
 	if st.Probed {
 		j.LastOutcome = st.LastOutcome.String()
 		j.LastStatus = int(st.LastStatus)
+		j.LastRetransmits = st.LastRetransmits
+		if st.LastOutcome == probe.LocalError {
+			j.LastCause = st.LastCause.String()
+		}
 		if !st.LastOutcome.Healthy() {
 			j.LastError = g.lastError(m.ID)
 		}

@@ -38,6 +38,7 @@ var (
 	descTCPPath      = desc("sonde_tcp_probe_path", "1 for the prober that runs TCP checks: syn-bpf, syn-packet or connect.", "path")
 	descSynSent      = desc("sonde_syn_packets_sent_total", "SYN probes handed to the kernel.")
 	descSynErrors    = desc("sonde_syn_send_errors_total", "SYN probes the kernel refused or that could not be built.")
+	descSynRetrans   = desc("sonde_syn_retransmits_total", "SYNs sent again for a probe without an answer after its retransmission timeout (syn_retransmit), included in sonde_syn_packets_sent_total.")
 	descSynReplies   = desc("sonde_syn_replies_total", "Valid replies to SYN probes by kind: synack, rst, unreachable.", "kind")
 	descSynInvalid   = desc("sonde_syn_invalid_cookies_total", "Replies whose cookie names no probe of ours (stray or forged), dropped.")
 	descSynStale     = desc("sonde_syn_stale_replies_total", "Replies to an older probe of a target, dropped.")
@@ -86,6 +87,7 @@ func (t *counterTotals) retireSyn(p *syn.Prober) {
 
 func addSyn(dst *syn.Counters, c syn.Counters) {
 	dst.Sent += c.Sent
+	dst.Retransmits += c.Retransmits
 	dst.SendErrors += c.SendErrors
 	dst.SynAck += c.SynAck
 	dst.RST += c.RST
@@ -106,7 +108,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descPoolTargets, descPoolRoutable, descPoolRemoved, descPoolOpen, descFailWin, descSuccessWin, descOnsetWin,
 		descTargets, descStreams, descDispatched, descTimeouts, descStale, descLate, descOverflow, descLateness,
-		descWorkPending, descWorkFlight, descWorkLate, descTCPPath, descSynSent, descSynErrors, descSynReplies,
+		descWorkPending, descWorkFlight, descWorkLate, descTCPPath, descSynSent, descSynRetrans, descSynErrors, descSynReplies,
 		descSynInvalid, descSynStale, descSynDup, descSynDrops, descSynAnswered, descUnresolved,
 		descHTTPConns, descHTTPMax, descHTTPEvicted, descHTTPRefused,
 	} {
@@ -177,6 +179,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		addSyn(&sc, g.launch.syn.Counters())
 	}
 	counter(descSynSent, sc.Sent)
+	counter(descSynRetrans, sc.Retransmits)
 	counter(descSynErrors, sc.SendErrors)
 	counter(descSynReplies, sc.SynAck, "synack")
 	counter(descSynReplies, sc.RST, "rst")

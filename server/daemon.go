@@ -288,7 +288,7 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 	checks := make([]scheduler.Check, len(cfg.Checks))
 	slots := make([]uint16, len(cfg.Checks))
 	for ci, c := range cfg.Checks {
-		checks[ci] = scheduler.Check{Timing: c.Timing, Launcher: pp.ls.byCheck[ci], FirstProbes: pp.ls.firstProbes[ci]}
+		checks[ci] = pp.ls.engineCheck(ci, c)
 		slots[ci] = uint16(ci)
 	}
 	resume := d.restore(cfg)

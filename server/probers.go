@@ -59,6 +59,12 @@ type launchers struct {
 	synErr      error // why TCP checks in auto mode fell back to connect(), if they did
 }
 
+// engineCheck returns what the engine runs for check c, the ci-th of the
+// configuration ls was made for.
+func (ls *launchers) engineCheck(ci int, c *config.Check) scheduler.Check {
+	return scheduler.Check{Timing: c.Timing, Launcher: ls.byCheck[ci], FirstProbes: ls.firstProbes[ci], Retransmit: c.SynRetransmit.D()}
+}
+
 // proberSet is the daemon's probers, kept across reloads: a probe.Workers
 // pool per HTTP(S) or connect() check, by check name, and one SYN prober
 // shared by the TCP checks that run on it, with the table of endpoints it

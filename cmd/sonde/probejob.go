@@ -214,7 +214,7 @@ func chooseProbers(jobs []*probeJob) (func(), error) {
 				return nil, fmt.Errorf("probe: %s: %w", j.arg, err)
 			}
 			if useSyn {
-				p = synProber
+				p = synProber.Retransmitting(j.check.SynRetransmit.D())
 			}
 			byKey[key] = p
 		}
