@@ -368,8 +368,10 @@ func (e *Engine) Stats() Stats {
 	}
 	for _, s := range e.shards {
 		ss := &s.stats
-		st.Dispatched += ss.dispatched.Load()
+		// Results before dispatched: every result read is of a probe
+		// whose dispatch is counted, so Results never exceeds Dispatched.
 		st.Results += ss.results.Load()
+		st.Dispatched += ss.dispatched.Load()
 		st.Timeouts += ss.timeouts.Load()
 		st.Stale += ss.stale.Load()
 		st.Late += ss.late.Load()

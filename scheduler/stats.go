@@ -76,7 +76,7 @@ type Stats struct {
 	Targets     int    // targets in the table
 	Shards      int    // shards the targets are split over
 	Dispatched  uint64 // probes handed to probers
-	Results     uint64 // probe outcomes applied, timeouts included
+	Results     uint64 // probe outcomes applied, timeouts included; never more than Dispatched
 	Timeouts    uint64 // probes that reached their deadline without an answer
 	Stale       uint64 // answers dropped because their probe was no longer in flight
 	Late        uint64 // answers dropped because they completed after the deadline

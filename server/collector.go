@@ -27,6 +27,7 @@ var (
 	descTargets      = desc("sonde_targets", "Targets: unique (address, port, check) after deduplication.")
 	descStreams      = desc("sonde_probe_streams", "Probe streams after deduplication: targets sharing a probe count once.")
 	descDispatched   = desc("sonde_scheduler_probes_dispatched_total", "Probes handed to probers.")
+	descResults      = desc("sonde_scheduler_results_total", "Probe outcomes applied to targets (answers, timeouts, local errors): at most one per probe dispatched.")
 	descTimeouts     = desc("sonde_scheduler_timeouts_total", "Probes that reached their timeout without an answer.")
 	descStale        = desc("sonde_scheduler_stale_answers_total", "Answers dropped because their probe was no longer in flight.")
 	descLate         = desc("sonde_scheduler_late_answers_total", "Answers dropped because they completed after the probe's timeout.")
@@ -107,7 +108,7 @@ type stateCollector struct{ d *Daemon }
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descPoolTargets, descPoolRoutable, descPoolRemoved, descPoolOpen, descFailWin, descSuccessWin, descOnsetWin,
-		descTargets, descStreams, descDispatched, descTimeouts, descStale, descLate, descOverflow, descLateness,
+		descTargets, descStreams, descDispatched, descResults, descTimeouts, descStale, descLate, descOverflow, descLateness,
 		descWorkPending, descWorkFlight, descWorkLate, descTCPPath, descSynSent, descSynRetrans, descSynErrors, descSynReplies,
 		descSynInvalid, descSynStale, descSynDup, descSynDrops, descSynAnswered, descUnresolved,
 		descHTTPConns, descHTTPMax, descHTTPEvicted, descHTTPRefused,
@@ -150,6 +151,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	t.mu.Unlock()
 	st := g.engine.Stats()
 	counter(descDispatched, st.Dispatched)
+	counter(descResults, st.Results)
 	counter(descTimeouts, st.Timeouts)
 	counter(descStale, st.Stale)
 	counter(descLate, st.Late)

@@ -76,7 +76,7 @@ func newMetrics(d *Daemon) *metrics {
 	}
 	local := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sonde_probe_local_errors_total",
-		Help: "Probes this host could not run, by cause: descriptors, ports, buffers, permissions. They are no verdict on their targets.",
+		Help: "Probes this host could not run or could not judge, by cause: descriptors, ports, buffers, permissions, capture (a reply may have been lost to a full capture ring), late (sent or watched too late by a busy host). They are no verdict on their targets.",
 	}, []string{"cause"})
 	for c := probe.CauseNone + 1; c < probe.NumLocalCauses; c++ {
 		m.local[c] = local.WithLabelValues(c.String())
