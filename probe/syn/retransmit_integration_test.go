@@ -229,7 +229,9 @@ func TestTinyRingBlamesNoTarget(t *testing.T) {
 }
 
 // engineSink delivers to the engine once it exists.
-type engineSink struct{ eng atomic.Pointer[scheduler.Engine] }
+type engineSink struct {
+	eng atomic.Pointer[scheduler.Engine]
+}
 
 func (s *engineSink) Deliver(r probe.Result) {
 	if e := s.eng.Load(); e != nil {
