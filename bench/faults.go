@@ -192,7 +192,10 @@ func (e *env) runFault(ctx context.Context, s *Scenario, f fault) ([]faultRow, e
 	if _, err := d.waitReady(ctx, time.Minute); err != nil {
 		return nil, err
 	}
-	if err := e.waitHealthy(ctx, d, len(faultModes)*p.targets, 10*p.interval+20*time.Second); err != nil {
+	// A start on a busy machine may take a few rounds: every target must
+	// be healthy before the fault, or a false transition could be a true
+	// one.
+	if err := e.waitHealthy(ctx, d, len(faultModes)*p.targets, 30*p.interval+60*time.Second); err != nil {
 		return nil, err
 	}
 	before, err := d.scrape(ctx)
