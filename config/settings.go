@@ -103,6 +103,9 @@ func (s *CheckSettings) ProbeText(headerValues bool) string {
 	}
 	if s.Protocol == TCP {
 		add("tcp_mode", s.TCPMode.String())
+		if s.TCPMode != TCPConnect {
+			add("syn_retransmit", s.SynRetransmit.String())
+		}
 	} else {
 		parts = append(parts, s.Method+" "+s.Path)
 		add("healthy", s.HealthyStatus.String())
