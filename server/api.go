@@ -23,7 +23,7 @@ import (
 //	GET  /api/v1/targets   targets (filters pool=, state=, label=NAME=VALUE; paging limit=, after=)
 //	GET  /api/v1/discovery the pools' discovery sources and host names: state, targets, errors
 //	GET  /api/v1/events    recent events (since=SEQ, limit=), or a stream of them (Accept: text/event-stream)
-//	GET  /probe            one probe of target= with the check module=, answered like blackbox_exporter
+//	GET  /probe            one probe of target= with the check module=, answered like blackbox_exporter (see probeaccess.go)
 //	GET  /api/v1/remediations  remediations, their budgets and recent firings
 //	GET  /-/healthy        200 while the process runs
 //	GET  /-/ready          200 once a configuration is running
@@ -31,7 +31,8 @@ import (
 //
 // State-changing endpoints answer 403 unless Options.Web.EnableLifecycle is
 // set, and refuse cross-site browser requests; new ones must be wrapped in
-// lifecycle too.
+// lifecycle too. /probe, whose GET sends a probe, refuses cross-site
+// requests as well, and answers 403 when Options.Web.DisableProbe is set.
 //
 // With Options.Web.RoutePrefix, every path is under the prefix.
 func (d *Daemon) Handler() http.Handler {
@@ -44,7 +45,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/targets", d.handleTargets)
 	mux.HandleFunc("GET /api/v1/discovery", d.handleDiscovery)
 	mux.HandleFunc("GET /api/v1/events", d.handleEvents)
-	mux.HandleFunc("GET /probe", d.handleProbe)
+	mux.Handle("GET /probe", d.probeEndpoint())
 	mux.HandleFunc("GET /api/v1/remediations", d.handleRemediations)
 	mux.HandleFunc("GET /-/healthy", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })
 	mux.HandleFunc("GET /-/ready", d.handleReady)
@@ -54,6 +55,15 @@ func (d *Daemon) Handler() http.Handler {
 		return withPrefix(d.opt.Web.RoutePrefix, mux)
 	}
 	return mux
+}
+
+// probeEndpoint returns the handler of /probe: refused with 403 when
+// Options.Web.DisableProbe is set, and for cross-site browser requests.
+func (d *Daemon) probeEndpoint() http.Handler {
+	if d.opt.Web.DisableProbe {
+		return switchedOff("/probe is disabled; start sonde run without -web.enable-probe=false")
+	}
+	return sameOrigin(http.HandlerFunc(d.handleProbe))
 }
 
 func (d *Daemon) handleReady(w http.ResponseWriter, _ *http.Request) {

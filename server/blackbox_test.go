@@ -106,10 +106,10 @@ func TestProbeEndpoint(t *testing.T) {
 	body := newBackend(t)
 	td := startDaemon(t, fmt.Sprintf(`
 checks:
-  http_2xx: {protocol: http, path: /, interval: 1h, timeout: 2s}
-  body: {protocol: http, path: /, body_contains: Absent, interval: 1h, timeout: 2s}
-  short: {protocol: http, path: /, max_body_bytes: 4, interval: 1h, timeout: 2s}
-  tcp_connect: {protocol: tcp, tcp_mode: syn, interval: 1h, timeout: 2s}
+  http_2xx: {protocol: http, path: /, interval: 1h, timeout: 2s, probe_targets: any}
+  body: {protocol: http, path: /, body_contains: Absent, interval: 1h, timeout: 2s, probe_targets: any}
+  short: {protocol: http, path: /, max_body_bytes: 4, interval: 1h, timeout: 2s, probe_targets: any}
+  tcp_connect: {protocol: tcp, tcp_mode: syn, interval: 1h, timeout: 2s, probe_targets: any}
 pools:
   - {name: api, check: http_2xx, targets: [%q]}
 `, good.addr()))
@@ -204,7 +204,7 @@ func TestProbeScrapeTimeout(t *testing.T) {
 	good := newBackend(t)
 	td := startDaemonWith(t, fmt.Sprintf(`
 checks:
-  slow: {protocol: http, path: /, interval: 1h, timeout: 60s}
+  slow: {protocol: http, path: /, interval: 1h, timeout: 60s, probe_targets: any}
 pools:
   - {name: api, check: slow, targets: [%q]}
 `, good.addr()), func(o *Options) { o.ProbeConcurrency = 1 })
@@ -305,7 +305,7 @@ func TestProbeDebug(t *testing.T) {
 	good := newBackend(t)
 	td := startDaemon(t, fmt.Sprintf(`
 checks:
-  web: {protocol: http, path: /health, interval: 1h, timeout: 2s}
+  web: {protocol: http, path: /health, interval: 1h, timeout: 2s, probe_targets: any}
 pools:
   - {name: api, check: web, targets: [%q]}
 `, good.addr()))
@@ -357,7 +357,7 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 checks:
   web: {protocol: http, path: /, interval: 100ms, timeout: 2s, rise: 1, fall: 1}
   secure: {protocol: https, path: /, interval: 100ms, timeout: 2s, rise: 1, fall: 1, tls: {ca_file: %q}}
-  tcp: {protocol: tcp, interval: 1h, timeout: 2s}
+  tcp: {protocol: tcp, interval: 1h, timeout: 2s, probe_targets: any}
 pools:
   - {name: api, check: web, targets: [%q]}
   - {name: tls, check: secure, targets: [%q]}
@@ -391,7 +391,7 @@ func TestPrometheusScrapesProbe(t *testing.T) {
 	bad.failing.Store(true)
 	td := startDaemon(t, fmt.Sprintf(`
 checks:
-  http_2xx: {protocol: http, path: /, interval: 1h, timeout: 2s}
+  http_2xx: {protocol: http, path: /, interval: 1h, timeout: 2s, probe_targets: any}
 pools:
   - {name: api, check: http_2xx, targets: [%q]}
 `, good.addr()))

@@ -31,6 +31,10 @@ type WebOptions struct {
 	// probes keep descriptors whatever clients do. At the cap, a new
 	// connection closes the longest idle one, or is closed when none is idle.
 	MaxConnections int
+	// DisableProbe turns /probe off (sonde run -web.enable-probe=false): it
+	// answers 403. /probe shares the port of /metrics, and a deployment
+	// that does not use it need not offer it.
+	DisableProbe bool
 	// RoutePrefix is the path every endpoint is served under ("/sonde"
 	// serves /sonde/, /sonde/metrics...), for a reverse proxy that forwards
 	// a path of its own; "" or "/" for none.
@@ -267,7 +271,7 @@ func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
 	lim := newConnLimiter(l, connectionCap(w.MaxConnections, nofile))
 	d.conns.Store(lim)
 	d.log.Info("listening", "listen", l.Addr().String(), "max_connections", lim.max, "nofile", nofile,
-		"lifecycle", w.EnableLifecycle, "host_check", isLoopback(l.Addr()))
+		"lifecycle", w.EnableLifecycle, "probe", !w.DisableProbe, "host_check", isLoopback(l.Addr()))
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: readHeaderTimeout,
