@@ -68,8 +68,9 @@ type oneShotResult struct {
 // header values hidden). The check's probe_targets decides which targets
 // it may probe and which receive its credentials (see probeaccess.go); a
 // refusal is 403. The probe runs on the request's goroutine, at most
-// ProbeConcurrency at once and never through the scheduled probes'
-// workers, so scrapes cannot delay scheduled probing.
+// ProbeConcurrency at once (more are refused at once, see admission.go) and
+// never through the scheduled probes' workers, so scrapes cannot delay
+// scheduled probing.
 func (d *Daemon) handleProbe(w http.ResponseWriter, r *http.Request) {
 	g := d.running(w)
 	if g == nil {
@@ -92,16 +93,14 @@ func (d *Daemon) handleProbe(w http.ResponseWriter, r *http.Request) {
 	if debug {
 		shot.log = slog.New(slog.NewTextHandler(&logs, nil))
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), timeout)
-	defer cancel()
-	select {
-	case d.probes <- struct{}{}:
-	case <-ctx.Done():
-		http.Error(w, fmt.Sprintf("no probe slot free within %v: at most %d /probe requests probe at once", timeout, d.opt.ProbeConcurrency), http.StatusServiceUnavailable)
+	release := d.adm.probe.enter(w)
+	if release == nil {
 		return
 	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
 	res, err := g.runOneShot(ctx, &shot, timeout)
-	<-d.probes
+	release()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusForbidden)
 		return

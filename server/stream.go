@@ -23,9 +23,9 @@ const (
 	streamRetry = 2 * time.Second
 )
 
-// streams counts the event streams served and ends them at shutdown.
+// streams counts the event stream clients dropped and ends the streams at
+// shutdown; their slots are the admission's (d.adm.stream).
 type streams struct {
-	n       atomic.Int64
 	dropped atomic.Uint64 // clients dropped for being too slow
 	once    sync.Once
 	done    chan struct{} // closed when the HTTP server shuts down
@@ -85,13 +85,11 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if d.streams.n.Add(1) > int64(d.opt.MaxEventStreams) {
-		d.streams.n.Add(-1)
-		w.Header().Set("Retry-After", "10")
-		http.Error(w, fmt.Sprintf("too many event streams (at most %d)", d.opt.MaxEventStreams), http.StatusServiceUnavailable)
+	release := d.adm.stream.enter(w)
+	if release == nil {
 		return
 	}
-	defer d.streams.n.Add(-1)
+	defer release()
 
 	rc := http.NewResponseController(w)
 	h := w.Header()

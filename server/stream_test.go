@@ -338,7 +338,7 @@ func TestEventStreamSlowClient(t *testing.T) {
 	d, srv := streamDaemon(t, Options{Events: 1 << 16, EventWriteTimeout: 200 * time.Millisecond})
 	stalled(t, srv, streamRequest) // open while the test runs; read by nobody
 	deadline := time.Now().Add(10 * time.Second)
-	for d.streams.n.Load() != 1 {
+	for d.adm.stream.inUse() != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the stream did not start")
 		}
@@ -349,9 +349,9 @@ func TestEventStreamSlowClient(t *testing.T) {
 	for i := range 1 << 15 {
 		d.events.add(Event{Kind: KindState, Target: strconv.Itoa(i), Message: pad})
 	}
-	for d.streams.dropped.Load() != 1 || d.streams.n.Load() != 0 {
+	for d.streams.dropped.Load() != 1 || d.adm.stream.inUse() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("stalled client not dropped: %d dropped, %d streams", d.streams.dropped.Load(), d.streams.n.Load())
+			t.Fatalf("stalled client not dropped: %d dropped, %d streams", d.streams.dropped.Load(), d.adm.stream.inUse())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
