@@ -162,6 +162,17 @@ func (l *connLimiter) setVital(lc *limitedConn) {
 	lc.vital = lc.busy
 }
 
+// tcpConnOf returns the TCP connection serving r, or nil when it is not
+// one served through a connLimiter.
+func tcpConnOf(r *http.Request) *net.TCPConn {
+	lc, ok := r.Context().Value(connKey{}).(*limitedConn)
+	if !ok {
+		return nil
+	}
+	tc, _ := lc.Conn.(*net.TCPConn)
+	return tc
+}
+
 // counts returns the open connections, and those evicted, shed and
 // refused.
 func (l *connLimiter) counts() (open int, evicted, shed, refused uint64) {

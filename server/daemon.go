@@ -73,7 +73,8 @@ type Options struct {
 	// default 500 ms and 30 s.
 	WebhookMinBackoff, WebhookMaxBackoff time.Duration
 	// EventKeepAlive is the longest silence on an event stream before a
-	// keep-alive comment; default 15 s.
+	// heartbeat comment; default 5 s. The heartbeat is what the write
+	// deadline (EventWriteTimeout) measures on a quiet stream.
 	EventKeepAlive time.Duration
 	// EventWriteTimeout is how long a write to an event stream may block
 	// before the client counts as too slow and is dropped; default 10 s.
@@ -178,7 +179,7 @@ func New(opt Options) (*Daemon, error) {
 		return nil, fmt.Errorf("server: Options.Shard: %w", err)
 	}
 	if opt.EventKeepAlive <= 0 {
-		opt.EventKeepAlive = 15 * time.Second
+		opt.EventKeepAlive = 5 * time.Second
 	}
 	if opt.EventWriteTimeout <= 0 {
 		opt.EventWriteTimeout = 10 * time.Second

@@ -21,7 +21,18 @@ const (
 	streamBatch = 256
 	// streamRetry is the reconnection delay suggested to clients.
 	streamRetry = 2 * time.Second
+	// streamSendBuffer is the socket send buffer of a stream's connection.
+	// The kernel would grow it to megabytes for a client that does not
+	// read, and a write deadline measures nothing while a buffer takes
+	// every write; this is room for a burst of events.
+	streamSendBuffer = 16 << 10
+	// heartbeatPadBytes is the padding of a heartbeat while stream slots
+	// are scarce (see [Daemon.heartbeat]).
+	heartbeatPadBytes = 32 << 10
 )
+
+// heartbeatPad is heartbeatPadBytes of SSE comment lines.
+var heartbeatPad = strings.Repeat(":"+strings.Repeat(" ", 62)+"\n", heartbeatPadBytes/64)
 
 // streams counts the event stream clients dropped and ends the streams at
 // shutdown; their slots are the admission's (d.adm.stream).
@@ -71,7 +82,8 @@ func (d *Daemon) streamStart(r *http.Request) (uint64, error) {
 
 // streamEvents serves the event log as Server-Sent Events: one "id:" (the
 // sequence number), "event:" (the kind) and "data:" (the event's JSON) per
-// event, a comment when nothing happened for a while, an event "lost"
+// event, a heartbeat comment when nothing happened for a while (see
+// [Daemon.heartbeat]), an event "lost"
 // when a reconnecting client asked for events that fell out of the ring, and
 // an event "reset" when it asked for events beyond the newest (numbered by
 // an earlier run of the daemon): it then resumes from the newest. A
@@ -90,6 +102,9 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	if tc := tcpConnOf(r); tc != nil {
+		_ = tc.SetWriteBuffer(streamSendBuffer) // a smaller buffer only makes a slow client found sooner
+	}
 
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -181,7 +196,7 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-wait:
 		case <-keepAlive.C:
-			if !send(func() error { _, err := bw.WriteString(": keep-alive\n\n"); return err }) {
+			if !send(func() error { return d.heartbeat(bw) }) {
 				return
 			}
 			keepAlive.Reset(d.opt.EventKeepAlive)
@@ -191,6 +206,27 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// heartbeat writes a comment, which SSE clients ignore, so that the write
+// deadline has something to measure on a quiet stream: a client that does
+// not read is dropped once its connection's buffers are full. A comment
+// of a few bytes every few seconds would take hours to fill them, so while
+// the stream slots are scarce (three quarters taken) the heartbeat carries
+// heartbeatPadBytes of padding: then a client that does not read is found
+// within a few heartbeats and its slot freed, and a client that reads pays
+// a few kilobytes a second until the slots are free again.
+func (d *Daemon) heartbeat(w *bufio.Writer) error {
+	if _, err := w.WriteString(": keep-alive\n"); err != nil {
+		return err
+	}
+	if s := d.adm.stream; s.inUse()*4 >= s.max*3 {
+		if _, err := w.WriteString(heartbeatPad); err != nil {
+			return err
+		}
+	}
+	_, err := w.WriteString("\n")
+	return err
 }
 
 // writeEvent writes one event as an SSE message. The JSON of an event is one
