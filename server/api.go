@@ -38,6 +38,8 @@ import (
 // at once when none is free; /metrics and the /-/ endpoints keep capacity
 // whatever the others do (see admission.go).
 //
+// Every response carries X-Content-Type-Options: nosniff (withHeaders).
+//
 // With Options.Web.RoutePrefix, every path is under the prefix.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -53,9 +55,9 @@ func (d *Daemon) Handler() http.Handler {
 	mux.Handle("POST /-/reload", d.lifecycle(d.handleReload))
 	d.statusRoutes(mux)
 	if d.opt.Web.RoutePrefix != "" {
-		return withPrefix(d.opt.Web.RoutePrefix, mux)
+		return withHeaders(withPrefix(d.opt.Web.RoutePrefix, mux))
 	}
-	return mux
+	return withHeaders(mux)
 }
 
 // probeEndpoint returns the handler of /probe: refused with 403 when

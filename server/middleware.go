@@ -9,6 +9,17 @@ import (
 // Middleware of the daemon's HTTP endpoints: wrappers that decide whether a
 // request reaches its handler, kept apart from the handlers themselves.
 
+// withHeaders sets the headers every response carries, before anything
+// else answers: X-Content-Type-Options: nosniff, so that no browser takes
+// an answer for another type than it says (a JSON list or a probe's text
+// holding markup from a target, run as a page).
+func withHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		next.ServeHTTP(w, r)
+	})
+}
+
 // crossSite returns why r looks like a request a browser sent for a page of
 // another origin, or "" when it does not: a Sec-Fetch-Site other than
 // same-origin or none (typed by the user), or, from a browser without

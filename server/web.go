@@ -147,7 +147,7 @@ func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
 	w := d.opt.Web
 	h := d.Handler()
 	if isLoopback(l.Addr()) {
-		h = newHostGuard(h, w.AllowedHosts)
+		h = withHeaders(newHostGuard(h, w.AllowedHosts)) // its refusals too
 	}
 	nofile := fileLimit()
 	lim := newConnLimiter(l, connectionCap(w.MaxConnections, nofile))
