@@ -233,6 +233,9 @@ func (shot *oneShot) where() string {
 type oneShotProbers struct {
 	mu sync.Mutex
 	m  map[string]probe.Reporter // by check name
+	// walk is held while a /probe walks the targets (probeaccess.go): a
+	// flood of /probe requests takes at most one CPU with their walks.
+	walk sync.Mutex
 }
 
 // oneShotProber returns the prober of shot's check, chosen by NewProber

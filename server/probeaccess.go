@@ -75,7 +75,10 @@ func (g *generation) shotAddr(ctx context.Context, shot *oneShot) (netip.Addr, e
 // configuredAddr returns the address of a target of check ci listed (or
 // discovered) as host with port, as the configuration last resolved it: an
 // IPv4 one where the name has both, as a lookup for /probe would choose.
+// Like checkProbes it walks, one walk at a time.
 func (g *generation) configuredAddr(ci uint16, host string, port uint16) (netip.Addr, bool) {
+	g.oneShots.walk.Lock()
+	defer g.oneShots.walk.Unlock()
 	var best netip.Addr
 	for id, name := range g.cfg.Hostnames {
 		if name != host || int(id) >= len(g.cfg.Targets) {
@@ -94,9 +97,12 @@ func (g *generation) configuredAddr(ci uint16, host string, port uint16) (netip.
 }
 
 // checkProbes reports whether check ci probes ap for one of its pools. It
-// walks the targets (a few milliseconds per million); /probe requests are
-// few at once.
+// walks the targets (13 ms for ten million on a slow core), one walk at a
+// time: however many /probe requests arrive, their walks take at most one
+// CPU.
 func (g *generation) checkProbes(ci uint16, ap netip.AddrPort) bool {
+	g.oneShots.walk.Lock()
+	defer g.oneShots.walk.Unlock()
 	ip := ap.Addr().As16() // as a Target keeps it: IPv4 mapped
 	port := ap.Port()
 	for i := range g.cfg.Targets {
