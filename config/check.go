@@ -194,6 +194,10 @@ type Check struct {
 	Probe
 	scheduler.Timing
 
+	// ProbeAccess is what the /probe endpoint may do with the check: which
+	// targets it probes, and which receive the check's credentials.
+	ProbeAccess ProbeAccess
+
 	// Class is the check's probe class: checks with the same Class have the
 	// same [Check.ProbeKey], so they send the same probe and judge it the
 	// same way, and differ at most in timing and evaluation. Targets with the

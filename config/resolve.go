@@ -68,6 +68,9 @@ func resolveCheck(name string, s *CheckSpec, dir string, lookupEnv env) (*Check,
 	if err := c.resolveNetwork(s); err != nil {
 		return nil, err
 	}
+	if err := c.resolveProbeAccess(s); err != nil {
+		return nil, err
+	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}

@@ -48,8 +48,9 @@ var (
 	descSynAnswered  = desc("sonde_syn_rsts_answered_total", "SYN-ACKs the eBPF capture program answered with an RST itself (the others the kernel answered).")
 	descHTTPConns    = desc("sonde_http_connections", "Open connections to the HTTP server.")
 	descHTTPMax      = desc("sonde_http_connections_max", "Most connections the HTTP server keeps open (-web.max-connections, at most a quarter of the file descriptor limit).")
-	descHTTPEvicted  = desc("sonde_http_connections_evicted_total", "Idle connections closed to make room for new ones at the connection limit.")
-	descHTTPRefused  = desc("sonde_http_connections_refused_total", "New connections closed at once because every connection was busy.")
+	descHTTPEvicted  = desc("sonde_http_connections_evicted_total", "Connections waiting for a request (idle, or still sending one) closed to make room for new ones at the connection limit.")
+	descHTTPShed     = desc("sonde_http_connections_shed_total", "Connections busy in a request other than /metrics and the /-/ endpoints closed to make room for new ones at the connection limit.")
+	descHTTPRefused  = desc("sonde_http_connections_refused_total", "New connections closed at once because every connection served /metrics or a /-/ endpoint.")
 	descUnresolved   = desc("sonde_pool_unresolved_targets", "Targets of a pool it cannot probe yet: host names without an address, discovered targets without a port its check can use.", "pool")
 )
 
@@ -111,7 +112,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 		descTargets, descStreams, descDispatched, descResults, descTimeouts, descStale, descLate, descOverflow, descLateness,
 		descWorkPending, descWorkFlight, descWorkLate, descTCPPath, descSynSent, descSynRetrans, descSynErrors, descSynReplies,
 		descSynInvalid, descSynStale, descSynDup, descSynDrops, descSynAnswered, descUnresolved,
-		descHTTPConns, descHTTPMax, descHTTPEvicted, descHTTPRefused,
+		descHTTPConns, descHTTPMax, descHTTPEvicted, descHTTPShed, descHTTPRefused,
 	} {
 		ch <- d
 	}
@@ -126,10 +127,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	if lim := c.d.conns.Load(); lim != nil {
-		open, evicted, refused := lim.counts()
+		open, evicted, shed, refused := lim.counts()
 		gauge(descHTTPConns, float64(open))
 		gauge(descHTTPMax, float64(lim.max))
 		counter(descHTTPEvicted, evicted)
+		counter(descHTTPShed, shed)
 		counter(descHTTPRefused, refused)
 	}
 	g := c.d.cur.Load()

@@ -73,15 +73,18 @@ type Options struct {
 	// default 500 ms and 30 s.
 	WebhookMinBackoff, WebhookMaxBackoff time.Duration
 	// EventKeepAlive is the longest silence on an event stream before a
-	// keep-alive comment; default 15 s.
+	// heartbeat comment; default 5 s. The heartbeat is what the write
+	// deadline (EventWriteTimeout) measures on a quiet stream.
 	EventKeepAlive time.Duration
 	// EventWriteTimeout is how long a write to an event stream may block
 	// before the client counts as too slow and is dropped; default 10 s.
 	EventWriteTimeout time.Duration
 	// MaxEventStreams bounds the event streams served at once; default 64.
+	// More are refused at once (see admission.go).
 	MaxEventStreams int
 	// ProbeConcurrency bounds the /probe requests probing at once, so they
-	// cannot crowd out scheduled probes; default 16.
+	// cannot crowd out scheduled probes; default 16. More are refused at
+	// once (see admission.go).
 	ProbeConcurrency int
 	// HistoryTargets is how many targets keep their recent results for the
 	// status page's timelines (see history.go); default 1024, at most 65535.
@@ -113,7 +116,7 @@ type Daemon struct {
 	events  *eventLog
 	hooks   hookSet
 	streams streams
-	probes  chan struct{} // one token per /probe request probing
+	adm     admission // slots of the request classes that can take long
 	totals  counterTotals
 	obs     observer
 	mem     memoryTuner
@@ -123,10 +126,9 @@ type Daemon struct {
 	// instance state are kept by remediation name and address.
 	rem *remediate.Manager
 
-	local      rateLimit                   // logs of local errors
-	conns      atomic.Pointer[connLimiter] // the HTTP server's, once it serves
-	heavySlots chan struct{}               // slots of list requests running (see heavy)
-	layouts    atomic.Uint32               // the last pool layout; from a random start, so cursors die with the process
+	local   rateLimit                   // logs of local errors
+	conns   atomic.Pointer[connLimiter] // the HTTP server's, once it serves
+	layouts atomic.Uint32               // the last pool layout; from a random start, so cursors die with the process
 
 	cur atomic.Pointer[generation]
 
@@ -177,7 +179,7 @@ func New(opt Options) (*Daemon, error) {
 		return nil, fmt.Errorf("server: Options.Shard: %w", err)
 	}
 	if opt.EventKeepAlive <= 0 {
-		opt.EventKeepAlive = 15 * time.Second
+		opt.EventKeepAlive = 5 * time.Second
 	}
 	if opt.EventWriteTimeout <= 0 {
 		opt.EventWriteTimeout = 10 * time.Second
@@ -198,11 +200,10 @@ func New(opt Options) (*Daemon, error) {
 	d.errs.m = map[uint32]string{}
 	d.obs = newObserver(d)
 	d.local.period = localLogEvery
-	d.heavySlots = make(chan struct{}, heavyRequests)
 	d.layouts.Store(rand.Uint32())
 	d.hooks = hookSet{opt: &d.opt, log: d.log, feed: d.events.setHooks}
 	d.streams.done = make(chan struct{})
-	d.probes = make(chan struct{}, opt.ProbeConcurrency)
+	d.adm = newAdmission(&d.opt)
 	d.metrics = newMetrics(d)
 	d.rem = remediate.New(remediate.Options{Logger: opt.Logger, Registerer: d.metrics.reg})
 	d.reloads.d = d

@@ -96,6 +96,7 @@ func newMetrics(d *Daemon) *metrics {
 		&targetCollector{d: d},
 		&discoveryCollector{d: d},
 		&eventCollector{d: d},
+		&admissionCollector{a: &d.adm},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

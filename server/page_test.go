@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -236,11 +237,12 @@ func TestPoolsPaging(t *testing.T) {
 }
 
 // TestListConcurrencyLimit checks that a list request beyond the running
-// ones waits, then gets 503 with Retry-After.
+// ones gets 503 with Retry-After.
 func TestListConcurrencyLimit(t *testing.T) {
 	td := startDaemon(t, bigPoolConfig(24))
-	for range heavyRequests {
-		td.d.heavySlots <- struct{}{}
+	var releases []func()
+	for range listRequests {
+		releases = append(releases, td.d.adm.list.enter(httptest.NewRecorder()))
 	}
 	for _, path := range []string{"/api/v1/targets", "/api/v1/pools", "/"} {
 		resp, err := http.Get(td.http.URL + path)
@@ -253,7 +255,7 @@ func TestListConcurrencyLimit(t *testing.T) {
 			t.Errorf("GET %s with every slot taken: %s, Retry-After %q; want 503 with Retry-After", path, resp.Status, resp.Header.Get("Retry-After"))
 		}
 	}
-	<-td.d.heavySlots
+	releases[0]()
 	if got, _ := td.get(t, "/api/v1/targets", new(any)); got != http.StatusOK {
 		t.Errorf("with a free slot: status %d", got)
 	}

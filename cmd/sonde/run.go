@@ -83,6 +83,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return nil
 	})
+	probeOn := fs.Bool("web.enable-probe", true, "serve /probe, blackbox_exporter's endpoint (false: it answers 403); each check's probe_targets says what it may probe")
 	fs.IntVar(&f.web.MaxConnections, "web.max-connections", 512, "most open HTTP `connections` (at most a quarter of the file descriptor limit)")
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
@@ -90,6 +91,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if fs.NArg() > 0 {
 		return usageError(fmt.Errorf("run: unexpected argument %q", fs.Arg(0)))
 	}
+	f.web.DisableProbe = !*probeOn
 	if (f.config == "") == !f.demo {
 		return usageError(errors.New("run: give either -config FILE or -demo"))
 	}
