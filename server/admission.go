@@ -45,26 +45,51 @@ type slots struct {
 	what    string        // what its requests are, in refusals
 	max     int64         // slots
 	retry   time.Duration // Retry-After of a refusal
+	stall   time.Duration // how long one write to a client in a slot may block (Options.WriteStall)
 	n       atomic.Int64  // in use
 	refused atomic.Uint64 // requests refused for want of a slot
 }
 
-func newSlots(class, what string, n int, retry time.Duration) *slots {
-	return &slots{class: class, what: what, max: int64(n), retry: retry}
+func newSlots(class, what string, n int, retry, stall time.Duration) *slots {
+	return &slots{class: class, what: what, max: int64(n), retry: retry, stall: stall}
 }
 
-// enter takes a slot and returns its release, or answers w with 503 and
-// Retry-After and returns nil when none is free.
-func (s *slots) enter(w http.ResponseWriter) (release func()) {
+// enter takes a slot and returns the writer to answer through and the
+// slot's release, or answers w with 503 and Retry-After and returns a nil
+// release when none is free. Through the writer returned, a client that
+// stops reading for the slots' stall ends the request, which frees the
+// slot.
+func (s *slots) enter(w http.ResponseWriter) (http.ResponseWriter, func()) {
 	if s.n.Add(1) > s.max {
 		s.n.Add(-1)
 		s.refused.Add(1)
 		w.Header().Set("Retry-After", strconv.Itoa(int(max(s.retry/time.Second, 1))))
 		http.Error(w, fmt.Sprintf("too many %s at once (at most %d); retry", s.what, s.max), http.StatusServiceUnavailable)
-		return nil
+		return w, nil
 	}
-	return func() { s.n.Add(-1) }
+	return stalling(w, s.stall), func() { s.n.Add(-1) }
 }
+
+// stallWriter is a ResponseWriter whose every write may block at most
+// stall: a client that stops reading cannot hold a slot until the server's
+// whole-response timeout, while one that reads slowly keeps going.
+type stallWriter struct {
+	http.ResponseWriter
+	rc    *http.ResponseController
+	stall time.Duration
+}
+
+func stalling(w http.ResponseWriter, stall time.Duration) http.ResponseWriter {
+	return &stallWriter{ResponseWriter: w, rc: http.NewResponseController(w), stall: stall}
+}
+
+func (s *stallWriter) Write(b []byte) (int, error) {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.stall)) // unsupported only on writers without a connection (tests)
+	return s.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (s *stallWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // inUse returns the slots taken.
 func (s *slots) inUse() int64 { return s.n.Load() }
@@ -72,7 +97,7 @@ func (s *slots) inUse() int64 { return s.n.Load() }
 // admit runs h in a slot, for handlers with nothing to check before.
 func (s *slots) admit(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		release := s.enter(w)
+		w, release := s.enter(w)
 		if release == nil {
 			return
 		}
@@ -91,10 +116,10 @@ type admission struct {
 
 func newAdmission(opt *Options) admission {
 	return admission{
-		scrape: newSlots("scrape", "/metrics scrapes", scrapeRequests, time.Second),
-		probe:  newSlots("probe", "/probe requests", opt.ProbeConcurrency, time.Second),
-		list:   newSlots("list", "list requests", listRequests, time.Second),
-		stream: newSlots("stream", "event streams", opt.MaxEventStreams, 10*time.Second),
+		scrape: newSlots("scrape", "/metrics scrapes", scrapeRequests, time.Second, opt.WriteStall),
+		probe:  newSlots("probe", "/probe requests", opt.ProbeConcurrency, time.Second, opt.WriteStall),
+		list:   newSlots("list", "list requests", listRequests, time.Second, opt.WriteStall),
+		stream: newSlots("stream", "event streams", opt.MaxEventStreams, 10*time.Second, opt.WriteStall),
 	}
 }
 

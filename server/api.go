@@ -298,7 +298,7 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if limit == 0 {
 		limit = maxEventsPage
 	}
-	release := d.adm.list.enter(w)
+	w, release := d.adm.list.enter(w)
 	if release == nil {
 		return
 	}

@@ -74,11 +74,13 @@ type Options struct {
 	WebhookMinBackoff, WebhookMaxBackoff time.Duration
 	// EventKeepAlive is the longest silence on an event stream before a
 	// heartbeat comment; default 5 s. The heartbeat is what the write
-	// deadline (EventWriteTimeout) measures on a quiet stream.
+	// deadline (WriteStall) measures on a quiet stream.
 	EventKeepAlive time.Duration
-	// EventWriteTimeout is how long a write to an event stream may block
-	// before the client counts as too slow and is dropped; default 10 s.
-	EventWriteTimeout time.Duration
+	// WriteStall is how long a write to a client may block before the
+	// client counts as too slow and its request ends: event streams (the
+	// client is dropped), /metrics and the API's lists, which hold a slot
+	// while they write; default 10 s.
+	WriteStall time.Duration
 	// MaxEventStreams bounds the event streams served at once; default 64.
 	// More are refused at once (see admission.go).
 	MaxEventStreams int
@@ -181,8 +183,8 @@ func New(opt Options) (*Daemon, error) {
 	if opt.EventKeepAlive <= 0 {
 		opt.EventKeepAlive = 5 * time.Second
 	}
-	if opt.EventWriteTimeout <= 0 {
-		opt.EventWriteTimeout = 10 * time.Second
+	if opt.WriteStall <= 0 {
+		opt.WriteStall = 10 * time.Second
 	}
 	if opt.MaxEventStreams <= 0 {
 		opt.MaxEventStreams = 64

@@ -147,14 +147,14 @@ func (g *generation) ranks(pi int) []uint32 {
 // a cursor of another pool layout, 400 otherwise), or admits it among the
 // list requests (see admission.go). It returns the release function, or
 // nil when the request was answered.
-func (d *Daemon) admitList(w http.ResponseWriter, err error) func() {
+func (d *Daemon) admitList(w http.ResponseWriter, err error) (http.ResponseWriter, func()) {
 	switch {
 	case errors.Is(err, errGone):
 		http.Error(w, err.Error(), http.StatusGone)
-		return nil
+		return w, nil
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return nil
+		return w, nil
 	}
 	return d.adm.list.enter(w)
 }
@@ -414,7 +414,7 @@ func (d *Daemon) handleTargets(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f, err := g.parseTargetFilter(r)
-	release := d.admitList(w, err)
+	w, release := d.admitList(w, err)
 	if release == nil {
 		return
 	}
@@ -449,7 +449,7 @@ func (d *Daemon) handlePools(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		from, err = g.parseCursor(q.Get("after"))
 	}
-	release := d.admitList(w, err)
+	w, release := d.admitList(w, err)
 	if release == nil {
 		return
 	}

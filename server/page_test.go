@@ -242,7 +242,8 @@ func TestListConcurrencyLimit(t *testing.T) {
 	td := startDaemon(t, bigPoolConfig(24))
 	var releases []func()
 	for range listRequests {
-		releases = append(releases, td.d.adm.list.enter(httptest.NewRecorder()))
+		_, release := td.d.adm.list.enter(httptest.NewRecorder())
+		releases = append(releases, release)
 	}
 	for _, path := range []string{"/api/v1/targets", "/api/v1/pools", "/"} {
 		resp, err := http.Get(td.http.URL + path)

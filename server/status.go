@@ -260,7 +260,7 @@ func (d *Daemon) handleOverview(w http.ResponseWriter, r *http.Request) {
 	if g == nil {
 		return
 	}
-	release := d.adm.list.enter(w) // a list of every pool, as /api/v1/pools
+	w, release := d.adm.list.enter(w) // a list of every pool, as /api/v1/pools
 	if release == nil {
 		return
 	}
@@ -319,7 +319,7 @@ func (d *Daemon) handlePoolPage(w http.ResponseWriter, r *http.Request) {
 		d.pageError(w, g, http.StatusBadRequest, err)
 		return
 	}
-	release := d.adm.list.enter(w) // a pass over the pool, as a list request
+	w, release := d.adm.list.enter(w) // a pass over the pool, as a list request
 	if release == nil {
 		return
 	}

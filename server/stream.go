@@ -89,7 +89,7 @@ func (d *Daemon) streamStart(r *http.Request) (uint64, error) {
 // an earlier run of the daemon): it then resumes from the newest. A
 // client that falls so far behind that the ring wraps past it is told so
 // (an event "lost") and dropped, and so is one whose connection accepts no
-// data for Options.EventWriteTimeout: it reads at its own pace and never
+// data for Options.WriteStall: it reads at its own pace and never
 // slows the daemon.
 func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 	after, err := d.streamStart(r)
@@ -97,7 +97,7 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	release := d.adm.stream.enter(w)
+	w, release := d.adm.stream.enter(w)
 	if release == nil {
 		return
 	}
@@ -116,7 +116,7 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 	// send runs write and flushes, within the write timeout: a client that
 	// accepts nothing for that long is dropped.
 	send := func(write func() error) bool {
-		if rc.SetWriteDeadline(time.Now().Add(d.opt.EventWriteTimeout)) != nil {
+		if rc.SetWriteDeadline(time.Now().Add(d.opt.WriteStall)) != nil {
 			return false
 		}
 		err := write()
@@ -128,7 +128,7 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			d.streams.dropped.Add(1)
-			d.log.Warn("event stream client too slow; dropped", "remote", r.RemoteAddr, "stalled", d.opt.EventWriteTimeout)
+			d.log.Warn("event stream client too slow; dropped", "remote", r.RemoteAddr, "stalled", d.opt.WriteStall)
 		}
 		return err == nil
 	}

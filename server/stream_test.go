@@ -335,7 +335,7 @@ const streamRequest = "GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/ev
 // keeps adding events at full speed, and drops the client once a write has
 // waited longer than the write timeout.
 func TestEventStreamSlowClient(t *testing.T) {
-	d, srv := streamDaemon(t, Options{Events: 1 << 16, EventWriteTimeout: 200 * time.Millisecond})
+	d, srv := streamDaemon(t, Options{Events: 1 << 16, WriteStall: 200 * time.Millisecond})
 	stalled(t, srv, streamRequest) // open while the test runs; read by nobody
 	deadline := time.Now().Add(10 * time.Second)
 	for d.adm.stream.inUse() != 1 {
@@ -363,7 +363,7 @@ func TestEventStreamSlowClient(t *testing.T) {
 // that id, it goes on from the oldest event kept, and is not told again.
 func TestEventStreamWrapped(t *testing.T) {
 	const ring = 16
-	d, srv := streamDaemon(t, Options{Events: ring, EventWriteTimeout: time.Minute, EventKeepAlive: time.Hour})
+	d, srv := streamDaemon(t, Options{Events: ring, WriteStall: time.Minute, EventKeepAlive: time.Hour})
 	conn := stalled(t, srv, streamRequest)
 	// Until the stream waits for the next event: it has started.
 	deadline := time.Now().Add(10 * time.Second)
@@ -534,7 +534,7 @@ func TestEventStreamShutdown(t *testing.T) {
 // stays, and a new client gets a stream. No event is added.
 func TestQuietStreamsDropNonReaders(t *testing.T) {
 	const slots = 4
-	d, _ := streamDaemon(t, Options{MaxEventStreams: slots, EventKeepAlive: 20 * time.Millisecond, EventWriteTimeout: 200 * time.Millisecond})
+	d, _ := streamDaemon(t, Options{MaxEventStreams: slots, EventKeepAlive: 20 * time.Millisecond, WriteStall: 200 * time.Millisecond})
 	addr := served(t, d)
 	for range slots - 1 { // default socket buffers: what any client has
 		c, err := net.Dial("tcp", addr)
