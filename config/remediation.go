@@ -49,10 +49,10 @@ func (r *Remediation) field(name string) string {
 
 // resolveRemediations resolves and validates the "remediation" entries
 // against the pools.
-func resolveRemediations(specs []*RemediationSpec, pools []*Pool, dir string) ([]*Remediation, error) {
+func resolveRemediations(specs []*RemediationSpec, pools []*Pool, files *fileReader) ([]*Remediation, error) {
 	var out []*Remediation
 	for i, s := range specs {
-		r, err := resolveRemediation(i, s, pools, dir)
+		r, err := resolveRemediation(i, s, pools, files)
 		if err != nil {
 			return nil, err
 		}
@@ -66,7 +66,7 @@ func resolveRemediations(specs []*RemediationSpec, pools []*Pool, dir string) ([
 	return out, nil
 }
 
-func resolveRemediation(i int, s *RemediationSpec, pools []*Pool, dir string) (*Remediation, error) {
+func resolveRemediation(i int, s *RemediationSpec, pools []*Pool, files *fileReader) (*Remediation, error) {
 	r := &Remediation{index: i}
 	if s == nil {
 		return nil, fieldErr(fmt.Sprintf("remediation[%d]", i), "empty entry")
@@ -119,11 +119,11 @@ func resolveRemediation(i int, s *RemediationSpec, pools []*Pool, dir string) (*
 	if s.Command == nil && s.Webhook == nil {
 		return nil, fieldErr(fmt.Sprintf("remediation[%d]", i), "no action; set command, webhook or both")
 	}
-	if err := r.resolveCommand(s.Command, dir); err != nil {
+	if err := r.resolveCommand(s.Command, files.dir); err != nil {
 		return nil, err
 	}
 	if s.Webhook != nil {
-		if err := r.resolveWebhook(s.Webhook, dir); err != nil {
+		if err := r.resolveWebhook(s.Webhook, files); err != nil {
 			return nil, err
 		}
 	}
@@ -152,15 +152,15 @@ func (r *Remediation) resolveCommand(argv []string, dir string) error {
 	return nil
 }
 
-func (r *Remediation) resolveWebhook(s *WebhookSpec, dir string) error {
+func (r *Remediation) resolveWebhook(s *WebhookSpec, files *fileReader) error {
 	f := r.field("webhook")
 	if _, err := checkWebhookURL(f+".url", s.URL); err != nil {
 		return err
 	}
 	r.WebhookURL = *s.URL
 	if s.SecretFile != nil {
-		abs := resolvePath(dir, *s.SecretFile)
-		if err := checkFile(f+".secret_file", *s.SecretFile, abs); err != nil {
+		abs, err := files.secret(f+".secret_file", *s.SecretFile)
+		if err != nil {
 			return err
 		}
 		r.WebhookSecretFile = abs

@@ -128,6 +128,12 @@ type Daemon struct {
 	heavySlots chan struct{}               // slots of list requests running (see heavy)
 	layouts    atomic.Uint32               // the last pool layout; from a random start, so cursors die with the process
 
+	// life ends when Stop begins: reads of the configuration's files
+	// (secrets, certificates, the state file) made with it are given up
+	// then, so that a file system that does not answer holds no stop.
+	life    context.Context
+	endLife context.CancelFunc
+
 	cur atomic.Pointer[generation]
 
 	// updateMu serialises the loads and edits of the running engine; it
@@ -200,6 +206,7 @@ func New(opt Options) (*Daemon, error) {
 	d.local.period = localLogEvery
 	d.heavySlots = make(chan struct{}, heavyRequests)
 	d.layouts.Store(rand.Uint32())
+	d.life, d.endLife = context.WithCancel(context.Background())
 	d.hooks = hookSet{opt: &d.opt, log: d.log, feed: d.events.setHooks}
 	d.streams.done = make(chan struct{})
 	d.probes = make(chan struct{}, opt.ProbeConcurrency)
@@ -254,17 +261,17 @@ func (d *Daemon) read(reload bool) (*config.Config, inputs, error) {
 		d.loadFailed(err, reload)
 		return nil, inputs{}, err
 	}
-	return cfg, inputsOf(cfg), nil
+	return cfg, inputsOf(d.life, cfg), nil
 }
 
 // first builds the engine and the probers for the first configuration, ids
 // as in cfg, and starts them.
 func (d *Daemon) first(cfg *config.Config) (*generation, error) {
-	plan, err := d.rem.Plan(cfg)
+	plan, err := d.rem.Plan(d.life, cfg)
 	if err != nil {
 		return nil, err
 	}
-	hooks, err := d.hooks.prepare(cfg)
+	hooks, err := d.hooks.prepare(d.life, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +287,7 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 		onRetire: d.totals.retireSyn, onStop: d.totals.retirePool,
 		shards: shards, ctx: ctx, pools: map[string]*workerPool{}, endpoints: daemonEndpoints{d},
 	}
-	pp, err := ps.prepare(cfg)
+	pp, err := ps.prepare(d.life, cfg)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -414,7 +421,7 @@ func (d *Daemon) reload() error {
 		return errors.New("server: the daemon does not run")
 	}
 	start := time.Now()
-	if d.inputs.unchanged() {
+	if d.inputs.unchanged(d.life) {
 		d.metrics.reloads.WithLabelValues("success").Inc()
 		d.metrics.reloadOK.Set(1)
 		d.log.Debug("configuration unchanged", "files", len(d.inputs.files))
@@ -442,16 +449,16 @@ func (d *Daemon) reload() error {
 // generation. It returns the numbers of targets added and removed.
 func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
 	old := d.cur.Load()
-	plan, err := d.rem.Plan(cfg)
+	plan, err := d.rem.Plan(d.life, cfg)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	hooks, err := d.hooks.prepare(cfg)
+	hooks, err := d.hooks.prepare(d.life, cfg)
 	if err != nil {
 		return nil, 0, 0, err
 	}
 	slots, nslots := slotsFor(old, cfg)
-	pp, err := d.probers.prepare(cfg)
+	pp, err := d.probers.prepare(d.life, cfg)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -510,6 +517,10 @@ func (d *Daemon) loaded(g *generation, reload bool, kept, added, removed int, to
 	d.log.Info(msg, "shard", g.cfg.Shard.String(), "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", g.targets,
 		"streams", g.cfg.Streams(), "remediations", len(g.cfg.Remediations), "kept_state", kept, "added", added, "removed", removed,
 		"tcp_path", g.launch.tcpPath, "took", took.Round(time.Millisecond))
+	d.metrics.warnings.Set(float64(len(g.cfg.Warnings)))
+	for _, w := range g.cfg.Warnings {
+		d.log.Warn("configuration warning", "field", w.Field, "warning", w.Msg)
+	}
 	if gogc > 0 {
 		d.log.Debug("collector goal set", "gogc", gogc)
 	}
@@ -544,8 +555,11 @@ func staleSeries(old, next *config.Config) (gone []string, moved []poolProtocol)
 }
 
 // Stop ends probing and remediation (an action in flight is cancelled) and
-// saves the state file. The daemon cannot be started again.
+// saves the state file. The daemon cannot be started again. It may be
+// called while Start or a reload runs: their reads of files are given up at
+// once, and Stop follows as soon as they return.
 func (d *Daemon) Stop() error {
+	d.endLife()
 	d.reloads.stop()
 	d.updateMu.Lock()
 	defer d.updateMu.Unlock()

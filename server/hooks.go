@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/safefile"
 	"github.com/sondeprobe/sonde/server/webhook"
 )
 
@@ -62,12 +63,13 @@ type hook struct {
 	done   chan struct{}
 }
 
-// newHook prepares the delivery of w, reading its secret.
-func newHook(w *config.EventWebhook, opt *Options, log *slog.Logger) (*hook, error) {
+// newHook prepares the delivery of w, reading its secret; ctx bounds the
+// read.
+func newHook(ctx context.Context, w *config.EventWebhook, opt *Options, log *slog.Logger) (*hook, error) {
 	var secret []byte
 	if w.SecretFile != "" {
 		var err error
-		if secret, err = webhook.ReadSecret(w.SecretFile); err != nil {
+		if secret, err = safefile.ReadSecret(ctx, w.SecretFile); err != nil {
 			return nil, fmt.Errorf("webhook %s: %w", w.Name, err)
 		}
 	}
@@ -251,15 +253,16 @@ type hookSet struct {
 }
 
 // prepare builds the hooks of cfg, reusing running ones whose settings did
-// not change, so their queues carry over a reload. It starts nothing.
-func (s *hookSet) prepare(cfg *config.Config) ([]*hook, error) {
+// not change, so their queues carry over a reload. It starts nothing; ctx
+// bounds the reading of their secrets.
+func (s *hookSet) prepare(ctx context.Context, cfg *config.Config) ([]*hook, error) {
 	var old []*hook
 	if p := s.cur.Load(); p != nil {
 		old = *p
 	}
 	var next []*hook
 	for _, w := range cfg.Webhooks {
-		h, err := newHook(w, s.opt, s.log)
+		h, err := newHook(ctx, w, s.opt, s.log)
 		if err != nil {
 			return nil, err
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/safefile"
 	"github.com/sondeprobe/sonde/server/webhook"
 )
 
@@ -281,7 +282,7 @@ func TestHookRefusedAndFull(t *testing.T) {
 	defer srv.Close()
 	opt := &Options{Version: "test"}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	h, err := newHook(&config.EventWebhook{Name: "x", URL: srv.URL, Timeout: time.Second}, opt, log)
+	h, err := newHook(t.Context(), &config.EventWebhook{Name: "x", URL: srv.URL, Timeout: time.Second}, opt, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +315,7 @@ func TestHookRefusedAndFull(t *testing.T) {
 // TestHookLostReported checks that the next batch says how many events the
 // full queue dropped.
 func TestHookLostReported(t *testing.T) {
-	h, err := newHook(&config.EventWebhook{Name: "x", URL: "http://127.0.0.1:1/", Timeout: time.Second}, &Options{}, slog.New(slog.DiscardHandler))
+	h, err := newHook(t.Context(), &config.EventWebhook{Name: "x", URL: "http://127.0.0.1:1/", Timeout: time.Second}, &Options{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,8 +338,8 @@ func TestHookSecretUnreadable(t *testing.T) {
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := newHook(&config.EventWebhook{Name: "lb", URL: "http://127.0.0.1:1/", SecretFile: empty}, &Options{}, slog.New(slog.DiscardHandler))
-	if err == nil || !strings.Contains(err.Error(), "webhook lb: secret file") || errors.Is(err, nil) {
+	_, err := newHook(t.Context(), &config.EventWebhook{Name: "lb", URL: "http://127.0.0.1:1/", SecretFile: empty}, &Options{}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.HasPrefix(err.Error(), "webhook lb: ") || !errors.Is(err, safefile.ErrEmptySecret) {
 		t.Fatalf("empty secret file: %v", err)
 	}
 }

@@ -42,7 +42,8 @@ func TestRunBadConfig(t *testing.T) {
 
 // TestRunAndCheckAgree checks that "sonde run" and "sonde config check"
 // refuse the same configurations, with the same exit code and error: a
-// missing file, and a CA file the HTTP prober cannot use.
+// missing file, a CA file the HTTP prober cannot use, secret files the
+// daemon cannot use.
 func TestRunAndCheckAgree(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), []byte("not a certificate\n"), 0o600); err != nil {
@@ -52,9 +53,33 @@ func TestRunAndCheckAgree(t *testing.T) {
 	if err := os.WriteFile(badCA, []byte("checks:\n  web: {protocol: https, tls: {ca_file: ca.pem}}\npools: [{name: p, check: web, targets: [127.0.0.1]}]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Secret files the daemon cannot use: one of 2 GiB (sparse), one that
+	// holds only white space. Those of webhooks used to pass the check and
+	// stop the run's start with exit 1.
+	big, err := os.Create(filepath.Join(dir, "big.secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := big.Truncate(2 << 30); err != nil {
+		t.Fatal(err)
+	}
+	big.Close()
+	if err := os.WriteFile(filepath.Join(dir, "empty.secret"), []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hookSecret := func(name string) string {
+		p := filepath.Join(dir, name+".yaml")
+		y := "checks:\n  web: {protocol: http}\npools: [{name: p, check: web, targets: [127.0.0.1]}]\nwebhooks: [{url: \"http://127.0.0.1:1/\", secret_file: " + name + ".secret}]\n"
+		if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 	for _, tc := range []struct{ name, file, msg string }{
 		{"missing file", filepath.Join(dir, "missing.yaml"), "no such file or directory"},
 		{"CA file without a certificate", badCA, `checks.web.tls.ca_file: "ca.pem": no PEM certificate found`},
+		{"secret file too large", hookSecret("big"), `webhooks[0].secret_file: "big.secret": file too large: 2147483648 bytes, at most 65536 allowed`},
+		{"secret file empty", hookSecret("empty"), `webhooks[0].secret_file: "empty.secret": secret file is empty`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			codes := map[string]int{}

@@ -8,7 +8,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -144,12 +146,39 @@ func TestReadSecret(t *testing.T) {
 		}
 		return p
 	}
-	if b, err := ReadSecret(write("ok", "  s3cret\n")); err != nil || string(b) != "s3cret" {
+	if b, err := ReadSecret(t.Context(), write("ok", "  s3cret\n")); err != nil || string(b) != "s3cret" {
 		t.Errorf("ReadSecret = %q, %v", b, err)
 	}
-	for _, p := range []string{write("empty", " \n"), write("big", string(make([]byte, 5000))), dir, filepath.Join(dir, "missing")} {
-		if _, err := ReadSecret(p); err == nil {
+	for _, p := range []string{write("empty", " \n"), write("big", string(make([]byte, 64<<10+1))), dir, filepath.Join(dir, "missing")} {
+		if _, err := ReadSecret(t.Context(), p); err == nil {
 			t.Errorf("ReadSecret(%s) accepted it", p)
 		}
+	}
+}
+
+// TestReadSecretFIFO: a secret file swapped for a FIFO is refused at once;
+// opening it used to wait for a writer, holding the reload that read it.
+func TestReadSecretFIFO(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "secret")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // lets a blocked open go, should there be one
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ReadSecret(t.Context(), fifo)
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Fatalf("ReadSecret(FIFO) = %v, want not a regular file", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ReadSecret(FIFO) waits for a writer")
 	}
 }
