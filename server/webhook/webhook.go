@@ -68,7 +68,8 @@ type Sender struct {
 }
 
 // ErrRejected wraps the error of a document the receiver refused for good
-// (a 4xx status other than 408 and 429): it is not retried.
+// (a redirect, a 4xx status other than 408 and 429, any other status
+// outside 2xx that is not a 5xx): it is not retried.
 var ErrRejected = errors.New("webhook rejected")
 
 // StatusError is a response outside 2xx.
@@ -149,9 +150,11 @@ func (s *Sender) attempt(ctx context.Context, body []byte) (time.Duration, error
 	if s.Secret != nil {
 		req.Header.Set(SignatureHeader, Sign(s.Secret, body))
 	}
-	client := s.Client
-	if client == nil {
-		client = defaultClient
+	client := defaultClient
+	if s.Client != nil {
+		c := *s.Client
+		c.CheckRedirect = noRedirect
+		client = &c
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -172,9 +175,10 @@ func (s *Sender) attempt(ctx context.Context, body []byte) (time.Duration, error
 
 // defaultClient follows no redirects: a receiver that moves is a
 // configuration error to see, not a hop to take with a signed body.
-var defaultClient = &http.Client{
-	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-}
+var defaultClient = &http.Client{CheckRedirect: noRedirect}
+
+// noRedirect makes a client return a redirect as the response.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // retryAfter parses a Retry-After header given in seconds; dates and junk
 // give 0.

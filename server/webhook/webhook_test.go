@@ -182,3 +182,38 @@ func TestReadSecretFIFO(t *testing.T) {
 		t.Fatal("ReadSecret(FIFO) waits for a writer")
 	}
 }
+
+// TestPostNoRedirect: a redirect is the receiver's answer, a refusal, with
+// any client: the signed body never goes where it points.
+func TestPostNoRedirect(t *testing.T) {
+	var mu sync.Mutex
+	followed := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/moved" {
+			mu.Lock()
+			followed++
+			mu.Unlock()
+			return
+		}
+		http.Redirect(w, r, "/moved", http.StatusPermanentRedirect)
+	}))
+	t.Cleanup(srv.Close)
+	for _, c := range []struct {
+		name   string
+		client *http.Client
+	}{{"default client", nil}, {"a client of the caller's", &http.Client{}}} {
+		t.Run(c.name, func(t *testing.T) {
+			s := &Sender{URL: srv.URL + "/hook", Client: c.client, Secret: []byte("k3y")}
+			n, err := s.Post(t.Context(), []byte(`{}`))
+			var se *StatusError
+			if !errors.Is(err, ErrRejected) || !errors.As(err, &se) || se.Code != http.StatusPermanentRedirect || n != 1 {
+				t.Fatalf("Post to a redirecting receiver = %d, %v; want one attempt refused with status 308", n, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if followed != 0 {
+				t.Fatalf("the redirect was followed %d times", followed)
+			}
+		})
+	}
+}
