@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -132,7 +133,10 @@ func resolveRemediation(i int, s *RemediationSpec, pools []*Pool, files *fileRea
 
 // resolveCommand checks the command's program and arguments. A program
 // given with a directory ("bin/replace", "./replace") is relative to the
-// config's directory; a bare name is looked up in PATH when it runs.
+// config's directory, and made absolute here: never a bare name, which
+// would be looked up in PATH (filepath.Join(".", "./replace") is
+// "replace"). A bare name is looked up in PATH when it runs, as a shell
+// does.
 func (r *Remediation) resolveCommand(argv []string, dir string) error {
 	if argv == nil {
 		return nil
@@ -147,7 +151,11 @@ func (r *Remediation) resolveCommand(argv []string, dir string) error {
 	}
 	r.Command = slices.Clone(argv)
 	if strings.ContainsRune(argv[0], '/') {
-		r.Command[0] = resolvePath(dir, argv[0])
+		abs, err := filepath.Abs(resolvePath(dir, argv[0]))
+		if err != nil {
+			return &FieldError{Field: r.field("command") + "[0]", Msg: fmt.Sprintf("%q: %s", argv[0], errText(err)), Err: err}
+		}
+		r.Command[0] = abs
 	}
 	return nil
 }
