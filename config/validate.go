@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	httpprobe "github.com/sondeprobe/sonde/probe/http"
@@ -165,30 +163,6 @@ func resolvePath(dir, p string) string {
 		return p
 	}
 	return filepath.Join(dir, p)
-}
-
-// ErrNotRegular is returned by [OpenRegular] for a file that is not a
-// regular file.
-var ErrNotRegular = errors.New("not a regular file")
-
-// OpenRegular opens the file at path for reading, and refuses anything but
-// a regular file without waiting: opening a FIFO for reading would block
-// until a writer came. The state file is opened with it; the files of a
-// configuration are read with package safefile.
-func OpenRegular(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := f.Stat()
-	if err == nil && !fi.Mode().IsRegular() {
-		err = ErrNotRegular
-	}
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
 }
 
 // errText returns the innermost message of a file error ("no such file or

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -134,6 +135,11 @@ type Daemon struct {
 	life    context.Context
 	endLife context.CancelFunc
 
+	// The state file (Options.StateFile): the lock held on it from Start to
+	// Stop, and how its saves go; both nil without one.
+	stateLock *os.File
+	saves     *saveHealth
+
 	cur atomic.Pointer[generation]
 
 	// updateMu serialises the loads and edits of the running engine; it
@@ -212,21 +218,37 @@ func New(opt Options) (*Daemon, error) {
 	d.probes = make(chan struct{}, opt.ProbeConcurrency)
 	d.metrics = newMetrics(d)
 	d.rem = remediate.New(remediate.Options{Logger: opt.Logger, Registerer: d.metrics.reg})
+	if opt.StateFile != "" {
+		d.saves = newSaveHealth(d.metrics.reg)
+	}
 	d.reloads.d = d
 	return d, nil
 }
 
 // Start loads the configuration and starts probing, with the states of the
 // state file (if any) for the targets whose probe is unchanged. It fails when
-// the configuration cannot be loaded or its probers cannot start; the error
-// is returned, not logged: nothing runs, and the caller reports it.
-func (d *Daemon) Start() error {
+// the configuration cannot be loaded or its probers cannot start, and with
+// ErrStateFile when the state file is not sonde's or another daemon holds
+// it; the error is returned, not logged: nothing runs, and the caller
+// reports it.
+func (d *Daemon) Start() (err error) {
 	d.updateMu.Lock()
 	defer d.updateMu.Unlock()
 	if d.engine != nil || d.stopped {
 		return errors.New("server: the daemon runs or ran already")
 	}
 	start := time.Now()
+	if d.opt.StateFile != "" {
+		if d.stateLock, err = claimState(d.life, d.opt.StateFile); err != nil {
+			return err
+		}
+		defer func() {
+			if err != nil {
+				d.stateLock.Close()
+				d.stateLock = nil
+			}
+		}()
+	}
 	cfg, in, err := d.read(false)
 	if err != nil {
 		return err
@@ -578,15 +600,24 @@ func (d *Daemon) Stop() error {
 	if d.engine == nil {
 		return errors.Join(errs...)
 	}
+	// The engine and the state saver stop without the lock: a periodic save
+	// takes it to read the states, and one that began now would wait for it
+	// forever while Stop waits for the saver. No reload, update or start
+	// runs meanwhile: they see d.stopped.
+	d.updateMu.Unlock()
 	d.cancel()
 	<-d.done
+	d.updateMu.Lock()
 	d.cur.Load().stopRouter()
 	if d.opt.StateFile != "" {
 		if s := d.stateToSave(); s != nil {
-			if err := writeState(d.opt.StateFile, s); err != nil {
-				errs = append(errs, err)
+			err := writeState(d.opt.StateFile, s)
+			d.saves.record(err, time.Now()) // the error is Stop's: the caller reports it
+			if err != nil {
+				errs = append(errs, fmt.Errorf("the states were not saved at stop: %w", err))
 			}
 		}
+		d.stateLock.Close()
 	}
 	errs = append(errs, d.probers.close())
 	return errors.Join(errs...)

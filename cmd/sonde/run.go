@@ -218,6 +218,9 @@ func serveDaemon(ctx context.Context, opt server.Options, listen string, hup <-c
 			log.Info("stopping", "during", "start", "err", err)
 			return stop()
 		}
+		if errors.Is(err, server.ErrStateFile) {
+			err = usageError(err) // -state-file names a file sonde cannot use
+		}
 		return errors.Join(err, stop())
 	}
 	stopEarly()

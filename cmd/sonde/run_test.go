@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
@@ -128,6 +130,48 @@ func TestSourceFlag(t *testing.T) {
 			}
 			if _, err := sf.sweepOptions(probe.NewTable(1)); err == nil || err.Error() != "scan: -source: "+cerr.Error() {
 				t.Errorf("sonde scan -source %q: %v", bad, err)
+			}
+		})
+	}
+}
+
+// TestRunStateFileRefused: "sonde run -state-file" naming a file that is
+// not a state file (here the configuration itself), or one another sonde
+// holds, ends at the start with exit 2 and says why; the first used to be
+// overwritten with states, the second shared by two daemons.
+func TestRunStateFileRefused(t *testing.T) {
+	const yaml = "checks:\n  web: {protocol: http, interval: 1h}\npools: [{name: p, check: web, targets: [\"127.0.0.1:1\"]}]\n"
+	held := filepath.Join(t.TempDir(), "state")
+	lock, err := os.OpenFile(held+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		state func(cfg string) string
+		msg   string // after the state file's name
+	}{
+		{"not a state file", func(cfg string) string { return cfg }, " is not a sonde state file"},
+		{"held by another sonde", func(string) string { return held }, " is in use by another sonde"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := writeConfig(t, yaml)
+			state := tc.state(cfg)
+			before, _ := os.ReadFile(state)
+			// Bounded: a daemon that starts runs until this ends.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var out, errOut bytes.Buffer
+			err := run(ctx, []string{"run", "-config", cfg, "-state-file", state, "-state-interval", "10ms", "-listen", "127.0.0.1:0", "-syn=false"}, &out, &errOut)
+			if code := report(err, &errOut); code != exitUsage || !strings.Contains(errOut.String(), state+tc.msg) {
+				t.Errorf("exit %d, want %d; stderr %q, want %q", code, exitUsage, errOut.String(), state+tc.msg)
+			}
+			if after, _ := os.ReadFile(state); !bytes.Equal(after, before) {
+				t.Errorf("%s was written", state)
 			}
 		})
 	}
