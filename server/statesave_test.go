@@ -9,10 +9,13 @@ import (
 	"time"
 )
 
-// removeDir removes dir while saves write into it.
-func removeDir(t *testing.T, dir string) {
+// move renames from to to: at once, so that no save in progress sees half
+// a directory.
+func move(t *testing.T, from, to string) {
 	t.Helper()
-	waitFor(t, "removing "+dir, func() bool { return os.RemoveAll(dir) == nil })
+	if err := os.Rename(from, to); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestStateSaveFailureReported: saves that fail because the state file's
@@ -39,7 +42,7 @@ func TestStateSaveFailureReported(t *testing.T) {
 		t.Errorf("sonde_state_last_save_success_timestamp_seconds = %v, want about now", v)
 	}
 
-	removeDir(t, dir)
+	move(t, dir, dir+".gone") // every save fails from now on
 	failures := func() float64 { return metric("sonde_state_saves_total", map[string]string{"result": "failure"}) }
 	waitFor(t, "three failed saves", func() bool { return failures() >= 3 })
 	if v := metric("sonde_state_last_save_successful", nil); v != 0 {
@@ -53,9 +56,7 @@ func TestStateSaveFailureReported(t *testing.T) {
 		t.Errorf("the overview does not say %q:\n%s", want, page)
 	}
 
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	move(t, dir+".gone", dir)
 	waitFor(t, "a save after the directory came back", func() bool { return metric("sonde_state_last_save_successful", nil) == 1 })
 	if !strings.Contains(logs.String(), "state file saved again") {
 		t.Errorf("the recovery was not logged:\n%s", logs.String())
@@ -64,7 +65,7 @@ func TestStateSaveFailureReported(t *testing.T) {
 		t.Errorf("the overview still warns after a save succeeded:\n%s", page)
 	}
 
-	removeDir(t, dir)
+	move(t, dir, dir+".gone")
 	if err := td.d.Stop(); err == nil || !strings.Contains(err.Error(), "the states were not saved at stop") {
 		t.Fatalf("Stop with the state directory gone: %v, want the failed save", err)
 	}
