@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"context"
 	"encoding"
 	"fmt"
 	"net/http"
@@ -42,8 +43,9 @@ type Probe struct {
 }
 
 // HTTPOptions returns the HTTP prober's options for an HTTP or HTTPS probe,
-// reading the secret of its auth token when it has one.
-func (p *Probe) HTTPOptions() (httpprobe.Options, error) {
+// reading the secret of its auth token when it has one; ctx bounds the
+// read.
+func (p *Probe) HTTPOptions(ctx context.Context) (httpprobe.Options, error) {
 	o := httpprobe.Options{
 		Scheme:       p.Protocol.String(),
 		Method:       p.Method,
@@ -67,7 +69,7 @@ func (p *Probe) HTTPOptions() (httpprobe.Options, error) {
 	var err error
 	switch a := p.AuthToken; {
 	case a.SecretFile != "":
-		o.Token, err = httpprobe.TokenFromFile(a.SecretFile)
+		o.Token, err = httpprobe.TokenFromFile(ctx, a.SecretFile)
 	case a.SecretEnv != "":
 		o.Token, err = httpprobe.TokenFromEnv(a.SecretEnv)
 	}

@@ -203,7 +203,7 @@ func (g *generation) runOneShot(ctx context.Context, shot *oneShot, timeout time
 		return res, err
 	}
 	res.addr = addr
-	p, err := g.oneShotProber(shot)
+	p, err := g.oneShotProber(ctx, shot)
 	if err != nil {
 		return fail(err), nil
 	}
@@ -239,8 +239,9 @@ type oneShotProbers struct {
 }
 
 // oneShotProber returns the prober of shot's check, chosen by NewProber
-// without the SYN prober (a /probe connects).
-func (g *generation) oneShotProber(shot *oneShot) (probe.Reporter, error) {
+// without the SYN prober (a /probe connects); ctx bounds the reading of
+// its files.
+func (g *generation) oneShotProber(ctx context.Context, shot *oneShot) (probe.Reporter, error) {
 	c := g.cfg.CheckByName(shot.check.Name)
 	same := shot.check.Protocol == c.Protocol && shot.check.Path == c.Path && shot.check.TCPMode == c.TCPMode && !shot.withheld
 	if same {
@@ -250,7 +251,7 @@ func (g *generation) oneShotProber(shot *oneShot) (probe.Reporter, error) {
 			return p, nil
 		}
 	}
-	p, _, err := NewProber(&shot.check, false)
+	p, _, err := NewProber(ctx, &shot.check, false)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -132,6 +133,17 @@ type Daemon struct {
 	conns   atomic.Pointer[connLimiter] // the HTTP server's, once it serves
 	layouts atomic.Uint32               // the last pool layout; from a random start, so cursors die with the process
 
+	// life ends when Stop begins: reads of the configuration's files
+	// (secrets, certificates, the state file) made with it are given up
+	// then, so that a file system that does not answer holds no stop.
+	life    context.Context
+	endLife context.CancelFunc
+
+	// The state file (Options.StateFile): the lock held on it from Start to
+	// Stop, and how its saves go; both nil without one.
+	stateLock *os.File
+	saves     *saveHealth
+
 	cur atomic.Pointer[generation]
 
 	// updateMu serialises the loads and edits of the running engine; it
@@ -203,26 +215,43 @@ func New(opt Options) (*Daemon, error) {
 	d.obs = newObserver(d)
 	d.local.period = localLogEvery
 	d.layouts.Store(rand.Uint32())
+	d.life, d.endLife = context.WithCancel(context.Background())
 	d.hooks = hookSet{opt: &d.opt, log: d.log, feed: d.events.setHooks}
 	d.streams.done = make(chan struct{})
 	d.adm = newAdmission(&d.opt)
 	d.metrics = newMetrics(d)
 	d.rem = remediate.New(remediate.Options{Logger: opt.Logger, Registerer: d.metrics.reg})
+	if opt.StateFile != "" {
+		d.saves = newSaveHealth(d.metrics.reg)
+	}
 	d.reloads.d = d
 	return d, nil
 }
 
 // Start loads the configuration and starts probing, with the states of the
 // state file (if any) for the targets whose probe is unchanged. It fails when
-// the configuration cannot be loaded or its probers cannot start; the error
-// is returned, not logged: nothing runs, and the caller reports it.
-func (d *Daemon) Start() error {
+// the configuration cannot be loaded or its probers cannot start, and with
+// ErrStateFile when the state file is not sonde's or another daemon holds
+// it; the error is returned, not logged: nothing runs, and the caller
+// reports it.
+func (d *Daemon) Start() (err error) {
 	d.updateMu.Lock()
 	defer d.updateMu.Unlock()
 	if d.engine != nil || d.stopped {
 		return errors.New("server: the daemon runs or ran already")
 	}
 	start := time.Now()
+	if d.opt.StateFile != "" {
+		if d.stateLock, err = claimState(d.life, d.opt.StateFile); err != nil {
+			return err
+		}
+		defer func() {
+			if err != nil {
+				d.stateLock.Close()
+				d.stateLock = nil
+			}
+		}()
+	}
 	cfg, in, err := d.read(false)
 	if err != nil {
 		return err
@@ -257,17 +286,17 @@ func (d *Daemon) read(reload bool) (*config.Config, inputs, error) {
 		d.loadFailed(err, reload)
 		return nil, inputs{}, err
 	}
-	return cfg, inputsOf(cfg), nil
+	return cfg, inputsOf(d.life, cfg), nil
 }
 
 // first builds the engine and the probers for the first configuration, ids
 // as in cfg, and starts them.
 func (d *Daemon) first(cfg *config.Config) (*generation, error) {
-	plan, err := d.rem.Plan(cfg)
+	plan, err := d.rem.Plan(d.life, cfg)
 	if err != nil {
 		return nil, err
 	}
-	hooks, err := d.hooks.prepare(cfg)
+	hooks, err := d.hooks.prepare(d.life, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +312,7 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 		onRetire: d.totals.retireSyn, onStop: d.totals.retirePool,
 		shards: shards, ctx: ctx, pools: map[string]*workerPool{}, endpoints: daemonEndpoints{d},
 	}
-	pp, err := ps.prepare(cfg)
+	pp, err := ps.prepare(d.life, cfg)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -417,7 +446,7 @@ func (d *Daemon) reload() error {
 		return errors.New("server: the daemon does not run")
 	}
 	start := time.Now()
-	if d.inputs.unchanged() {
+	if d.inputs.unchanged(d.life) {
 		d.metrics.reloads.WithLabelValues("success").Inc()
 		d.metrics.reloadOK.Set(1)
 		d.log.Debug("configuration unchanged", "files", len(d.inputs.files))
@@ -445,16 +474,16 @@ func (d *Daemon) reload() error {
 // generation. It returns the numbers of targets added and removed.
 func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
 	old := d.cur.Load()
-	plan, err := d.rem.Plan(cfg)
+	plan, err := d.rem.Plan(d.life, cfg)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	hooks, err := d.hooks.prepare(cfg)
+	hooks, err := d.hooks.prepare(d.life, cfg)
 	if err != nil {
 		return nil, 0, 0, err
 	}
 	slots, nslots := slotsFor(old, cfg)
-	pp, err := d.probers.prepare(cfg)
+	pp, err := d.probers.prepare(d.life, cfg)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -513,6 +542,10 @@ func (d *Daemon) loaded(g *generation, reload bool, kept, added, removed int, to
 	d.log.Info(msg, "shard", g.cfg.Shard.String(), "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", g.targets,
 		"streams", g.cfg.Streams(), "remediations", len(g.cfg.Remediations), "kept_state", kept, "added", added, "removed", removed,
 		"tcp_path", g.launch.tcpPath, "took", took.Round(time.Millisecond))
+	d.metrics.warnings.Set(float64(len(g.cfg.Warnings)))
+	for _, w := range g.cfg.Warnings {
+		d.log.Warn("configuration warning", "field", w.Field, "warning", w.Msg)
+	}
 	if gogc > 0 {
 		d.log.Debug("collector goal set", "gogc", gogc)
 	}
@@ -547,8 +580,11 @@ func staleSeries(old, next *config.Config) (gone []string, moved []poolProtocol)
 }
 
 // Stop ends probing and remediation (an action in flight is cancelled) and
-// saves the state file. The daemon cannot be started again.
+// saves the state file. The daemon cannot be started again. It may be
+// called while Start or a reload runs: their reads of files are given up at
+// once, and Stop follows as soon as they return.
 func (d *Daemon) Stop() error {
+	d.endLife()
 	d.reloads.stop()
 	d.updateMu.Lock()
 	defer d.updateMu.Unlock()
@@ -567,15 +603,24 @@ func (d *Daemon) Stop() error {
 	if d.engine == nil {
 		return errors.Join(errs...)
 	}
+	// The engine and the state saver stop without the lock: a periodic save
+	// takes it to read the states, and one that began now would wait for it
+	// forever while Stop waits for the saver. No reload, update or start
+	// runs meanwhile: they see d.stopped.
+	d.updateMu.Unlock()
 	d.cancel()
 	<-d.done
+	d.updateMu.Lock()
 	d.cur.Load().stopRouter()
 	if d.opt.StateFile != "" {
 		if s := d.stateToSave(); s != nil {
-			if err := writeState(d.opt.StateFile, s); err != nil {
-				errs = append(errs, err)
+			err := writeState(d.opt.StateFile, s)
+			d.saves.record(err, time.Now()) // the error is Stop's: the caller reports it
+			if err != nil {
+				errs = append(errs, fmt.Errorf("the states were not saved at stop: %w", err))
 			}
 		}
+		d.stateLock.Close()
 	}
 	errs = append(errs, d.probers.close())
 	return errors.Join(errs...)

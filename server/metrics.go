@@ -30,6 +30,7 @@ type metrics struct {
 	reloads    *prometheus.CounterVec   // result
 	reloadOK   prometheus.Gauge
 	reloadTime prometheus.Gauge
+	warnings   prometheus.Gauge
 
 	local [probe.NumLocalCauses]prometheus.Counter // sonde_probe_local_errors_total by cause
 }
@@ -73,6 +74,10 @@ func newMetrics(d *Daemon) *metrics {
 			Name: "sonde_config_last_reload_success_timestamp_seconds",
 			Help: "Time of the last successful configuration load.",
 		}),
+		warnings: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sonde_config_warnings",
+			Help: "Warnings about the running configuration, logged at its load and shown on the status page: secret files and TLS keys other users can read.",
+		}),
 	}
 	local := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sonde_probe_local_errors_total",
@@ -91,7 +96,7 @@ func newMetrics(d *Daemon) *metrics {
 		Help: "The slice of the targets this process probes: shard i of N (sonde run -shard i/N; 0 of 1 without it); the value is 1.",
 	}, []string{"shard", "shards"})
 	shard.WithLabelValues(strconv.Itoa(d.opt.Shard.Index), strconv.Itoa(d.opt.Shard.Shards())).Set(1)
-	m.reg.MustRegister(m.probes, m.duration, m.phases, m.changes, local, m.routes, m.reloads, m.reloadOK, m.reloadTime, build, shard,
+	m.reg.MustRegister(m.probes, m.duration, m.phases, m.changes, local, m.routes, m.reloads, m.reloadOK, m.reloadTime, m.warnings, build, shard,
 		&stateCollector{d: d},
 		&targetCollector{d: d},
 		&discoveryCollector{d: d},

@@ -49,12 +49,24 @@ type pageBase struct {
 	EventSeq uint64 // the newest event when the page was made: the script follows the stream from there
 	Pool     string // the pool the page is about, for the script
 	Target   string // the target the page is about, for the script
+	// Alerts are what is wrong with sonde itself, shown on every page: its
+	// state file not saved, warnings about its configuration.
+	Alerts []string
 }
 
 func (d *Daemon) pageBase(g *generation, page, title string) pageBase {
 	tcp, _ := d.TCPPath()
-	return pageBase{Page: page, Title: title, Version: d.opt.Version, Shard: g.cfg.Shard.String(), TCPPath: string(tcp),
+	b := pageBase{Page: page, Title: title, Version: d.opt.Version, Shard: g.cfg.Shard.String(), TCPPath: string(tcp),
 		Loaded: g.loaded, Now: d.opt.Clock.Now(), EventSeq: d.events.last()}
+	if d.saves != nil {
+		if a := d.saves.alert(d.opt.StateFile, time.Now()); a != "" {
+			b.Alerts = append(b.Alerts, a)
+		}
+	}
+	for _, w := range g.cfg.Warnings {
+		b.Alerts = append(b.Alerts, "Configuration: "+w.String()+".")
+	}
+	return b
 }
 
 // statusRoutes adds the status page's routes to mux.

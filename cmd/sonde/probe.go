@@ -149,12 +149,12 @@ func runProbeWith(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		return usageError(err)
 	}
 	for _, j := range jobs {
-		if j.check, err = j.newCheck(settings); err != nil {
+		if j.check, err = j.newCheck(ctx, settings); err != nil {
 			return usageError(err)
 		}
 	}
 	resolveJobs(ctx, jobs, res)
-	closeSyn, err := chooseProbers(jobs)
+	closeSyn, err := chooseProbers(ctx, jobs)
 	if err != nil {
 		return err
 	}
