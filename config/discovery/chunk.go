@@ -169,9 +169,15 @@ func (b *chunkBuilder) addressGroup(ls map[string]string, targets []string) {
 // size is the number of bytes written so far.
 func (b *chunkBuilder) size() int { return b.b.Len() }
 
-// chunk returns the chunk built, with over set on every group.
+// chunk returns the chunk built, with over set on every group. The data
+// is copied to its size when the builder's buffer has more than an eighth
+// of room left: a chunk is kept for long.
 func (b *chunkBuilder) chunk(over labels.Labels) *chunk {
-	return &chunk{data: b.b.String(), names: b.list, over: over, groups: b.groups, targets: b.targets}
+	data := b.b.String()
+	if b.b.Cap()-len(data) > len(data)/8 {
+		data = strings.Clone(data)
+	}
+	return &chunk{data: data, names: b.list, over: over, groups: b.groups, targets: b.targets}
 }
 
 // chunkOf returns a chunk holding Prometheus's group g.

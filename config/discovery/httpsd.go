@@ -23,8 +23,9 @@ var jsonContentType = regexp.MustCompile(`^(?i:application/json(;\s*charset=("ut
 // 200, a JSON content type, the refresh interval in
 // X-Prometheus-Refresh-Interval-Seconds, "__meta_url" on each group), with
 // two differences: an answer may hold at most MaxDocumentBytes, read as a
-// stream of groups, and a request ends after a refresh interval (Prometheus
-// waits for as long as the server takes).
+// stream of groups, and a request ends after a refresh interval, or a
+// minute if that is longer (Prometheus waits for as long as the server
+// takes).
 type httpFeed struct {
 	cfg    *httpsd.SDConfig
 	client *http.Client
@@ -38,12 +39,16 @@ func newHTTPFeed(cfg *httpsd.SDConfig) (*httpFeed, error) {
 	return &httpFeed{cfg: cfg, client: client}, nil
 }
 
+// minHTTPTimeout is the least time an HTTP SD request may take, however
+// short the refresh interval: a large answer takes seconds to read.
+const minHTTPTimeout = time.Minute
+
 func (h *httpFeed) run(ctx context.Context, out feedOut) {
 	every := time.Duration(h.cfg.RefreshInterval)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
-		c, err := h.fetch(ctx, every)
+		c, err := h.fetch(ctx, max(every, minHTTPTimeout))
 		switch {
 		case ctx.Err() != nil:
 			return

@@ -30,7 +30,7 @@ type relabeled struct {
 	version uint64     // of the source's content
 	rl      *relabeler // the rules, and the pool's labels
 	total   int        // the targets the source gave
-	targets []Target   // the targets given as addresses
+	targets part       // the targets given as addresses
 	hosts   []hostTarget
 	groups  int
 	dropped map[string]int // by reason; reasonRelabel for the rules
@@ -46,7 +46,7 @@ type hostTarget struct {
 	labels labels.Labels
 }
 
-func (o *relabeled) kept() int { return len(o.targets) + len(o.hosts) }
+func (o *relabeled) kept() int { return len(o.targets.targets) + len(o.hosts) }
 
 // Why a relabeling pass ends before its end.
 var (
@@ -106,7 +106,7 @@ func relabelSource(ctx context.Context, s *source, rl *relabeler, budget func(in
 	defer t.Stop()
 	defer context.AfterFunc(ctx, func() { stop.Store(stopCtx) })()
 	out := &relabeled{version: version, rl: rl, total: n, groups: groups, dropped: map[string]int{}}
-	in := interner{}
+	in := interner{idx: map[uint64]uint32{}}
 	var err error
 	for _, c := range cs {
 		c.each(func(gl, tl []label) bool {
@@ -133,9 +133,9 @@ func relabelSource(ctx context.Context, s *source, rl *relabeler, budget func(in
 				}
 				out.invalid++
 			case ep.host != "":
-				out.hosts = append(out.hosts, hostTarget{ep.host, ep.port, in.intern(ls)})
+				out.hosts = append(out.hosts, hostTarget{ep.host, ep.port, in.sets[in.intern(ls)]})
 			default:
-				out.targets = append(out.targets, Target{Addr: ep.addr, Port: ep.port, Labels: in.intern(ls)})
+				out.targets.targets = append(out.targets.targets, newAddrTarget(ep.addr, ep.port, in.intern(ls)))
 			}
 			return true
 		})
@@ -143,24 +143,29 @@ func relabelSource(ctx context.Context, s *source, rl *relabeler, budget func(in
 			return &relabeled{version: version, rl: rl, total: n}, err
 		}
 	}
+	out.targets.sets = in.sets
 	if msg := refused(out); msg != "" {
 		return out, &refusal{msg}
 	}
 	return out, nil
 }
 
-// interner shares the label sets of a pass that are equal: targets of one
-// rack or zone keep one copy of their labels.
-type interner map[uint64]labels.Labels
+// interner numbers the label sets of a pass, each once: targets of one
+// rack or zone share one copy of their labels.
+type interner struct {
+	idx  map[uint64]uint32 // by hash
+	sets []labels.Labels
+}
 
-func (in interner) intern(ls labels.Labels) labels.Labels {
+func (in *interner) intern(ls labels.Labels) uint32 {
 	h := ls.Hash()
-	if x, ok := in[h]; ok {
-		if labels.Equal(x, ls) {
-			return x
-		}
-		return ls // a collision: rare, and only costs the sharing
+	if i, ok := in.idx[h]; ok && labels.Equal(in.sets[i], ls) {
+		return i
 	}
-	in[h] = ls
-	return ls
+	i := uint32(len(in.sets))
+	in.sets = append(in.sets, ls)
+	if _, ok := in.idx[h]; !ok {
+		in.idx[h] = i // a collision keeps the first: the second set is only not shared
+	}
+	return i
 }

@@ -443,8 +443,8 @@ func (r *Runner) assemble(ps *poolState) (Found, map[nameKey]bool) {
 		byName(n.Host, n.Port, ps.spec.Labels)
 	}
 	for _, s := range ps.sources {
-		if s.out != nil && len(s.out.targets) > 0 {
-			f.Parts = append(f.Parts, s.out.targets)
+		if s.out != nil && len(s.out.targets.targets) > 0 {
+			f.parts = append(f.parts, s.out.targets)
 		}
 	}
 	for _, s := range ps.sources {
@@ -459,8 +459,8 @@ func (r *Runner) assemble(ps *poolState) (Found, map[nameKey]bool) {
 
 // sameFound reports whether two results hold the same targets in the same
 // order, and the same unresolved names with the same errors. Parts that
-// are one slice, as a source's targets are from one look to the next while
-// it sends nothing new, are not read.
+// are the same, as a source's are from one look to the next while it sends
+// nothing new, are not read.
 func sameFound(a, b Found) bool {
 	if a.Len() != b.Len() || len(a.Unresolved) != len(b.Unresolved) {
 		return false
@@ -468,23 +468,9 @@ func sameFound(a, b Found) bool {
 	same := func(x, y *Target) bool {
 		return x.Addr == y.Addr && x.Port == y.Port && x.Host == y.Host && labels.Equal(x.Labels, y.Labels)
 	}
-	if len(a.Targets) == len(b.Targets) && len(a.Parts) == len(b.Parts) {
+	if len(a.Targets) == len(b.Targets) && len(a.parts) == len(b.parts) && slices.EqualFunc(a.parts, b.parts, samePart) {
 		if !slices.EqualFunc(a.Targets, b.Targets, func(x, y Target) bool { return same(&x, &y) }) {
 			return false
-		}
-		for i, p := range a.Parts {
-			q := b.Parts[i]
-			if len(p) != len(q) {
-				return false
-			}
-			if len(p) > 0 && &p[0] == &q[0] {
-				continue
-			}
-			for j := range p {
-				if !same(&p[j], &q[j]) {
-					return false
-				}
-			}
 		}
 	} else {
 		next, stop := iter.Pull(b.All())
@@ -498,6 +484,11 @@ func sameFound(a, b Found) bool {
 	return slices.EqualFunc(a.Unresolved, b.Unresolved, func(x, y Unresolved) bool {
 		return x.Host == y.Host && x.Port == y.Port && x.Err == y.Err && labels.Equal(x.Labels, y.Labels)
 	})
+}
+
+// samePart reports whether two parts are one.
+func samePart(a, b part) bool {
+	return len(a.targets) == len(b.targets) && len(a.targets) > 0 && &a.targets[0] == &b.targets[0]
 }
 
 // wake asks the worker to look at the dirty pools.

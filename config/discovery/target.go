@@ -38,25 +38,52 @@ type Unresolved struct {
 }
 
 // Found is what a pool's sources and host names give at one time: the
-// targets of Targets, then those of each of Parts.
+// targets of Targets, then those the sources gave as addresses, kept as
+// the sources' relabeling made them (see [Found.All]).
 type Found struct {
-	Targets []Target
-	// Parts are more targets, each what one source gave as addresses.
-	// They are the runner's own: read them, never change them.
-	Parts      [][]Target
+	Targets    []Target
+	parts      []part
 	Unresolved []Unresolved
+}
+
+// part is the targets one source gave as addresses, shared with the
+// runner, never changed.
+type part struct {
+	targets []addrTarget
+	sets    []labels.Labels // the label sets of targets, each once
+}
+
+// addrTarget is a target given as an address, in 24 bytes where a Target
+// takes 64: its label set is an index into its part's sets.
+type addrTarget struct {
+	addr [16]byte
+	port uint16
+	is4  bool
+	set  uint32
+}
+
+func newAddrTarget(a netip.Addr, port uint16, set uint32) addrTarget {
+	return addrTarget{addr: a.As16(), port: port, is4: a.Is4(), set: set}
+}
+
+func (a *addrTarget) ip() netip.Addr {
+	if a.is4 {
+		return netip.AddrFrom4([4]byte(a.addr[12:]))
+	}
+	return netip.AddrFrom16(a.addr)
 }
 
 // Len returns the number of targets.
 func (f Found) Len() int {
 	n := len(f.Targets)
-	for _, p := range f.Parts {
-		n += len(p)
+	for _, p := range f.parts {
+		n += len(p.targets)
 	}
 	return n
 }
 
-// All returns the targets, in order.
+// All returns the targets, in order. A target it yields is valid until
+// the next: copy it to keep it.
 func (f Found) All() iter.Seq[*Target] {
 	return func(yield func(*Target) bool) {
 		for i := range f.Targets {
@@ -64,9 +91,12 @@ func (f Found) All() iter.Seq[*Target] {
 				return
 			}
 		}
-		for _, p := range f.Parts {
-			for i := range p {
-				if !yield(&p[i]) {
+		var t Target
+		for _, p := range f.parts {
+			for i := range p.targets {
+				a := &p.targets[i]
+				t = Target{Addr: a.ip(), Port: a.port, Labels: p.sets[a.set]}
+				if !yield(&t) {
 					return
 				}
 			}
