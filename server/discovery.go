@@ -101,6 +101,9 @@ func (d *Daemon) discoveryChanged(ctx context.Context) {
 		if g, added, removed, err = d.apply(eff); err == nil {
 			d.found = version
 			r.Applied(version)
+			if added >= bigUpdate && added > g.targets/2 {
+				d.mem.first() // most of the fleet arrived: return its load's garbage, as the first load does
+			}
 			d.log.Info("discovered targets applied", "added", added, "removed", removed, "targets", g.targets,
 				"unresolved", unresolvedCount(g.cfg), "took", time.Since(start).Round(time.Millisecond))
 			return
@@ -109,6 +112,14 @@ func (d *Daemon) discoveryChanged(ctx context.Context) {
 	d.found = version // retried when something changes again
 	d.log.Error("discovered targets not applied; the running ones stay", "err", err)
 }
+
+// bigUpdate is the number of targets a discovery update must add, and
+// more than half the fleet, for its garbage to be returned to the
+// operating system at once (one forced collection), as the first load's
+// is: a daemon that starts with its pools empty and finds its fleet a
+// moment later would otherwise keep the garbage of reading and building it
+// resident.
+const bigUpdate = 100_000
 
 // unresolvedCount counts the targets of cfg's pools that have no address.
 func unresolvedCount(cfg *config.Config) int {

@@ -195,15 +195,14 @@ pools:
 	if p := td.pool(t, "web"); p.Targets != 3 || st.Targets != 3 {
 		t.Errorf("pool web has %d targets (discovery says %d) after an answer of one invalid target, want the 3 it had", p.Targets, st.Targets)
 	}
-	if src.State != "failing" || !strings.Contains(src.LastError, "update refused: 1 of the 1 targets it gave are invalid (bad __address__: 1; the first:") ||
-		!strings.Contains(src.LastError, "keeping the 3 targets it gave before") {
+	if src.State != "failing" || src.Targets != 3 || !strings.Contains(src.LastError, "update refused: 1 of the 1 targets it gave are invalid (bad __address__: 1; the first:") {
 		t.Errorf("source %+v, want it failing with the refusal", src)
 	}
 	if _, body := td.scrape(t, "/metrics", nil); !strings.Contains(body, `sonde_discovery_refused_updates_total{pool="web",source="http_sd_configs[0]"} `) ||
 		strings.Contains(body, `sonde_discovery_refused_updates_total{pool="web",source="http_sd_configs[0]"} 0`) {
 		t.Error("sonde_discovery_refused_updates_total does not count the refusal")
 	}
-	if log := logs.String(); !strings.Contains(log, `msg="discovery update refused"`) || !strings.Contains(log, `pool=web source=http_sd_configs[0] reason="update refused: 1 of the 1 targets`) {
+	if log := logs.String(); !strings.Contains(log, `msg="discovery update refused"`) || !strings.Contains(log, `pool=web source=http_sd_configs[0] reason="update refused: 1 of the 1 targets`) || !strings.Contains(log, "kept_targets=3") {
 		t.Errorf("the log does not tell of the refusal:\n%s", logs)
 	}
 	// A valid answer with fewer targets is believed.

@@ -166,9 +166,6 @@ func (b *chunkBuilder) addressGroup(ls map[string]string, targets []string) {
 	}
 }
 
-// size is the number of bytes written so far.
-func (b *chunkBuilder) size() int { return b.b.Len() }
-
 // chunk returns the chunk built, with over set on every group. The data
 // is copied to its size when the builder's buffer has more than an eighth
 // of room left: a chunk is kept for long.

@@ -131,7 +131,7 @@ func addDocGroup(b *chunkBuilder, g *docGroup, i int) error {
 		return fmt.Errorf("group %d is null", i)
 	}
 	for n := range g.Labels {
-		if !model.LabelName(n).IsValid() {
+		if !model.UTF8Validation.IsValidLabelName(n) {
 			return fmt.Errorf("group %d: %q is not a valid label name", i, n)
 		}
 	}

@@ -358,7 +358,7 @@ func TestRelabelBudget(t *testing.T) {
 	budget.Store(int64(time.Millisecond))
 	writeBig(t, sd, 200, 16<<10)
 	st := waitStatus(t, run, func(s SourceStatus) bool { return s.Refused == 1 })
-	if want := "update refused: relabeling its 200 targets took longer than 1ms; keeping the 1 targets it gave before"; st.State != "failing" || st.LastError != want {
+	if want := "update refused: relabeling its 200 targets took longer than 1ms"; st.State != "failing" || st.LastError != want {
 		t.Errorf("status %+v, want failing with %q", st, want)
 	}
 	if f, _ := run.Found(); f["p"].Len() != 1 {

@@ -363,19 +363,19 @@ func (r *Runner) relabel(s *source, rl *relabeler) bool {
 	return true
 }
 
-// refuse reports that what source s gave is not used. The caller holds
+// refuse reports that what source s gave is not used: the source fails
+// with msg, and the log says how many targets it keeps. The caller holds
 // r.mu.
 func (r *Runner) refuse(s *source, msg string) {
 	kept := 0
 	if s.out != nil {
 		kept = s.out.kept()
 	}
-	msg = fmt.Sprintf("%s; keeping the %d targets it gave before", msg, kept)
 	s.mu.Lock()
 	s.refused++
 	s.mu.Unlock()
 	s.note(msg)
-	r.opt.Logger.Warn("discovery update refused", "pool", s.pool, "source", s.spec.Name(), "reason", msg)
+	r.opt.Logger.Warn("discovery update refused", "pool", s.pool, "source", s.spec.Name(), "reason", msg, "kept_targets", kept)
 }
 
 // publish puts the pool's targets together from its host names and what
