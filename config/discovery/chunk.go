@@ -2,6 +2,8 @@ package discovery
 
 import (
 	"encoding/binary"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/common/model"
@@ -22,7 +24,8 @@ import (
 // length of its value and the value. Numbers are unsigned varints.
 //
 // A chunk is never changed once built, so the strings read from it are
-// shared, not copied.
+// shared, not copied. Labels are written in the order of their names, so
+// that the same groups make the same chunk.
 type chunk struct {
 	data    string
 	names   []string
@@ -147,8 +150,8 @@ func (b *chunkBuilder) group(g *targetgroup.Group) {
 
 func (b *chunkBuilder) labelSet(ls model.LabelSet) {
 	b.set(len(ls))
-	for n, v := range ls {
-		b.label(string(n), string(v))
+	for _, n := range slices.Sorted(maps.Keys(ls)) {
+		b.label(string(n), string(ls[n]))
 	}
 }
 
@@ -156,8 +159,8 @@ func (b *chunkBuilder) labelSet(ls model.LabelSet) {
 // and HTTP SD documents give them.
 func (b *chunkBuilder) addressGroup(ls map[string]string, targets []string) {
 	b.set(len(ls))
-	for n, v := range ls {
-		b.label(n, v)
+	for _, n := range slices.Sorted(maps.Keys(ls)) {
+		b.label(n, ls[n])
 	}
 	b.count(len(targets))
 	for _, t := range targets {
@@ -175,6 +178,13 @@ func (b *chunkBuilder) chunk(over labels.Labels) *chunk {
 		data = strings.Clone(data)
 	}
 	return &chunk{data: data, names: b.list, over: over, groups: b.groups, targets: b.targets}
+}
+
+// equal reports whether two chunks hold the same groups. Labels are
+// written in the order of their names, so the same document gives the
+// same chunk.
+func (c *chunk) equal(d *chunk) bool {
+	return c.data == d.data && slices.Equal(c.names, d.names) && labels.Equal(c.over, d.over)
 }
 
 // chunkOf returns a chunk holding Prometheus's group g.

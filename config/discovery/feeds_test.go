@@ -404,3 +404,29 @@ func TestRunnerCloseDuringRelabel(t *testing.T) {
 		t.Errorf("the runner closed %v after it was given most of a minute of relabeling", took)
 	}
 }
+
+// TestSameAnswerAgain checks that an answer given again as it was is not
+// relabeled again, and that one whose targets were refused stays refused:
+// counted again, its source still failing.
+func TestSameAnswerAgain(t *testing.T) {
+	s := newSDServer(t)
+	s.json(`[{"targets": ["192.0.2.1:80"], "labels": {"b": "2", "a": "1"}}]`)
+	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
+	run.Update([]Pool{{Name: "p", Sources: []Source{s.source(20 * time.Millisecond)}}})
+	waitFound(t, run, changed, "p", func(f Found) bool { return f.Len() == 1 })
+	run.mu.Lock()
+	src := run.pools["p"].sources[0]
+	run.mu.Unlock()
+	version := src.version.Load()
+	asked := s.asked.Load()
+	waitStatus(t, run, func(st SourceStatus) bool { return s.asked.Load() > asked+3 && st.Updates > 3 })
+	if v := src.version.Load(); v != version {
+		t.Errorf("the same answer, given again, changed the source's content: version %d, then %d", version, v)
+	}
+
+	s.json(`[{"targets": ["not an address"]}]`)
+	waitStatus(t, run, func(st SourceStatus) bool { return st.Refused >= 3 })
+	if st := run.Status()[0].Sources[0]; st.State != "failing" || !strings.HasPrefix(st.LastError, "update refused: 1 of the 1 targets it gave are invalid") || st.Targets != 1 {
+		t.Errorf("status %+v, want failing with the refusal, and the target it gave before", st)
+	}
+}

@@ -308,8 +308,11 @@ func (r *Runner) round() {
 		ps.dirty = false
 		j := job{ps: ps, rl: ps.rl}
 		for _, s := range ps.sources {
-			if s.outdated(ps.rl) {
+			switch {
+			case s.outdated(ps.rl):
 				j.todo = append(j.todo, s)
+			case s.refusedAgain(ps.rl):
+				r.refuse(s, tried{s.version.Load(), ps.rl}, s.refusedMsg)
 			}
 		}
 		jobs = append(jobs, j)
@@ -351,28 +354,28 @@ func (r *Runner) relabel(s *source, rl *relabeler) bool {
 	case errors.Is(err, errAbandoned):
 		s.superseded = true // the update that came marked the pool: it is relabeled again
 	case errors.As(err, &ref):
-		s.tried = tried{out.version, rl}
 		s.lastDropped = out.dropped
-		r.refuse(s, "update refused: "+ref.msg)
+		r.refuse(s, tried{out.version, rl}, "update refused: "+ref.msg)
 	case errors.Is(err, errOverBudget):
-		s.tried = tried{out.version, rl}
-		r.refuse(s, fmt.Sprintf("update refused: relabeling its %d targets took longer than %s", out.total, r.opt.RelabelBudget(out.total)))
+		r.refuse(s, tried{out.version, rl}, fmt.Sprintf("update refused: relabeling its %d targets took longer than %s", out.total, r.opt.RelabelBudget(out.total)))
 	default:
 		s.out, s.lastDropped = out, out.dropped
 	}
 	return true
 }
 
-// refuse reports that what source s gave is not used: the source fails
-// with msg, and the log says how many targets it keeps. The caller holds
-// r.mu.
-func (r *Runner) refuse(s *source, msg string) {
+// refuse reports that what source s gave (its content as, relabeled) is
+// not used: the source fails with msg, and the log says how many targets
+// it keeps. The caller holds r.mu.
+func (r *Runner) refuse(s *source, as tried, msg string) {
 	kept := 0
 	if s.out != nil {
 		kept = s.out.kept()
 	}
+	s.refusedAs, s.refusedMsg = as, msg
 	s.mu.Lock()
 	s.refused++
+	s.refusedUpdates = s.updates
 	s.mu.Unlock()
 	s.note(msg)
 	r.opt.Logger.Warn("discovery update refused", "pool", s.pool, "source", s.spec.Name(), "reason", msg, "kept_targets", kept)

@@ -47,8 +47,8 @@ type source struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
-	// version counts the updates received; the runner's relabeling of the
-	// source reads it to tell that a newer update came meanwhile.
+	// version counts the changes of its content; the runner's relabeling
+	// of the source reads it to tell that a newer update came meanwhile.
 	version atomic.Uint64
 
 	mu      sync.Mutex
@@ -66,8 +66,13 @@ type source struct {
 
 	out         *relabeled     // what its last accepted relabeling gave
 	lastDropped map[string]int // the targets its last relabeling dropped, by reason
-	tried       tried          // its last refused relabeling
 	superseded  bool           // its last relabeling was given up for a newer update
+	// Its last refused relabeling: of what content, with which rules, why,
+	// and the updates it had received then. The same content given again
+	// is refused again without relabeling.
+	refusedAs      tried
+	refusedMsg     string
+	refusedUpdates uint64
 }
 
 // tried is a relabeling of one version of a source's content with one set
@@ -82,7 +87,19 @@ type tried struct {
 // content now with rl. The caller holds the runner's mutex.
 func (s *source) outdated(rl *relabeler) bool {
 	now := tried{s.version.Load(), rl}
-	return (s.out == nil || tried{s.out.version, s.out.rl} != now) && s.tried != now
+	return (s.out == nil || tried{s.out.version, s.out.rl} != now) && s.refusedAs != now
+}
+
+// refusedAgain reports whether the source has given again the content
+// whose relabeling with rl was refused. The caller holds the runner's
+// mutex.
+func (s *source) refusedAgain(rl *relabeler) bool {
+	if s.refusedAs != (tried{s.version.Load(), rl}) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.updates > s.refusedUpdates
 }
 
 // feed is what a source runs: it reads the source's targets and sends them
@@ -194,14 +211,24 @@ func (o sourceSink) fail(msg string) {
 	o.log.Warn("discovery source failed", "err", msg)
 }
 
-// receive stores an update.
+// receive stores an update. Its content changes only when some chunk
+// does: a file read again, or an HTTP SD answer given again, as it was is
+// not relabeled again.
 func (s *source) receive(up map[string]*chunk) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	changed := false
 	for k, c := range up {
-		if old := s.chunks[k]; old != nil {
+		old := s.chunks[k]
+		switch {
+		case c == nil && old == nil:
+			continue
+		case c != nil && old != nil && c.equal(old):
+			continue
+		case old != nil:
 			s.groups -= old.groups
 		}
+		changed = true
 		if c == nil {
 			delete(s.chunks, k)
 			continue
@@ -211,7 +238,9 @@ func (s *source) receive(up map[string]*chunk) {
 	}
 	s.updates++
 	s.update = time.Now()
-	s.version.Add(1)
+	if changed || s.updates == 1 {
+		s.version.Add(1)
+	}
 }
 
 // snapshot returns the source's chunks in the order of their keys, the
