@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -205,6 +206,9 @@ pools:
 	if log := logs.String(); !strings.Contains(log, `msg="discovery update refused"`) || !strings.Contains(log, `pool=web source=http_sd_configs[0] reason="update refused: 1 of the 1 targets`) || !strings.Contains(log, "kept_targets=3") {
 		t.Errorf("the log does not tell of the refusal:\n%s", logs)
 	}
+	if page := td.okPage(t, "/discovery"); !regexp.MustCompile(`<td class="wide">\d+ <span class="dim" title="updates not applied">\(\d+ refused\)</span></td>`).MatchString(page) {
+		t.Errorf("the discovery page does not count the refusal:\n%s", page)
+	}
 	// A valid answer with fewer targets is believed.
 	mu.Lock()
 	answer = `[{"targets": ["127.9.0.1:9"]}]`
@@ -238,7 +242,11 @@ pools:
 		return st.PendingSince != nil || st.Targets != 1
 	})
 	running := len(td.d.cur.Load().cfg.Pools[0].Members)
+	page := td.okPage(t, "/discovery")
 	td.d.updateMu.Unlock()
+	if !strings.Contains(page, ", being applied</span></h2>") {
+		t.Errorf("the discovery page does not tell of the update being applied:\n%s", page)
+	}
 	if st.Targets != running || st.Sources[0].Targets != running || st.PendingSince == nil {
 		t.Errorf("while the update waits: discovery tells %d targets (source %d, pending since %v), the pool runs %d; want the running count, and the new one pending",
 			st.Targets, st.Sources[0].Targets, st.PendingSince, running)
