@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -167,18 +168,50 @@ func TestFileSDNotRegular(t *testing.T) {
 	if err := os.Truncate(big, MaxDocumentBytes+1); err != nil { // sparse: no disk used
 		t.Fatal(err)
 	}
-	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
-	run.Update([]Pool{{Name: "p", Sources: []Source{fileSource(filepath.Join(dir, "*.json"))}}})
+	bigYAML := filepath.Join(dir, "e.yml")
+	if err := os.WriteFile(bigYAML, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(bigYAML, MaxYAMLDocumentBytes+1); err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	changed := make(chan struct{}, 16)
+	run := NewRunner(Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Debounce: time.Millisecond,
+		Changed: func(context.Context) { changed <- struct{}{} }})
+	t.Cleanup(func() { run.Close() })
+	run.Update([]Pool{{Name: "p", Sources: []Source{fileSource(filepath.Join(dir, "*.json"), filepath.Join(dir, "*.yml"))}}})
 	waitFound(t, run, changed, "p", func(f Found) bool { return f.Len() == 1 })
-	st := waitStatus(t, run, func(s SourceStatus) bool { return s.State == "failing" && s.Failures >= 2 })
-	if !strings.Contains(st.LastError, "b.json: not a regular file") && !strings.Contains(st.LastError, "c.json: larger than the limit of 134217728 bytes: 134217729 bytes") {
-		t.Errorf("last error %q, want the FIFO or the large file refused", st.LastError)
+	waitStatus(t, run, func(s SourceStatus) bool { return s.State == "failing" && s.Failures >= 3 })
+	for _, want := range []string{"b.json: not a regular file", "c.json: larger than the limit of 134217728 bytes: 134217729 bytes",
+		"e.yml: larger than the limit of 8388608 bytes: 8388609 bytes"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the log does not tell %q:\n%s", want, logs)
+		}
 	}
 	// The source still follows its files: it is not stuck in an open.
 	if err := os.WriteFile(filepath.Join(dir, "d.json"), []byte(`[{"targets": ["192.0.2.4:80"]}]`), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	waitFound(t, run, changed, "p", func(f Found) bool { return f.Len() == 2 })
+}
+
+// lockedBuffer is a log destination safe for concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // sdServer is an HTTP SD server on loopback whose answer a test sets.

@@ -28,8 +28,8 @@ const fileDebounce = 100 * time.Millisecond
 // files is applied at once. It reads as Prometheus's file discovery does —
 // JSON or YAML lists of groups, "__meta_filepath" on each group, a file that
 // cannot be read keeps the groups it gave last — with two differences: only
-// regular files are read, none over MaxDocumentBytes, and JSON is read as a
-// stream.
+// regular files are read, none over MaxDocumentBytes (MaxYAMLDocumentBytes
+// for YAML), and JSON is read as a stream.
 type fileFeed struct {
 	cfg  *file.SDConfig
 	seen map[string]bool // files of the last update
@@ -129,24 +129,30 @@ func (f *fileFeed) refresh(ctx context.Context, out feedOut, w *fsnotify.Watcher
 
 // readSDFile reads one file of a file_sd source.
 func readSDFile(path string) (*chunk, error) {
-	f, err := openSDFile(path, MaxDocumentBytes)
+	var max int64
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".json":
+		max = MaxDocumentBytes
+	case ".yml", ".yaml":
+		max = MaxYAMLDocumentBytes
+	default:
+		return nil, fmt.Errorf("%s is neither .json nor .yml nor .yaml", path)
+	}
+	f, err := openSDFile(path, max)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	r := newCappedReader(f, MaxDocumentBytes)
+	r := newCappedReader(f, max)
 	over := labels.FromStrings("__meta_filepath", path)
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".json":
+	if max == MaxDocumentBytes {
 		return readJSON(r, over)
-	case ".yml", ".yaml":
-		data, err := io.ReadAll(r)
-		if err != nil {
-			return nil, err
-		}
-		return readYAML(data, over)
 	}
-	return nil, fmt.Errorf("%s is neither .json nor .yml nor .yaml", path)
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, err
+	}
+	return readYAML(data, over)
 }
 
 // errNotRegular is returned for an SD file that is not a regular file.
