@@ -66,6 +66,11 @@ type FleetConfig struct {
 	// are turned off, because capture through AF_PACKET loses replies with
 	// generic segmentation offloads on a veth.
 	KeepOffloads bool
+	// Impair puts an impairment stage between the prober and the fleet: a
+	// third namespace that both veths end in, which forwards every frame
+	// and can lose, duplicate and delay TCP packets on the way (see
+	// [Fleet.Impair]). It needs the kernel's fleet (XDP off).
+	Impair bool
 	// XDP makes the XDP responder answer every IPv4 SYN to Prefix, following
 	// Listen, HTTP, Drop, Reject and Unreachable, instead of listeners and
 	// firewall rules (which are then not set up). It needs IPv4 only
@@ -77,6 +82,7 @@ type FleetConfig struct {
 type Fleet struct {
 	ProberNS   string     // network namespace of the prober side
 	FleetNS    string     // network namespace answering for the fleet
+	ImpairNS   string     // namespace of the impairment stage between them, when FleetConfig.Impair
 	ProberLink string     // veth interface name in ProberNS
 	FleetLink  string     // veth interface name in FleetNS
 	ProberAddr netip.Addr // the prober's IPv4 source address
@@ -92,6 +98,7 @@ type Fleet struct {
 	XDP XDPMode
 
 	resp      *responder // the XDP responder, when XDP is on
+	stage     *impairStage
 	mu        sync.Mutex
 	listeners []net.Listener
 	servers   []*http.Server
@@ -124,6 +131,9 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 	if cfg.XDP != XDPOff && cfg.Prefix6.IsValid() {
 		return nil, fmt.Errorf("fleet prefix6 %s: the XDP responder answers IPv4 only", cfg.Prefix6)
 	}
+	if cfg.XDP != XDPOff && cfg.Impair {
+		return nil, errors.New("fleet: the impairment stage needs the kernel's fleet, not the XDP responder")
+	}
 	id := uniqueID()
 	f := &Fleet{
 		XDP:        cfg.XDP,
@@ -133,6 +143,9 @@ func NewFleet(cfg FleetConfig) (*Fleet, error) {
 		FleetLink:  "sf" + id,
 		ProberAddr: proberLinkAddr.Addr(),
 		Prefix:     cfg.Prefix.Masked(),
+	}
+	if cfg.Impair {
+		f.ImpairNS = "sonde-" + id + "-i"
 	}
 	if cfg.Prefix6.IsValid() {
 		f.Prefix6 = cfg.Prefix6.Masked()
@@ -164,7 +177,13 @@ func (f *Fleet) build(cfg FleetConfig) error {
 	steps := [][]string{
 		{"ip", "netns", "add", f.ProberNS},
 		{"ip", "netns", "add", f.FleetNS},
-		veth,
+	}
+	if cfg.Impair {
+		steps = append(steps, f.impairSteps()...)
+	} else {
+		steps = append(steps, veth)
+	}
+	steps = append(steps, [][]string{
 		{"ip", "-n", f.ProberNS, "link", "set", "lo", "up"},
 		{"ip", "-n", f.FleetNS, "link", "set", "lo", "up"},
 		{"ip", "-n", f.ProberNS, "addr", "add", proberLinkAddr.String(), "dev", f.ProberLink},
@@ -173,7 +192,7 @@ func (f *Fleet) build(cfg FleetConfig) error {
 		{"ip", "-n", f.FleetNS, "link", "set", f.FleetLink, "up"},
 		{"ip", "-n", f.ProberNS, "route", "add", f.Prefix.String(), "via", fleetLinkAddr.Addr().String(), "dev", f.ProberLink},
 		{"ip", "-n", f.FleetNS, "route", "add", "local", f.Prefix.String(), "dev", "lo"},
-	}
+	}...)
 	if f.Prefix6.IsValid() {
 		steps = append(steps,
 			[]string{"ip", "-n", f.ProberNS, "-6", "addr", "add", proberLinkAddr6.String(), "dev", f.ProberLink, "nodad"},
@@ -205,6 +224,11 @@ func (f *Fleet) build(cfg FleetConfig) error {
 	}
 	if err := f.answer(cfg); err != nil {
 		return err
+	}
+	if cfg.Impair {
+		if err := f.startStage(); err != nil {
+			return err
+		}
 	}
 	return netns.Do(f.FleetNS, func() error {
 		ifc, err := net.InterfaceByName(f.FleetLink)
@@ -408,8 +432,10 @@ func (f *Fleet) serveHTTP(port uint16) error {
 	return nil
 }
 
-// SetDrop makes the fleet silently drop every packet to prefixes from now on,
-// on top of [FleetConfig.Drop], replacing the prefixes of the previous call;
+// SetDrop makes the fleet silently drop every packet to and from prefixes
+// from now on, as dead hosts would (nothing comes in, nothing goes out: not
+// even a retransmission of an answer sent before), on top of
+// [FleetConfig.Drop], replacing the prefixes of the previous call;
 // SetDrop(nil) ends it. On a kernel fleet the change is one nftables
 // transaction: it applies to all prefixes at once. On an XDP fleet the
 // prefixes (IPv4 only) change one by one.
@@ -434,20 +460,26 @@ func (f *Fleet) SetDrop(prefixes []netip.Prefix) error {
 	}
 	if len(v4)+len(v6) > 0 {
 		b.WriteString("table inet sonde_fleet_dyn {\n")
-		var rules []string
+		var in, out []string
 		if len(v4) > 0 {
 			writeSet(&b, "drop4", "ipv4_addr", true, v4)
-			rules = append(rules, "    ip daddr @drop4 drop\n")
+			in, out = append(in, "    ip daddr @drop4 drop\n"), append(out, "    ip saddr @drop4 drop\n")
 		}
 		if len(v6) > 0 {
 			writeSet(&b, "drop6", "ipv6_addr", true, v6)
-			rules = append(rules, "    ip6 daddr @drop6 drop\n")
+			in, out = append(in, "    ip6 daddr @drop6 drop\n"), append(out, "    ip6 saddr @drop6 drop\n")
 		}
-		b.WriteString("  chain input {\n    type filter hook input priority -10; policy accept;\n")
-		for _, r := range rules {
-			b.WriteString(r)
+		for _, c := range []struct {
+			hook  string
+			rules []string
+		}{{"input", in}, {"output", out}} {
+			fmt.Fprintf(&b, "  chain %s {\n    type filter hook %s priority -10; policy accept;\n", c.hook, c.hook)
+			for _, r := range c.rules {
+				b.WriteString(r)
+			}
+			b.WriteString("  }\n")
 		}
-		b.WriteString("  }\n}\n")
+		b.WriteString("}\n")
 	}
 	if err := f.nft(b.String()); err != nil {
 		return fmt.Errorf("set dropped prefixes: %w", err)
@@ -490,7 +522,14 @@ func (f *Fleet) Close() error {
 		errs = append(errs, f.resp.close())
 		f.resp = nil
 	}
-	for _, ns := range []string{f.ProberNS, f.FleetNS} {
+	if f.stage != nil {
+		errs = append(errs, f.stage.close())
+		f.stage = nil
+	}
+	for _, ns := range []string{f.ProberNS, f.FleetNS, f.ImpairNS} {
+		if ns == "" {
+			continue
+		}
 		if _, err := os.Stat("/run/netns/" + ns); err != nil {
 			continue // never created
 		}

@@ -155,3 +155,70 @@ func TestInNamespaceMissing(t *testing.T) {
 		t.Error("InNamespace of a missing namespace succeeded")
 	}
 }
+
+// TestFleetImpair: a fleet behind the impairment stage keeps its ground
+// truth when nothing is impaired, loses every TCP packet at loss 1,
+// duplicates at duplicate 1 (connections still work), and delays frames
+// through the user-space bridge.
+func TestFleetImpair(t *testing.T) {
+	testenv.RequirePrivileged(t, "network namespaces, nftables")
+	testenv.Tool(t, "nft", "nftables")
+	f := testFleet(t, FleetConfig{
+		Impair:      true,
+		Listen:      []uint16{80},
+		Drop:        []netip.Prefix{netip.MustParsePrefix("198.18.0.3/32")},
+		Reject:      []netip.Prefix{netip.MustParsePrefix("198.18.0.4/32"), netip.MustParsePrefix("198.18.9.0/24")},
+		Unreachable: []netip.Prefix{netip.MustParsePrefix("198.18.0.5/32")},
+	})
+	if f.ImpairNS == "" {
+		t.Fatal("no impairment namespace")
+	}
+	checkDials(t, f, fleetDials, nil)
+
+	if err := f.Impair(Impairment{Loss: 1}); err != nil {
+		t.Fatal(err)
+	}
+	checkDials(t, f, []dialCase{{"198.18.0.1:80", context.DeadlineExceeded}}, nil)
+	lost, _, _, err := f.ImpairCounts()
+	if err != nil || lost == 0 {
+		t.Errorf("lost %d (%v) at loss 1", lost, err)
+	}
+
+	if err := f.Impair(Impairment{Duplicate: 1}); err != nil {
+		t.Fatal(err)
+	}
+	checkDials(t, f, []dialCase{{"198.18.0.1:80", nil}}, nil)
+	if _, dup, _, err := f.ImpairCounts(); err != nil || dup == 0 {
+		t.Errorf("duplicated %d (%v) at duplicate 1", dup, err)
+	}
+
+	const delay = 60 * time.Millisecond
+	if err := f.Impair(Impairment{Delay: func() time.Duration { return delay }}); err != nil {
+		t.Fatal(err)
+	}
+	err = netns.Do(f.ProberNS, func() error {
+		start := time.Now()
+		c, err := net.DialTimeout("tcp", "198.18.0.1:80", 5*time.Second)
+		if err != nil {
+			return err
+		}
+		c.Close()
+		if rtt := time.Since(start); rtt < 2*delay {
+			t.Errorf("connect took %v through a stage delaying each frame %v each way", rtt, delay)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, delayed, err := f.ImpairCounts(); err != nil || delayed < 2 {
+		t.Errorf("delayed %d frames (%v)", delayed, err)
+	}
+	if err := f.Impair(Impairment{}); err != nil {
+		t.Fatal(err)
+	}
+	checkDials(t, f, fleetDials, nil)
+	if err := f.Impair(Impairment{Loss: 2}); err == nil {
+		t.Error("loss 2 accepted")
+	}
+}

@@ -37,10 +37,11 @@ type FleetInfo struct {
 	// namespace's TCP stack), "xdp-generic" or "xdp-native" (the XDP
 	// responder); a scenario's Fleet names it.
 	AnsweredBy string `json:"answered_by"`
-	ProberNS   string `json:"prober_ns"` // network namespace of the probers
-	FleetNS    string `json:"fleet_ns"`  // network namespace answering for the prefix
-	Kept       bool   `json:"kept"`      // the namespaces were left in place (-keep)
-	Dir        string `json:"dir"`       // the run's files (configs, scanner outputs); removed unless kept
+	ProberNS   string `json:"prober_ns"`           // network namespace of the probers
+	FleetNS    string `json:"fleet_ns"`            // network namespace answering for the prefix
+	ImpairNS   string `json:"impair_ns,omitempty"` // namespace of the impairment stage between them, if any
+	Kept       bool   `json:"kept"`                // the namespaces were left in place (-keep)
+	Dir        string `json:"dir"`                 // the run's files (configs, scanner outputs); removed unless kept
 }
 
 // Scenario is one scenario's result on one fleet.
@@ -54,7 +55,14 @@ type Scenario struct {
 	Metrics []Metric `json:"metrics"`
 	Goals   []Goal   `json:"goals,omitempty"`
 	Notes   []string `json:"notes,omitempty"`
+	Tables  []*Table `json:"tables,omitempty"` // side-by-side results, printed after the goals
 	Error   string   `json:"error,omitempty"`
+}
+
+// Table is a scenario's results side by side: one row per case.
+type Table struct {
+	Columns []string   `json:"columns"`
+	Rows    [][]string `json:"rows"`
 }
 
 // Metric is one measured number. When a scenario repeats a measurement, Value
@@ -212,7 +220,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return err
 	}
 	for _, s := range r.Scenarios {
-		if len(s.Goals)+len(s.Notes) == 0 && s.Error == "" && s.Measure == "" {
+		if len(s.Goals)+len(s.Notes)+len(s.Tables) == 0 && s.Error == "" && s.Measure == "" {
 			continue
 		}
 		fmt.Fprintf(&b, "\n%s (%s, %.0fs): %s\n", s.label(), s.Status, s.Seconds, s.Measure)
@@ -226,6 +234,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if s.Error != "" {
 			fmt.Fprintf(&b, "  error: %s\n", s.Error)
 		}
+		for _, t := range s.Tables {
+			if err := t.write(&b); err != nil {
+				return err
+			}
+		}
 		for _, n := range s.Notes {
 			fmt.Fprintf(&b, "  note: %s\n", n)
 		}
@@ -235,6 +248,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// write prints the table, indented, with aligned columns.
+func (t *Table) write(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  "+strings.Join(t.Columns, "\t"))
+	for _, r := range t.Rows {
+		fmt.Fprintln(tw, "  "+strings.Join(r, "\t"))
+	}
+	return tw.Flush()
 }
 
 // label names the scenario and its fleet, as in "sweep/xdp-generic".

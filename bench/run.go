@@ -13,7 +13,11 @@ import (
 
 // Scenarios are the names of the scenarios [Run] knows, in the order it runs
 // them.
-var Scenarios = []string{"sweep", "steady", "detect", "http", "compare"}
+var Scenarios = []string{"sweep", "steady", "detect", "http", "compare", "faults"}
+
+// DefaultScenarios are those [Run] runs when none is named: all but faults,
+// which measures trust rather than speed and takes about ten minutes.
+var DefaultScenarios = Scenarios[:5]
 
 // Options configure [Run]. Binary is required; the zero value of every other
 // field means its default.
@@ -47,6 +51,12 @@ type Options struct {
 	Fleet FleetChoice
 	// XDP is the mode of the XDP-answered fleet; default XDPGeneric.
 	XDP XDPMode
+	// Faults are the faults the faults scenario runs, by name (see
+	// [FaultNames]); empty means all.
+	Faults []string
+	// FaultDuration is how long each fault is measured before the outage;
+	// default 60 s (10 s with Quick).
+	FaultDuration time.Duration
 	// Progress, when not nil, is told what the run is doing.
 	Progress func(msg string, args ...any)
 }
@@ -90,11 +100,17 @@ func (c FleetChoice) String() string {
 	return fleetChoiceNames[c]
 }
 
+// xdpNone stands for "no shared fleet" in fleetsOf: the scenario builds its
+// own.
+const xdpNone XDPMode = 255
+
 // fleetsOf returns the fleets scenario name runs on, in order: the XDP
-// fleet's mode, or XDPOff for the kernel's.
+// fleet's mode, XDPOff for the kernel's, or xdpNone.
 func (o *Options) fleetsOf(name string) []XDPMode {
 	switch name {
 	case "sweep", "compare", "steady":
+	case "faults":
+		return []XDPMode{xdpNone} // a fleet of its own, built by the scenario
 	default:
 		return []XDPMode{XDPOff} // HTTP and connect() need a TCP stack
 	}
@@ -131,7 +147,21 @@ func (o *Options) defaults() error {
 		}
 	}
 	if len(o.Scenarios) == 0 {
-		o.Scenarios = Scenarios
+		o.Scenarios = DefaultScenarios
+	}
+	for _, f := range o.Faults {
+		if !slices.Contains(FaultNames(), f) {
+			return fmt.Errorf("bench: unknown fault %q; want %s", f, strings.Join(FaultNames(), ", "))
+		}
+	}
+	if o.FaultDuration == 0 {
+		o.FaultDuration = time.Minute
+		if o.Quick {
+			o.FaultDuration = 10 * time.Second
+		}
+	}
+	if o.FaultDuration < 5*time.Second || o.FaultDuration > time.Hour {
+		return fmt.Errorf("bench: fault duration %v out of range 5s-1h", o.FaultDuration)
 	}
 	if o.Runs <= 0 {
 		o.Runs = 3
@@ -196,6 +226,8 @@ type env struct {
 	// sweepCPU is sonde scan's median CPU per probe (µs) on each fleet, for
 	// steady's comparison.
 	sweepCPU map[XDPMode]float64
+	// extra lists the fleets scenarios built for themselves (faults).
+	extra []FleetInfo
 }
 
 // Run builds the bench fleet, runs the scenarios and removes the fleet
@@ -246,7 +278,12 @@ func Run(ctx context.Context, opt Options) (rep *Report, err error) {
 			opt.Progress("scenario", "name", name, "fleet", mode)
 			start := time.Now()
 			s := &Scenario{Name: name, Fleet: mode.String()}
-			if err := e.run(ctx, name, s); err != nil {
+			if name == "faults" {
+				s.Fleet = "kernel+impairment"
+			}
+			err := e.run(ctx, name, s)
+			rep.Fleets, e.extra = append(rep.Fleets, e.extra...), nil
+			if err != nil {
 				s.Status, s.Error = StatusFailed, err.Error()
 			}
 			s.finish()
@@ -302,6 +339,8 @@ func (e *env) run(ctx context.Context, name string, s *Scenario) error {
 		return e.runHTTP(ctx, s)
 	case "compare":
 		return e.runCompare(ctx, s)
+	case "faults":
+		return e.runFaults(ctx, s)
 	}
 	return fmt.Errorf("%w %q", ErrUnknownScenario, name)
 }

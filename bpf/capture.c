@@ -98,6 +98,13 @@ volatile const __u16 cfg_port_hi;       // last source port of sonde's range (ho
 volatile const __u64 cfg_wakeup_bytes;  // wake the reader when the ring holds more than this
 volatile const __u8 cfg_answer;         // 1: answer SYN-ACKs with an RST here, not in the stack
 
+// Replies lost to a full ring, for user space to tell which probes may have
+// lost their answer on this host: it reads both from the memory-mapped
+// global data without a system call, and when lost_total has grown since
+// its last look, the losses lie between that look and lost_ktime.
+volatile __u64 lost_total; // replies lost to a full ring, all CPUs
+volatile __u64 lost_ktime; // ingress time (bpf_ktime_get_ns) of the latest
+
 // The ICMP header. <linux/icmp.h> pulls in libc headers that do not build for
 // the BPF target, so the eight bytes are spelled out here.
 struct icmp4hdr {
@@ -157,8 +164,11 @@ static __always_inline void emit(struct event *ev)
 	count(CNT_MATCHED);
 	if (avail <= cfg_wakeup_bytes && avail + sizeof(*ev) > cfg_wakeup_bytes)
 		flags = BPF_RB_FORCE_WAKEUP;
-	if (bpf_ringbuf_output(&events, ev, sizeof(*ev), flags))
+	if (bpf_ringbuf_output(&events, ev, sizeof(*ev), flags)) {
 		count(CNT_RINGFULL);
+		lost_ktime = ev->ktime;
+		__sync_fetch_and_add(&lost_total, 1);
+	}
 }
 
 // tcp_kind classifies the flags of a reply: 0 when it is neither an RST nor a

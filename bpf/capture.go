@@ -358,6 +358,21 @@ func (c *Capture) Counters() (Counters, error) {
 	return Counters{Seen: sums[0], Matched: sums[1], RingFull: sums[2], Answered: sums[3]}, nil
 }
 
+// Losses returns the number of replies lost to a full ring since the
+// program was loaded and the ingress time (CLOCK_MONOTONIC ns) of the
+// latest. It reads the program's memory-mapped global data, without a
+// system call, so the reader may call it after every drain; it allocates
+// nothing.
+func (c *Capture) Losses() (total, last uint64, err error) {
+	if err := c.objs.LostTotal.Get(&total); err != nil {
+		return 0, 0, fmt.Errorf("read lost_total: %w", err)
+	}
+	if err := c.objs.LostKtime.Get(&last); err != nil {
+		return 0, 0, fmt.Errorf("read lost_ktime: %w", err)
+	}
+	return total, last, nil
+}
+
 // Close stops a blocked Poll, detaches the program and frees its objects, in
 // the reverse order of their creation. It returns every failure joined; later
 // calls return the same.

@@ -43,6 +43,8 @@ const (
 	captureVarCfgWakeupBytes  = "cfg_wakeup_bytes"
 	captureVarCfgWant4        = "cfg_want4"
 	captureVarCfgWant6        = "cfg_want6"
+	captureVarLostKtime       = "lost_ktime"
+	captureVarLostTotal       = "lost_total"
 	captureVarUnusedEvent     = "unused_event"
 )
 
@@ -111,6 +113,8 @@ type captureVariableSpecs struct {
 	CfgWakeupBytes *ebpf.VariableSpec `ebpf:"cfg_wakeup_bytes"`
 	CfgWant4       *ebpf.VariableSpec `ebpf:"cfg_want4"`
 	CfgWant6       *ebpf.VariableSpec `ebpf:"cfg_want6"`
+	LostKtime      *ebpf.VariableSpec `ebpf:"lost_ktime"`
+	LostTotal      *ebpf.VariableSpec `ebpf:"lost_total"`
 	UnusedEvent    *ebpf.VariableSpec `ebpf:"unused_event"`
 }
 
@@ -157,6 +161,8 @@ type captureVariables struct {
 	CfgWakeupBytes *ebpf.Variable `ebpf:"cfg_wakeup_bytes"`
 	CfgWant4       *ebpf.Variable `ebpf:"cfg_want4"`
 	CfgWant6       *ebpf.Variable `ebpf:"cfg_want6"`
+	LostKtime      *ebpf.Variable `ebpf:"lost_ktime"`
+	LostTotal      *ebpf.Variable `ebpf:"lost_total"`
 	UnusedEvent    *ebpf.Variable `ebpf:"unused_event"`
 }
 

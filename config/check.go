@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -60,6 +61,53 @@ func (m TCPMode) String() string {
 
 // MarshalText encodes the mode as its name.
 func (m TCPMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// Retransmit is when the SYN prober sends an unanswered SYN again (T5):
+// after this long, then after twice as long again, and so on, while the
+// probe's timeout lasts, as a kernel retransmits the SYN of a connect(). The
+// zero Retransmit sends every SYN once, as a scanner does.
+type Retransmit time.Duration
+
+// KernelRetransmit is the kernel's initial retransmission timeout of a SYN
+// (RFC 6298, Linux's TCP_TIMEOUT_INIT), the default of syn_retransmit.
+const KernelRetransmit = Retransmit(time.Second)
+
+// MinRetransmit is the shortest retransmission timeout a check may set.
+const MinRetransmit = Retransmit(10 * time.Millisecond)
+
+// D returns r as a time.Duration.
+func (r Retransmit) D() time.Duration { return time.Duration(r) }
+
+// String returns "off", or the duration ("1s", "200ms").
+func (r Retransmit) String() string {
+	if r == 0 {
+		return "off"
+	}
+	return formatDuration(time.Duration(r))
+}
+
+// MarshalText encodes the retransmission timeout as String does.
+func (r Retransmit) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
+// ParseRetransmit reads syn_retransmit as a config file or a flag writes it:
+// "kernel" (the kernel's 1s), "off", or a duration of at least
+// [MinRetransmit] that is a whole number of milliseconds.
+func ParseRetransmit(s string) (Retransmit, error) {
+	switch s {
+	case "kernel":
+		return KernelRetransmit, nil
+	case "off":
+		return 0, nil
+	}
+	d, err := ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not \"kernel\", \"off\" or a whole number of milliseconds such as \"200ms\"", s)
+	}
+	if r := Retransmit(d); r < MinRetransmit || r.D() > MaxDuration {
+		return 0, fmt.Errorf("%s is out of range %s..%s (or \"kernel\", \"off\")", formatDuration(d.D()), MinRetransmit, formatDuration(MaxDuration))
+	}
+	return Retransmit(d), nil
+}
 
 // IPFamily is the address families a target given as a host name is
 // probed over.
@@ -145,6 +193,10 @@ type Check struct {
 
 	Probe
 	scheduler.Timing
+
+	// ProbeAccess is what the /probe endpoint may do with the check: which
+	// targets it probes, and which receive the check's credentials.
+	ProbeAccess ProbeAccess
 
 	// Class is the check's probe class: checks with the same Class have the
 	// same [Check.ProbeKey], so they send the same probe and judge it the

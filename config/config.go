@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"net"
 	"net/netip"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config/discovery"
+	"github.com/sondeprobe/sonde/internal/safefile"
 )
 
 // DefaultMaxTargets is the default limit on the number of targets a config
@@ -29,7 +29,9 @@ const DefaultResolveTimeout = 10 * time.Second
 type LoadOptions struct {
 	// Resolver resolves target host names; nil means net.DefaultResolver.
 	Resolver Resolver
-	// Context bounds host-name lookups; nil means context.Background().
+	// Context bounds host-name lookups and the reading of files: when it
+	// ends, a load waiting on a file that does not answer fails at once.
+	// nil means context.Background().
 	Context context.Context
 	// ResolveTimeout bounds each lookup; 0 means DefaultResolveTimeout.
 	ResolveTimeout time.Duration
@@ -71,11 +73,11 @@ type Config struct {
 	// ([LoadOptions.Shard]): Targets, Pools' members and Hostnames are those
 	// of this shard only.
 	Shard Shard
-	// Files are the files the configuration was read from, each once: the
-	// config file (when read by [Load]), then the targets files and the TLS
-	// and secret files its pools, checks, remediations and webhooks name, as
-	// opened.
-	Files []string
+	// Files are the files the configuration was read from, each once, with
+	// the cap each is read with: the config file (when read by [Load]), then
+	// the targets files and the TLS and secret files its pools, checks,
+	// remediations and webhooks name, as opened.
+	Files []safefile.File
 	// Sums are the SHA-256 digests of the bytes the load read and parsed,
 	// by path as in Files, of the files it read itself: the config file
 	// (when read by [Load]) and the targets files. TLS and secret files are
@@ -83,6 +85,9 @@ type Config struct {
 	// several pools name and whose content changed between their reads has
 	// the zero sum, which no content has.
 	Sums map[string][sha256.Size]byte
+	// Warnings are what the operator should fix in this valid
+	// configuration, in file order.
+	Warnings []Warning
 
 	static     *Config // the configuration before WithFound; nil when this is it
 	listed     int     // targets listed, in every shard, counted against maxTargets
@@ -178,11 +183,16 @@ type Metrics struct {
 	PerTarget bool
 }
 
-// Load reads and parses the config file at path, which must be a regular
-// file. Relative paths inside it (targets_file, TLS files,
-// auth_token.secret_file) are relative to the file's directory.
+// Load reads and parses the config file at path, a regular file of at most
+// safefile.MaxConfig bytes. Relative paths inside it (targets_file, TLS
+// files, secret files, remediation commands) are relative to the file's
+// directory.
 func Load(path string, opt LoadOptions) (*Config, error) {
-	data, err := readRegular(path)
+	ctx := opt.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	data, err := readConfig(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
@@ -193,7 +203,7 @@ func Load(path string, opt LoadOptions) (*Config, error) {
 	sum := sha256.Sum256(data)
 	for _, c := range []*Config{cfg, cfg.static} { // the static one too: WithFound copies it
 		if c != nil {
-			c.Files = slices.Insert(slices.Clone(c.Files), 0, path)
+			c.Files = slices.Insert(slices.Clone(c.Files), 0, safefile.File{Path: path, Max: safefile.MaxConfig})
 			c.Sums = addSum(maps.Clone(c.Sums), path, sum)
 		}
 	}
@@ -214,17 +224,15 @@ func addSum(sums map[string][sha256.Size]byte, path string, sum [sha256.Size]byt
 	return sums
 }
 
-// readRegular reads the regular file at path ([OpenRegular]).
-func readRegular(path string) ([]byte, error) {
-	f, err := OpenRegular(path)
-	if errors.Is(err, ErrNotRegular) {
-		return nil, fmt.Errorf("%s: %w", path, err)
+// readConfig reads the config file at path ([safefile.ReadFile]). A file
+// that is not regular or too large is named with what is wrong, as
+// "PATH: not a regular file"; other errors say what failed on it.
+func readConfig(ctx context.Context, path string) ([]byte, error) {
+	b, err := safefile.ReadFile(ctx, path, safefile.MaxConfig)
+	if errors.Is(err, safefile.ErrNotRegular) || errors.Is(err, safefile.ErrTooLarge) {
+		return nil, fmt.Errorf("%s: %w", path, errors.Unwrap(err))
 	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(f)
+	return b, err
 }
 
 // Parse parses a config held in data; dir is the directory relative paths in
@@ -261,13 +269,14 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 
 	cfg := &Config{Metrics: Metrics{PerTarget: true}, Shard: opt.Shard}
 	var err error
-	if cfg.Checks, err = resolveChecks(f.Checks, dir, opt.LookupEnv); err != nil {
+	files := &fileReader{ctx: opt.Context, dir: dir}
+	if cfg.Checks, err = resolveChecks(f.Checks, files, opt.LookupEnv); err != nil {
 		return nil, err
 	}
 	if len(f.Pools) == 0 {
 		return nil, fieldErr("pools", "missing; a config needs at least one pool")
 	}
-	x := &expander{dir: dir, limit: opt.MaxTargets, shard: opt.Shard,
+	x := &expander{dir: dir, ctx: opt.Context, limit: opt.MaxTargets, shard: opt.Shard,
 		dns: resolver{r: opt.Resolver, ctx: opt.Context, timeout: opt.ResolveTimeout}}
 	for i, ps := range f.Pools {
 		p, err := x.addPool(i, ps, cfg.Checks, cfg.Pools)
@@ -276,7 +285,7 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 		}
 		cfg.Pools = append(cfg.Pools, p)
 	}
-	if cfg.Remediations, err = resolveRemediations(f.Remediation, cfg.Pools, dir); err != nil {
+	if cfg.Remediations, err = resolveRemediations(f.Remediation, cfg.Pools, files); err != nil {
 		return nil, err
 	}
 	cfg.listed, cfg.maxTargets = x.listed, x.limit
@@ -284,11 +293,12 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 	if f.Metrics != nil && f.Metrics.PerTarget != nil {
 		cfg.Metrics.PerTarget = *f.Metrics.PerTarget
 	}
-	if cfg.Webhooks, err = resolveWebhooks(f.Webhooks, dir, cfg.Pools); err != nil {
+	if cfg.Webhooks, err = resolveWebhooks(f.Webhooks, files, cfg.Pools); err != nil {
 		return nil, err
 	}
 	cfg.Files = readFiles(cfg.Checks, cfg.Remediations, cfg.Webhooks, x.files)
 	cfg.Sums = x.sums
+	cfg.Warnings = files.warnings
 	return cfg.WithFound(seeded(cfg.Pools))
 }
 
@@ -317,34 +327,12 @@ func seeded(pools []*Pool) map[string]discovery.Found {
 	return out
 }
 
-// readFiles lists, each once, the targets files, then the TLS and secret
-// files of the checks, then the webhook secret files of the remediations,
-// then the secret files of the event webhooks.
-func readFiles(checks []*Check, rems []*Remediation, hooks []*EventWebhook, targetsFiles []string) []string {
-	files := slices.Clone(targetsFiles)
-	for _, c := range checks {
-		files = append(files, c.AuthToken.SecretFile, c.TLS.CAFile, c.TLS.CertFile, c.TLS.KeyFile)
-	}
-	for _, r := range rems {
-		files = append(files, r.WebhookSecretFile)
-	}
-	for _, w := range hooks {
-		files = append(files, w.SecretFile)
-	}
-	seen := map[string]bool{"": true}
-	return slices.DeleteFunc(files, func(f string) bool {
-		dup := seen[f]
-		seen[f] = true
-		return dup
-	})
-}
-
 // maxChecks is the number of checks a uint16 index can address.
 const maxChecks = 1 << 16
 
 // resolveChecks resolves every check, sorted by name, and numbers the probe
 // classes in that order.
-func resolveChecks(specs map[string]*CheckSpec, dir string, lookupEnv env) ([]*Check, error) {
+func resolveChecks(specs map[string]*CheckSpec, files *fileReader, lookupEnv env) ([]*Check, error) {
 	if len(specs) > maxChecks {
 		return nil, fieldErr("checks", "%d checks, more than %d", len(specs), maxChecks)
 	}
@@ -352,7 +340,7 @@ func resolveChecks(specs map[string]*CheckSpec, dir string, lookupEnv env) ([]*C
 	checks := make([]*Check, 0, len(names))
 	classes := make(map[string]int)
 	for _, name := range names {
-		c, err := resolveCheck(name, specs[name], dir, lookupEnv)
+		c, err := resolveCheck(name, specs[name], files, lookupEnv)
 		if err != nil {
 			return nil, err
 		}
@@ -370,11 +358,12 @@ func resolveChecks(specs map[string]*CheckSpec, dir string, lookupEnv env) ([]*C
 
 // NewCheck resolves one check written as s, the way [Parse] resolves each
 // entry of "checks": the preset's defaults (or sonde's) with s's settings on
-// top, validated. Errors are [FieldError]s named "checks.NAME.FIELD";
-// relative paths in s are resolved against dir, and environment variables
-// are read from the process. The check's Class is 0.
-func NewCheck(name string, s *CheckSpec, dir string) (*Check, error) {
-	return resolveCheck(name, s, dir, os.LookupEnv)
+// top, validated, its files read. Errors are [FieldError]s named
+// "checks.NAME.FIELD"; relative paths in s are resolved against dir, and
+// environment variables are read from the process. ctx bounds the reading
+// of its files. The check's Class is 0.
+func NewCheck(ctx context.Context, name string, s *CheckSpec, dir string) (*Check, error) {
+	return resolveCheck(name, s, &fileReader{ctx: ctx, dir: dir}, os.LookupEnv)
 }
 
 // CheckByName returns the check called name, or nil.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sondeprobe/sonde/internal/safefile"
 	httpprobe "github.com/sondeprobe/sonde/probe/http"
 	"github.com/sondeprobe/sonde/scheduler"
 )
@@ -330,7 +331,7 @@ func TestLoadNotRegular(t *testing.T) {
 	}()
 	select {
 	case err := <-done:
-		if want := "read config: " + fifo + ": not a regular file"; err == nil || err.Error() != want || !errors.Is(err, ErrNotRegular) {
+		if want := "read config: " + fifo + ": not a regular file"; err == nil || err.Error() != want || !errors.Is(err, safefile.ErrNotRegular) {
 			t.Fatalf("error %v, want %q", err, want)
 		}
 	case <-time.After(10 * time.Second):
@@ -414,7 +415,7 @@ remediation:
 		t.Errorf("remediations (-want +got):\n%s", diff)
 	}
 	// A reload follows the webhook's secret file.
-	if diff := cmp.Diff([]string{filepath.Join(dir, "hook.key")}, cfg.Files); diff != "" {
+	if diff := cmp.Diff([]safefile.File{{Path: filepath.Join(dir, "hook.key"), Max: safefile.MaxSecret}}, cfg.Files); diff != "" {
 		t.Errorf("files (-want +got):\n%s", diff)
 	}
 }

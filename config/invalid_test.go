@@ -14,6 +14,11 @@ import (
 
 // invalidConfigs maps every testdata/invalid-*.yaml to its exact error.
 var invalidConfigs = map[string]string{
+	"invalid-syn-retransmit.yaml":                `checks.edge.syn_retransmit: "fast" is not "kernel", "off" or a whole number of milliseconds such as "200ms"`,
+	"invalid-syn-retransmit-short.yaml":          `checks.edge.syn_retransmit: 5ms is out of range 10ms..24h (or "kernel", "off")`,
+	"invalid-syn-retransmit-timeout.yaml":        `checks.edge.syn_retransmit: 2s is not shorter than timeout 2s: it would never fire; want a shorter one, or "off"`,
+	"invalid-syn-retransmit-connect.yaml":        `checks.edge.syn_retransmit: only for tcp_mode syn or auto: connect() retransmits in the kernel`,
+	"invalid-syn-retransmit-http.yaml":           `checks.web.syn_retransmit: only for protocol tcp, not http`,
 	"invalid-labels-name.yaml":                   `pools[0].labels.1zone: "1zone" is not a valid label name; want letters, digits and _, not first a digit`,
 	"invalid-labels-reserved.yaml":               `pools[0].labels.__address__: labels starting with __ are reserved for discovery`,
 	"invalid-metric-labels-dup.yaml":             `pools[0].metric_labels[1]: "zone" is listed twice`,
@@ -89,6 +94,10 @@ var invalidConfigs = map[string]string{
 	"invalid-pool-no-targets.yaml":               `pools[0]: no targets; set targets, targets_file or a discovery list (static_configs, file_sd_configs, http_sd_configs, dns_sd_configs, kubernetes_sd_configs and consul_sd_configs)`,
 	"invalid-port.yaml":                          `checks.web.port: 70000 is out of range 1..65535`,
 	"invalid-preset.yaml":                        `checks.web.preset: "elb" is not one of appservice, frontdoor, appgateway, globalaccelerator`,
+	"invalid-probe-allow-host.yaml":              `checks.web.probe_allow_addresses[0]: "metadata.google.internal" is not an IP address or CIDR block`,
+	"invalid-probe-allow-public.yaml":            `checks.web.probe_allow_addresses[1]: 10.0.0.0/8 is not inside a link-local or metadata block (169.254.0.0/16, fe80::/10, fd00:ec2::/32, 100.100.100.200/32, 168.63.129.16/32, 64:ff9b::a9fe:0/112); /probe needs no allow for other addresses`,
+	"invalid-probe-allow-wide.yaml":              `checks.web.probe_allow_addresses[0]: 169.0.0.0/8 is not inside a link-local or metadata block (169.254.0.0/16, fe80::/10, fd00:ec2::/32, 100.100.100.200/32, 168.63.129.16/32, 64:ff9b::a9fe:0/112); /probe needs no allow for other addresses`,
+	"invalid-probe-targets.yaml":                 `checks.web.probe_targets: "everywhere" is not one of pools, any, any_with_credentials`,
 	"invalid-protocol-missing.yaml":              `checks.web.protocol: missing; want one of tcp, http, https`,
 	"invalid-protocol-preset.yaml":               `checks.app.protocol: "tcp" is not one of http, https for preset appservice`,
 	"invalid-protocol.yaml":                      `checks.web.protocol: "ftp" is not one of tcp, http, https`,

@@ -2,6 +2,7 @@ package config
 
 import (
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"net/netip"
@@ -135,6 +136,7 @@ func (p *Pool) Validate() error {
 // pool that has any.
 type expander struct {
 	dir         string
+	ctx         context.Context // bounds the reading of targets files
 	limit       int
 	shard       Shard
 	dns         resolver

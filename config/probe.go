@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"context"
 	"encoding"
 	"fmt"
 	"net/http"
@@ -24,6 +25,7 @@ type Probe struct {
 	IPFamily      IPFamily   `json:"ip_family"`               // address family preferred for host-name targets
 	SourceAddress netip.Addr `json:"source_address,omitzero"` // local address probes are sent from; invalid for the system's choice
 	TCPMode       TCPMode    `json:"tcp_mode,omitzero"`       // TCP checks only
+	SynRetransmit Retransmit `json:"syn_retransmit,omitzero"` // TCP checks on the SYN prober only: when an unanswered SYN is sent again (T5)
 
 	// HTTP and HTTPS checks only (zero for TCP).
 	Method        string               `json:"method,omitempty"`         // "GET" or "HEAD"
@@ -41,8 +43,9 @@ type Probe struct {
 }
 
 // HTTPOptions returns the HTTP prober's options for an HTTP or HTTPS probe,
-// reading the secret of its auth token when it has one.
-func (p *Probe) HTTPOptions() (httpprobe.Options, error) {
+// reading the secret of its auth token when it has one; ctx bounds the
+// read.
+func (p *Probe) HTTPOptions(ctx context.Context) (httpprobe.Options, error) {
 	o := httpprobe.Options{
 		Scheme:       p.Protocol.String(),
 		Method:       p.Method,
@@ -66,7 +69,7 @@ func (p *Probe) HTTPOptions() (httpprobe.Options, error) {
 	var err error
 	switch a := p.AuthToken; {
 	case a.SecretFile != "":
-		o.Token, err = httpprobe.TokenFromFile(a.SecretFile)
+		o.Token, err = httpprobe.TokenFromFile(ctx, a.SecretFile)
 	case a.SecretEnv != "":
 		o.Token, err = httpprobe.TokenFromEnv(a.SecretEnv)
 	}

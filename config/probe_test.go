@@ -148,7 +148,7 @@ func TestHTTPOptions(t *testing.T) {
 	c := keyTestCheck()
 	c.AuthToken = AuthToken{SecretEnv: "SONDE_TEST_TOKEN_OPTIONS"}
 	t.Setenv("SONDE_TEST_TOKEN_OPTIONS", "s3cret")
-	o, err := c.HTTPOptions()
+	o, err := c.HTTPOptions(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestHTTPOptions(t *testing.T) {
 		t.Errorf("options of a valid check: %v", err)
 	}
 	c.AuthToken = AuthToken{SecretEnv: "SONDE_TEST_TOKEN_UNSET"}
-	if _, err := c.HTTPOptions(); err == nil {
+	if _, err := c.HTTPOptions(t.Context()); err == nil {
 		t.Error("HTTPOptions with an unset secret variable succeeded")
 	}
 	if got := c.TCPOptions(); got.Source != c.SourceAddress {

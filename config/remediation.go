@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -49,10 +50,10 @@ func (r *Remediation) field(name string) string {
 
 // resolveRemediations resolves and validates the "remediation" entries
 // against the pools.
-func resolveRemediations(specs []*RemediationSpec, pools []*Pool, dir string) ([]*Remediation, error) {
+func resolveRemediations(specs []*RemediationSpec, pools []*Pool, files *fileReader) ([]*Remediation, error) {
 	var out []*Remediation
 	for i, s := range specs {
-		r, err := resolveRemediation(i, s, pools, dir)
+		r, err := resolveRemediation(i, s, pools, files)
 		if err != nil {
 			return nil, err
 		}
@@ -66,7 +67,7 @@ func resolveRemediations(specs []*RemediationSpec, pools []*Pool, dir string) ([
 	return out, nil
 }
 
-func resolveRemediation(i int, s *RemediationSpec, pools []*Pool, dir string) (*Remediation, error) {
+func resolveRemediation(i int, s *RemediationSpec, pools []*Pool, files *fileReader) (*Remediation, error) {
 	r := &Remediation{index: i}
 	if s == nil {
 		return nil, fieldErr(fmt.Sprintf("remediation[%d]", i), "empty entry")
@@ -119,11 +120,11 @@ func resolveRemediation(i int, s *RemediationSpec, pools []*Pool, dir string) (*
 	if s.Command == nil && s.Webhook == nil {
 		return nil, fieldErr(fmt.Sprintf("remediation[%d]", i), "no action; set command, webhook or both")
 	}
-	if err := r.resolveCommand(s.Command, dir); err != nil {
+	if err := r.resolveCommand(s.Command, files.dir); err != nil {
 		return nil, err
 	}
 	if s.Webhook != nil {
-		if err := r.resolveWebhook(s.Webhook, dir); err != nil {
+		if err := r.resolveWebhook(s.Webhook, files); err != nil {
 			return nil, err
 		}
 	}
@@ -132,7 +133,10 @@ func resolveRemediation(i int, s *RemediationSpec, pools []*Pool, dir string) (*
 
 // resolveCommand checks the command's program and arguments. A program
 // given with a directory ("bin/replace", "./replace") is relative to the
-// config's directory; a bare name is looked up in PATH when it runs.
+// config's directory, and made absolute here: never a bare name, which
+// would be looked up in PATH (filepath.Join(".", "./replace") is
+// "replace"). A bare name is looked up in PATH when it runs, as a shell
+// does.
 func (r *Remediation) resolveCommand(argv []string, dir string) error {
 	if argv == nil {
 		return nil
@@ -147,20 +151,24 @@ func (r *Remediation) resolveCommand(argv []string, dir string) error {
 	}
 	r.Command = slices.Clone(argv)
 	if strings.ContainsRune(argv[0], '/') {
-		r.Command[0] = resolvePath(dir, argv[0])
+		abs, err := filepath.Abs(resolvePath(dir, argv[0]))
+		if err != nil {
+			return &FieldError{Field: r.field("command") + "[0]", Msg: fmt.Sprintf("%q: %s", argv[0], errText(err)), Err: err}
+		}
+		r.Command[0] = abs
 	}
 	return nil
 }
 
-func (r *Remediation) resolveWebhook(s *WebhookSpec, dir string) error {
+func (r *Remediation) resolveWebhook(s *WebhookSpec, files *fileReader) error {
 	f := r.field("webhook")
 	if _, err := checkWebhookURL(f+".url", s.URL); err != nil {
 		return err
 	}
 	r.WebhookURL = *s.URL
 	if s.SecretFile != nil {
-		abs := resolvePath(dir, *s.SecretFile)
-		if err := checkFile(f+".secret_file", *s.SecretFile, abs); err != nil {
+		abs, err := files.secret(f+".secret_file", *s.SecretFile)
+		if err != nil {
 			return err
 		}
 		r.WebhookSecretFile = abs

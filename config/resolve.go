@@ -28,7 +28,7 @@ type env func(key string) (string, bool)
 // threshold it does not set is the window's equivalent (rise = required,
 // fall = size - required + 1). For a window check, Rise and Fall hold those
 // equivalents.
-func resolveCheck(name string, s *CheckSpec, dir string, lookupEnv env) (*Check, error) {
+func resolveCheck(name string, s *CheckSpec, files *fileReader, lookupEnv env) (*Check, error) {
 	if s == nil {
 		s = new(CheckSpec)
 	}
@@ -58,7 +58,7 @@ func resolveCheck(name string, s *CheckSpec, dir string, lookupEnv env) (*Check,
 		return nil, err
 	}
 	if c.Protocol != TCP {
-		if err := c.resolveHTTP(s, p, dir, lookupEnv); err != nil {
+		if err := c.resolveHTTP(s, p, files, lookupEnv); err != nil {
 			return nil, err
 		}
 	}
@@ -66,6 +66,9 @@ func resolveCheck(name string, s *CheckSpec, dir string, lookupEnv env) (*Check,
 		return nil, err
 	}
 	if err := c.resolveNetwork(s); err != nil {
+		return nil, err
+	}
+	if err := c.resolveProbeAccess(s); err != nil {
 		return nil, err
 	}
 	if err := c.Validate(); err != nil {
@@ -111,6 +114,7 @@ func (c *Check) checkApplicable(s *CheckSpec) error {
 		{"auth_token", s.AuthToken != nil, httpOnly, "http or https"},
 		{"tls", s.TLS != nil, c.Protocol == HTTPS, "https"},
 		{"tcp_mode", s.TCPMode != nil, c.Protocol == TCP, "tcp"},
+		{"syn_retransmit", s.SynRetransmit != nil, c.Protocol == TCP, "tcp"},
 	} {
 		if x.set && !x.ok {
 			return fieldErr(c.field(x.name), "only for protocol %s, not %s", x.want, c.Protocol)
@@ -120,7 +124,7 @@ func (c *Check) checkApplicable(s *CheckSpec) error {
 }
 
 // resolveHTTP fills the settings of an HTTP or HTTPS probe.
-func (c *Check) resolveHTTP(s *CheckSpec, p Preset, dir string, lookupEnv env) error {
+func (c *Check) resolveHTTP(s *CheckSpec, p Preset, files *fileReader, lookupEnv env) error {
 	c.Method = pick(s.Method, p.Method)
 	c.Path = pick(s.Path, p.Path)
 	c.HealthyStatus = p.Healthy
@@ -150,7 +154,7 @@ func (c *Check) resolveHTTP(s *CheckSpec, p Preset, dir string, lookupEnv env) e
 		}
 	}
 	if s.AuthToken != nil {
-		t, err := c.resolveAuthToken(s.AuthToken, dir, lookupEnv)
+		t, err := c.resolveAuthToken(s.AuthToken, files, lookupEnv)
 		if err != nil {
 			return err
 		}
@@ -159,7 +163,7 @@ func (c *Check) resolveHTTP(s *CheckSpec, p Preset, dir string, lookupEnv env) e
 	var serverName string
 	if s.TLS != nil {
 		var err error
-		if c.TLS, serverName, err = c.resolveTLS(s.TLS, dir); err != nil {
+		if c.TLS, serverName, err = c.resolveTLS(s.TLS, files); err != nil {
 			return err
 		}
 	}
@@ -181,14 +185,14 @@ func (c *Check) resolveHTTP(s *CheckSpec, p Preset, dir string, lookupEnv env) e
 	return nil
 }
 
-func (c *Check) resolveAuthToken(s *AuthTokenSpec, dir string, lookupEnv env) (AuthToken, error) {
+func (c *Check) resolveAuthToken(s *AuthTokenSpec, files *fileReader, lookupEnv env) (AuthToken, error) {
 	f := c.field("auth_token")
 	switch {
 	case s.SecretFile != nil && s.SecretEnv != nil:
 		return AuthToken{}, fieldErr(f, "set exactly one of secret_file and secret_env, not both")
 	case s.SecretFile != nil:
-		abs := resolvePath(dir, *s.SecretFile)
-		if err := checkFile(f+".secret_file", *s.SecretFile, abs); err != nil {
+		abs, err := files.secret(f+".secret_file", *s.SecretFile)
+		if err != nil {
 			return AuthToken{}, err
 		}
 		return AuthToken{SecretFile: abs}, nil
@@ -211,7 +215,7 @@ func (c *Check) resolveAuthToken(s *AuthTokenSpec, dir string, lookupEnv env) (A
 
 // resolveTLS returns the TLS settings of s and its server name, which
 // becomes the check's SNI.
-func (c *Check) resolveTLS(s *TLSSpec, dir string) (httpprobe.TLSOptions, string, error) {
+func (c *Check) resolveTLS(s *TLSSpec, files *fileReader) (httpprobe.TLSOptions, string, error) {
 	f := c.field("tls")
 	t := httpprobe.TLSOptions{InsecureSkipVerify: pick(s.InsecureSkipVerify, false)}
 	serverName := pick(s.ServerName, "")
@@ -225,27 +229,34 @@ func (c *Check) resolveTLS(s *TLSSpec, dir string) (httpprobe.TLSOptions, string
 		return t, "", fieldErr(f+".ca_file", "has no effect with insecure_skip_verify")
 	}
 	for _, x := range []struct {
-		name string
-		p    *string
-		dst  *string
-	}{{"ca_file", s.CAFile, &t.CAFile}, {"cert_file", s.CertFile, &t.CertFile}, {"key_file", s.KeyFile, &t.KeyFile}} {
+		name    string
+		p       *string
+		dst     *string
+		private bool
+	}{{"ca_file", s.CAFile, &t.CAFile, false}, {"cert_file", s.CertFile, &t.CertFile, false}, {"key_file", s.KeyFile, &t.KeyFile, true}} {
 		if x.p == nil {
 			continue
 		}
-		*x.dst = resolvePath(dir, *x.p)
-		if err := checkFile(f+"."+x.name, *x.p, *x.dst); err != nil {
+		*x.dst = files.path(*x.p)
+		var err error
+		if x.private {
+			err = files.private(f+"."+x.name, *x.p, *x.dst)
+		} else {
+			_, err = files.stat(f+"."+x.name, *x.p, *x.dst)
+		}
+		if err != nil {
 			return t, "", err
 		}
 	}
 	// Read the files as the prober will, so that a file it would refuse
 	// fails here, naming the field.
 	if s.CAFile != nil {
-		if _, err := httpprobe.ReadCAFile(t.CAFile); err != nil {
-			return t, "", &FieldError{Field: f + ".ca_file", Msg: fmt.Sprintf("%q: %s", *s.CAFile, errText(err)), Err: err}
+		if _, err := httpprobe.ReadCAFile(files.ctx, t.CAFile); err != nil {
+			return t, "", files.readErr(f+".ca_file", *s.CAFile, err)
 		}
 	}
 	if s.CertFile != nil {
-		if _, err := httpprobe.LoadClientCert(t.CertFile, t.KeyFile); err != nil {
+		if _, err := httpprobe.LoadClientCert(files.ctx, t.CertFile, t.KeyFile); err != nil {
 			return t, "", &FieldError{Field: f + ".cert_file", Msg: fmt.Sprintf("%q with key_file %q: %s", *s.CertFile, *s.KeyFile, errText(err)), Err: err}
 		}
 	}
@@ -328,6 +339,9 @@ func (c *Check) resolveNetwork(s *CheckSpec) error {
 		}
 		c.TCPMode = TCPMode(slices.Index(tcpModeNames[:], *s.TCPMode))
 	}
+	if err := c.resolveRetransmit(s); err != nil {
+		return err
+	}
 	if s.IPFamily != nil {
 		if err := checkEnum(c.field("ip_family"), *s.IPFamily, ipFamilyNames[:], ""); err != nil {
 			return err
@@ -344,6 +358,32 @@ func (c *Check) resolveNetwork(s *CheckSpec) error {
 		}
 		c.SourceAddress = a
 	}
+	return nil
+}
+
+// resolveRetransmit fills syn_retransmit: the kernel's by default for a
+// TCP check that may run on the SYN prober, none for the others. A
+// retransmission timeout that is not shorter than the timeout would never
+// fire, which is an error when set by hand.
+func (c *Check) resolveRetransmit(s *CheckSpec) error {
+	if c.Protocol != TCP || c.TCPMode == TCPConnect {
+		if s.SynRetransmit != nil && c.Protocol == TCP {
+			return fieldErr(c.field("syn_retransmit"), "only for tcp_mode syn or auto: connect() retransmits in the kernel")
+		}
+		return nil
+	}
+	c.SynRetransmit = KernelRetransmit
+	if s.SynRetransmit == nil {
+		return nil
+	}
+	r, err := ParseRetransmit(*s.SynRetransmit)
+	if err != nil {
+		return fieldErr(c.field("syn_retransmit"), "%v", err)
+	}
+	if r != 0 && r.D() >= c.Timeout {
+		return fieldErr(c.field("syn_retransmit"), "%s is not shorter than timeout %s: it would never fire; want a shorter one, or \"off\"", r, formatDuration(c.Timeout))
+	}
+	c.SynRetransmit = r
 	return nil
 }
 

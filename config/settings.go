@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +37,10 @@ type CheckSettings struct {
 	JitterSeconds            float64           `json:"jitter_seconds"`
 	ProbeRate                float64           `json:"probe_rate_per_target"` // highest probes/s one target receives
 	ProbeClass               int               `json:"probe_class"`
+	// ProbeTargets and ProbeAllowAddresses are what /probe may do with the
+	// check (see [ProbeAccess]).
+	ProbeTargets        ProbeTargets   `json:"probe_targets"`
+	ProbeAllowAddresses []netip.Prefix `json:"probe_allow_addresses,omitempty"`
 }
 
 // Settings returns the check's effective settings and windows.
@@ -58,6 +63,8 @@ func (c *Check) Settings() CheckSettings {
 		JitterSeconds:            c.Jitter.Seconds(),
 		ProbeRate:                c.ProbeRate(),
 		ProbeClass:               c.Class,
+		ProbeTargets:             c.ProbeAccess.Targets,
+		ProbeAllowAddresses:      c.ProbeAccess.AllowAddresses,
 	}
 	if c.Preset != "" {
 		s.Preset = &c.Preset
@@ -91,7 +98,8 @@ func (s *CheckSettings) EvaluationText() string {
 	return eval
 }
 
-// ProbeText describes what one probe of the check sends and accepts. The
+// ProbeText describes what one probe of the check sends and accepts and,
+// where they are not the defaults, what /probe may do with it. The
 // values of extra headers are shown only with headerValues: they may carry
 // credentials, which a page shown to others must not.
 func (s *CheckSettings) ProbeText(headerValues bool) string {
@@ -103,6 +111,9 @@ func (s *CheckSettings) ProbeText(headerValues bool) string {
 	}
 	if s.Protocol == TCP {
 		add("tcp_mode", s.TCPMode.String())
+		if s.TCPMode != TCPConnect {
+			add("syn_retransmit", s.SynRetransmit.String())
+		}
 	} else {
 		parts = append(parts, s.Method+" "+s.Path)
 		add("healthy", s.HealthyStatus.String())
@@ -138,6 +149,12 @@ func (s *CheckSettings) ProbeText(headerValues bool) string {
 	}
 	if s.SourceAddress.IsValid() {
 		add("source_address", s.SourceAddress.String())
+	}
+	if s.ProbeTargets != ProbeTargetsPools {
+		add("probe_targets", s.ProbeTargets.String())
+	}
+	for _, p := range s.ProbeAllowAddresses {
+		add("probe_allow_addresses", p.String())
 	}
 	return strings.Join(parts, ", ")
 }

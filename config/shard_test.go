@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sondeprobe/sonde/internal/safefile"
 )
 
 func TestParseShard(t *testing.T) {
@@ -277,7 +279,12 @@ webhooks:
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{path, filepath.Join(dir, "targets.txt"), filepath.Join(dir, "secret.txt"), filepath.Join(dir, "hook.secret")}
+	want := []safefile.File{
+		{Path: path, Max: safefile.MaxConfig},
+		{Path: filepath.Join(dir, "targets.txt"), Max: safefile.MaxTargets},
+		{Path: filepath.Join(dir, "secret.txt"), Max: safefile.MaxSecret},
+		{Path: filepath.Join(dir, "hook.secret"), Max: safefile.MaxSecret},
+	}
 	if diff := cmp.Diff(want, cfg.Files); diff != "" {
 		t.Errorf("Files (-want +got):\n%s", diff)
 	}

@@ -47,8 +47,11 @@ type CheckSpec struct {
 	UnhealthyInterval   *Duration         `yaml:"unhealthy_interval"`
 	Jitter              *Duration         `yaml:"jitter"`
 	TCPMode             *string           `yaml:"tcp_mode"`
+	SynRetransmit       *string           `yaml:"syn_retransmit"`
 	SourceAddress       *string           `yaml:"source_address"`
 	IPFamily            *string           `yaml:"ip_family"`
+	ProbeTargets        *string           `yaml:"probe_targets"`         // what /probe may probe with the check
+	ProbeAllowAddresses []string          `yaml:"probe_allow_addresses"` // link-local and metadata blocks /probe may probe
 }
 
 // WindowSpec is a sliding-window evaluation as written (E2).

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config/discovery"
+	"github.com/sondeprobe/sonde/internal/safefile"
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -234,7 +235,8 @@ func (x *expander) expandFile(field, name string, c *Check, fn endpointFunc, onN
 	path := resolvePath(x.dir, name)
 	x.files = append(x.files, path)
 	h := sha256.New()
-	err := readTargetLines(OpenRegular, path, name, h, func(line int, text string) error {
+	open := func(path string) (io.ReadCloser, error) { return safefile.Open(x.ctx, path, safefile.MaxTargets) }
+	err := readTargetLines(open, path, name, h, func(line int, text string) error {
 		return x.expandSpec(loc{field: field, prefix: linePrefix(name, line)}, text, c, fn, onName)
 	})
 	var re *readError
@@ -269,7 +271,8 @@ func ParseTargetArgs(args []string, fn func(TargetEntry) error) error {
 			}
 			continue
 		}
-		err := readTargetLines(os.Open, name, name, nil, func(line int, text string) error { // a pipe is fine here
+		open := func(path string) (io.ReadCloser, error) { return os.Open(path) }
+		err := readTargetLines(open, name, name, nil, func(line int, text string) error { // a pipe is fine here
 			if err := parse(text); err != nil {
 				return fmt.Errorf("%s%w", linePrefix(name, line), err)
 			}
@@ -286,14 +289,14 @@ func ParseTargetArgs(args []string, fn func(TargetEntry) error) error {
 // the file at path, called name in messages: one target per line, "#" starts
 // a comment, blank lines are skipped. fn's errors are returned as they are;
 // a file that cannot be read gives a *readError. open opens the file: a
-// config's targets_file must be a regular file (OpenRegular), so that a
-// load never waits for a FIFO's writer. Every byte read is also written to
-// sum, when not nil.
-func readTargetLines(open func(string) (*os.File, error), path, name string, sum io.Writer, fn func(line int, text string) error) error {
+// config's targets_file is opened with package safefile, so that a load
+// never waits for a FIFO's writer nor reads more than a targets file may
+// hold. Every byte read is also written to sum, when not nil.
+func readTargetLines(open func(string) (io.ReadCloser, error), path, name string, sum io.Writer, fn func(line int, text string) error) error {
 	f, err := open(path)
 	if err != nil {
 		msg := fmt.Sprintf("%q: %s", name, errText(err))
-		if errors.Is(err, ErrNotRegular) {
+		if errors.Is(err, safefile.ErrNotRegular) {
 			msg = fmt.Sprintf("%q is not a regular file", name)
 		}
 		return &readError{msg: msg, err: err}

@@ -1,16 +1,12 @@
 package config
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	httpprobe "github.com/sondeprobe/sonde/probe/http"
@@ -167,61 +163,6 @@ func resolvePath(dir, p string) string {
 		return p
 	}
 	return filepath.Join(dir, p)
-}
-
-// checkFile reports when the file p (as written in the config; abs is where
-// it is) is missing or is not a regular file.
-func checkFile(field, p, abs string) error {
-	fi, err := os.Stat(abs)
-	if err != nil {
-		return &FieldError{Field: field, Msg: fmt.Sprintf("%q: %s", p, errText(err)), Err: err}
-	}
-	if !fi.Mode().IsRegular() {
-		return fieldErr(field, "%q is not a regular file", p)
-	}
-	return nil
-}
-
-// ErrNotRegular is returned by [OpenRegular] for a file that is not a
-// regular file.
-var ErrNotRegular = errors.New("not a regular file")
-
-// OpenRegular opens the file at path for reading, and refuses anything but
-// a regular file without waiting: opening a FIFO for reading would block
-// until a writer came. Every file a configuration is read from (the config
-// file, targets files) is opened with it, and so is every file read to tell
-// whether they changed.
-func OpenRegular(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := f.Stat()
-	if err == nil && !fi.Mode().IsRegular() {
-		err = ErrNotRegular
-	}
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
-// FileSum returns the SHA-256 of the content of the file at path, opened
-// with OpenRegular (a FIFO put in a file's place must not hang whoever
-// asks); it reports false when the file cannot be read or is not a regular
-// file.
-func FileSum(path string) ([sha256.Size]byte, bool) {
-	f, err := OpenRegular(path)
-	if err != nil {
-		return [sha256.Size]byte{}, false
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return [sha256.Size]byte{}, false
-	}
-	return [sha256.Size]byte(h.Sum(nil)), true
 }
 
 // errText returns the innermost message of a file error ("no such file or

@@ -75,14 +75,14 @@ func (w *EventWebhook) Wants(kind string, pools []string) bool {
 
 // resolveWebhooks validates the "webhooks" entries against the config's
 // pools.
-func resolveWebhooks(specs []*EventWebhookSpec, dir string, pools []*Pool) ([]*EventWebhook, error) {
+func resolveWebhooks(specs []*EventWebhookSpec, files *fileReader, pools []*Pool) ([]*EventWebhook, error) {
 	var out []*EventWebhook
 	for i, s := range specs {
 		field := fmt.Sprintf("webhooks[%d]", i)
 		if s == nil {
 			return nil, fieldErr(field, "empty entry")
 		}
-		w, err := resolveWebhook(field, s, dir, pools)
+		w, err := resolveWebhook(field, s, files, pools)
 		if err != nil {
 			return nil, err
 		}
@@ -100,7 +100,7 @@ func resolveWebhooks(specs []*EventWebhookSpec, dir string, pools []*Pool) ([]*E
 	return out, nil
 }
 
-func resolveWebhook(field string, s *EventWebhookSpec, dir string, pools []*Pool) (*EventWebhook, error) {
+func resolveWebhook(field string, s *EventWebhookSpec, files *fileReader, pools []*Pool) (*EventWebhook, error) {
 	u, err := checkWebhookURL(field+".url", s.URL)
 	if err != nil {
 		return nil, err
@@ -116,8 +116,7 @@ func resolveWebhook(field string, s *EventWebhookSpec, dir string, pools []*Pool
 		return nil, err
 	}
 	if s.SecretFile != nil {
-		w.SecretFile = resolvePath(dir, *s.SecretFile)
-		if err := checkFile(field+".secret_file", *s.SecretFile, w.SecretFile); err != nil {
+		if w.SecretFile, err = files.secret(field+".secret_file", *s.SecretFile); err != nil {
 			return nil, err
 		}
 	}

@@ -267,8 +267,8 @@ func selects(t *testing.T, sel *metav1.LabelSelector, set map[string]string) boo
 }
 
 // checkArgs asserts the command line: the shard from the pod index and the
-// replica count, a listen address reachable from outside the pod, and only
-// flags sonde run has.
+// replica count, a listen address reachable from outside the pod, /probe
+// off, and only flags sonde run has.
 func checkArgs(t *testing.T, k *kit, c corev1.Container) {
 	t.Helper()
 	if len(c.Args) == 0 || c.Args[0] != "run" {
@@ -298,6 +298,9 @@ func checkArgs(t *testing.T, k *kit, c corev1.Container) {
 	listen := flagValue(c.Args, "listen")
 	if listen != ":9123" && listen != "0.0.0.0:9123" && listen != "[::]:9123" {
 		t.Errorf("-listen %q, want every address of the pod on port 9123 (the default is loopback only)", listen)
+	}
+	if !slices.Contains(c.Args, "-web.enable-probe=false") {
+		t.Errorf("args %q lack -web.enable-probe=false: the pod listens on every address and the kit does not use /probe", c.Args)
 	}
 	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 9123 || c.Ports[0].Name != "metrics" {
 		t.Errorf("ports %+v, want metrics on 9123", c.Ports)

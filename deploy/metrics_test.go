@@ -209,8 +209,10 @@ func startDaemon(t *testing.T, cfg string) *daemon {
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// With a state file, as the systemd unit runs it:
+	// its metrics are exported only then.
 	cmd := exec.Command(testenv.Sonde(t), "run", "-config", path, "-listen", "127.0.0.1:0",
-		"-log-format", "json", "-syn=false")
+		"-log-format", "json", "-syn=false", "-state-file", filepath.Join(t.TempDir(), "state"))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,8 @@ const (
 	CausePorts                         // EADDRNOTAVAIL, EADDRINUSE: out of local ports, or the source address is not local
 	CauseBuffers                       // ENOBUFS, ENOMEM: out of socket buffers or kernel memory
 	CausePermissions                   // EPERM, EACCES from socket() or bind(): not allowed to open or bind the socket
+	CauseCapture                       // the reply may have been lost by this host's capture (a full ring buffer) before sonde read it
+	CauseLate                          // this host could not send the probe, or watch it to its end, in time (a starved prober)
 
 	// NumLocalCauses is the number of causes; arrays indexed by LocalCause use it.
 	NumLocalCauses
@@ -29,6 +31,8 @@ var causeNames = [NumLocalCauses]string{
 	CausePorts:       "ports",
 	CauseBuffers:     "buffers",
 	CausePermissions: "permissions",
+	CauseCapture:     "capture",
+	CauseLate:        "late",
 }
 
 // String returns the cause's name as used in metric labels and logs.

@@ -91,13 +91,20 @@ type Request struct {
 // Result is the answer to a Request. It is small and free of pointers so that it
 // travels through lock-free rings without allocation.
 type Result struct {
-	ID      uint32        // the Request's ID
-	Gen     uint32        // the Request's Gen
-	Outcome Outcome       // how the probe ended
-	Cause   LocalCause    // why a LocalError probe could not run, CauseNone otherwise
-	Status  uint16        // HTTP status code, 0 when there was none
-	Latency time.Duration // round-trip time (SYN) or request-to-last-byte time (HTTP)
-	Done    int64         // when the probe completed, in scheduler nanoseconds
+	ID      uint32     // the Request's ID
+	Gen     uint32     // the Request's Gen
+	Outcome Outcome    // how the probe ended
+	Cause   LocalCause // why a LocalError probe could not run, CauseNone otherwise
+	Status  uint16     // HTTP status code, 0 when there was none
+	// Retransmits is how many times the probe's SYN was sent again before
+	// it ended (T5); 0 for probes whose transport retransmits by itself.
+	Retransmits uint8
+	// Latency is the round-trip time (SYN) or the request-to-last-byte time
+	// (HTTP). For a probe that was retransmitted, the time from its first
+	// send to its end, as a kernel's connect() would take it; such a
+	// latency is not a round-trip sample (Karn's rule).
+	Latency time.Duration
+	Done    int64 // when the probe completed, in scheduler nanoseconds
 }
 
 // Sink receives results. Deliver is safe for concurrent use, never blocks for
@@ -118,6 +125,37 @@ type Sink interface {
 // network and must not keep batch after it returns.
 type Launcher interface {
 	Launch(lane int, batch []Request)
+}
+
+// Resender is a [Launcher] that can send a probe in flight again, as a
+// kernel retransmits an unanswered SYN (T5): same generation, same source
+// port and cookie, so that an answer to either send counts for the probe,
+// and no second result. The scheduler calls Resend for a probe that has had
+// no answer after its check's retransmission timeout, with the same lane
+// rules as Launch; the launcher skips a request whose probe has been
+// answered or superseded meanwhile.
+type Resender interface {
+	Resend(lane int, batch []Request)
+}
+
+// Settler is a [Launcher] whose results reach the scheduler with a delay of
+// its own (replies read from a ring in batches, probes queued for workers),
+// and that can tell when a probe's silence is this host's doing. Before the
+// scheduler records a timeout it waits until Settled has reached the
+// probe's deadline, so that an answer the kernel received in time is never
+// counted as missing however late sonde reads it, and then asks Expired.
+// Both are called from scheduler shards, concurrently, and must not block.
+type Settler interface {
+	// Settled returns the time, in scheduler nanoseconds, up to which the
+	// launcher has delivered every result: a probe whose deadline is at or
+	// before it and that has no result got no answer in time.
+	Settled() int64
+	// Expired says whether a probe that reached its deadline without an
+	// answer may owe that to this host rather than to the target: a reply
+	// lost to a full capture ring in [r.Sent, r.Deadline], a send that left
+	// late or failed here. Any cause but CauseNone makes the probe a
+	// LocalError with that cause instead of a Timeout.
+	Expired(r Request) LocalCause
 }
 
 // Target is the destination of a one-shot probe.

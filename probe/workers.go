@@ -1,9 +1,12 @@
 package probe
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,7 +49,7 @@ type WorkerStats struct {
 	Queued      uint64 // requests accepted by Launch
 	Started     uint64 // probes started
 	Delivered   uint64 // results handed to the Sink
-	SkippedLate uint64 // requests whose deadline had passed when a worker took them
+	SkippedLate uint64 // requests whose deadline had passed when a worker took them: delivered as LocalError (CauseLate)
 	Abandoned   uint64 // requests dropped because the pool stopped (still queued, launched after the stop, or cut short by it) or their target is gone
 	InFlight    int64  // probes running now
 	Pending     int64  // requests waiting in the queue now
@@ -70,7 +73,9 @@ type WorkerStats struct {
 // which has at most about one outstanding request per target (24 bytes
 // each); its memory is released when it drains after growing beyond
 // 65536 requests. A request whose deadline has passed when a worker takes it
-// is skipped and counted (the scheduler has timed it out already).
+// is not probed: its worker delivers a LocalError (CauseLate), and the
+// scheduler, which waits for the pool to settle ([Workers.Settled]) before
+// it records a timeout, takes that instead of blaming the target.
 type Workers struct {
 	prober   atomic.Pointer[proberOf]
 	target   func(uint32) Target
@@ -90,6 +95,21 @@ type Workers struct {
 
 	queued, started, delivered, skippedLate, abandoned atomic.Uint64
 	inFlight, pending                                  atomic.Int64
+
+	// What Settled reads: the Sent of the oldest queued request
+	// (math.MaxInt64 when none is queued), and each worker's slot, which
+	// holds the deadline of the probe it runs (math.MaxInt64 when idle).
+	// Both change under mu; the slot before the queue, so a reader that
+	// loads the queue first never misses a request on its way between
+	// them.
+	oldestQueued atomic.Int64
+	slots        atomic.Pointer[[]*workerSlot]
+}
+
+// workerSlot is one worker goroutine's probe deadline, for Settled.
+type workerSlot struct {
+	deadline atomic.Int64
+	_        [56]byte // one cache line per worker
 }
 
 // proberOf is a prober and, when it is one, the same prober as a Reporter.
@@ -111,7 +131,10 @@ const (
 	poolStopped
 )
 
-var _ Launcher = (*Workers)(nil)
+var (
+	_ Launcher = (*Workers)(nil)
+	_ Settler  = (*Workers)(nil)
+)
 
 // NewWorkers returns a pool for o. Probes start once [Workers.Run] runs;
 // requests launched before are queued.
@@ -140,6 +163,8 @@ func NewWorkers(o WorkersOptions) (*Workers, error) {
 	}
 	w.prober.Store(newProberOf(o.Prober))
 	w.cond.L = &w.mu
+	w.oldestQueued.Store(math.MaxInt64)
+	w.slots.Store(new([]*workerSlot))
 	return w, nil
 }
 
@@ -170,8 +195,19 @@ func (w *Workers) SetConcurrency(n int) {
 // the pool runs.
 func (w *Workers) spawn() {
 	for ; w.running < w.n; w.running++ {
-		w.wg.Go(func() { w.work(w.ctx) })
+		slot := &workerSlot{}
+		slot.deadline.Store(math.MaxInt64)
+		slots := append(slices.Clone(*w.slots.Load()), slot)
+		w.slots.Store(&slots)
+		w.wg.Go(func() { w.work(w.ctx, slot) })
 	}
+}
+
+// retire removes a leaving worker's slot. It is called with w.mu held.
+func (w *Workers) retire(slot *workerSlot) {
+	slots := slices.DeleteFunc(slices.Clone(*w.slots.Load()), func(s *workerSlot) bool { return s == slot })
+	w.slots.Store(&slots)
+	w.running--
 }
 
 // Launch queues batch for the workers and returns at once. lane is not used:
@@ -186,6 +222,9 @@ func (w *Workers) Launch(_ int, batch []Request) {
 		w.mu.Unlock()
 		w.abandoned.Add(uint64(len(batch)))
 		return
+	}
+	if w.q.len() == 0 {
+		w.oldestQueued.Store(batch[0].Sent)
 	}
 	for _, r := range batch {
 		w.q.push(r)
@@ -228,6 +267,7 @@ func (w *Workers) Run(ctx context.Context) error {
 	w.state = poolStopped // workers may have seen ctx before the AfterFunc ran
 	left := w.q.len()
 	w.q = requestRing{}
+	w.oldestQueued.Store(math.MaxInt64)
 	w.pending.Add(-int64(left))
 	w.mu.Unlock()
 	w.abandoned.Add(uint64(left))
@@ -248,27 +288,29 @@ func (w *Workers) Stats() WorkerStats {
 }
 
 // work is one worker goroutine's loop. rep is reused from probe to probe.
-func (w *Workers) work(ctx context.Context) {
+func (w *Workers) work(ctx context.Context, slot *workerSlot) {
 	var rep Report
 	for {
-		req, ok := w.next()
+		req, ok := w.next(slot)
 		if !ok {
 			return
 		}
 		if ctx.Err() != nil { // stopping: the pool state may not say so yet
 			w.abandoned.Add(1)
 			w.mu.Lock()
-			w.running--
+			w.retire(slot)
 			w.mu.Unlock()
 			return
 		}
 		w.run(ctx, req, &rep)
+		slot.deadline.Store(math.MaxInt64)
 	}
 }
 
-// next waits for a request; it returns false when the pool stops or has a
-// worker too many, and the worker then ends.
-func (w *Workers) next() (Request, bool) {
+// next waits for a request and puts its deadline in the worker's slot; it
+// returns false when the pool stops or has a worker too many, and the
+// worker then ends.
+func (w *Workers) next(slot *workerSlot) (Request, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for w.q.len() == 0 && w.state == poolRunning && w.running <= w.n {
@@ -277,18 +319,50 @@ func (w *Workers) next() (Request, bool) {
 		w.idle--
 	}
 	if w.state != poolRunning || w.running > w.n {
-		w.running--
+		w.retire(slot)
 		return Request{}, false
 	}
 	w.pending.Add(-1)
-	return w.q.pop(), true
+	req := w.q.pop()
+	slot.deadline.Store(req.Deadline)
+	if w.q.len() == 0 {
+		w.oldestQueued.Store(math.MaxInt64)
+	} else {
+		w.oldestQueued.Store(w.q.front().Sent)
+	}
+	return req, true
 }
 
-// run probes one request and delivers its result.
+// Settled returns the time up to which every result of the pool's probes
+// has been delivered (see [Settler]): just before the send time of the
+// oldest request still queued, and before the deadline of every probe
+// running; now when there are none. A request that waits in the queue past
+// its deadline is therefore never counted as a timeout by the scheduler: its
+// worker reports it as a LocalError (CauseLate) instead.
+func (w *Workers) Settled() int64 {
+	at := w.oldestQueued.Load() // first: see Workers.oldestQueued
+	for _, s := range *w.slots.Load() {
+		at = min(at, s.deadline.Load())
+	}
+	if at == math.MaxInt64 {
+		return w.now()
+	}
+	return at - 1
+}
+
+// Expired has nothing to add: a worker reports its own late probes.
+func (w *Workers) Expired(Request) LocalCause { return CauseNone }
+
+// run probes one request and delivers its result. A probe this host could
+// not give its time to is a LocalError (CauseLate), no verdict on the
+// target: one taken from the queue at or after its deadline, or one that
+// timed out after it started late (past half its time) or after its worker
+// noticed the deadline late (by more than lateWake).
 func (w *Workers) run(ctx context.Context, req Request, rep *Report) {
 	now := w.now()
 	if now >= req.Deadline {
 		w.skippedLate.Add(1)
+		w.deliverLate(req, now)
 		return
 	}
 	t := w.target(req.ID)
@@ -308,7 +382,13 @@ func (w *Workers) run(ctx context.Context, req Request, rep *Report) {
 		w.abandoned.Add(1)
 		return
 	}
-	rep.ID, rep.Gen, rep.Done = req.ID, req.Gen, w.now()
+	done := w.now()
+	if rep.Outcome == Timeout && (now-req.Sent > (req.Deadline-req.Sent)/2 || done-req.Deadline > int64(lateWake)) {
+		rep.Outcome, rep.Cause = LocalError, CauseLate
+		rep.Err = fmt.Errorf("this host started the probe %v after it was due and saw its end %v after its deadline: too busy to judge the target (%w)",
+			time.Duration(now-req.Sent), time.Duration(max(done-req.Deadline, 0)), cmp.Or(rep.Err, context.DeadlineExceeded))
+	}
+	rep.ID, rep.Gen, rep.Done = req.ID, req.Gen, done
 	if w.onReport != nil {
 		w.onReport(req.ID, rep)
 	}
@@ -323,6 +403,18 @@ func (w *Workers) probe(ctx context.Context, t Target) Report {
 		return p.r.Report(ctx, t)
 	}
 	return Report{Result: p.p.Probe(ctx, t)}
+}
+
+// lateWake is how long after a probe's deadline its worker may notice the
+// timeout before the host counts as too busy to judge the probe. The
+// runtime's timers fire within microseconds on a machine with CPU to spare.
+const lateWake = 100 * time.Millisecond
+
+// deliverLate delivers the LocalError of a request taken from the queue at
+// or after its deadline, at now.
+func (w *Workers) deliverLate(req Request, now int64) {
+	w.sink.Deliver(Result{ID: req.ID, Gen: req.Gen, Outcome: LocalError, Cause: CauseLate, Done: now})
+	w.delivered.Add(1)
 }
 
 // shrinkAbove is the capacity beyond which an emptied queue frees its memory.
@@ -345,6 +437,9 @@ func (r *requestRing) push(x Request) {
 	r.buf[(r.head+r.n)&(len(r.buf)-1)] = x
 	r.n++
 }
+
+// front returns the oldest request; the ring must not be empty.
+func (r *requestRing) front() Request { return r.buf[r.head] }
 
 func (r *requestRing) pop() Request {
 	x := r.buf[r.head]

@@ -172,13 +172,14 @@ func waitStats(t *testing.T, w *Workers, cond func(WorkerStats) bool) {
 }
 
 // TestWorkersSkipLate: requests past their deadline when a worker takes
-// them are skipped and counted, not probed and not delivered.
+// them are not probed: they are delivered as local errors (late) and
+// counted, never left for the scheduler to call timeouts.
 func TestWorkersSkipLate(t *testing.T) {
 	var clock atomic.Int64
 	clock.Store(1000)
 	var probed atomic.Int32
 	sink := &collector{}
-	sink.wg.Add(1)
+	sink.wg.Add(3)
 	w := newWorkers(t, WorkersOptions{
 		Prober: funcProber(func(context.Context, Target) Result {
 			probed.Add(1)
@@ -195,17 +196,100 @@ func TestWorkersSkipLate(t *testing.T) {
 	})
 	start(t, w)
 	sink.wg.Wait()
-	if got := sink.byID(); len(got) != 1 || got[3].ID != 3 {
-		t.Errorf("delivered %v, want only id 3", got)
+	got := sink.byID()
+	for _, id := range []uint32{1, 2} {
+		if r := got[id]; r.Outcome != LocalError || r.Cause != CauseLate || r.Done != 1000 {
+			t.Errorf("late request %d delivered %+v, want a local error (late) at 1000", id, r)
+		}
 	}
-	waitStats(t, w, func(s WorkerStats) bool { return s.Delivered == 1 })
-	want := WorkerStats{Queued: 3, Started: 1, Delivered: 1, SkippedLate: 2}
+	if got[3].Outcome != Success {
+		t.Errorf("request 3 delivered %+v, want success", got[3])
+	}
+	waitStats(t, w, func(s WorkerStats) bool { return s.Delivered == 3 })
+	want := WorkerStats{Queued: 3, Started: 1, Delivered: 3, SkippedLate: 2}
 	if diff := cmp.Diff(want, w.Stats()); diff != "" {
 		t.Errorf("stats (-want +got):\n%s", diff)
 	}
 	if probed.Load() != 1 {
 		t.Errorf("%d probes ran, want 1", probed.Load())
 	}
+}
+
+// TestWorkersLateTimeout: a probe that times out after its worker started
+// it past half its time, or noticed its deadline late, is a local error
+// (late); one started in time that times out is a timeout.
+func TestWorkersLateTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		start, end int64 // the clock when the worker takes the request, and when the probe returns
+		want       Outcome
+	}{
+		{"in time", 1100, 2000, Timeout},
+		{"started past half its time", 1600, 2000, LocalError},
+		{"saw its deadline late", 1100, 2000 + int64(lateWake) + 1, LocalError},
+		{"saw its deadline a little late", 1100, 2000 + int64(lateWake), Timeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var clock atomic.Int64
+			clock.Store(tc.start)
+			sink := &collector{}
+			sink.wg.Add(1)
+			w := newWorkers(t, WorkersOptions{
+				Prober: funcProber(func(context.Context, Target) Result {
+					clock.Store(tc.end)
+					return Result{Outcome: Timeout}
+				}),
+				Sink: sink, Now: clock.Load, Concurrency: 1,
+			})
+			w.Launch(0, []Request{{ID: 1, Sent: 1000, Deadline: 2000}})
+			start(t, w)
+			sink.wg.Wait()
+			r := sink.byID()[1]
+			if r.Outcome != tc.want || (tc.want == LocalError && r.Cause != CauseLate) {
+				t.Errorf("delivered %+v, want %s", r, tc.want)
+			}
+		})
+	}
+}
+
+// TestWorkersSettled: the pool has settled up to just before the oldest
+// queued request's send and every running probe's deadline.
+func TestWorkersSettled(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(5000)
+	release := make(chan struct{})
+	running := make(chan struct{}, 1)
+	sink := &collector{}
+	w := newWorkers(t, WorkersOptions{
+		Prober: funcProber(func(context.Context, Target) Result {
+			running <- struct{}{}
+			<-release
+			return Result{Outcome: Success}
+		}),
+		Sink: sink, Now: clock.Load, Concurrency: 1,
+	})
+	if got := w.Settled(); got != 5000 {
+		t.Errorf("empty pool settled %d, want now (5000)", got)
+	}
+	sink.wg.Add(2)
+	w.Launch(0, []Request{{ID: 1, Sent: 4000, Deadline: 9000}, {ID: 2, Sent: 4500, Deadline: 6000}})
+	if got := w.Settled(); got != 3999 {
+		t.Errorf("queued: settled %d, want 3999", got)
+	}
+	start(t, w)
+	<-running // request 1 runs, request 2 waits
+	if got := w.Settled(); got != 4499 {
+		t.Errorf("one running, one queued: settled %d, want 4499", got)
+	}
+	release <- struct{}{}
+	<-running // request 2 runs
+	if got := w.Settled(); got != 5999 {
+		t.Errorf("one running: settled %d, want 5999 (its deadline - 1)", got)
+	}
+	release <- struct{}{}
+	sink.wg.Wait()
+	waitStats(t, w, func(s WorkerStats) bool { return s.InFlight == 0 })
+	waitFor(t, func() bool { return w.Settled() == 5000 })
 }
 
 // TestWorkersDeadline: the probe's context ends at Request.Deadline, read

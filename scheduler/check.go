@@ -123,6 +123,14 @@ type Check struct {
 	// Launcher starts the probes of this check's targets.
 	Launcher probe.Launcher
 
+	// Retransmit is the retransmission timeout of an unanswered probe
+	// (T5): a launcher that can resend ([probe.Resender]) sends the probe
+	// again after Retransmit, then after twice as long again, and so on,
+	// as a kernel retransmits a SYN, as long as the send falls before the
+	// probe's deadline. Zero sends every probe once. It changes no
+	// detection window: the probe's timeout stays what it was.
+	Retransmit time.Duration
+
 	// FirstProbes paces the first probe of each of the check's streams, at
 	// the engine's start and for a target added later. The zero Pace sends
 	// them all at once; a launcher that cannot take a burst sets the rate it

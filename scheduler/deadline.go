@@ -1,16 +1,39 @@
 package scheduler
 
 // deadlineQueue holds the in-flight probes of every check with one timeout
-// value. Probes enter in send order and all wait the same time, so their
-// deadlines leave in the same order: a FIFO does the work of a timer per
-// probe. An answered probe's entry is struck out in place (its position is in
-// the target's record), so expiring never touches the records of probes that
-// were answered. It is owned by its shard.
+// and one retransmission timeout. Probes enter in send order and all wait
+// the same time, so their deadlines leave in the same order: a FIFO does the
+// work of a timer per probe. Their retransmissions come due in the same
+// order too, so each retransmission stage is a cursor walking the same FIFO
+// behind the time (see [shard.retransmit]). An answered probe's entry is
+// struck out in place (its position is in the target's record), so neither
+// expiring nor retransmitting touches the records of probes that were
+// answered. It is owned by its shard.
 type deadlineQueue struct {
 	timeout int64 // ns
 	head    uint64
 	tail    uint64
 	buf     []deadlineEntry // power-of-two ring; position p lives at buf[p&mask]
+
+	// stages are the retransmissions of a probe, as offsets from its send
+	// (ns): rto, 3·rto, 7·rto, … — each wait twice the one before, as a
+	// kernel's SYN retransmissions — for every offset before the timeout.
+	stages []int64
+	// cursor[j] is the position of the first probe whose retransmission
+	// j+1 has not been considered yet.
+	cursor []uint64
+}
+
+// newDeadlineQueue returns the empty queue of probes that share k.
+func newDeadlineQueue(k queueKey) deadlineQueue {
+	q := deadlineQueue{timeout: k.timeout}
+	if k.rto > 0 {
+		for off, wait := k.rto, k.rto; off < k.timeout; wait, off = 2*wait, off+2*wait {
+			q.stages = append(q.stages, off)
+		}
+		q.cursor = make([]uint64, len(q.stages))
+	}
+	return q
 }
 
 type deadlineEntry struct {

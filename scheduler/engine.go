@@ -368,12 +368,15 @@ func (e *Engine) Stats() Stats {
 	}
 	for _, s := range e.shards {
 		ss := &s.stats
-		st.Dispatched += ss.dispatched.Load()
+		// Results before dispatched: every result read is of a probe
+		// whose dispatch is counted, so Results never exceeds Dispatched.
 		st.Results += ss.results.Load()
+		st.Dispatched += ss.dispatched.Load()
 		st.Timeouts += ss.timeouts.Load()
 		st.Stale += ss.stale.Load()
 		st.Late += ss.late.Load()
 		st.Transitions += ss.transition.Load()
+		st.Retransmits += ss.retransmit.Load()
 		st.LatenessSum += time.Duration(ss.lateSum.Load())
 		st.LatenessMax = max(st.LatenessMax, time.Duration(ss.lateMax.Load()))
 		for b := range ss.lateCount {

@@ -48,7 +48,7 @@ type record struct {
 	ev      evalState     // evaluator state
 	check   uint16        // index into the check table
 	flags   uint8         // flag* bits
-	_       uint8
+	tries   uint8         // retransmissions of the probe in flight so far
 }
 
 // shard owns a subset of the targets: their records, their timers in its own
@@ -71,6 +71,9 @@ type shard struct {
 	deadlines []deadlineQueue // one per distinct timeout; checkTable.queueOf maps checks to them
 	ring      *ring[arrival]
 	batches   [][]probe.Request // per launcher
+	resends   [][]probe.Request // per launcher: retransmissions to hand to its Resend
+	settled   []int64           // per launcher that is a Settler: its Settled as read this step
+	settling  []settling        // probes past their deadline whose launcher has not settled yet
 	now       int64             // time of the step in progress
 	rng       uint64            // jitter random state
 	first     []pacer           // per launcher: the pace of its first probes
@@ -103,16 +106,30 @@ func (s *shard) step(now int64) {
 	s.now = now
 	s.applyEdits()
 	s.drain()
+	s.retransmit()
 	s.expire()
 	s.wheel.advance(s.e.tickFloor(now), s.fire)
 	s.flush()
 	s.publish()
 }
 
-// expire records a timeout for every probe whose deadline is at or before
-// now. A timeout can make the next send due at once; expire then dispatches
-// it, which may queue new deadlines behind the current ones, never before.
+// expire ends every probe whose deadline is at or before now: as a timeout,
+// or as a local error when its launcher says the silence may be this host's
+// doing. A probe whose launcher has not yet delivered every result up to its
+// deadline waits in the settling list (see [probe.Settler]). An ended probe
+// can make the next send due at once; expire then dispatches it, which may
+// queue new deadlines behind the current ones, never before.
 func (s *shard) expire() {
+	if len(s.settling) == 0 && !s.deadlineDue() {
+		return
+	}
+	// Launchers settle after they deliver: read how far they have
+	// settled, then take what they delivered before saying so.
+	s.readSettled()
+	s.drain()
+	if len(s.settling) > 0 {
+		s.resettle()
+	}
 	for qi := range s.deadlines {
 		q := &s.deadlines[qi]
 		for {
@@ -129,9 +146,135 @@ func (s *shard) expire() {
 				break
 			}
 			q.pop()
-			s.timeout(e.idx, rec, q.timeout)
+			if !s.expired(e.idx, rec, q.timeout) {
+				s.settling = append(s.settling, settling{idx: e.idx, gen: e.gen, timeout: q.timeout})
+			}
 		}
 	}
+}
+
+// settling is a probe past its deadline that waits for its launcher to
+// settle.
+type settling struct {
+	idx, gen uint32
+	timeout  int64
+}
+
+// settleLimit is how long past its deadline a probe waits for its launcher
+// to settle. A launcher that lags longer (a reply reader starved of CPU for
+// seconds, or stuck) cannot say whether the target answered: the probe then
+// ends as a local error (CauseLate), no verdict on the target.
+const settleLimit = 5 * time.Second
+
+// expired ends target i's probe in flight, whose deadline has passed, unless
+// its launcher has not settled up to the deadline yet: then it reports
+// false and the probe stays in flight.
+func (s *shard) expired(i uint32, rec *record, timeout int64) bool {
+	cause := probe.CauseNone
+	if li := s.tab.launcherOf[rec.check]; li >= 0 && s.tab.settlers[li] != nil {
+		deadline := rec.at + timeout
+		switch {
+		case s.settledOf(li) >= deadline:
+			cause = s.tab.settlers[li].Expired(probe.Request{ID: rec.id, Gen: rec.gen, Sent: rec.at, Deadline: deadline})
+		case s.now-deadline < int64(settleLimit):
+			return false
+		default:
+			cause = probe.CauseLate
+		}
+	}
+	s.timeout(i, rec, timeout, cause)
+	return true
+}
+
+// resettle ends the probes of the settling list whose launcher has settled
+// since, and forgets those that ended otherwise (an answer came, or the
+// target left).
+func (s *shard) resettle() {
+	keep := s.settling[:0]
+	for _, w := range s.settling {
+		rec := s.rec(w.idx)
+		if rec.flags&flagInFlight == 0 || rec.gen != w.gen {
+			continue
+		}
+		if !s.expired(w.idx, rec, w.timeout) {
+			keep = append(keep, w)
+		}
+	}
+	clear(s.settling[len(keep):])
+	s.settling = keep
+}
+
+// deadlineDue reports whether a probe in flight has reached its deadline.
+func (s *shard) deadlineDue() bool {
+	for qi := range s.deadlines {
+		q := &s.deadlines[qi]
+		if e, ok := q.front(); ok && s.rec(e.idx).at+q.timeout <= s.now {
+			return true
+		}
+	}
+	return false
+}
+
+// readSettled reads every settling launcher's Settled for this step.
+func (s *shard) readSettled() {
+	for li, st := range s.tab.settlers {
+		if st != nil {
+			s.settled[li] = st.Settled()
+		}
+	}
+}
+
+// settledOf returns launcher li's Settled as read this step.
+func (s *shard) settledOf(li int) int64 { return s.settled[li] }
+
+// retransmit sends again every probe in flight that has had no answer by
+// its queue's next retransmission offset (T5), in batches to its
+// launcher's Resend. Each retransmission stage walks its queue in send
+// order, skipping the entries of answered probes without touching their
+// records.
+func (s *shard) retransmit() {
+	for qi := range s.deadlines {
+		q := &s.deadlines[qi]
+		for j, off := range q.stages {
+			for {
+				rec, ok := s.stageFront(q, j)
+				if !ok || rec.at+off > s.now {
+					break
+				}
+				q.cursor[j]++
+				li := s.tab.launcherOf[rec.check]
+				if li < 0 || s.tab.resenders[li] == nil {
+					continue // its check changed launcher while the probe was out
+				}
+				rec.tries = uint8(j + 1)
+				b := append(s.resends[li], probe.Request{ID: rec.id, Gen: rec.gen, Sent: rec.at, Deadline: rec.at + q.timeout})
+				s.resends[li] = b
+				s.count.retransmits++
+				if len(b) == maxBatch {
+					s.resendOne(li)
+				}
+			}
+		}
+	}
+}
+
+// stageFront returns the first probe still in flight at or after
+// retransmission stage j's cursor in q, moving the cursor past entries of
+// probes that ended.
+func (s *shard) stageFront(q *deadlineQueue, j int) (*record, bool) {
+	p := max(q.cursor[j], q.head)
+	for ; p != q.tail; p++ {
+		e := q.buf[p&uint64(len(q.buf)-1)]
+		if e.idx == noEntry {
+			continue
+		}
+		if rec := s.rec(e.idx); rec.flags&flagInFlight != 0 && rec.gen == e.gen {
+			q.cursor[j] = p
+			return rec, true
+		}
+	}
+	q.cursor[j] = p
+	return nil, false
 }
 
 // drain applies every result waiting in the ring and the overflow list. It
@@ -180,14 +323,21 @@ func (s *shard) receive(a *arrival) {
 		return
 	}
 	deadline := rec.at + int64(s.tab.checks[rec.check].Timeout)
-	if r.Done > deadline {
-		// Answered after its timeout: it is a timeout, and the wheel
-		// will record it at the deadline.
+	if r.Done > deadline && r.Outcome != probe.LocalError {
+		// Answered after its timeout: it is a timeout, and the deadline
+		// queue will record it. A local error carries no verdict and
+		// may come late: it ends the probe whenever it comes.
 		s.count.late++
 		return
 	}
 	if r.Done < rec.at {
 		r.Done = rec.at
+	}
+	if r.Retransmits = rec.tries; rec.tries > 0 {
+		// The probe's duration from its first send, as a kernel's
+		// connect() would take it; the launcher's time is from its
+		// last send.
+		r.Latency = time.Duration(r.Done - rec.at)
 	}
 	s.deadlines[s.tab.queueOf[rec.check]].strike(rec.dq, i, rec.gen)
 	s.complete(i, rec, r)
@@ -219,16 +369,23 @@ func (s *shard) onTimer(t timer) {
 	s.dispatch(t.idx, rec)
 }
 
-// timeout records that target i's probe in flight reached its deadline.
-func (s *shard) timeout(i uint32, rec *record, timeout int64) {
+// timeout records that target i's probe in flight reached its deadline
+// without an answer: a Timeout, or a LocalError when cause says the silence
+// may be this host's doing.
+func (s *shard) timeout(i uint32, rec *record, timeout int64, cause probe.LocalCause) {
 	r := probe.Result{
-		ID:      rec.id,
-		Gen:     rec.gen,
-		Outcome: probe.Timeout,
-		Latency: time.Duration(timeout),
-		Done:    rec.at + timeout,
+		ID:          rec.id,
+		Gen:         rec.gen,
+		Outcome:     probe.Timeout,
+		Retransmits: rec.tries,
+		Latency:     time.Duration(timeout),
+		Done:        rec.at + timeout,
 	}
-	s.count.timeouts++
+	if cause != probe.CauseNone {
+		r.Outcome, r.Cause = probe.LocalError, cause
+	} else {
+		s.count.timeouts++
+	}
 	s.complete(i, rec, &r)
 }
 
@@ -263,6 +420,7 @@ func (s *shard) dispatch(i uint32, rec *record) {
 	s.observeLateness(now - rec.at)
 	rec.gen++
 	rec.flags |= flagInFlight
+	rec.tries = 0
 	rec.at = now
 	qi := s.tab.queueOf[rec.check]
 	deadline := now + s.deadlines[qi].timeout
@@ -347,7 +505,7 @@ func (s *shard) next(m uint32) uint32 {
 func (s *shard) apply(rec *record, c *Check, r *probe.Result) {
 	if !r.Outcome.Verdict() {
 		rec.last.Store(r.Done)
-		rec.word.Store(packWord(&rec.ev, false, true, r.Outcome, 0))
+		rec.word.Store(packWord(&rec.ev, false, true, r.Outcome, 0) | wordDetail(r))
 		if obs := s.e.observer; obs != nil {
 			obs.Result(rec.id, *r)
 		}
@@ -357,13 +515,15 @@ func (s *shard) apply(rec *record, c *Check, r *probe.Result) {
 	ok := r.Outcome == probe.Success
 	changed := c.observe(&rec.ev, ok)
 	if ok {
-		rec.recordLatency(r.Latency)
+		// A retransmitted probe's latency is no round-trip sample: which
+		// send was answered is unknown (Karn's rule).
+		rec.recordLatency(r.Latency, r.Retransmits == 0)
 	}
 	rec.last.Store(r.Done)
 	if changed {
 		rec.since.Store(r.Done)
 	}
-	rec.word.Store(packWord(&rec.ev, false, true, r.Outcome, r.Status))
+	rec.word.Store(packWord(&rec.ev, false, true, r.Outcome, r.Status) | wordDetail(r))
 	obs := s.e.observer
 	if obs != nil {
 		obs.Result(rec.id, *r)
@@ -385,11 +545,15 @@ func (s *shard) apply(rec *record, c *Check, r *probe.Result) {
 	}
 }
 
-// flush hands every pending batch to its launcher.
+// flush hands every pending batch to its launcher, and every pending
+// retransmission to its Resend.
 func (s *shard) flush() {
 	for li := range s.tab.launchers {
 		if len(s.batches[li]) > 0 {
 			s.flushOne(li)
+		}
+		if len(s.resends[li]) > 0 {
+			s.resendOne(li)
 		}
 	}
 }
@@ -397,6 +561,11 @@ func (s *shard) flush() {
 func (s *shard) flushOne(li int) {
 	s.tab.launchers[li].Launch(s.idx, s.batches[li])
 	s.batches[li] = s.batches[li][:0]
+}
+
+func (s *shard) resendOne(li int) {
+	s.tab.resenders[li].Resend(s.idx, s.resends[li])
+	s.resends[li] = s.resends[li][:0]
 }
 
 // random returns the next value of the shard's xorshift64* generator.
@@ -409,20 +578,32 @@ func (s *shard) random() uint64 {
 	return x * 0x2545F4914F6CDD1D
 }
 
-// nextEvent returns the Nanotime of the shard's next timer or deadline, or
-// -1 when it has neither.
+// nextEvent returns the Nanotime of the shard's next timer, retransmission
+// or deadline, or -1 when it has none. While probes wait for their launcher
+// to settle it is at most a tick away.
 func (s *shard) nextEvent() int64 {
 	next := int64(-1)
+	at := func(t int64) {
+		if next < 0 || t < next {
+			next = t
+		}
+	}
 	if t := s.wheel.nextDue(); t >= 0 {
-		next = s.e.base + t*s.e.tick
+		at(s.e.base + t*s.e.tick)
 	}
 	for qi := range s.deadlines {
 		q := &s.deadlines[qi]
 		if e, ok := q.front(); ok {
-			if d := s.rec(e.idx).at + q.timeout; next < 0 || d < next {
-				next = d
+			at(s.rec(e.idx).at + q.timeout)
+		}
+		for j, off := range q.stages {
+			if rec, ok := s.stageFront(q, j); ok {
+				at(rec.at + off)
 			}
 		}
+	}
+	if len(s.settling) > 0 {
+		at(s.now + s.e.tick)
 	}
 	return next
 }

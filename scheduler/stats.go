@@ -17,9 +17,9 @@ var LatenessBuckets = [...]time.Duration{
 
 // shardCounts are a shard's tallies, kept in plain fields on the hot path.
 type shardCounts struct {
-	dispatched, results, timeouts, stale, late, transitions uint64
-	lateSum, lateMax                                        int64
-	lateCount                                               [len(LatenessBuckets) + 1]uint64
+	dispatched, results, timeouts, stale, late, transitions, retransmits uint64
+	lateSum, lateMax                                                     int64
+	lateCount                                                            [len(LatenessBuckets) + 1]uint64
 }
 
 // shardStats are a shard's published counters: the shard stores its tallies
@@ -32,6 +32,7 @@ type shardStats struct {
 	stale      atomic.Uint64 // answers for a probe that was no longer in flight
 	late       atomic.Uint64 // answers that came after their deadline
 	transition atomic.Uint64
+	retransmit atomic.Uint64
 	lateSum    atomic.Int64 // nanoseconds
 	lateMax    atomic.Int64
 	lateCount  [len(LatenessBuckets) + 1]atomic.Uint64 // not cumulative; last is +Inf
@@ -62,6 +63,7 @@ func (s *shard) publish() {
 	p.stale.Store(c.stale)
 	p.late.Store(c.late)
 	p.transition.Store(c.transitions)
+	p.retransmit.Store(c.retransmits)
 	p.lateSum.Store(c.lateSum)
 	p.lateMax.Store(c.lateMax)
 	for i := range c.lateCount {
@@ -74,13 +76,14 @@ type Stats struct {
 	Targets     int    // targets in the table
 	Shards      int    // shards the targets are split over
 	Dispatched  uint64 // probes handed to probers
-	Results     uint64 // probe outcomes applied, timeouts included
+	Results     uint64 // probe outcomes applied, timeouts included; never more than Dispatched
 	Timeouts    uint64 // probes that reached their deadline without an answer
 	Stale       uint64 // answers dropped because their probe was no longer in flight
 	Late        uint64 // answers dropped because they completed after the deadline
 	Invalid     uint64 // answers for an id the engine does not have
 	Overflows   uint64 // answers that found their shard's result ring full and took the slower overflow path
 	Transitions uint64 // state changes
+	Retransmits uint64 // probes sent again after their retransmission timeout (T5)
 
 	// Lateness is the histogram of how late probes were dispatched:
 	// LatenessCounts[i] counts probes with lateness ≤ LatenessBuckets[i] (and

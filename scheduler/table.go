@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sondeprobe/sonde/probe"
@@ -15,9 +16,19 @@ import (
 type checkTable struct {
 	checks     []Check
 	launchers  []probe.Launcher // distinct launchers of checks
+	resenders  []probe.Resender // per launcher, the launcher as a Resender, or nil
+	settlers   []probe.Settler  // per launcher, the launcher as a Settler, or nil
 	launcherOf []int            // per check, index into launchers; -1 without a launcher
-	queueOf    []int            // per check, index of its timeout's deadline queue
-	timeouts   []int64          // per deadline queue, its timeout in ns; only grows from table to table
+	queueOf    []int            // per check, index of its deadline queue
+	queues     []queueKey       // per deadline queue, what its probes share; only grows from table to table
+}
+
+// queueKey is what every probe of one deadline queue shares: its timeout,
+// and its retransmission timeout (0 for none), in ns. Probes enter a queue
+// in send order, so both their deadlines and their retransmissions come due
+// in that order.
+type queueKey struct {
+	timeout, rto int64
 }
 
 // newCheckTable validates checks and builds their table. Deadline queues of
@@ -33,45 +44,56 @@ func newCheckTable(checks []Check, prev *checkTable) (*checkTable, error) {
 		queueOf:    make([]int, len(checks)),
 	}
 	if prev != nil {
-		t.timeouts = append([]int64(nil), prev.timeouts...)
+		t.queues = append([]queueKey(nil), prev.queues...)
 	}
 	for ci := range t.checks {
 		c := &t.checks[ci]
 		if err := c.Validate(); err != nil {
 			return nil, fmt.Errorf("check %d: %w", ci, err)
 		}
-		t.queueOf[ci] = t.timeoutQueue(c.Timeout)
-		t.launcherOf[ci] = -1
-		if c.Launcher == nil {
-			continue
+		if c.Retransmit != 0 && (c.Retransmit < time.Millisecond || c.Retransmit > MaxDelay) {
+			return nil, fmt.Errorf("check %d: %w: retransmission timeout %v: want 0 or %v to %v", ci, ErrInvalidCheck, c.Retransmit, time.Millisecond, MaxDelay)
 		}
-		for li, l := range t.launchers {
-			if l == c.Launcher {
-				t.launcherOf[ci] = li
-				break
+		t.launcherOf[ci] = -1
+		rto := time.Duration(0)
+		if c.Launcher != nil {
+			t.launcherOf[ci] = t.launcherIndex(c.Launcher)
+			if t.resenders[t.launcherOf[ci]] != nil && c.Retransmit < c.Timeout {
+				rto = c.Retransmit
 			}
 		}
-		if t.launcherOf[ci] < 0 {
-			t.launcherOf[ci] = len(t.launchers)
-			t.launchers = append(t.launchers, c.Launcher)
-		}
+		t.queueOf[ci] = t.queue(queueKey{timeout: int64(c.Timeout), rto: int64(rto)})
 	}
 	return t, nil
+}
+
+// launcherIndex returns l's index among the table's launchers, adding it on
+// first use.
+func (t *checkTable) launcherIndex(l probe.Launcher) int {
+	for li, have := range t.launchers {
+		if have == l {
+			return li
+		}
+	}
+	r, _ := l.(probe.Resender)
+	st, _ := l.(probe.Settler)
+	t.launchers = append(t.launchers, l)
+	t.resenders = append(t.resenders, r)
+	t.settlers = append(t.settlers, st)
+	return len(t.launchers) - 1
 }
 
 // maxChecks is the number of checks a record's uint16 check index addresses.
 const maxChecks = 1 << 16
 
-// timeoutQueue returns the index of the deadline queue for timeout d,
-// creating it on first use.
-func (t *checkTable) timeoutQueue(d time.Duration) int {
-	for qi, to := range t.timeouts {
-		if to == int64(d) {
-			return qi
-		}
+// queue returns the index of the deadline queue for k, creating it on first
+// use.
+func (t *checkTable) queue(k queueKey) int {
+	if qi := slices.Index(t.queues, k); qi >= 0 {
+		return qi
 	}
-	t.timeouts = append(t.timeouts, int64(d))
-	return len(t.timeouts) - 1
+	t.queues = append(t.queues, k)
+	return len(t.queues) - 1
 }
 
 // use makes the shard work with table t from now on: deadline queues for new
@@ -106,10 +128,12 @@ func (s *shard) use(t *checkTable) {
 		}
 	}
 	s.tab = t
-	for qi := len(s.deadlines); qi < len(t.timeouts); qi++ {
-		s.deadlines = append(s.deadlines, deadlineQueue{timeout: t.timeouts[qi]})
+	for qi := len(s.deadlines); qi < len(t.queues); qi++ {
+		s.deadlines = append(s.deadlines, newDeadlineQueue(t.queues[qi]))
 	}
 	for len(s.batches) < len(t.launchers) {
 		s.batches = append(s.batches, make([]probe.Request, 0, maxBatch))
+		s.resends = append(s.resends, nil)
+		s.settled = append(s.settled, 0)
 	}
 }

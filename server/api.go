@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/sondeprobe/sonde/config/discovery"
+	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
@@ -23,7 +24,7 @@ import (
 //	GET  /api/v1/targets   targets (filters pool=, state=, label=NAME=VALUE; paging limit=, after=)
 //	GET  /api/v1/discovery the pools' discovery sources and host names: state, targets, errors
 //	GET  /api/v1/events    recent events (since=SEQ, limit=), or a stream of them (Accept: text/event-stream)
-//	GET  /probe            one probe of target= with the check module=, answered like blackbox_exporter
+//	GET  /probe            one probe of target= with the check module=, answered like blackbox_exporter (see probeaccess.go)
 //	GET  /api/v1/remediations  remediations, their budgets and recent firings
 //	GET  /-/healthy        200 while the process runs
 //	GET  /-/ready          200 once a configuration is running
@@ -31,29 +32,42 @@ import (
 //
 // State-changing endpoints answer 403 unless Options.Web.EnableLifecycle is
 // set, and refuse cross-site browser requests; new ones must be wrapped in
-// lifecycle too.
+// lifecycle too. /probe, whose GET sends a probe, refuses cross-site
+// requests as well, and answers 403 when Options.Web.DisableProbe is set.
+//
+// Requests that can take long hold a slot of their class and are refused
+// at once when none is free; /metrics and the /-/ endpoints keep capacity
+// whatever the others do (see admission.go).
+//
+// Every response carries X-Content-Type-Options: nosniff (withHeaders).
 //
 // With Options.Web.RoutePrefix, every path is under the prefix.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{
-		Registry:            d.metrics.reg,
-		MaxRequestsInFlight: heavyRequests, // with per-target series, a scrape of a large fleet is heavy
-	}))
+	mux.Handle("GET /metrics", vital(d.adm.scrape.admit(promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{Registry: d.metrics.reg}))))
 	mux.HandleFunc("GET /api/v1/pools", d.handlePools)
 	mux.HandleFunc("GET /api/v1/targets", d.handleTargets)
 	mux.HandleFunc("GET /api/v1/discovery", d.handleDiscovery)
 	mux.HandleFunc("GET /api/v1/events", d.handleEvents)
-	mux.HandleFunc("GET /probe", d.handleProbe)
+	mux.Handle("GET /probe", d.probeEndpoint())
 	mux.HandleFunc("GET /api/v1/remediations", d.handleRemediations)
-	mux.HandleFunc("GET /-/healthy", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })
-	mux.HandleFunc("GET /-/ready", d.handleReady)
+	mux.Handle("GET /-/healthy", vital(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })))
+	mux.Handle("GET /-/ready", vital(http.HandlerFunc(d.handleReady)))
 	mux.Handle("POST /-/reload", d.lifecycle(d.handleReload))
 	d.statusRoutes(mux)
 	if d.opt.Web.RoutePrefix != "" {
-		return withPrefix(d.opt.Web.RoutePrefix, mux)
+		return withHeaders(withPrefix(d.opt.Web.RoutePrefix, mux))
 	}
-	return mux
+	return withHeaders(mux)
+}
+
+// probeEndpoint returns the handler of /probe: refused with 403 when
+// Options.Web.DisableProbe is set, and for cross-site browser requests.
+func (d *Daemon) probeEndpoint() http.Handler {
+	if d.opt.Web.DisableProbe {
+		return switchedOff("/probe is disabled; start sonde run without -web.enable-probe=false")
+	}
+	return sameOrigin(http.HandlerFunc(d.handleProbe))
 }
 
 func (d *Daemon) handleReady(w http.ResponseWriter, _ *http.Request) {
@@ -147,6 +161,8 @@ type TargetJSON struct {
 	LatencyRank            int        `json:"latency_rank,omitempty"`
 	LastOutcome            string     `json:"last_outcome,omitempty"`
 	LastStatus             int        `json:"last_status,omitempty"`
+	LastCause              string     `json:"last_cause,omitempty"`       // why the last probe could not run, when its outcome is local_error
+	LastRetransmits        int        `json:"last_retransmits,omitempty"` // SYNs the last probe sent again (syn_retransmit)
 	LastError              string     `json:"last_error,omitempty"`
 	Consecutive            int        `json:"consecutive"`
 	LatencySeconds         *float64   `json:"latency_seconds"`
@@ -212,6 +228,10 @@ func (g *generation) targetJSON(pi, pos int, m scheduler.MemberRoute, state stri
 	if st.Probed {
 		j.LastOutcome = st.LastOutcome.String()
 		j.LastStatus = int(st.LastStatus)
+		j.LastRetransmits = st.LastRetransmits
+		if st.LastOutcome == probe.LocalError {
+			j.LastCause = st.LastCause.String()
+		}
 		if !st.LastOutcome.Healthy() {
 			j.LastError = g.lastError(m.ID)
 		}
@@ -249,8 +269,8 @@ type EventsPage struct {
 
 // handleEvents answers a poll with a page of events or, for a client that
 // accepts text/event-stream, streams them (see [Daemon.streamEvents]). A
-// poll is a list request: it waits for its turn among them ([Daemon.heavy])
-// and is encoded as it is read.
+// poll is a list request: it takes a list slot, or is refused at once
+// (admission.go), and is encoded as it is read.
 func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if wantsStream(r) {
 		d.streamEvents(w, r)
@@ -278,7 +298,7 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if limit == 0 {
 		limit = maxEventsPage
 	}
-	release := d.heavy(w, r)
+	w, release := d.adm.list.enter(w)
 	if release == nil {
 		return
 	}

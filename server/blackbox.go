@@ -47,9 +47,10 @@ func probeTimeout(r *http.Request, check time.Duration) (time.Duration, error) {
 
 // oneShot is one /probe request: what to probe and with which check.
 type oneShot struct {
-	check  config.Check // the module's check, with a URL target's scheme and path
-	target config.ProbeTarget
-	log    *slog.Logger // the debug view's log, or a discarding one
+	check    config.Check // the module's check, with a URL target's scheme and path
+	target   config.ProbeTarget
+	log      *slog.Logger // the debug view's log, or a discarding one
+	withheld bool         // the check's credentials were taken out (see generation.authorize)
 }
 
 // oneShotResult is what a /probe found.
@@ -63,9 +64,12 @@ type oneShotResult struct {
 // handleProbe answers GET /probe?target=T&module=CHECK like
 // blackbox_exporter: it probes T once with the settings of the check named
 // CHECK and answers in Prometheus text with blackbox's metric names, or,
-// with debug=true, with the probe's log, those metrics and the check. The
-// probe runs on the request's goroutine, at most ProbeConcurrency at once
-// and never through the scheduled probes' workers, so scrapes cannot delay
+// with debug=true, with the probe's log, those metrics and the check (its
+// header values hidden). The check's probe_targets decides which targets
+// it may probe and which receive its credentials (see probeaccess.go); a
+// refusal is 403. The probe runs on the request's goroutine, at most
+// ProbeConcurrency at once (more are refused at once, see admission.go) and
+// never through the scheduled probes' workers, so scrapes cannot delay
 // scheduled probing.
 func (d *Daemon) handleProbe(w http.ResponseWriter, r *http.Request) {
 	g := d.running(w)
@@ -89,16 +93,18 @@ func (d *Daemon) handleProbe(w http.ResponseWriter, r *http.Request) {
 	if debug {
 		shot.log = slog.New(slog.NewTextHandler(&logs, nil))
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), timeout)
-	defer cancel()
-	select {
-	case d.probes <- struct{}{}:
-	case <-ctx.Done():
-		http.Error(w, fmt.Sprintf("no probe slot free within %v: at most %d /probe requests probe at once", timeout, d.opt.ProbeConcurrency), http.StatusServiceUnavailable)
+	w, release := d.adm.probe.enter(w)
+	if release == nil {
 		return
 	}
-	res := g.runOneShot(ctx, &shot, timeout)
-	<-d.probes
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	res, err := g.runOneShot(ctx, &shot, timeout)
+	release()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusForbidden)
+		return
+	}
 
 	reg := prometheus.NewRegistry()
 	shot.register(reg, &res)
@@ -173,7 +179,10 @@ func (g *generation) checkNames() string {
 }
 
 // runOneShot resolves the target and probes it once, all within timeout.
-func (g *generation) runOneShot(ctx context.Context, shot *oneShot, timeout time.Duration) oneShotResult {
+// A target the check may not probe (see [generation.authorize]) is not
+// probed: the error, a probeRefusal, says why. A failure to resolve is a
+// failed probe.
+func (g *generation) runOneShot(ctx context.Context, shot *oneShot, timeout time.Duration) (oneShotResult, error) {
 	start := time.Now()
 	var res oneShotResult
 	fail := func(err error) oneShotResult {
@@ -182,31 +191,30 @@ func (g *generation) runOneShot(ctx context.Context, shot *oneShot, timeout time
 		shot.log.Error("probe failed", "err", err)
 		return res
 	}
-	t := shot.target
 	shot.log.Info("beginning probe", "module", shot.check.Name, "protocol", shot.check.Protocol, "target", shot.where(), "timeout", timeout)
-	res.addr = t.Addr
-	if t.Host != "" {
-		shot.log.Info("resolving target address", "host", t.Host, "ip_family", shot.check.IPFamily)
-		a, err := probe.Resolver{}.Resolve(ctx, t.Host, shot.check.IPFamily.String())
+	addr, err := g.shotAddr(ctx, shot)
+	if shot.target.Host != "" {
 		res.dns = time.Since(start)
-		if err != nil {
-			return fail(err)
-		}
-		res.addr = a
-		shot.log.Info("resolved target address", "addr", a, "took", res.dns)
 	}
-	p, err := g.oneShotProber(shot)
 	if err != nil {
-		return fail(err)
+		return fail(err), nil
 	}
-	res.rep = p.Report(ctx, probe.Target{Addr: res.addr, Port: t.Port, Host: t.Host})
+	if err := g.authorize(shot, addr); err != nil {
+		return res, err
+	}
+	res.addr = addr
+	p, err := g.oneShotProber(ctx, shot)
+	if err != nil {
+		return fail(err), nil
+	}
+	res.rep = p.Report(ctx, probe.Target{Addr: addr, Port: shot.target.Port, Host: shot.target.Host})
 	res.duration = time.Since(start)
 	if res.rep.Outcome.Healthy() {
 		shot.log.Info("probe succeeded", "outcome", res.rep.Outcome, "status", res.rep.Status, "latency", res.rep.Latency, "duration", res.duration)
 	} else {
 		shot.log.Error("probe failed", "outcome", res.rep.Outcome, "status", res.rep.Status, "err", res.rep.Err, "duration", res.duration)
 	}
-	return res
+	return res, nil
 }
 
 // where returns the host name or address of the probe and its port, as
@@ -225,13 +233,17 @@ func (shot *oneShot) where() string {
 type oneShotProbers struct {
 	mu sync.Mutex
 	m  map[string]probe.Reporter // by check name
+	// walk is held while a /probe walks the targets (probeaccess.go): a
+	// flood of /probe requests takes at most one CPU with their walks.
+	walk sync.Mutex
 }
 
 // oneShotProber returns the prober of shot's check, chosen by NewProber
-// without the SYN prober (a /probe connects).
-func (g *generation) oneShotProber(shot *oneShot) (probe.Reporter, error) {
+// without the SYN prober (a /probe connects); ctx bounds the reading of
+// its files.
+func (g *generation) oneShotProber(ctx context.Context, shot *oneShot) (probe.Reporter, error) {
 	c := g.cfg.CheckByName(shot.check.Name)
-	same := shot.check.Protocol == c.Protocol && shot.check.Path == c.Path && shot.check.TCPMode == c.TCPMode
+	same := shot.check.Protocol == c.Protocol && shot.check.Path == c.Path && shot.check.TCPMode == c.TCPMode && !shot.withheld
 	if same {
 		g.oneShots.mu.Lock()
 		defer g.oneShots.mu.Unlock()
@@ -239,7 +251,7 @@ func (g *generation) oneShotProber(shot *oneShot) (probe.Reporter, error) {
 			return p, nil
 		}
 	}
-	p, _, err := NewProber(&shot.check, false)
+	p, _, err := NewProber(ctx, &shot.check, false)
 	if err != nil {
 		return nil, err
 	}
@@ -315,14 +327,18 @@ func (shot *oneShot) register(reg *prometheus.Registry, res *oneShotResult) {
 	}
 }
 
-// checkText renders the effective check of a /probe for the debug view.
+// checkText renders the effective check of a /probe for the debug view,
+// with header values hidden as the status page hides them: whoever can
+// reach /probe can read it.
 func (shot *oneShot) checkText(timeout time.Duration) string {
 	b, err := json.MarshalIndent(struct {
-		Name           string       `json:"name"`
-		Preset         string       `json:"preset,omitempty"`
-		TimeoutSeconds float64      `json:"timeout_seconds"`
-		Probe          config.Probe `json:"probe"`
-	}{shot.check.Name, shot.check.Preset, timeout.Seconds(), shot.check.Probe}, "", "  ")
+		Name                string              `json:"name"`
+		Preset              string              `json:"preset,omitempty"`
+		TimeoutSeconds      float64             `json:"timeout_seconds"`
+		ProbeTargets        config.ProbeTargets `json:"probe_targets"`
+		CredentialsWithheld bool                `json:"credentials_withheld,omitempty"`
+		Probe               config.Probe        `json:"probe"`
+	}{shot.check.Name, shot.check.Preset, timeout.Seconds(), shot.check.ProbeAccess.Targets, shot.withheld, shot.check.Probe.Redacted()}, "", "  ")
 	if err != nil {
 		return err.Error()
 	}

@@ -106,10 +106,10 @@ func TestProbeEndpoint(t *testing.T) {
 	body := newBackend(t)
 	td := startDaemon(t, fmt.Sprintf(`
 checks:
-  http_2xx: {protocol: http, path: /, interval: 1h, timeout: 2s}
-  body: {protocol: http, path: /, body_contains: Absent, interval: 1h, timeout: 2s}
-  short: {protocol: http, path: /, max_body_bytes: 4, interval: 1h, timeout: 2s}
-  tcp_connect: {protocol: tcp, tcp_mode: syn, interval: 1h, timeout: 2s}
+  http_2xx: {protocol: http, path: /, interval: 1h, timeout: 2s, probe_targets: any}
+  body: {protocol: http, path: /, body_contains: Absent, interval: 1h, timeout: 2s, probe_targets: any}
+  short: {protocol: http, path: /, max_body_bytes: 4, interval: 1h, timeout: 2s, probe_targets: any}
+  tcp_connect: {protocol: tcp, tcp_mode: syn, interval: 1h, timeout: 2s, probe_targets: any}
 pools:
   - {name: api, check: http_2xx, targets: [%q]}
 `, good.addr()))
@@ -197,38 +197,22 @@ pools:
 
 // TestProbeScrapeTimeout checks that a probe of a silent target ends at the
 // scrape's limit less blackbox's half-second offset, not at the check's
-// much longer timeout, and that a probe waiting for a slot gives up within
-// the same limit.
+// much longer timeout. (A probe without a free slot is refused at once:
+// TestProbeSlotsRefuseAtOnce.)
 func TestProbeScrapeTimeout(t *testing.T) {
 	silent := silentServer(t)
 	good := newBackend(t)
 	td := startDaemonWith(t, fmt.Sprintf(`
 checks:
-  slow: {protocol: http, path: /, interval: 1h, timeout: 60s}
+  slow: {protocol: http, path: /, interval: 1h, timeout: 60s, probe_targets: any}
 pools:
   - {name: api, check: slow, targets: [%q]}
 `, good.addr()), func(o *Options) { o.ProbeConcurrency = 1 })
 	q := "/probe?module=slow&target=" + silent
 	header := http.Header{"X-Prometheus-Scrape-Timeout-Seconds": {"1.5"}}
 
-	hold := make(chan struct{})
-	go func() { // takes the only slot for about a second
-		defer close(hold)
-		td.scrape(t, q, header)
-	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(td.d.probes) == 0 && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
 	start := time.Now()
-	code, text := td.scrape(t, "/probe?module=slow&target="+good.addr(), http.Header{"X-Prometheus-Scrape-Timeout-Seconds": {"0.6"}})
-	if code != http.StatusServiceUnavailable || time.Since(start) > 30*time.Second {
-		t.Errorf("probe without a free slot: %d %q after %v, want 503 at the scrape limit", code, text, time.Since(start))
-	}
-	<-hold
-
-	start = time.Now()
-	code, text = td.scrape(t, q, header)
+	code, text := td.scrape(t, q, header)
 	took := time.Since(start)
 	if code != http.StatusOK || samples(t, text)["probe_success"] != 0 {
 		t.Fatalf("silent target: %d\n%s", code, text)
@@ -305,7 +289,7 @@ func TestProbeDebug(t *testing.T) {
 	good := newBackend(t)
 	td := startDaemon(t, fmt.Sprintf(`
 checks:
-  web: {protocol: http, path: /health, interval: 1h, timeout: 2s}
+  web: {protocol: http, path: /health, interval: 1h, timeout: 2s, probe_targets: any}
 pools:
   - {name: api, check: web, targets: [%q]}
 `, good.addr()))
@@ -357,7 +341,7 @@ func TestPromtoolCheckMetrics(t *testing.T) {
 checks:
   web: {protocol: http, path: /, interval: 100ms, timeout: 2s, rise: 1, fall: 1}
   secure: {protocol: https, path: /, interval: 100ms, timeout: 2s, rise: 1, fall: 1, tls: {ca_file: %q}}
-  tcp: {protocol: tcp, interval: 1h, timeout: 2s}
+  tcp: {protocol: tcp, interval: 1h, timeout: 2s, probe_targets: any}
 pools:
   - {name: api, check: web, targets: [%q]}
   - {name: tls, check: secure, targets: [%q]}
@@ -391,7 +375,7 @@ func TestPrometheusScrapesProbe(t *testing.T) {
 	bad.failing.Store(true)
 	td := startDaemon(t, fmt.Sprintf(`
 checks:
-  http_2xx: {protocol: http, path: /, interval: 1h, timeout: 2s}
+  http_2xx: {protocol: http, path: /, interval: 1h, timeout: 2s, probe_targets: any}
 pools:
   - {name: api, check: http_2xx, targets: [%q]}
 `, good.addr()))

@@ -27,6 +27,7 @@ var (
 	descTargets      = desc("sonde_targets", "Targets: unique (address, port, check) after deduplication.")
 	descStreams      = desc("sonde_probe_streams", "Probe streams after deduplication: targets sharing a probe count once.")
 	descDispatched   = desc("sonde_scheduler_probes_dispatched_total", "Probes handed to probers.")
+	descResults      = desc("sonde_scheduler_results_total", "Probe outcomes applied to targets (answers, timeouts, local errors): at most one per probe dispatched.")
 	descTimeouts     = desc("sonde_scheduler_timeouts_total", "Probes that reached their timeout without an answer.")
 	descStale        = desc("sonde_scheduler_stale_answers_total", "Answers dropped because their probe was no longer in flight.")
 	descLate         = desc("sonde_scheduler_late_answers_total", "Answers dropped because they completed after the probe's timeout.")
@@ -38,6 +39,7 @@ var (
 	descTCPPath      = desc("sonde_tcp_probe_path", "1 for the prober that runs TCP checks: syn-bpf, syn-packet or connect.", "path")
 	descSynSent      = desc("sonde_syn_packets_sent_total", "SYN probes handed to the kernel.")
 	descSynErrors    = desc("sonde_syn_send_errors_total", "SYN probes the kernel refused or that could not be built.")
+	descSynRetrans   = desc("sonde_syn_retransmits_total", "SYNs sent again for a probe without an answer after its retransmission timeout (syn_retransmit), included in sonde_syn_packets_sent_total.")
 	descSynReplies   = desc("sonde_syn_replies_total", "Valid replies to SYN probes by kind: synack, rst, unreachable.", "kind")
 	descSynInvalid   = desc("sonde_syn_invalid_cookies_total", "Replies whose cookie names no probe of ours (stray or forged), dropped.")
 	descSynStale     = desc("sonde_syn_stale_replies_total", "Replies to an older probe of a target, dropped.")
@@ -46,8 +48,9 @@ var (
 	descSynAnswered  = desc("sonde_syn_rsts_answered_total", "SYN-ACKs the eBPF capture program answered with an RST itself (the others the kernel answered).")
 	descHTTPConns    = desc("sonde_http_connections", "Open connections to the HTTP server.")
 	descHTTPMax      = desc("sonde_http_connections_max", "Most connections the HTTP server keeps open (-web.max-connections, at most a quarter of the file descriptor limit).")
-	descHTTPEvicted  = desc("sonde_http_connections_evicted_total", "Idle connections closed to make room for new ones at the connection limit.")
-	descHTTPRefused  = desc("sonde_http_connections_refused_total", "New connections closed at once because every connection was busy.")
+	descHTTPEvicted  = desc("sonde_http_connections_evicted_total", "Connections waiting for a request (idle, or still sending one) closed to make room for new ones at the connection limit.")
+	descHTTPShed     = desc("sonde_http_connections_shed_total", "Connections busy in a request other than /metrics and the /-/ endpoints closed to make room for new ones at the connection limit.")
+	descHTTPRefused  = desc("sonde_http_connections_refused_total", "New connections closed at once because every connection served /metrics or a /-/ endpoint.")
 	descUnresolved   = desc("sonde_pool_unresolved_targets", "Targets of a pool it cannot probe yet: host names without an address, discovered targets without a port its check can use.", "pool")
 )
 
@@ -86,6 +89,7 @@ func (t *counterTotals) retireSyn(p *syn.Prober) {
 
 func addSyn(dst *syn.Counters, c syn.Counters) {
 	dst.Sent += c.Sent
+	dst.Retransmits += c.Retransmits
 	dst.SendErrors += c.SendErrors
 	dst.SynAck += c.SynAck
 	dst.RST += c.RST
@@ -105,10 +109,10 @@ type stateCollector struct{ d *Daemon }
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descPoolTargets, descPoolRoutable, descPoolRemoved, descPoolOpen, descFailWin, descSuccessWin, descOnsetWin,
-		descTargets, descStreams, descDispatched, descTimeouts, descStale, descLate, descOverflow, descLateness,
-		descWorkPending, descWorkFlight, descWorkLate, descTCPPath, descSynSent, descSynErrors, descSynReplies,
+		descTargets, descStreams, descDispatched, descResults, descTimeouts, descStale, descLate, descOverflow, descLateness,
+		descWorkPending, descWorkFlight, descWorkLate, descTCPPath, descSynSent, descSynRetrans, descSynErrors, descSynReplies,
 		descSynInvalid, descSynStale, descSynDup, descSynDrops, descSynAnswered, descUnresolved,
-		descHTTPConns, descHTTPMax, descHTTPEvicted, descHTTPRefused,
+		descHTTPConns, descHTTPMax, descHTTPEvicted, descHTTPShed, descHTTPRefused,
 	} {
 		ch <- d
 	}
@@ -123,10 +127,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	if lim := c.d.conns.Load(); lim != nil {
-		open, evicted, refused := lim.counts()
+		open, evicted, shed, refused := lim.counts()
 		gauge(descHTTPConns, float64(open))
 		gauge(descHTTPMax, float64(lim.max))
 		counter(descHTTPEvicted, evicted)
+		counter(descHTTPShed, shed)
 		counter(descHTTPRefused, refused)
 	}
 	g := c.d.cur.Load()
@@ -148,6 +153,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	t.mu.Unlock()
 	st := g.engine.Stats()
 	counter(descDispatched, st.Dispatched)
+	counter(descResults, st.Results)
 	counter(descTimeouts, st.Timeouts)
 	counter(descStale, st.Stale)
 	counter(descLate, st.Late)
@@ -177,6 +183,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		addSyn(&sc, g.launch.syn.Counters())
 	}
 	counter(descSynSent, sc.Sent)
+	counter(descSynRetrans, sc.Retransmits)
 	counter(descSynErrors, sc.SendErrors)
 	counter(descSynReplies, sc.SynAck, "synack")
 	counter(descSynReplies, sc.RST, "rst")

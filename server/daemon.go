@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -73,15 +74,20 @@ type Options struct {
 	// default 500 ms and 30 s.
 	WebhookMinBackoff, WebhookMaxBackoff time.Duration
 	// EventKeepAlive is the longest silence on an event stream before a
-	// keep-alive comment; default 15 s.
+	// heartbeat comment; default 5 s. The heartbeat is what the write
+	// deadline (WriteStall) measures on a quiet stream.
 	EventKeepAlive time.Duration
-	// EventWriteTimeout is how long a write to an event stream may block
-	// before the client counts as too slow and is dropped; default 10 s.
-	EventWriteTimeout time.Duration
+	// WriteStall is how long a write to a client may block before the
+	// client counts as too slow and its request ends: event streams (the
+	// client is dropped), /metrics and the API's lists, which hold a slot
+	// while they write; default 10 s.
+	WriteStall time.Duration
 	// MaxEventStreams bounds the event streams served at once; default 64.
+	// More are refused at once (see admission.go).
 	MaxEventStreams int
 	// ProbeConcurrency bounds the /probe requests probing at once, so they
-	// cannot crowd out scheduled probes; default 16.
+	// cannot crowd out scheduled probes; default 16. More are refused at
+	// once (see admission.go).
 	ProbeConcurrency int
 	// HistoryTargets is how many targets keep their recent results for the
 	// status page's timelines (see history.go); default 1024, at most 65535.
@@ -116,7 +122,7 @@ type Daemon struct {
 	events  *eventLog
 	hooks   hookSet
 	streams streams
-	probes  chan struct{} // one token per /probe request probing
+	adm     admission // slots of the request classes that can take long
 	totals  counterTotals
 	obs     observer
 	mem     memoryTuner
@@ -126,10 +132,20 @@ type Daemon struct {
 	// instance state are kept by remediation name and address.
 	rem *remediate.Manager
 
-	local      rateLimit                   // logs of local errors
-	conns      atomic.Pointer[connLimiter] // the HTTP server's, once it serves
-	heavySlots chan struct{}               // slots of list requests running (see heavy)
-	layouts    atomic.Uint32               // the last pool layout; from a random start, so cursors die with the process
+	local   rateLimit                   // logs of local errors
+	conns   atomic.Pointer[connLimiter] // the HTTP server's, once it serves
+	layouts atomic.Uint32               // the last pool layout; from a random start, so cursors die with the process
+
+	// life ends when Stop begins: reads of the configuration's files
+	// (secrets, certificates, the state file) made with it are given up
+	// then, so that a file system that does not answer holds no stop.
+	life    context.Context
+	endLife context.CancelFunc
+
+	// The state file (Options.StateFile): the lock held on it from Start to
+	// Stop, and how its saves go; both nil without one.
+	stateLock *os.File
+	saves     *saveHealth
 
 	cur atomic.Pointer[generation]
 
@@ -180,10 +196,10 @@ func New(opt Options) (*Daemon, error) {
 		return nil, fmt.Errorf("server: Options.Shard: %w", err)
 	}
 	if opt.EventKeepAlive <= 0 {
-		opt.EventKeepAlive = 15 * time.Second
+		opt.EventKeepAlive = 5 * time.Second
 	}
-	if opt.EventWriteTimeout <= 0 {
-		opt.EventWriteTimeout = 10 * time.Second
+	if opt.WriteStall <= 0 {
+		opt.WriteStall = 10 * time.Second
 	}
 	if opt.MaxEventStreams <= 0 {
 		opt.MaxEventStreams = 64
@@ -201,28 +217,44 @@ func New(opt Options) (*Daemon, error) {
 	d.errs.m = map[uint32]string{}
 	d.obs = newObserver(d)
 	d.local.period = localLogEvery
-	d.heavySlots = make(chan struct{}, heavyRequests)
 	d.layouts.Store(rand.Uint32())
+	d.life, d.endLife = context.WithCancel(context.Background())
 	d.hooks = hookSet{opt: &d.opt, log: d.log, feed: d.events.setHooks}
 	d.streams.done = make(chan struct{})
-	d.probes = make(chan struct{}, opt.ProbeConcurrency)
+	d.adm = newAdmission(&d.opt)
 	d.metrics = newMetrics(d)
 	d.rem = remediate.New(remediate.Options{Logger: opt.Logger, Registerer: d.metrics.reg})
+	if opt.StateFile != "" {
+		d.saves = newSaveHealth(d.metrics.reg)
+	}
 	d.reloads.d = d
 	return d, nil
 }
 
 // Start loads the configuration and starts probing, with the states of the
 // state file (if any) for the targets whose probe is unchanged. It fails when
-// the configuration cannot be loaded or its probers cannot start; the error
-// is returned, not logged: nothing runs, and the caller reports it.
-func (d *Daemon) Start() error {
+// the configuration cannot be loaded or its probers cannot start, and with
+// ErrStateFile when the state file is not sonde's or another daemon holds
+// it; the error is returned, not logged: nothing runs, and the caller
+// reports it.
+func (d *Daemon) Start() (err error) {
 	d.updateMu.Lock()
 	defer d.updateMu.Unlock()
 	if d.engine != nil || d.stopped {
 		return errors.New("server: the daemon runs or ran already")
 	}
 	start := time.Now()
+	if d.opt.StateFile != "" {
+		if d.stateLock, err = claimState(d.life, d.opt.StateFile); err != nil {
+			return err
+		}
+		defer func() {
+			if err != nil {
+				d.stateLock.Close()
+				d.stateLock = nil
+			}
+		}()
+	}
 	cfg, in, err := d.read(false)
 	if err != nil {
 		return err
@@ -259,17 +291,17 @@ func (d *Daemon) read(reload bool) (*config.Config, inputs, error) {
 		d.loadFailed(err, reload)
 		return nil, inputs{}, err
 	}
-	return cfg, inputsOf(cfg), nil
+	return cfg, inputsOf(d.life, cfg), nil
 }
 
 // first builds the engine and the probers for the first configuration, ids
 // as in cfg, and starts them.
 func (d *Daemon) first(cfg *config.Config) (*generation, error) {
-	plan, err := d.rem.Plan(cfg)
+	plan, err := d.rem.Plan(d.life, cfg)
 	if err != nil {
 		return nil, err
 	}
-	hooks, err := d.hooks.prepare(cfg)
+	hooks, err := d.hooks.prepare(d.life, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +317,7 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 		onRetire: d.totals.retireSyn, onStop: d.totals.retirePool,
 		shards: shards, ctx: ctx, pools: map[string]*workerPool{}, endpoints: daemonEndpoints{d},
 	}
-	pp, err := ps.prepare(cfg)
+	pp, err := ps.prepare(d.life, cfg)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -293,7 +325,7 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 	checks := make([]scheduler.Check, len(cfg.Checks))
 	slots := make([]uint16, len(cfg.Checks))
 	for ci, c := range cfg.Checks {
-		checks[ci] = scheduler.Check{Timing: c.Timing, Launcher: pp.ls.byCheck[ci], FirstProbes: pp.ls.firstProbes[ci]}
+		checks[ci] = pp.ls.engineCheck(ci, c)
 		slots[ci] = uint16(ci)
 	}
 	resume := d.restore(cfg)
@@ -419,7 +451,7 @@ func (d *Daemon) reload() error {
 		return errors.New("server: the daemon does not run")
 	}
 	start := time.Now()
-	if d.inputs.unchanged() {
+	if d.inputs.unchanged(d.life) {
 		d.metrics.reloads.WithLabelValues("success").Inc()
 		d.metrics.reloadOK.Set(1)
 		d.log.Debug("configuration unchanged", "files", len(d.inputs.files))
@@ -449,16 +481,16 @@ func (d *Daemon) reload() error {
 // generation. It returns the numbers of targets added and removed.
 func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
 	old := d.cur.Load()
-	plan, err := d.rem.Plan(cfg)
+	plan, err := d.rem.Plan(d.life, cfg)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	hooks, err := d.hooks.prepare(cfg)
+	hooks, err := d.hooks.prepare(d.life, cfg)
 	if err != nil {
 		return nil, 0, 0, err
 	}
 	slots, nslots := slotsFor(old, cfg)
-	pp, err := d.probers.prepare(cfg)
+	pp, err := d.probers.prepare(d.life, cfg)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -517,6 +549,10 @@ func (d *Daemon) loaded(g *generation, reload bool, kept, added, removed int, to
 	d.log.Info(msg, "shard", g.cfg.Shard.String(), "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", g.targets,
 		"streams", g.cfg.Streams(), "remediations", len(g.cfg.Remediations), "kept_state", kept, "added", added, "removed", removed,
 		"tcp_path", g.launch.tcpPath, "took", took.Round(time.Millisecond))
+	d.metrics.warnings.Set(float64(len(g.cfg.Warnings)))
+	for _, w := range g.cfg.Warnings {
+		d.log.Warn("configuration warning", "field", w.Field, "warning", w.Msg)
+	}
 	if gogc > 0 {
 		d.log.Debug("collector goal set", "gogc", gogc)
 	}
@@ -551,11 +587,14 @@ func staleSeries(old, next *config.Config) (gone []string, moved []poolProtocol)
 }
 
 // Stop ends probing and remediation (an action in flight is cancelled) and
-// saves the state file. The daemon cannot be started again.
+// saves the state file. The daemon cannot be started again. It may be
+// called while Start or a reload runs: their reads of files are given up at
+// once, and Stop follows as soon as they return.
 //
 // Discovery stops first, without the update lock: an update being built
 // is given up, and one waiting for the lock finds the daemon stopped.
 func (d *Daemon) Stop() error {
+	d.endLife()
 	d.reloads.stop()
 	d.updateMu.Lock()
 	if d.stopped {
@@ -578,15 +617,24 @@ func (d *Daemon) Stop() error {
 	if d.engine == nil {
 		return errors.Join(errs...)
 	}
+	// The engine and the state saver stop without the lock: a periodic save
+	// takes it to read the states, and one that began now would wait for it
+	// forever while Stop waits for the saver. No reload, update or start
+	// runs meanwhile: they see d.stopped.
+	d.updateMu.Unlock()
 	d.cancel()
 	<-d.done
+	d.updateMu.Lock()
 	d.cur.Load().stopRouter()
 	if d.opt.StateFile != "" {
 		if s := d.stateToSave(); s != nil {
-			if err := writeState(d.opt.StateFile, s); err != nil {
-				errs = append(errs, err)
+			err := writeState(d.opt.StateFile, s)
+			d.saves.record(err, time.Now()) // the error is Stop's: the caller reports it
+			if err != nil {
+				errs = append(errs, fmt.Errorf("the states were not saved at stop: %w", err))
 			}
 		}
+		d.stateLock.Close()
 	}
 	errs = append(errs, d.probers.close())
 	return errors.Join(errs...)

@@ -35,6 +35,6 @@ func (c *eventCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descHookRequests, h.refused.Load(), name, "refused")
 		ch <- prometheus.MustNewConstMetric(descHookQueued, prometheus.GaugeValue, float64(h.queued()), name)
 	}
-	ch <- prometheus.MustNewConstMetric(descEventStreams, prometheus.GaugeValue, float64(c.d.streams.n.Load()))
+	ch <- prometheus.MustNewConstMetric(descEventStreams, prometheus.GaugeValue, float64(c.d.adm.stream.inUse()))
 	counter(descStreamsDrop, c.d.streams.dropped.Load())
 }

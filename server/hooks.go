@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/safefile"
 	"github.com/sondeprobe/sonde/server/webhook"
 )
 
@@ -26,12 +27,17 @@ const (
 	// batch that fails a round waits the longest backoff and tries again, so
 	// it is never given up while the receiver only fails.
 	hookAttempts = 4
+	// hookLogEvery bounds the log of a receiver that refuses batches: one
+	// line when it starts, then at most one a period, with the number
+	// refused meanwhile.
+	hookLogEvery = time.Minute
 )
 
 // HookBatch is the JSON document a webhook receives: events in sequence
 // order, oldest first. Lost counts the events this webhook wanted that were
-// dropped before this batch because its queue was full: a receiver that
-// sees it non-zero should read the current state from the API.
+// dropped before this batch — because its queue was full, or because the
+// receiver refused the batches that held them: a receiver that sees it
+// non-zero should read the current state from the API.
 type HookBatch struct {
 	Webhook string  `json:"webhook"` // the webhook's name
 	Lost    uint64  `json:"lost"`
@@ -52,8 +58,10 @@ type hook struct {
 	q    []Event // ring of hookQueue events once grown
 	head int
 	n    int
-	lost uint64 // dropped since the last batch was taken
+	lost uint64 // events lost that no batch sent yet reports: dropped from a full queue, or in refused batches
 	wake chan struct{}
+
+	refusals rateLimit // of the log of refused batches
 
 	delivered, dropped         atomic.Uint64 // events
 	succeeded, failed, refused atomic.Uint64 // requests
@@ -62,12 +70,13 @@ type hook struct {
 	done   chan struct{}
 }
 
-// newHook prepares the delivery of w, reading its secret.
-func newHook(w *config.EventWebhook, opt *Options, log *slog.Logger) (*hook, error) {
+// newHook prepares the delivery of w, reading its secret; ctx bounds the
+// read.
+func newHook(ctx context.Context, w *config.EventWebhook, opt *Options, log *slog.Logger) (*hook, error) {
 	var secret []byte
 	if w.SecretFile != "" {
 		var err error
-		if secret, err = webhook.ReadSecret(w.SecretFile); err != nil {
+		if secret, err = safefile.ReadSecret(ctx, w.SecretFile); err != nil {
 			return nil, fmt.Errorf("webhook %s: %w", w.Name, err)
 		}
 	}
@@ -90,8 +99,9 @@ func newHook(w *config.EventWebhook, opt *Options, log *slog.Logger) (*hook, err
 			MaxBackoff:  opt.WebhookMaxBackoff,
 			UserAgent:   "sonde/" + opt.Version,
 		},
-		log:  log.With("webhook", w.Name),
-		wake: make(chan struct{}, 1),
+		log:      log.With("webhook", w.Name),
+		wake:     make(chan struct{}, 1),
+		refusals: rateLimit{period: hookLogEvery},
 	}, nil
 }
 
@@ -151,6 +161,13 @@ func (h *hook) take(limit int) ([]Event, uint64) {
 	return out, lost
 }
 
+// lose counts n events as lost: the next batch says so.
+func (h *hook) lose(n uint64) {
+	h.mu.Lock()
+	h.lost += n
+	h.mu.Unlock()
+}
+
 // queued returns the number of events waiting.
 func (h *hook) queued() int {
 	h.mu.Lock()
@@ -174,8 +191,20 @@ func (h *hook) stop() {
 	<-h.done
 }
 
+// run delivers batches until ctx ends. A batch the receiver refuses for
+// good (a status outside 2xx that is not worth retrying: a redirect, a 4xx
+// other than 408 and 429) is dropped, and its events, with the lost ones it
+// reported, are counted in the lost of the next batch, so that the receiver
+// learns it missed them and resyncs. The next batch waits a backoff that
+// doubles while batches are refused, so a receiver that refuses everything
+// gets a request per longest backoff, not a stream of them.
 func (h *hook) run(ctx context.Context) {
+	var pause time.Duration // before the next batch, after a refused one
+	refused := 0            // batches refused since the last accepted one
 	for ctx.Err() == nil {
+		if pause > 0 && !sleepCtx(ctx, pause) {
+			return
+		}
 		batch, lost := h.take(hookBatch)
 		if len(batch) == 0 && lost == 0 {
 			select {
@@ -189,14 +218,41 @@ func (h *hook) run(ctx context.Context) {
 			h.log.Error("encode webhook batch", "err", err)
 			continue
 		}
-		h.deliver(ctx, body, len(batch))
+		switch err := h.deliver(ctx, body, len(batch)); {
+		case err == nil:
+			if refused > 0 {
+				h.log.Info("webhook accepts batches again; it was told of the events it refused", "refused_batches", refused, "lost", lost)
+			}
+			pause, refused = 0, 0
+		case errors.Is(err, webhook.ErrRejected):
+			h.lose(lost + uint64(len(batch)))
+			refused++
+			pause = min(max(2*pause, h.minBackoff()), h.maxBackoff())
+			if skipped, ok := h.refusals.allow(time.Now()); ok {
+				h.log.Error("webhook refused a batch; its events are dropped and the next batch counts them as lost",
+					"events", len(batch), "err", err, "refused_since_last_log", skipped)
+			}
+		}
 	}
 }
 
-// deliver posts body until the receiver accepts it, refuses it for good, or
-// ctx ends. A receiver that is down or failing delays the batch and those
-// behind it, and loses none of them.
-func (h *hook) deliver(ctx context.Context, body []byte, events int) {
+// sleepCtx waits d, and reports false when ctx ends first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// deliver posts body until the receiver accepts it (nil), refuses it for
+// good (webhook.ErrRejected), or ctx ends (its error). A receiver that is
+// down or failing delays the batch and those behind it, and loses none of
+// them.
+func (h *hook) deliver(ctx context.Context, body []byte, events int) error {
 	failing := false
 	for {
 		attempts, err := h.sender.Post(ctx, body)
@@ -208,30 +264,31 @@ func (h *hook) deliver(ctx context.Context, body []byte, events int) {
 			if failing || attempts > 1 {
 				h.log.Info("webhook delivered after retries", "events", events)
 			}
-			return
+			return nil
 		case errors.Is(err, webhook.ErrRejected):
 			h.failed.Add(uint64(attempts - 1))
 			h.refused.Add(1)
 			h.dropped.Add(uint64(events))
-			h.log.Error("webhook refused a batch; its events are dropped", "events", events, "err", err)
-			return
+			return err
 		}
 		h.failed.Add(uint64(attempts))
 		if ctx.Err() != nil {
 			h.dropped.Add(uint64(events))
-			return
+			return ctx.Err()
 		}
 		if !failing {
 			h.log.Warn("webhook delivery failing; retrying until the receiver accepts", "events", events, "err", err)
 			failing = true
 		}
-		t := time.NewTimer(h.maxBackoff())
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
+		sleepCtx(ctx, h.maxBackoff())
 	}
+}
+
+func (h *hook) minBackoff() time.Duration {
+	if h.sender.MinBackoff > 0 {
+		return h.sender.MinBackoff
+	}
+	return webhook.DefaultMinBackoff
 }
 
 func (h *hook) maxBackoff() time.Duration {
@@ -251,15 +308,16 @@ type hookSet struct {
 }
 
 // prepare builds the hooks of cfg, reusing running ones whose settings did
-// not change, so their queues carry over a reload. It starts nothing.
-func (s *hookSet) prepare(cfg *config.Config) ([]*hook, error) {
+// not change, so their queues carry over a reload. It starts nothing; ctx
+// bounds the reading of their secrets.
+func (s *hookSet) prepare(ctx context.Context, cfg *config.Config) ([]*hook, error) {
 	var old []*hook
 	if p := s.cur.Load(); p != nil {
 		old = *p
 	}
 	var next []*hook
 	for _, w := range cfg.Webhooks {
-		h, err := newHook(w, s.opt, s.log)
+		h, err := newHook(ctx, w, s.opt, s.log)
 		if err != nil {
 			return nil, err
 		}

@@ -180,7 +180,7 @@ pools:
 	if n, want := len(td.d.cur.Load().cfg.Pools), 2+int(lastApplied.Load()%2); n != want {
 		t.Errorf("%d pools after the last reload (of round %d), want %d: the reloads did not apply the file", n, lastApplied.Load(), want)
 	}
-	_, evicted, _ := td.d.conns.Load().counts()
+	_, evicted, _, _ := td.d.conns.Load().counts()
 	if evicted == 0 {
 		t.Error("no idle connection was evicted: the load did not reach the connection limit")
 	}

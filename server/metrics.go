@@ -30,6 +30,7 @@ type metrics struct {
 	reloads    *prometheus.CounterVec   // result
 	reloadOK   prometheus.Gauge
 	reloadTime prometheus.Gauge
+	warnings   prometheus.Gauge
 
 	local [probe.NumLocalCauses]prometheus.Counter // sonde_probe_local_errors_total by cause
 }
@@ -73,10 +74,14 @@ func newMetrics(d *Daemon) *metrics {
 			Name: "sonde_config_last_reload_success_timestamp_seconds",
 			Help: "Time of the last successful configuration load.",
 		}),
+		warnings: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sonde_config_warnings",
+			Help: "Warnings about the running configuration, logged at its load and shown on the status page: secret files and TLS keys other users can read.",
+		}),
 	}
 	local := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "sonde_probe_local_errors_total",
-		Help: "Probes this host could not run, by cause: descriptors, ports, buffers, permissions. They are no verdict on their targets.",
+		Help: "Probes this host could not run or could not judge, by cause: descriptors, ports, buffers, permissions, capture (a reply may have been lost to a full capture ring), late (sent or watched too late by a busy host). They are no verdict on their targets.",
 	}, []string{"cause"})
 	for c := probe.CauseNone + 1; c < probe.NumLocalCauses; c++ {
 		m.local[c] = local.WithLabelValues(c.String())
@@ -91,11 +96,12 @@ func newMetrics(d *Daemon) *metrics {
 		Help: "The slice of the targets this process probes: shard i of N (sonde run -shard i/N; 0 of 1 without it); the value is 1.",
 	}, []string{"shard", "shards"})
 	shard.WithLabelValues(strconv.Itoa(d.opt.Shard.Index), strconv.Itoa(d.opt.Shard.Shards())).Set(1)
-	m.reg.MustRegister(m.probes, m.duration, m.phases, m.changes, local, m.routes, m.reloads, m.reloadOK, m.reloadTime, build, shard,
+	m.reg.MustRegister(m.probes, m.duration, m.phases, m.changes, local, m.routes, m.reloads, m.reloadOK, m.reloadTime, m.warnings, build, shard,
 		&stateCollector{d: d},
 		&targetCollector{d: d},
 		&discoveryCollector{d: d},
 		&eventCollector{d: d},
+		&admissionCollector{a: &d.adm},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

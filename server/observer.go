@@ -50,7 +50,7 @@ func (o *observer) Result(id uint32, r probe.Result) {
 	}
 	if o.debug {
 		o.d.log.Debug("probe", "target", g.cfg.Targets[id].AddrPort(), "check", g.checkName(id),
-			"outcome", r.Outcome, "latency", r.Latency, "status", r.Status)
+			"outcome", r.Outcome, "cause", r.Cause, "latency", r.Latency, "status", r.Status, "retransmits", r.Retransmits)
 	}
 }
 

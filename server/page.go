@@ -41,10 +41,6 @@ const (
 	// of a CPU.
 	rankMaxAge     = time.Second
 	rankCostFactor = 20
-	// heavyRequests is how many list requests run at once; others wait
-	// up to heavyWait, then get 503.
-	heavyRequests = 4
-	heavyWait     = time.Second
 )
 
 // errGone is returned for a cursor of another pool layout.
@@ -148,36 +144,19 @@ func (g *generation) ranks(pi int) []uint32 {
 }
 
 // admitList answers a list request whose parameters are wrong (err: 410 for
-// a cursor of another pool layout, 400 otherwise), or admits it among
-// the heavy requests. It returns the release function, or nil when the
-// request was answered.
-func (d *Daemon) admitList(w http.ResponseWriter, r *http.Request, err error) func() {
+// a cursor of another pool layout, 400 otherwise), or admits it among the
+// list requests (see admission.go). It returns the release function, or
+// nil when the request was answered.
+func (d *Daemon) admitList(w http.ResponseWriter, err error) (http.ResponseWriter, func()) {
 	switch {
 	case errors.Is(err, errGone):
 		http.Error(w, err.Error(), http.StatusGone)
-		return nil
+		return w, nil
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return nil
+		return w, nil
 	}
-	return d.heavy(w, r)
-}
-
-// heavy admits a list request, or answers 503 when heavyRequests are
-// running for longer than heavyWait. It returns the release function, or
-// nil when the request was answered.
-func (d *Daemon) heavy(w http.ResponseWriter, r *http.Request) func() {
-	t := time.NewTimer(heavyWait)
-	defer t.Stop()
-	select {
-	case d.heavySlots <- struct{}{}:
-		return func() { <-d.heavySlots }
-	case <-t.C:
-	case <-r.Context().Done():
-	}
-	w.Header().Set("Retry-After", "1")
-	http.Error(w, fmt.Sprintf("too many list requests at once (%d); retry", heavyRequests), http.StatusServiceUnavailable)
-	return nil
+	return d.adm.list.enter(w)
 }
 
 // streamList writes {"NAME":[items...],tail...} to w, encoding each item as
@@ -435,7 +414,7 @@ func (d *Daemon) handleTargets(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f, err := g.parseTargetFilter(r)
-	release := d.admitList(w, r, err)
+	w, release := d.admitList(w, err)
 	if release == nil {
 		return
 	}
@@ -470,7 +449,7 @@ func (d *Daemon) handlePools(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		from, err = g.parseCursor(q.Get("after"))
 	}
-	release := d.admitList(w, r, err)
+	w, release := d.admitList(w, err)
 	if release == nil {
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -236,11 +237,13 @@ func TestPoolsPaging(t *testing.T) {
 }
 
 // TestListConcurrencyLimit checks that a list request beyond the running
-// ones waits, then gets 503 with Retry-After.
+// ones gets 503 with Retry-After.
 func TestListConcurrencyLimit(t *testing.T) {
 	td := startDaemon(t, bigPoolConfig(24))
-	for range heavyRequests {
-		td.d.heavySlots <- struct{}{}
+	var releases []func()
+	for range listRequests {
+		_, release := td.d.adm.list.enter(httptest.NewRecorder())
+		releases = append(releases, release)
 	}
 	for _, path := range []string{"/api/v1/targets", "/api/v1/pools", "/"} {
 		resp, err := http.Get(td.http.URL + path)
@@ -253,7 +256,7 @@ func TestListConcurrencyLimit(t *testing.T) {
 			t.Errorf("GET %s with every slot taken: %s, Retry-After %q; want 503 with Retry-After", path, resp.Status, resp.Header.Get("Retry-After"))
 		}
 	}
-	<-td.d.heavySlots
+	releases[0]()
 	if got, _ := td.get(t, "/api/v1/targets", new(any)); got != http.StatusOK {
 		t.Errorf("with a free slot: status %d", got)
 	}

@@ -26,14 +26,15 @@ var ErrNoSyn = errors.New("tcp_mode syn needs the SYN prober")
 // returns useSyn true and no prober. Otherwise it returns c's one-shot
 // prober: the HTTP prober for HTTP and HTTPS checks, connect() for TCP
 // checks; a TCP check in tcp_mode syn without a SYN prober is an error.
-func NewProber(c *config.Check, synReady bool) (p probe.Reporter, useSyn bool, err error) {
+// ctx bounds the reading of the check's files (secret, certificates).
+func NewProber(ctx context.Context, c *config.Check, synReady bool) (p probe.Reporter, useSyn bool, err error) {
 	switch {
 	case c.Protocol != config.TCP:
-		o, err := c.HTTPOptions()
+		o, err := c.HTTPOptions(ctx)
 		if err != nil {
 			return nil, false, fmt.Errorf("check %s: %w", c.Name, err)
 		}
-		hp, err := httpprobe.New(o)
+		hp, err := httpprobe.New(ctx, o)
 		if err != nil {
 			return nil, false, fmt.Errorf("check %s: %w", c.Name, err)
 		}
@@ -57,6 +58,12 @@ type launchers struct {
 	syn         *syn.Prober
 	tcpPath     probe.TCPPath
 	synErr      error // why TCP checks in auto mode fell back to connect(), if they did
+}
+
+// engineCheck returns what the engine runs for check c, the ci-th of the
+// configuration ls was made for.
+func (ls *launchers) engineCheck(ci int, c *config.Check) scheduler.Check {
+	return scheduler.Check{Timing: c.Timing, Launcher: ls.byCheck[ci], FirstProbes: ls.firstProbes[ci], Retransmit: c.SynRetransmit.D()}
 }
 
 // proberSet is the daemon's probers, kept across reloads: a probe.Workers
@@ -106,7 +113,8 @@ type proberPlan struct {
 // one-shot prober per other check, and a worker pool per such check (the
 // running one of the same name, or a new one). Nothing changes for the
 // running configuration until commit; when prepare fails, nothing did.
-func (ps *proberSet) prepare(cfg *config.Config) (*proberPlan, error) {
+// ctx bounds the reading of the checks' files.
+func (ps *proberSet) prepare(ctx context.Context, cfg *config.Config) (*proberPlan, error) {
 	pp := &proberPlan{
 		ps: ps,
 		ls: &launchers{byCheck: make([]probe.Launcher, len(cfg.Checks)), firstProbes: make([]scheduler.Pace, len(cfg.Checks)),
@@ -126,7 +134,7 @@ func (ps *proberSet) prepare(cfg *config.Config) (*proberPlan, error) {
 	streams := streamsPerCheck(cfg)
 	syn := make([]bool, len(cfg.Checks)) // the checks the SYN prober runs
 	for ci, c := range cfg.Checks {
-		p, useSyn, err := NewProber(c, sp != nil)
+		p, useSyn, err := NewProber(ctx, c, sp != nil)
 		if err != nil {
 			pp.abort()
 			return nil, err

@@ -23,7 +23,7 @@ func TestNewProber(t *testing.T) {
 		if mode != "" {
 			s.TCPMode = str(mode)
 		}
-		c, err := config.NewCheck("c", s, "")
+		c, err := config.NewCheck(t.Context(), "c", s, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +44,7 @@ func TestNewProber(t *testing.T) {
 		{"tcp syn without syn", check("tcp", "syn"), false, "error"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, useSyn, err := NewProber(tc.c, tc.synReady)
+			p, useSyn, err := NewProber(t.Context(), tc.c, tc.synReady)
 			got := "error"
 			switch {
 			case err != nil:
@@ -78,7 +78,7 @@ func TestConcurrencyAndFirstProbes(t *testing.T) {
 		if cadence != "" {
 			s.Cadence = str(cadence)
 		}
-		c, err := config.NewCheck("c", s, "")
+		c, err := config.NewCheck(t.Context(), "c", s, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,7 +125,7 @@ pools:
 	}
 	syn := make([]bool, len(cfg.Checks))
 	for ci, c := range cfg.Checks {
-		if _, syn[ci], err = NewProber(c, true); err != nil {
+		if _, syn[ci], err = NewProber(t.Context(), c, true); err != nil {
 			t.Fatal(err)
 		}
 	}

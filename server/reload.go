@@ -1,12 +1,14 @@
 package server
 
 import (
+	"context"
 	"crypto/sha256"
 	"errors"
 	"sync"
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/safefile"
 )
 
 // errStopped answers a reload asked for while the daemon stops.
@@ -92,7 +94,7 @@ func (r *reloader) stop() {
 // of the content it was read from, so a reload of unchanged files can be
 // told without parsing them.
 type inputs struct {
-	files []string
+	files []safefile.File
 	sums  [][sha256.Size]byte // per file
 	ok    bool                // every file has its sum
 }
@@ -104,12 +106,16 @@ type inputs struct {
 // thus never counts as applied: the next reload finds it changed. A
 // configuration that names no file (built in memory) has no inputs and
 // never counts as unchanged.
-func inputsOf(cfg *config.Config) inputs {
+// Files are hashed within their caps (safefile): one larger than its cap is
+// not read, it has no sum. ctx bounds the reads.
+func inputsOf(ctx context.Context, cfg *config.Config) inputs {
 	in := inputs{files: cfg.Files, sums: make([][sha256.Size]byte, len(cfg.Files)), ok: true}
-	for i, name := range cfg.Files {
-		sum, ok := cfg.Sums[name]
+	for i, f := range cfg.Files {
+		sum, ok := cfg.Sums[f.Path]
 		if !ok {
-			sum, ok = config.FileSum(name)
+			var err error
+			sum, err = safefile.Sum(ctx, f.Path, f.Max)
+			ok = err == nil
 		}
 		in.sums[i] = sum
 		in.ok = in.ok && ok
@@ -117,13 +123,14 @@ func inputsOf(cfg *config.Config) inputs {
 	return in
 }
 
-// unchanged reports whether the files still hold what they held.
-func (in *inputs) unchanged() bool {
+// unchanged reports whether the files still hold what they held; ctx
+// bounds the reads.
+func (in *inputs) unchanged(ctx context.Context) bool {
 	if !in.ok || len(in.files) == 0 {
 		return false
 	}
-	for i, name := range in.files {
-		if sum, ok := config.FileSum(name); !ok || sum != in.sums[i] {
+	for i, f := range in.files {
+		if sum, err := safefile.Sum(ctx, f.Path, f.Max); err != nil || sum != in.sums[i] {
 			return false
 		}
 	}

@@ -192,7 +192,7 @@ func TestReloadEditDuringLoad(t *testing.T) {
 		o.Load = func() (*config.Config, error) {
 			cfg, err := load()
 			if next := edit.Swap(nil); next != nil && err == nil {
-				path := cfg.Files[0]
+				path := cfg.Files[0].Path
 				if err := os.WriteFile(path+".new", []byte(*next), 0o644); err != nil {
 					return nil, err
 				}
@@ -554,4 +554,60 @@ pools:
 	if td.d.cur.Load() != g {
 		t.Error("a reload of an unchanged file made a new generation")
 	}
+}
+
+// TestReloadSecretBecomesFIFO: a secret file swapped for a FIFO between the
+// load that checked it and the moment the daemon reads it makes the reload
+// fail at once, and the daemon stops at once. Opening it used to wait for a
+// writer: that reload never ended, no later one ran, and a stop waited for
+// it.
+func TestReloadSecretBecomesFIFO(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "hook.secret")
+	if err := os.WriteFile(secret, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	yaml := func(timeout string) string {
+		return fmt.Sprintf(`
+checks:
+  web: {protocol: http, path: /, interval: 1h, timeout: 1s}
+pools:
+  - {name: web, check: web, targets: ["127.0.0.1:1"]}
+webhooks:
+  - {url: "http://127.0.0.1:1/", secret_file: %q, timeout: %s}
+`, secret, timeout)
+	}
+	var swap atomic.Bool
+	td := startDaemonWith(t, yaml("1s"), func(o *Options) {
+		load := o.Load
+		o.Load = func() (*config.Config, error) {
+			cfg, err := load()
+			if err == nil && swap.Load() { // the load read a regular file; now it is a FIFO
+				if err := os.Remove(secret); err != nil {
+					return nil, err
+				}
+				if err := syscall.Mkfifo(secret, 0o600); err != nil {
+					return nil, err
+				}
+			}
+			return cfg, err
+		}
+	})
+	t.Cleanup(func() { // runs before the daemon's Stop: lets a blocked open go
+		if f, err := os.OpenFile(secret, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	swap.Store(true)
+	td.rewrite(t, yaml("2s")) // a new webhook: its secret is read
+	var err error
+	returnsWithin(t, "a reload reading a FIFO", func() { err = td.d.Reload() })
+	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("reload with the secret file a FIFO: %v, want not a regular file", err)
+	}
+	returnsWithin(t, "Stop after that reload", func() {
+		if err := td.d.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
 }

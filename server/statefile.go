@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"iter"
 	"maps"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/safefile"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
 )
@@ -141,11 +143,36 @@ func probeDigest(c *config.Check) [8]byte {
 }
 
 // stateTables are a state file's string and check tables, which its records
-// index.
+// index. The strings are kept as one run of bytes and their ends, so that
+// the tables take no more memory than the file holds (a string header
+// each would take four times what a crafted file of empty strings spends).
 type stateTables struct {
-	written int64 // Unix ns
-	strings []string
+	written int64    // Unix ns
+	text    []byte   // the strings, one after another
+	ends    []uint32 // where each string ends in text
 	checks  []stateCheck
+}
+
+// nstrings returns the number of strings.
+func (t *stateTables) nstrings() int { return len(t.ends) }
+
+// bytes returns string i, which must exist, as the table holds it.
+func (t *stateTables) bytes(i uint32) []byte {
+	start := uint32(0)
+	if i > 0 {
+		start = t.ends[i-1]
+	}
+	return t.text[start:t.ends[i]]
+}
+
+// str returns string i, which must exist.
+func (t *stateTables) str(i uint32) string { return string(t.bytes(i)) }
+
+// add appends v to the strings and returns its index.
+func (t *stateTables) add(v string) uint32 {
+	t.text = append(t.text, v...)
+	t.ends = append(t.ends, uint32(len(t.text)))
+	return uint32(len(t.ends) - 1)
 }
 
 type stateCheck struct {
@@ -385,22 +412,75 @@ type stateSink interface {
 
 // readState reads a state file written by writeState, of at most limit
 // bytes, into sink: it holds the tables, and hands the records over one at
-// a time. The checksum is checked at the end: when readState fails, sink
-// must forget what it was given.
-func readState(path string, limit int64, sink stateSink) error {
-	f, err := config.OpenRegular(path)
+// a time. It reads the file twice: once to check its checksum, which costs
+// no memory, then to decode it, so that a truncated or corrupt file costs
+// nothing, and what the tables take is bounded by the file's size. The
+// checksum is checked again at the end of the decoding (the file may have
+// changed in between): when readState fails, sink must forget what it was
+// given. ctx bounds the reads (package safefile: a regular file, opened
+// without waiting).
+func readState(ctx context.Context, path string, limit int64, sink stateSink) error {
+	first, err := checkStateSum(ctx, path, limit)
+	if err != nil {
+		return err
+	}
+	f, err := openState(ctx, path, limit)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
+	if fi := f.Info(); !os.SameFile(first, fi) || fi.Size() != first.Size() || !fi.ModTime().Equal(first.ModTime()) {
+		return fmt.Errorf("%w: the file changed while it was read", errStateFormat)
+	}
+	return decodeState(f, first.Size(), sink)
+}
+
+// openState opens the state file, of at most limit bytes.
+func openState(ctx context.Context, path string, limit int64) (*safefile.Reader, error) {
+	f, err := safefile.Open(ctx, path, limit)
+	if errors.Is(err, safefile.ErrTooLarge) {
+		return nil, fmt.Errorf("%w: more than the %d bytes the targets could need", errStateFormat, limit)
+	}
+	return f, err
+}
+
+// checkStateSum reads the state file through and reports whether its
+// checksum matches what it holds; it returns the file's description.
+func checkStateSum(ctx context.Context, path string, limit int64) (fs.FileInfo, error) {
+	f, err := openState(ctx, path, limit)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	size := fi.Size()
-	if size > limit {
-		return fmt.Errorf("%w: %d bytes, more than the %d the targets could need", errStateFormat, size, limit)
+	defer f.Close()
+	size := f.Info().Size()
+	if size < int64(len(stateMagic)) {
+		return nil, fmt.Errorf("%w: no %q header", errStateFormat, stateMagic)
 	}
+	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	if _, err := io.CopyN(crc, f, size-4); err != nil {
+		return nil, stateReadErr(err)
+	}
+	var sum [4]byte
+	if _, err := io.ReadFull(f, sum[:]); err != nil {
+		return nil, stateReadErr(err)
+	}
+	if crc.Sum32() != binary.LittleEndian.Uint32(sum[:]) {
+		return nil, fmt.Errorf("%w: checksum mismatch (truncated or corrupt)", errStateFormat)
+	}
+	return f.Info(), nil
+}
+
+// stateReadErr is the error of a read of the state file: one that ended
+// early says the file is truncated.
+func stateReadErr(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: truncated", errStateFormat)
+	}
+	return fmt.Errorf("read state: %w", err)
+}
+
+// decodeState decodes a state file of size bytes from f into sink.
+func decodeState(f io.Reader, size int64, sink stateSink) error {
 	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 	body := bufio.NewReaderSize(io.TeeReader(io.LimitReader(f, max(size-4, 0)), crc), 1<<16)
 	r := &stateReader{r: body, left: max(size-4, 0)}
@@ -424,22 +504,26 @@ func readState(path string, limit int64, sink stateSink) error {
 	if !ok || int64(n) > r.left/4 {
 		return bad("string table")
 	}
-	t.strings = make([]string, 0, n)
+	t.ends = make([]uint32, 0, n) // 4 bytes a string, as the file spends at least
 	for range n {
 		l, ok := r.u32()
-		if !ok || int64(l) > r.left {
+		if !ok || int64(l) > r.left || int64(len(t.text))+int64(l) > math.MaxUint32 {
 			return bad("string")
 		}
-		b := make([]byte, l)
-		r.full(b)
-		t.strings = append(t.strings, string(b))
+		t.text = slices.Grow(t.text, int(l))
+		if !r.full(t.text[len(t.text) : len(t.text)+int(l)]) {
+			return truncated
+		}
+		t.text = t.text[:len(t.text)+int(l)]
+		t.ends = append(t.ends, uint32(len(t.text)))
 	}
 	if n, ok = r.u32(); !ok || int64(n) > r.left/12 {
 		return bad("check table")
 	}
+	t.checks = make([]stateCheck, 0, n)
 	for range n {
 		var c stateCheck
-		if c.name, ok = r.u32(); !ok || int(c.name) >= len(t.strings) {
+		if c.name, ok = r.u32(); !ok || int(c.name) >= t.nstrings() {
 			return bad("check")
 		}
 		r.full(c.digest[:])
@@ -458,14 +542,17 @@ func readState(path string, limit int64, sink stateSink) error {
 		if err != nil {
 			return err
 		}
-		if int(rec.pool) >= len(t.strings) || int(rec.check) >= len(t.checks) || int(rec.host) > len(t.strings) {
+		if int(rec.pool) >= t.nstrings() || int(rec.check) >= len(t.checks) || int(rec.host) > t.nstrings() {
 			return bad("record reference")
 		}
 		sink.record(&rec)
 	}
 	var sum [4]byte
-	if _, err := io.ReadFull(f, sum[:]); err != nil || r.err != nil {
-		return truncated
+	if r.err != nil {
+		return stateReadErr(r.err)
+	}
+	if _, err := io.ReadFull(f, sum[:]); err != nil {
+		return stateReadErr(err)
 	}
 	if crc.Sum32() != le.Uint32(sum[:]) {
 		return fmt.Errorf("%w: checksum mismatch (truncated or corrupt)", errStateFormat)
@@ -477,7 +564,8 @@ func readState(path string, limit int64, sink stateSink) error {
 type stateReader struct {
 	r    *bufio.Reader
 	left int64
-	err  error // the first read error
+	err  error   // the first read error
+	u32b [4]byte // u32's, which would otherwise escape at every call
 }
 
 // full fills b; it reports false, and keeps the error, at the end of the
@@ -493,9 +581,8 @@ func (r *stateReader) full(b []byte) bool {
 }
 
 func (r *stateReader) u32() (uint32, bool) {
-	var b [4]byte
-	ok := r.full(b[:])
-	return binary.LittleEndian.Uint32(b[:]), ok
+	ok := r.full(r.u32b[:])
+	return binary.LittleEndian.Uint32(r.u32b[:]), ok
 }
 
 // restorer matches the records of a state file with the targets of cfg
@@ -545,9 +632,9 @@ func (rs *restorer) tables(t *stateTables) {
 	for pi, p := range rs.cfg.Pools {
 		poolOf[p.Name] = int32(pi)
 	}
-	rs.poolOf = make([]int32, len(t.strings))
-	for i, v := range t.strings {
-		pi, ok := poolOf[v]
+	rs.poolOf = make([]int32, t.nstrings())
+	for i := range rs.poolOf {
+		pi, ok := poolOf[string(t.bytes(uint32(i)))]
 		if !ok {
 			pi = -1
 		}
@@ -557,7 +644,7 @@ func (rs *restorer) tables(t *stateTables) {
 	for i, sc := range t.checks {
 		rs.checkOf[i] = -1
 		for ci, c := range rs.cfg.Checks {
-			if t.strings[sc.name] == c.Name && sc.digest == probeDigest(c) {
+			if string(t.bytes(sc.name)) == c.Name && sc.digest == probeDigest(c) {
 				rs.checkOf[i] = ci
 				break
 			}
@@ -581,14 +668,14 @@ func (rs *restorer) record(r *stateRecord) {
 		return cmp.Or(cmp.Compare(m.pool, pi), t.Addr().Compare(r.addr), cmp.Compare(t.Port, r.port))
 	}
 	i, _ := slices.BinarySearchFunc(rs.members, 0, func(m poolMember, _ int) int { return key(m) })
-	host := ""
+	var host []byte // compared without a copy: most records match a target
 	if r.host > 0 {
-		host = rs.t.strings[r.host-1]
+		host = rs.t.bytes(r.host - 1)
 	}
 	matters := rs.cfg.Checks[rs.cfg.Pools[pi].CheckIndex].HostNameMatters()
 	for ; i < len(rs.members) && key(rs.members[i]) == 0; i++ {
 		id := rs.members[i].id
-		if rs.out[id] != nil || matters && host != rs.cfg.Hostnames[id] {
+		if rs.out[id] != nil || matters && string(host) != rs.cfg.Hostnames[id] {
 			continue
 		}
 		st := r.st
@@ -603,10 +690,10 @@ func (rs *restorer) record(r *stateRecord) {
 	if p := rs.cfg.Pools[pi]; len(p.Discovery.Sources) > 0 || len(p.Discovery.Names) > 0 {
 		k := pendingKey{addr: r.addr, port: r.port}
 		if matters {
-			k.host = host
+			k.host = string(host)
 		}
 		sc := rs.t.checks[r.check]
-		rs.pending.add(p.Name, k, pendingState{check: rs.t.strings[sc.name], digest: sc.digest, st: r.st})
+		rs.pending.add(p.Name, k, pendingState{check: rs.t.str(sc.name), digest: sc.digest, st: r.st})
 	}
 }
 
@@ -617,7 +704,7 @@ func (d *Daemon) restore(cfg *config.Config) []*scheduler.TargetStatus {
 		return nil
 	}
 	rs := newRestorer(cfg, d.opt.Clock)
-	err := readState(d.opt.StateFile, stateSizeLimit(cfg), rs)
+	err := readState(d.life, d.opt.StateFile, stateSizeLimit(cfg), rs)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		d.log.Info("no state file yet; targets start in their initial state", "file", d.opt.StateFile)
@@ -631,62 +718,4 @@ func (d *Daemon) restore(cfg *config.Config) []*scheduler.TargetStatus {
 	d.pending = rs.pending
 	d.pending.until = d.opt.Clock.Now().Add(pendingFor)
 	return rs.out
-}
-
-// saveState writes the running generation's states, and the saved states
-// still waiting for discovered targets, to the state file. A save that a
-// reload or a discovery update overtook is made again, a few times.
-func (d *Daemon) saveState() error {
-	var err error
-	for range saveTries {
-		d.updateMu.Lock()
-		s := d.stateToSave()
-		d.updateMu.Unlock()
-		if s == nil {
-			return nil
-		}
-		if err = writeState(d.opt.StateFile, s); !errors.Is(err, errStateChanged) {
-			return err
-		}
-	}
-	return fmt.Errorf("%w, %d times in a row", err, saveTries)
-}
-
-// saveTries is how many times saveState tries a save that updates overtake.
-const saveTries = 3
-
-// stateToSave describes the save of the running generation, nil before
-// one runs. Called with updateMu held.
-func (d *Daemon) stateToSave() *stateSource {
-	g := d.cur.Load()
-	if g == nil {
-		return nil
-	}
-	d.pending.expire(d.opt.Clock.Now())
-	s := snapshot(g, &d.pending)
-	s.current = func() bool { return d.cur.Load() == g }
-	return s
-}
-
-// saveEvery saves the state file every StateInterval until ctx is done. A
-// failure is logged once until a save succeeds again.
-func (d *Daemon) saveEvery(ctx context.Context) {
-	t := time.NewTicker(d.opt.StateInterval)
-	defer t.Stop()
-	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		err := d.saveState()
-		switch {
-		case err != nil && !failing:
-			d.log.Warn("saving the state file failed; retrying", "file", d.opt.StateFile, "err", err)
-		case err == nil && failing:
-			d.log.Info("state file saved again", "file", d.opt.StateFile)
-		}
-		failing = err != nil
-	}
 }

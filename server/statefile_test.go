@@ -2,13 +2,15 @@ package server
 
 import (
 	"bytes"
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +49,14 @@ type stateSnapshot struct {
 
 // source returns a save of s.
 func (s *stateSnapshot) source() *stateSource {
-	return &stateSource{written: s.written, nstrings: len(s.strings), strings: slices.Values(s.strings), checks: s.checks,
+	strs := func(yield func(string) bool) {
+		for i := range s.nstrings() {
+			if !yield(s.str(uint32(i))) {
+				return
+			}
+		}
+	}
+	return &stateSource{written: s.written, nstrings: s.nstrings(), strings: strs, checks: s.checks,
 		nrecords: len(s.records), records: func(yield func(*stateRecord) bool) {
 			for i := range s.records {
 				if !yield(&s.records[i]) {
@@ -63,7 +72,7 @@ func (s *stateSnapshot) record(r *stateRecord) { s.records = append(s.records, *
 // readSnapshot reads the state file at path whole.
 func readSnapshot(path string) (*stateSnapshot, error) {
 	s := &stateSnapshot{}
-	if err := readState(path, 1<<30, s); err != nil {
+	if err := readState(context.Background(), path, 1<<30, s); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -92,8 +101,7 @@ func savedSnapshot(t *testing.T, cfg *config.Config, host string) *stateSnapshot
 		if i, ok := index[v]; ok {
 			return i
 		}
-		index[v] = uint32(len(s.strings))
-		s.strings = append(s.strings, v)
+		index[v] = s.add(v)
 		return index[v]
 	}
 	for _, c := range cfg.Checks {
@@ -191,7 +199,7 @@ func TestStateSaveStreams(t *testing.T) {
 	hosts := map[uint32]string{}
 	for id, r := range got.records {
 		if r.host > 0 {
-			hosts[uint32(id)] = got.strings[r.host-1]
+			hosts[uint32(id)] = got.str(r.host - 1)
 		}
 	}
 	if diff := cmp.Diff(cfg.Hostnames, hosts); diff != "" {
@@ -205,10 +213,10 @@ func TestStateSaveStreams(t *testing.T) {
 	if limit := stateSizeLimit(small); limit >= fi.Size() {
 		t.Fatalf("limit %d for an eighth of the targets, want less than the file's %d bytes", limit, fi.Size())
 	}
-	if err := readState(path, stateSizeLimit(small), newRestorer(small, g.engine.Clock())); !errors.Is(err, errStateFormat) || !strings.Contains(err.Error(), "more than") {
+	if err := readState(t.Context(), path, stateSizeLimit(small), newRestorer(small, g.engine.Clock())); !errors.Is(err, errStateFormat) || !strings.Contains(err.Error(), "more than") {
 		t.Errorf("reading a file beyond the limit: %v, want errStateFormat: more than the targets could need", err)
 	}
-	if err := readState(path, stateSizeLimit(parse(t, bigPoolConfig(16))), &stateSnapshot{}); err != nil {
+	if err := readState(t.Context(), path, stateSizeLimit(parse(t, bigPoolConfig(16))), &stateSnapshot{}); err != nil {
 		t.Errorf("reading a file for twice the targets: %v, want it read", err)
 	}
 	// A configuration that discovers its targets has found none at its
@@ -219,7 +227,7 @@ checks:
 pools:
   - {name: web, check: web, file_sd_configs: [{files: [%q]}]}
 `, filepath.Join(t.TempDir(), "*.json")))
-	if err := readState(path, stateSizeLimit(disc), newRestorer(disc, g.engine.Clock())); err != nil {
+	if err := readState(t.Context(), path, stateSizeLimit(disc), newRestorer(disc, g.engine.Clock())); err != nil {
 		t.Errorf("reading the file for a configuration that discovers: %v, want it read", err)
 	}
 }
@@ -356,8 +364,8 @@ func edited(s, old, new string) string { return strings.Replace(s, old, new, 1) 
 // TestStateFileAcrossRestart stops a daemon whose target is healthy and
 // starts another over the same state file: the target is healthy at once,
 // since the same time, before any probe of the new daemon (its backend now
-// hangs), though its check starts targets unhealthy. A corrupt state file is
-// reported and the daemon starts all the same.
+// hangs), though its check starts targets unhealthy. A corrupt state file
+// (sonde's, by its magic) is reported and the daemon starts all the same.
 func TestStateFileAcrossRestart(t *testing.T) {
 	b := newGate(t)
 	state := filepath.Join(t.TempDir(), "state")
@@ -384,7 +392,7 @@ pools:
 		t.Fatal(err)
 	}
 
-	if err := os.WriteFile(state, []byte("not a state file"), 0o644); err != nil {
+	if err := os.WriteFile(state, []byte(stateMagic+"but corrupt"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
@@ -448,5 +456,61 @@ pools:
 	if x.StateSince.Sub(before.StateSince).Abs() > sinceSlack || x.Consecutive != before.Consecutive {
 		t.Errorf("discovered target after two restarts: since %v streak %d, want its saved since %v and streak %d",
 			x.StateSince, x.Consecutive, before.StateSince, before.Consecutive)
+	}
+}
+
+// craftedState writes a state file of size bytes that claims as many
+// strings as its size allows, all empty, with a checksum that holds or not.
+func craftedState(t *testing.T, size int, validSum bool) string {
+	t.Helper()
+	le := binary.LittleEndian
+	b := make([]byte, 0, size)
+	b = append(b, stateMagic...)
+	b = le.AppendUint32(b, stateVersion)
+	b = le.AppendUint64(b, 0)
+	body := size - len(b) - 4 - 4 // after the count, before the checksum
+	b = le.AppendUint32(b, uint32(body/4))
+	b = append(b, make([]byte, body)...)
+	sum := crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli))
+	if !validSum {
+		sum++
+	}
+	b = le.AppendUint32(b, sum)
+	path := filepath.Join(t.TempDir(), "state")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestStateFileCraftedCounts: a state file whose counts claim more than it
+// could hold costs no memory before its checksum is checked, and no more
+// than its size when the checksum holds. A file of 4 MiB claiming a
+// million strings used to take 16 MiB for them before anything checked
+// it (2.66 GB for 512 MB).
+func TestStateFileCraftedCounts(t *testing.T) {
+	const size = 4 << 20
+	for _, c := range []struct {
+		name     string
+		validSum bool
+		most     uint64 // bytes readState may allocate
+	}{
+		{"bad checksum", false, 512 << 10},
+		{"checksum holds", true, size + 512<<10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := craftedState(t, size, c.validSum)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			err := readState(t.Context(), path, 1<<30, &stateSnapshot{})
+			runtime.ReadMemStats(&after)
+			if !errors.Is(err, errStateFormat) {
+				t.Fatalf("readState = %v, want errStateFormat", err)
+			}
+			if n := after.TotalAlloc - before.TotalAlloc; n > c.most {
+				t.Errorf("reading a crafted file of %d bytes allocated %d bytes, want at most %d", size, n, c.most)
+			}
+		})
 	}
 }

@@ -49,12 +49,24 @@ type pageBase struct {
 	EventSeq uint64 // the newest event when the page was made: the script follows the stream from there
 	Pool     string // the pool the page is about, for the script
 	Target   string // the target the page is about, for the script
+	// Alerts are what is wrong with sonde itself, shown on every page: its
+	// state file not saved, warnings about its configuration.
+	Alerts []string
 }
 
 func (d *Daemon) pageBase(g *generation, page, title string) pageBase {
 	tcp, _ := d.TCPPath()
-	return pageBase{Page: page, Title: title, Version: d.opt.Version, Shard: g.cfg.Shard.String(), TCPPath: string(tcp),
+	b := pageBase{Page: page, Title: title, Version: d.opt.Version, Shard: g.cfg.Shard.String(), TCPPath: string(tcp),
 		Loaded: g.loaded, Now: d.opt.Clock.Now(), EventSeq: d.events.last()}
+	if d.saves != nil {
+		if a := d.saves.alert(d.opt.StateFile, time.Now()); a != "" {
+			b.Alerts = append(b.Alerts, a)
+		}
+	}
+	for _, w := range g.cfg.Warnings {
+		b.Alerts = append(b.Alerts, "Configuration: "+w.String()+".")
+	}
+	return b
 }
 
 // statusRoutes adds the status page's routes to mux.
@@ -260,7 +272,7 @@ func (d *Daemon) handleOverview(w http.ResponseWriter, r *http.Request) {
 	if g == nil {
 		return
 	}
-	release := d.heavy(w, r) // a list of every pool, as /api/v1/pools
+	w, release := d.adm.list.enter(w) // a list of every pool, as /api/v1/pools
 	if release == nil {
 		return
 	}
@@ -319,7 +331,7 @@ func (d *Daemon) handlePoolPage(w http.ResponseWriter, r *http.Request) {
 		d.pageError(w, g, http.StatusBadRequest, err)
 		return
 	}
-	release := d.heavy(w, r) // a pass over the pool, as a list request
+	w, release := d.adm.list.enter(w) // a pass over the pool, as a list request
 	if release == nil {
 		return
 	}

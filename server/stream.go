@@ -21,11 +21,22 @@ const (
 	streamBatch = 256
 	// streamRetry is the reconnection delay suggested to clients.
 	streamRetry = 2 * time.Second
+	// streamSendBuffer is the socket send buffer of a stream's connection.
+	// The kernel would grow it to megabytes for a client that does not
+	// read, and a write deadline measures nothing while a buffer takes
+	// every write; this is room for a burst of events.
+	streamSendBuffer = 16 << 10
+	// heartbeatPadBytes is the padding of a heartbeat while stream slots
+	// are scarce (see [Daemon.heartbeat]).
+	heartbeatPadBytes = 32 << 10
 )
 
-// streams counts the event streams served and ends them at shutdown.
+// heartbeatPad is heartbeatPadBytes of SSE comment lines.
+var heartbeatPad = strings.Repeat(":"+strings.Repeat(" ", 62)+"\n", heartbeatPadBytes/64)
+
+// streams counts the event stream clients dropped and ends the streams at
+// shutdown; their slots are the admission's (d.adm.stream).
 type streams struct {
-	n       atomic.Int64
 	dropped atomic.Uint64 // clients dropped for being too slow
 	once    sync.Once
 	done    chan struct{} // closed when the HTTP server shuts down
@@ -71,13 +82,14 @@ func (d *Daemon) streamStart(r *http.Request) (uint64, error) {
 
 // streamEvents serves the event log as Server-Sent Events: one "id:" (the
 // sequence number), "event:" (the kind) and "data:" (the event's JSON) per
-// event, a comment when nothing happened for a while, an event "lost"
+// event, a heartbeat comment when nothing happened for a while (see
+// [Daemon.heartbeat]), an event "lost"
 // when a reconnecting client asked for events that fell out of the ring, and
 // an event "reset" when it asked for events beyond the newest (numbered by
 // an earlier run of the daemon): it then resumes from the newest. A
 // client that falls so far behind that the ring wraps past it is told so
 // (an event "lost") and dropped, and so is one whose connection accepts no
-// data for Options.EventWriteTimeout: it reads at its own pace and never
+// data for Options.WriteStall: it reads at its own pace and never
 // slows the daemon.
 func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 	after, err := d.streamStart(r)
@@ -85,13 +97,14 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if d.streams.n.Add(1) > int64(d.opt.MaxEventStreams) {
-		d.streams.n.Add(-1)
-		w.Header().Set("Retry-After", "10")
-		http.Error(w, fmt.Sprintf("too many event streams (at most %d)", d.opt.MaxEventStreams), http.StatusServiceUnavailable)
+	w, release := d.adm.stream.enter(w)
+	if release == nil {
 		return
 	}
-	defer d.streams.n.Add(-1)
+	defer release()
+	if tc := tcpConnOf(r); tc != nil {
+		_ = tc.SetWriteBuffer(streamSendBuffer) // a smaller buffer only makes a slow client found sooner
+	}
 
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -103,7 +116,7 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 	// send runs write and flushes, within the write timeout: a client that
 	// accepts nothing for that long is dropped.
 	send := func(write func() error) bool {
-		if rc.SetWriteDeadline(time.Now().Add(d.opt.EventWriteTimeout)) != nil {
+		if rc.SetWriteDeadline(time.Now().Add(d.opt.WriteStall)) != nil {
 			return false
 		}
 		err := write()
@@ -115,7 +128,7 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			d.streams.dropped.Add(1)
-			d.log.Warn("event stream client too slow; dropped", "remote", r.RemoteAddr, "stalled", d.opt.EventWriteTimeout)
+			d.log.Warn("event stream client too slow; dropped", "remote", r.RemoteAddr, "stalled", d.opt.WriteStall)
 		}
 		return err == nil
 	}
@@ -183,7 +196,7 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-wait:
 		case <-keepAlive.C:
-			if !send(func() error { _, err := bw.WriteString(": keep-alive\n\n"); return err }) {
+			if !send(func() error { return d.heartbeat(bw) }) {
 				return
 			}
 			keepAlive.Reset(d.opt.EventKeepAlive)
@@ -193,6 +206,27 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// heartbeat writes a comment, which SSE clients ignore, so that the write
+// deadline has something to measure on a quiet stream: a client that does
+// not read is dropped once its connection's buffers are full. A comment
+// of a few bytes every few seconds would take hours to fill them, so while
+// the stream slots are scarce (three quarters taken) the heartbeat carries
+// heartbeatPadBytes of padding: then a client that does not read is found
+// within a few heartbeats and its slot freed, and a client that reads pays
+// a few kilobytes a second until the slots are free again.
+func (d *Daemon) heartbeat(w *bufio.Writer) error {
+	if _, err := w.WriteString(": keep-alive\n"); err != nil {
+		return err
+	}
+	if s := d.adm.stream; s.inUse()*4 >= s.max*3 {
+		if _, err := w.WriteString(heartbeatPad); err != nil {
+			return err
+		}
+	}
+	_, err := w.WriteString("\n")
+	return err
 }
 
 // writeEvent writes one event as an SSE message. The JSON of an event is one

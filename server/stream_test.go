@@ -335,10 +335,10 @@ const streamRequest = "GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/ev
 // keeps adding events at full speed, and drops the client once a write has
 // waited longer than the write timeout.
 func TestEventStreamSlowClient(t *testing.T) {
-	d, srv := streamDaemon(t, Options{Events: 1 << 16, EventWriteTimeout: 200 * time.Millisecond})
+	d, srv := streamDaemon(t, Options{Events: 1 << 16, WriteStall: 200 * time.Millisecond})
 	stalled(t, srv, streamRequest) // open while the test runs; read by nobody
 	deadline := time.Now().Add(10 * time.Second)
-	for d.streams.n.Load() != 1 {
+	for d.adm.stream.inUse() != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the stream did not start")
 		}
@@ -349,9 +349,9 @@ func TestEventStreamSlowClient(t *testing.T) {
 	for i := range 1 << 15 {
 		d.events.add(Event{Kind: KindState, Target: strconv.Itoa(i), Message: pad})
 	}
-	for d.streams.dropped.Load() != 1 || d.streams.n.Load() != 0 {
+	for d.streams.dropped.Load() != 1 || d.adm.stream.inUse() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("stalled client not dropped: %d dropped, %d streams", d.streams.dropped.Load(), d.streams.n.Load())
+			t.Fatalf("stalled client not dropped: %d dropped, %d streams", d.streams.dropped.Load(), d.adm.stream.inUse())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -363,7 +363,7 @@ func TestEventStreamSlowClient(t *testing.T) {
 // that id, it goes on from the oldest event kept, and is not told again.
 func TestEventStreamWrapped(t *testing.T) {
 	const ring = 16
-	d, srv := streamDaemon(t, Options{Events: ring, EventWriteTimeout: time.Minute, EventKeepAlive: time.Hour})
+	d, srv := streamDaemon(t, Options{Events: ring, WriteStall: time.Minute, EventKeepAlive: time.Hour})
 	conn := stalled(t, srv, streamRequest)
 	// Until the stream waits for the next event: it has started.
 	deadline := time.Now().Add(10 * time.Second)
@@ -522,5 +522,74 @@ func TestEventStreamShutdown(t *testing.T) {
 		}
 	case <-time.After(4 * time.Second): // the shutdown's own limit is 5 s
 		t.Fatal("shutdown waited for the event stream's client")
+	}
+}
+
+// TestQuietStreamsDropNonReaders is the regression test of event stream
+// clients that never read holding every stream slot through a quiet
+// period: the write deadline had nothing to measure, since a keep-alive of
+// a few bytes now and then fits the connection's buffers for hours. With
+// three of four slots taken by such clients and the fourth by a client
+// that reads, heartbeats find the three and drop them while the reader
+// stays, and a new client gets a stream. No event is added.
+func TestQuietStreamsDropNonReaders(t *testing.T) {
+	const slots = 4
+	d, _ := streamDaemon(t, Options{MaxEventStreams: slots, EventKeepAlive: 20 * time.Millisecond, WriteStall: 200 * time.Millisecond})
+	addr := served(t, d)
+	for range slots - 1 { // default socket buffers: what any client has
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		fmt.Fprint(c, "GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n") // and never read
+	}
+	reader := openStream(t, "http://"+addr+"/api/v1/events", nil)
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, reader.resp.Body)
+		read <- err
+	}()
+	awaitCond(t, "the clients that do not read are dropped", func() bool { return d.streams.dropped.Load() >= slots-1 })
+	select {
+	case err := <-read:
+		t.Fatalf("the client that reads lost its stream: %v", err)
+	default:
+	}
+	if n, dropped := d.adm.stream.inUse(), d.streams.dropped.Load(); n != 1 || dropped != slots-1 {
+		t.Errorf("%d streams after %d drops, want the reader's after %d", n, dropped, slots-1)
+	}
+	openStream(t, "http://"+addr+"/api/v1/events", nil) // fails the test unless 200
+}
+
+// TestHeartbeatPaddedOnlyUnderPressure checks that a heartbeat is a short
+// comment while stream slots are plentiful, and carries padding once three
+// quarters are taken.
+func TestHeartbeatPaddedOnlyUnderPressure(t *testing.T) {
+	d, _ := streamDaemon(t, Options{MaxEventStreams: 4})
+	var b strings.Builder
+	w := bufio.NewWriter(&b)
+	heartbeat := func() string {
+		b.Reset()
+		if err := d.heartbeat(w); err != nil {
+			t.Fatal(err)
+		}
+		w.Flush()
+		return b.String()
+	}
+	if got := heartbeat(); got != ": keep-alive\n\n" {
+		t.Errorf("heartbeat with every slot free: %q", got)
+	}
+	for range 3 {
+		d.adm.stream.enter(httptest.NewRecorder())
+	}
+	got := heartbeat()
+	if len(got) < heartbeatPadBytes || !strings.HasPrefix(got, ": keep-alive\n") || !strings.HasSuffix(got, "\n\n") {
+		t.Errorf("heartbeat with 3 of 4 slots taken: %d bytes, want a comment of at least %d", len(got), heartbeatPadBytes)
+	}
+	for line := range strings.SplitSeq(strings.TrimSuffix(got, "\n\n"), "\n") {
+		if !strings.HasPrefix(line, ":") {
+			t.Fatalf("padding line %q is not an SSE comment", line)
+		}
 	}
 }

@@ -162,7 +162,7 @@ func engineChecks(e *scheduler.Engine, next *config.Config, slots []uint16, n in
 		out[s] = *e.Check(s)
 	}
 	for ci, c := range next.Checks {
-		out[slots[ci]] = scheduler.Check{Timing: c.Timing, Launcher: ls.byCheck[ci], FirstProbes: ls.firstProbes[ci]}
+		out[slots[ci]] = ls.engineCheck(ci, c)
 	}
 	return out
 }

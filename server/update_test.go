@@ -281,12 +281,13 @@ pools:
 	if p := td.pool(t, "web"); p.Unresolved != 1 || p.Targets != 1 {
 		t.Errorf("pool: %d targets, %d unresolved; want 1 and 1", p.Targets, p.Unresolved)
 	}
-	// The name resolves: it is retried and probed.
+	// The name resolves: it is retried and probed. Retries back off up to
+	// discovery.RetryMax, which a slow start may have reached.
 	res.set("late.test", "127.0.0.1")
 	var page struct {
 		Targets []TargetJSON `json:"targets"`
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(discovery.RetryMax + 15*time.Second)
 	for {
 		td.getJSON(t, "/api/v1/targets?pool=web", &page)
 		healthy := 0

@@ -10,10 +10,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // WebOptions configure the daemon's HTTP server.
@@ -29,8 +26,13 @@ type WebOptions struct {
 	// MaxConnections caps the server's open connections; default 512, and
 	// never more than a quarter of the process's file descriptor limit, so
 	// probes keep descriptors whatever clients do. At the cap, a new
-	// connection closes the longest idle one, or is closed when none is idle.
+	// connection closes one that waits for a request, else one busy with
+	// anything but /metrics and the /-/ endpoints (see connLimiter).
 	MaxConnections int
+	// DisableProbe turns /probe off (sonde run -web.enable-probe=false): it
+	// answers 403. /probe shares the port of /metrics, and a deployment
+	// that does not use it need not offer it.
+	DisableProbe bool
 	// RoutePrefix is the path every endpoint is served under ("/sonde"
 	// serves /sonde/, /sonde/metrics...), for a reverse proxy that forwards
 	// a path of its own; "" or "/" for none.
@@ -136,122 +138,6 @@ func isLoopback(a net.Addr) bool {
 	return ap.Addr().Unmap().IsLoopback()
 }
 
-// connLimiter caps the open connections of a listener. The server reports
-// each connection's state to track; at the cap, a new connection takes the
-// place of the one idle the longest (a new connection that has not sent a
-// request yet counts as idle), or is closed at once when every connection
-// is busy. Accept thus never stops, and a flood of idle connections costs
-// the daemon at most max descriptors.
-type connLimiter struct {
-	net.Listener
-	max int
-
-	mu      sync.Mutex
-	conns   map[*limitedConn]struct{}
-	evicted uint64 // idle connections closed to make room
-	refused uint64 // new connections closed because all were busy
-}
-
-// limitedConn is a connection counted by a connLimiter.
-type limitedConn struct {
-	net.Conn
-	l     *connLimiter
-	idle  bool      // guarded by l.mu: waiting for a request
-	since time.Time // guarded by l.mu: when idle last became true
-}
-
-func newConnLimiter(l net.Listener, max int) *connLimiter {
-	return &connLimiter{Listener: l, max: max, conns: make(map[*limitedConn]struct{}, max)}
-}
-
-// Accept returns the next connection, making room for it when needed.
-func (l *connLimiter) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		lc := &limitedConn{Conn: c, l: l, idle: true, since: time.Now()}
-		victim, ok := l.admit(lc)
-		if victim != nil {
-			_ = victim.Conn.Close() // its server goroutine sees the close and ends
-		}
-		if ok {
-			return lc, nil
-		}
-		_ = c.Close()
-	}
-}
-
-// admit adds c, and returns the connection it displaces, if any; ok is
-// false when there is no room.
-func (l *connLimiter) admit(c *limitedConn) (victim *limitedConn, ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.conns) >= l.max {
-		for x := range l.conns {
-			if x.idle && (victim == nil || x.since.Before(victim.since)) {
-				victim = x
-			}
-		}
-		if victim == nil {
-			l.refused++
-			return nil, false
-		}
-		delete(l.conns, victim)
-		l.evicted++
-	}
-	l.conns[c] = struct{}{}
-	return victim, true
-}
-
-// track is the server's ConnState hook.
-func (l *connLimiter) track(c net.Conn, s http.ConnState) {
-	lc, ok := c.(*limitedConn)
-	if !ok {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch s {
-	case http.StateNew, http.StateIdle:
-		lc.idle, lc.since = true, time.Now()
-	case http.StateActive:
-		lc.idle = false
-	case http.StateHijacked, http.StateClosed:
-		delete(l.conns, lc)
-	}
-}
-
-// counts returns the open, evicted and refused connections.
-func (l *connLimiter) counts() (open int, evicted, refused uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.conns), l.evicted, l.refused
-}
-
-// connectionCap returns the connection limit for want (0: the default)
-// under the process's file descriptor limit nofile: at most a quarter of it,
-// and at least one.
-func connectionCap(want int, nofile uint64) int {
-	if want <= 0 {
-		want = defaultMaxConnections
-	}
-	if nofile > 0 && uint64(want) > nofile/4 {
-		want = int(max(nofile/4, 1))
-	}
-	return want
-}
-
-// fileLimit returns the soft RLIMIT_NOFILE, 0 when it cannot be read.
-func fileLimit() uint64 {
-	var rl unix.Rlimit
-	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) != nil {
-		return 0
-	}
-	return rl.Cur
-}
-
 // Serve serves the daemon's HTTP endpoints on l until ctx is done, then shuts
 // the server down: requests in progress get Options.Web.ShutdownGrace to
 // finish, then their connections are closed. A slow client never makes
@@ -261,13 +147,14 @@ func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
 	w := d.opt.Web
 	h := d.Handler()
 	if isLoopback(l.Addr()) {
-		h = newHostGuard(h, w.AllowedHosts)
+		h = withHeaders(newHostGuard(h, w.AllowedHosts)) // its refusals too
 	}
 	nofile := fileLimit()
 	lim := newConnLimiter(l, connectionCap(w.MaxConnections, nofile))
+	h = lim.tracked(h)
 	d.conns.Store(lim)
 	d.log.Info("listening", "listen", l.Addr().String(), "max_connections", lim.max, "nofile", nofile,
-		"lifecycle", w.EnableLifecycle, "host_check", isLoopback(l.Addr()))
+		"lifecycle", w.EnableLifecycle, "probe", !w.DisableProbe, "host_check", isLoopback(l.Addr()))
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -276,6 +163,7 @@ func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ConnState:         lim.track,
+		ConnContext:       func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
 	}
 	srv.RegisterOnShutdown(d.streams.end) // event streams never go idle by themselves
@@ -294,7 +182,7 @@ func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
 	defer cancel()
 	err := srv.Shutdown(sctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		open, _, _ := lim.counts()
+		open, _, _, _ := lim.counts()
 		d.log.Warn("closing connections still busy at shutdown", "connections", open, "grace", grace)
 		_ = srv.Close() // closes what is left; the listener is closed already
 		return nil

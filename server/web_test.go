@@ -251,7 +251,7 @@ func TestIdleConnectionsCannotStarveAccept(t *testing.T) {
 		}
 		client.CloseIdleConnections()
 	}
-	open, evicted, _ := td.d.conns.Load().counts()
+	open, evicted, _, _ := td.d.conns.Load().counts()
 	if open > limit || evicted < idle+1-limit {
 		t.Errorf("%d connections open, %d evicted; want at most %d open, at least %d evicted", open, evicted, limit, idle+1-limit)
 	}

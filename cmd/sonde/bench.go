@@ -29,12 +29,16 @@ rejected), runs the scenarios against it and prints what they measured, with
 the machine they ran on. Nothing leaves the two namespaces. The fleet is
 removed at the end, also on Ctrl-C, unless -keep. Needs root.
 
-Scenarios (default: all, in this order):
+Scenarios (default: all but faults, in this order):
   sweep    sonde scan of the whole fleet as fast as it stays exact
   steady   sonde run with -targets TCP targets at -interval for -duration
   detect   a slice of the fleet starts dropping; time to unhealthy vs W1/W3
   http     HTTP probes/s (new connection per probe) and connect() probes/s
   compare  zmap, masscan and blackbox_exporter on the same fleet, if installed
+  faults   the same healthy targets probed by raw SYN, connect() and HTTP
+           while the link loses, duplicates, reorders or delays packets, or
+           the prober is starved (-faults): false "unhealthy" per minute, and
+           the detection of a real outage under the same fault (~10 min)
 
 Two fleets answer for the same addresses with the same ground truth: the
 kernel's (listeners and nftables rules in the fleet namespace) and an XDP
@@ -66,7 +70,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		quiet     bool
 		binary    string
 	)
-	fs.Func("scenario", "scenario `names` to run, comma-separated or repeated (default all)", func(s string) error {
+	fs.Func("scenario", "scenario `names` to run, comma-separated or repeated (default all but faults)", func(s string) error {
 		for _, n := range strings.Split(s, ",") {
 			if n = strings.TrimSpace(n); n != "" {
 				scenarios = append(scenarios, n)
@@ -92,6 +96,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&opt.Steady.Interval, "interval", 0, "steady: probe interval of every target (default 10s)")
 	fs.DurationVar(&opt.Steady.Duration, "duration", 0, "steady: how long the steady state is measured (default 60s)")
 	fs.DurationVar(&opt.HTTPDuration, "http-duration", 0, "http and compare: length of each rate measurement (default 5s)")
+	fs.Func("faults", "faults: the `faults` to run, comma-separated: "+strings.Join(bench.FaultNames(), ", ")+" (default all)", func(s string) error {
+		for _, n := range strings.Split(s, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				if !slices.Contains(bench.FaultNames(), n) {
+					return fmt.Errorf("unknown fault %q; want %s", n, strings.Join(bench.FaultNames(), ", "))
+				}
+				opt.Faults = append(opt.Faults, n)
+			}
+		}
+		return nil
+	})
+	fs.DurationVar(&opt.FaultDuration, "fault-duration", 0, "faults: how long each fault is measured before the outage (default 60s, 10s with -quick)")
 	fs.BoolVar(&quiet, "q", false, "no progress lines on stderr")
 	fs.StringVar(&binary, "sonde", "", "sonde `binary` that runs the scans and daemons (default: this one)")
 	if err := fs.Parse(args); err != nil {
@@ -109,6 +125,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	opt.Scenarios = scenarios
+	if d := opt.FaultDuration; d != 0 && (d < 5*time.Second || d > time.Hour) {
+		return usageError(fmt.Errorf("bench: -fault-duration %v out of range 5s-1h", d))
+	}
 	if os.Geteuid() != 0 {
 		return errors.New("sonde bench needs root: it creates network namespaces, a veth pair, routes and firewall rules, and runs the SYN prober (run it with sudo)")
 	}

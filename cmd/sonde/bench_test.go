@@ -21,6 +21,8 @@ func TestBenchUsage(t *testing.T) {
 		{"extra-argument"},
 		{"-fleet", "bogus"},
 		{"-xdp-mode", "bogus"},
+		{"-faults", "loss-5,bogus"},
+		{"-fault-duration", "1s", "-scenario", "faults"},
 		{"ceiling"},
 		{"ceiling", "-port", "80", "-source", "192.0.2.1", "-next-hop-mac", "02:00:00:00:00:01", "-interface", "veth0", "not-a-prefix"},
 		{"ceiling", "-port", "0", "-source", "192.0.2.1", "-next-hop-mac", "02:00:00:00:00:01", "-interface", "veth0", "198.18.0.0/16"},
@@ -30,6 +32,47 @@ func TestBenchUsage(t *testing.T) {
 		err := runBench(context.Background(), args, &bytes.Buffer{}, &stderr)
 		if code := report(err, &stderr); code != exitUsage {
 			t.Errorf("%q: exit %d, want %d (%v)", args, code, exitUsage, err)
+		}
+	}
+}
+
+// TestBenchFaultsSmoke runs two faults of `sonde bench -scenario faults`
+// briefly: loss through nftables and reordering through the user-space
+// bridge, each with all three ways of probing and an outage; the table has
+// a row for each, and the three namespaces go at the end.
+func TestBenchFaultsSmoke(t *testing.T) {
+	testenv.RequirePrivileged(t, "network namespaces, raw sockets, eBPF, nftables")
+	testenv.Tool(t, "nft", "nftables")
+	bin := testenv.Sonde(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := runBench(ctx, []string{"-scenario", "faults", "-quick", "-faults", "loss-5,reorder", "-fault-duration", "5s", "-json", "-q", "-sonde", bin}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("sonde bench: %v\n%s\n%s", err, stderr.String(), stdout.String())
+	}
+	var rep bench.Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("report is not JSON: %v\n%s", err, stdout.String())
+	}
+	if len(rep.Scenarios) != 1 || rep.Scenarios[0].Status == bench.StatusFailed {
+		t.Fatalf("scenarios %+v", rep.Scenarios)
+	}
+	s := rep.Scenarios[0]
+	if len(s.Tables) != 1 || len(s.Tables[0].Rows) != 6 {
+		t.Fatalf("tables %+v: want one with a row per fault and way of probing", s.Tables)
+	}
+	for _, r := range s.Tables[0].Rows {
+		if r[7] != "16/16" {
+			t.Errorf("row %v: the outage was not detected for every target of the slice", r)
+		}
+	}
+	if len(rep.Fleets) != 1 || rep.Fleets[0].ImpairNS == "" {
+		t.Fatalf("fleets %+v: want the impaired fleet", rep.Fleets)
+	}
+	for _, ns := range []string{rep.Fleets[0].ProberNS, rep.Fleets[0].FleetNS, rep.Fleets[0].ImpairNS} {
+		if _, err := os.Stat("/run/netns/" + ns); err == nil {
+			t.Errorf("namespace %s left behind", ns)
 		}
 	}
 }

@@ -24,7 +24,8 @@ policy, its discovery sources and the host names that do not resolve, every
 remediation with its budget and the instances it covers, and the probe
 streams and probe rates left after deduplication; with -shard, the targets,
 streams and probe rates of that shard. Discovery sources are not run: their
-targets are not counted. Exits 2 when FILE is not valid.
+targets are not counted. Exits 2 when FILE is not valid. Warnings about a
+valid FILE (secret files other users can read) go to stderr.
 `
 
 // runConfig runs "sonde config check".
@@ -57,6 +58,9 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			err = fmt.Errorf("%s: %w", file, err)
 		}
 		return usageError(err)
+	}
+	for _, w := range cfg.Warnings {
+		fmt.Fprintf(stderr, "sonde: warning: %s: %s\n", file, w)
 	}
 	rep := newConfigReport(cfg, *endpoints)
 	if *asJSON {

@@ -173,7 +173,7 @@ func TestDemoBackends(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, p := range cfg.Pools {
 		c := cfg.Checks[p.CheckIndex]
-		pr, _, err := server.NewProber(c, false)
+		pr, _, err := server.NewProber(t.Context(), c, false)
 		if err != nil {
 			t.Fatalf("check %s: %v", c.Name, err)
 		}
@@ -246,7 +246,7 @@ func TestDemoFlapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr, _, err := server.NewProber(cfg.CheckByName("gateway"), false)
+	pr, _, err := server.NewProber(t.Context(), cfg.CheckByName("gateway"), false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,8 @@ var forbidden = map[string][]string{
 	"config":    {"server", "bench", "cmd"},
 	"server":    {"cmd"},
 	"bench":     {"cmd"},
+	// Every layer reads its operator's files through it.
+	"internal/safefile": {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd"},
 }
 
 // testOnly are packages that only tests may import.

@@ -58,6 +58,8 @@ var probeSettings = []probeSetting{
 		set: func(s *config.CheckSpec, v string) error { s.SourceAddress = &v; return nil }},
 	{flag: "ip-family", key: "ip_family", usage: "address `family` of host names: ip4, ip6 or any (default any: IPv4 first)",
 		set: func(s *config.CheckSpec, v string) error { s.IPFamily = &v; return nil }},
+	{flag: "syn-retransmit", key: "syn_retransmit", only: config.TCP, usage: "send an unanswered SYN again after this `duration`, then twice as long again, within the timeout: kernel (1s, the default), off, or a duration such as 200ms (syn:// only)",
+		set: func(s *config.CheckSpec, v string) error { s.SynRetransmit = &v; return nil }},
 	{flag: "method", key: "method", only: config.HTTP, usage: "HTTP `method`, GET or HEAD (default GET, HEAD with -preset frontdoor)",
 		set: func(s *config.CheckSpec, v string) error { s.Method = &v; return nil }},
 	{flag: "status", key: "healthy_status", only: config.HTTP, usage: "healthy status `codes`, such as 200-399,403 (default 200-299 or the preset's)",
@@ -147,12 +149,12 @@ func runProbeWith(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		return usageError(err)
 	}
 	for _, j := range jobs {
-		if j.check, err = j.newCheck(settings); err != nil {
+		if j.check, err = j.newCheck(ctx, settings); err != nil {
 			return usageError(err)
 		}
 	}
 	resolveJobs(ctx, jobs, res)
-	closeSyn, err := chooseProbers(jobs)
+	closeSyn, err := chooseProbers(ctx, jobs)
 	if err != nil {
 		return err
 	}
@@ -219,8 +221,11 @@ func checkApplicable(settings []flagValue, jobs []*probeJob) error {
 		}
 		if !applies {
 			what := "http:// and https://"
-			if s.only == config.HTTPS {
+			switch s.only {
+			case config.HTTPS:
 				what = "https://"
+			case config.TCP:
+				what = "syn://"
 			}
 			return fmt.Errorf("probe: -%s applies to %s URLs, and none is given", s.flag, what)
 		}

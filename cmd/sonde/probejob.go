@@ -104,8 +104,9 @@ func parseProbeURL(arg string) (*probeJob, error) {
 
 // newCheck resolves the check of j: the URL's protocol, tcp_mode and path,
 // and the settings that apply to it, validated by config like a check in a
-// file. An error names the flag or the URL the bad setting came from.
-func (j *probeJob) newCheck(settings []flagValue) (*config.Check, error) {
+// file (ctx bounds the reading of its files). An error names the flag or
+// the URL the bad setting came from.
+func (j *probeJob) newCheck(ctx context.Context, settings []flagValue) (*config.Check, error) {
 	proto := j.proto.String()
 	s := &config.CheckSpec{Protocol: &proto}
 	if j.proto == config.TCP {
@@ -122,7 +123,7 @@ func (j *probeJob) newCheck(settings []flagValue) (*config.Check, error) {
 		}
 	}
 	const name = "probe"
-	c, err := config.NewCheck(name, s, "")
+	c, err := config.NewCheck(ctx, name, s, "")
 	var fe *config.FieldError
 	if err == nil || !errors.As(err, &fe) {
 		return c, err
@@ -179,8 +180,9 @@ func resolveJobs(ctx context.Context, jobs []*probeJob, res probe.Resolver) {
 // chooseProbers gives every resolved job its prober, chosen by
 // [server.NewProber] as the daemon chooses: one per distinct probe, and one
 // SYN prober for the syn:// URLs, started here for their endpoints. It
-// returns a function that closes the SYN prober.
-func chooseProbers(jobs []*probeJob) (func(), error) {
+// returns a function that closes the SYN prober. ctx bounds the reading of
+// the checks' files.
+func chooseProbers(ctx context.Context, jobs []*probeJob) (func(), error) {
 	var eps []netip.AddrPort
 	for _, j := range jobs {
 		if j.addr.IsValid() && j.check.TCPMode == config.TCPSyn {
@@ -209,12 +211,12 @@ func chooseProbers(jobs []*probeJob) (func(), error) {
 		if !ok {
 			var useSyn bool
 			var err error
-			if p, useSyn, err = server.NewProber(j.check, synProber != nil); err != nil {
+			if p, useSyn, err = server.NewProber(ctx, j.check, synProber != nil); err != nil {
 				closeSyn()
 				return nil, fmt.Errorf("probe: %s: %w", j.arg, err)
 			}
 			if useSyn {
-				p = synProber
+				p = synProber.Retransmitting(j.check.SynRetransmit.D())
 			}
 			byKey[key] = p
 		}

@@ -176,7 +176,8 @@ type probeLine struct {
 	Outcome        probe.Outcome `json:"outcome"`
 	Healthy        bool          `json:"healthy"`
 	LatencySeconds float64       `json:"latency_seconds"`
-	Status         *int          `json:"status,omitempty"` // HTTP only; 0 when no response arrived
+	Retransmits    int           `json:"retransmits,omitempty"` // syn:// only: SYNs sent again before the answer or the timeout
+	Status         *int          `json:"status,omitempty"`      // HTTP only; 0 when no response arrived
 	Address        string        `json:"address,omitempty"`
 	Error          string        `json:"error,omitempty"`
 	Phases         *phasesJSON   `json:"phases,omitempty"`      // HTTP only
@@ -236,6 +237,7 @@ func newProbeLine(j *probeJob) probeLine {
 		Outcome:        r.Outcome,
 		Healthy:        r.Outcome.Healthy(),
 		LatencySeconds: r.Latency.Seconds(),
+		Retransmits:    int(r.Retransmits),
 		Error:          j.failureText(),
 	}
 	if j.addr.IsValid() {

@@ -19,6 +19,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/config/watch"
+	"github.com/sondeprobe/sonde/internal/safefile"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/server"
@@ -83,6 +84,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		return nil
 	})
+	probeOn := fs.Bool("web.enable-probe", true, "serve /probe, blackbox_exporter's endpoint (false: it answers 403); each check's probe_targets says what it may probe")
 	fs.IntVar(&f.web.MaxConnections, "web.max-connections", 512, "most open HTTP `connections` (at most a quarter of the file descriptor limit)")
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
@@ -90,6 +92,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if fs.NArg() > 0 {
 		return usageError(fmt.Errorf("run: unexpected argument %q", fs.Arg(0)))
 	}
+	f.web.DisableProbe = !*probeOn
 	if (f.config == "") == !f.demo {
 		return usageError(errors.New("run: give either -config FILE or -demo"))
 	}
@@ -129,9 +132,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return serveDaemon(ctx, opt, f.listen, hup, nil, func() { d.Banner(stdout, f.listen, opt.Web.RoutePrefix) })
 	}
 	path := f.config
-	w := watchConfig(f.watch, path, log)
+	w := watchConfig(ctx, f.watch, path, log)
 	opt.Load = func() (*config.Config, error) {
-		cfg, err := config.Load(path, config.LoadOptions{Shard: f.shard, Resolver: res})
+		// ctx ends at SIGTERM: a load waiting on a file then fails at once.
+		cfg, err := config.Load(path, config.LoadOptions{Context: ctx, Shard: f.shard, Resolver: res})
 		if err != nil {
 			// A config that cannot be loaded is exit 2, as in "sonde config
 			// check", when it stops the start; a reload only logs it.
@@ -147,12 +151,13 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 // watchConfig returns a watcher of the configuration file, or nil when
 // watching is off or impossible (logged: SIGHUP still reloads). It is made
-// before the first load, so that a change after that load is seen.
-func watchConfig(on bool, path string, log *slog.Logger) *watch.Watcher {
+// before the first load, so that a change after that load is seen; ctx
+// bounds its first reading of the file.
+func watchConfig(ctx context.Context, on bool, path string, log *slog.Logger) *watch.Watcher {
 	if !on {
 		return nil
 	}
-	w, err := watch.New([]string{path}, watch.Options{Error: func(err error) { log.Warn("watching the configuration", "err", err) }})
+	w, err := watch.New(ctx, []safefile.File{{Path: path, Max: safefile.MaxConfig}}, watch.Options{Error: func(err error) { log.Warn("watching the configuration", "err", err) }})
 	if err != nil {
 		log.Warn("the configuration is not watched; SIGHUP reloads it", "err", err)
 		return nil
@@ -206,10 +211,26 @@ func serveDaemon(ctx context.Context, opt server.Options, listen string, hup <-c
 		stopHTTP()
 		return <-served
 	}
+	// A SIGTERM during the start stops the daemon at once: Stop gives up
+	// the start's reads of files, and the start ends.
+	stopEarly := context.AfterFunc(ctx, func() { _ = d.Stop() })
 	if err := d.Start(); err != nil {
+		stopEarly()
+		if ctx.Err() != nil {
+			log.Info("stopping", "during", "start", "err", err)
+			return stop()
+		}
+		if errors.Is(err, server.ErrStateFile) {
+			err = usageError(err) // -state-file names a file sonde cannot use
+		}
 		return errors.Join(err, stop())
 	}
-	defer d.Stop()
+	stopEarly()
+	defer func() {
+		if err := d.Stop(); err != nil {
+			log.Error("stop", "err", err)
+		}
+	}()
 	path, _ := d.TCPPath()
 	dropPrivileges(log, opt.NoSyn, path != probe.PathConnect)
 	log.Info("serving", "listen", l.Addr().String()) // a configuration runs

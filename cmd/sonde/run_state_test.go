@@ -42,8 +42,9 @@ func (p *sondeProc) onlyTarget(t *testing.T) server.TargetJSON {
 // is killed with SIGKILL and started again, and its target, which an App
 // Gateway check starts unhealthy, is healthy and routed at once, since the
 // time it became so, before any probe of the new process has answered (the
-// backend hangs by then). A state file that is not one is reported and
-// ignored: the daemon starts, its target in the initial state.
+// backend hangs by then); the lock of the killed process is gone with it.
+// A corrupt state file is reported and ignored: the daemon starts, its
+// target in the initial state.
 func TestRunStateSurvivesKill(t *testing.T) {
 	var hang atomic.Bool
 	release := make(chan struct{})
@@ -101,7 +102,7 @@ pools:
 	}
 
 	p.kill(t)
-	if err := os.WriteFile(state, []byte("garbage"), 0o644); err != nil {
+	if err := os.WriteFile(state, []byte("SONDEST1 and garbage"), 0o644); err != nil { // sonde's, by its magic
 		t.Fatal(err)
 	}
 	p = startSonde(t, cfg, args...)

@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
@@ -42,7 +44,8 @@ func TestRunBadConfig(t *testing.T) {
 
 // TestRunAndCheckAgree checks that "sonde run" and "sonde config check"
 // refuse the same configurations, with the same exit code and error: a
-// missing file, and a CA file the HTTP prober cannot use.
+// missing file, a CA file the HTTP prober cannot use, secret files the
+// daemon cannot use.
 func TestRunAndCheckAgree(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), []byte("not a certificate\n"), 0o600); err != nil {
@@ -52,9 +55,33 @@ func TestRunAndCheckAgree(t *testing.T) {
 	if err := os.WriteFile(badCA, []byte("checks:\n  web: {protocol: https, tls: {ca_file: ca.pem}}\npools: [{name: p, check: web, targets: [127.0.0.1]}]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Secret files the daemon cannot use: one of 2 GiB (sparse), one that
+	// holds only white space. Those of webhooks used to pass the check and
+	// stop the run's start with exit 1.
+	big, err := os.Create(filepath.Join(dir, "big.secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := big.Truncate(2 << 30); err != nil {
+		t.Fatal(err)
+	}
+	big.Close()
+	if err := os.WriteFile(filepath.Join(dir, "empty.secret"), []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hookSecret := func(name string) string {
+		p := filepath.Join(dir, name+".yaml")
+		y := "checks:\n  web: {protocol: http}\npools: [{name: p, check: web, targets: [127.0.0.1]}]\nwebhooks: [{url: \"http://127.0.0.1:1/\", secret_file: " + name + ".secret}]\n"
+		if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 	for _, tc := range []struct{ name, file, msg string }{
 		{"missing file", filepath.Join(dir, "missing.yaml"), "no such file or directory"},
 		{"CA file without a certificate", badCA, `checks.web.tls.ca_file: "ca.pem": no PEM certificate found`},
+		{"secret file too large", hookSecret("big"), `webhooks[0].secret_file: "big.secret": file too large: 2147483648 bytes, at most 65536 allowed`},
+		{"secret file empty", hookSecret("empty"), `webhooks[0].secret_file: "empty.secret": secret file is empty`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			codes := map[string]int{}
@@ -103,6 +130,48 @@ func TestSourceFlag(t *testing.T) {
 			}
 			if _, err := sf.sweepOptions(probe.NewTable(1)); err == nil || err.Error() != "scan: -source: "+cerr.Error() {
 				t.Errorf("sonde scan -source %q: %v", bad, err)
+			}
+		})
+	}
+}
+
+// TestRunStateFileRefused: "sonde run -state-file" naming a file that is
+// not a state file (here the configuration itself), or one another sonde
+// holds, ends at the start with exit 2 and says why; the first used to be
+// overwritten with states, the second shared by two daemons.
+func TestRunStateFileRefused(t *testing.T) {
+	const yaml = "checks:\n  web: {protocol: http, interval: 1h}\npools: [{name: p, check: web, targets: [\"127.0.0.1:1\"]}]\n"
+	held := filepath.Join(t.TempDir(), "state")
+	lock, err := os.OpenFile(held+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		state func(cfg string) string
+		msg   string // after the state file's name
+	}{
+		{"not a state file", func(cfg string) string { return cfg }, " is not a sonde state file"},
+		{"held by another sonde", func(string) string { return held }, " is in use by another sonde"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := writeConfig(t, yaml)
+			state := tc.state(cfg)
+			before, _ := os.ReadFile(state)
+			// Bounded: a daemon that starts runs until this ends.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var out, errOut bytes.Buffer
+			err := run(ctx, []string{"run", "-config", cfg, "-state-file", state, "-state-interval", "10ms", "-listen", "127.0.0.1:0", "-syn=false"}, &out, &errOut)
+			if code := report(err, &errOut); code != exitUsage || !strings.Contains(errOut.String(), state+tc.msg) {
+				t.Errorf("exit %d, want %d; stderr %q, want %q", code, exitUsage, errOut.String(), state+tc.msg)
+			}
+			if after, _ := os.ReadFile(state); !bytes.Equal(after, before) {
+				t.Errorf("%s was written", state)
 			}
 		})
 	}

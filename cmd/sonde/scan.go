@@ -26,10 +26,13 @@ import (
 // under 1 GiB.
 const maxScanProbes = 1 << 24
 
-const scanUsage = `Usage: sonde scan [-port P[,P2…]] [-rate PPS] [-timeout D] [-source IP] [-interface IF] [-json] TARGET…
+const scanUsage = `Usage: sonde scan [-port P[,P2…]] [-rate PPS] [-timeout D] [-retries N] [-source IP] [-interface IF] [-json] TARGET…
 
 Sends one TCP SYN probe to every (address, port) and reports each as success
-(SYN-ACK), refused (RST), unreachable (ICMP) or timeout. TARGET is an address,
+(SYN-ACK), refused (RST), unreachable (ICMP) or timeout. With -retries N, up
+to N more passes send the SYN again to the endpoints that have not answered
+-retry-wait after the pass before (same source port and cookie: an answer to
+any of them counts once). TARGET is an address,
 an address with a port (198.18.0.7:8080, [2001:db8::1]:443), a CIDR block or
 @FILE (one target per line, # comments): the target grammar of config files.
 A target's own port wins over -port. Results go to stdout, one line per probe;
@@ -45,6 +48,8 @@ type scanFlags struct {
 	ports     []uint16
 	rate      float64
 	timeout   time.Duration
+	retries   int
+	retryWait time.Duration
 	source    string
 	iface     string
 	json      bool
@@ -117,7 +122,9 @@ func parseScanFlags(args []string, stderr io.Writer) (scanFlags, []string, error
 	}
 	fs.StringVar(&ports, "port", "", "TCP `ports` to probe on targets that give none: comma-separated, ranges like 8000-8010 allowed")
 	fs.Float64Var(&sf.rate, "rate", 100000, "probes per second; 0 means as fast as possible")
-	fs.DurationVar(&sf.timeout, "timeout", 3*time.Second, "how long to wait for a reply after a probe")
+	fs.DurationVar(&sf.timeout, "timeout", 3*time.Second, "how long to wait for a reply after a probe's latest SYN")
+	fs.IntVar(&sf.retries, "retries", 0, "passes that send the SYN again to the endpoints without an answer (masscan's --retries, zmap's --probes)")
+	fs.DurationVar(&sf.retryWait, "retry-wait", time.Second, "pause between the end of a pass and the next retry pass")
 	fs.StringVar(&sf.source, "source", "", "source `IP` address (default: the route's source towards the first target)")
 	fs.StringVar(&sf.iface, "interface", "", "interface that receives the replies (default: the one holding the source address)")
 	fs.BoolVar(&sf.json, "json", false, `print one JSON object per probe: {"addr","port","outcome","rtt_seconds"}`)
@@ -145,6 +152,10 @@ func parseScanFlags(args []string, stderr io.Writer) (scanFlags, []string, error
 		return sf, nil, usageError(fmt.Errorf("scan: -timeout %v must be positive", sf.timeout))
 	case sf.senders < 1 || sf.senders > 64:
 		return sf, nil, usageError(fmt.Errorf("scan: -senders %d out of range 1-64", sf.senders))
+	case sf.retries < 0 || sf.retries > syn.MaxSweepRetries:
+		return sf, nil, usageError(fmt.Errorf("scan: -retries %d out of range 0-%d", sf.retries, syn.MaxSweepRetries))
+	case sf.retryWait <= 0:
+		return sf, nil, usageError(fmt.Errorf("scan: -retry-wait %v must be positive", sf.retryWait))
 	}
 	return sf, fs.Args(), nil
 }
@@ -179,7 +190,7 @@ func (sf scanFlags) sweepOptions(tab *probe.Table) (syn.SweepOptions, error) {
 		}
 		cfg.Ports = syn.PortRange{First: first, Last: last}
 	}
-	return syn.SweepOptions{Prober: cfg, Rate: sf.rate, Timeout: sf.timeout}, nil
+	return syn.SweepOptions{Prober: cfg, Rate: sf.rate, Timeout: sf.timeout, Retries: sf.retries, RetryWait: sf.retryWait}, nil
 }
 
 // parsePorts parses "80,443,8000-8010" (SEMANTICS T4: ports 1–65535); ""

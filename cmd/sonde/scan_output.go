@@ -81,6 +81,9 @@ func writeScanSummary(w io.Writer, st syn.SweepStats, cpu float64) {
 	c := st.Counters
 	fmt.Fprintf(w, "sonde scan: sent %d of %d probes in %.3fs (%.0f probes/s); %d replies\n",
 		st.Sent, st.Probes, d, pps, st.Replies)
+	if st.Resent > 0 {
+		fmt.Fprintf(w, "  retries sent %d SYNs again to endpoints without an answer\n", st.Resent)
+	}
 	fmt.Fprintf(w, "  success %d, refused %d, unreachable %d, timeout %d (late replies %d)\n",
 		st.Outcomes[probe.Success], st.Outcomes[probe.Refused], st.Outcomes[probe.Unreachable], st.Outcomes[probe.Timeout], st.Late)
 	fmt.Fprintf(w, "  tcp path %s, source %s, ports %s; send errors %d, invalid cookies %d, stale %d, duplicates %d, ring drops %d, RSTs sent by eBPF %d\n",

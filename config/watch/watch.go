@@ -29,7 +29,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/safefile"
 )
 
 // DefaultDebounce is the quiet time after the last event before the files
@@ -61,10 +61,10 @@ type Watcher struct {
 	setc    chan struct{}
 
 	mu      sync.Mutex
-	pending []string // files given to SetFiles, not yet taken by Run
+	pending []safefile.File // files given to SetFiles, not yet taken by Run
 
 	// Owned by Run (and New before it).
-	files []string
+	files []safefile.File
 	sums  map[string]sum
 	dirs  map[string]int32 // watched directory → watch descriptor
 
@@ -80,9 +80,9 @@ type sum struct {
 
 // New watches files and takes their content as the baseline: only a change
 // from what they hold now is reported. Call it before reading the files, so
-// that no change after the read goes unseen. It fails when inotify is not
-// available.
-func New(files []string, opt Options) (*Watcher, error) {
+// that no change after the read goes unseen. ctx bounds this first reading.
+// It fails when inotify is not available.
+func New(ctx context.Context, files []safefile.File, opt Options) (*Watcher, error) {
 	if opt.Debounce <= 0 {
 		opt.Debounce = DefaultDebounce
 	}
@@ -100,7 +100,7 @@ func New(files []string, opt Options) (*Watcher, error) {
 		dirs:    map[string]int32{},
 		names:   map[int32]map[string]bool{},
 	}
-	w.take(files)
+	w.take(ctx, files)
 	return w, nil
 }
 
@@ -112,7 +112,7 @@ func (w *Watcher) Changes() <-chan struct{} { return w.changes }
 // SetFiles replaces the set of files watched, for instance with those of a
 // configuration just loaded. Files already watched keep their baseline; the
 // others take their content now as theirs.
-func (w *Watcher) SetFiles(files []string) {
+func (w *Watcher) SetFiles(files []safefile.File) {
 	w.mu.Lock()
 	w.pending = slices.Clone(files)
 	w.mu.Unlock()
@@ -147,7 +147,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.mu.Lock()
 			files := w.pending
 			w.mu.Unlock()
-			w.take(files)
+			w.take(ctx, files)
 		case matters := <-events:
 			if !matters {
 				continue
@@ -159,7 +159,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			timer.Reset(min(w.opt.Debounce, first.Add(10*w.opt.Debounce).Sub(now)))
 		case <-timer.C:
 			first = time.Time{}
-			changed := w.look()
+			changed := w.look(ctx)
 			if changed {
 				select {
 				case w.changes <- struct{}{}:
@@ -175,41 +175,42 @@ func (w *Watcher) Run(ctx context.Context) error {
 
 // take makes files the watched set: watches for them, and baselines for
 // files not watched before.
-func (w *Watcher) take(files []string) {
+func (w *Watcher) take(ctx context.Context, files []safefile.File) {
 	w.files = slices.Clone(files)
 	w.rewatch()
 	next := make(map[string]sum, len(files))
 	for _, f := range w.files {
-		s, ok := w.sums[f]
+		s, ok := w.sums[f.Path]
 		if !ok {
-			s = hashFile(f)
+			s = hashFile(ctx, f)
 		}
-		next[f] = s
+		next[f.Path] = s
 	}
 	w.sums = next
 }
 
 // look updates the watches, then hashes every file and reports whether any
 // differs from the last look.
-func (w *Watcher) look() bool {
+func (w *Watcher) look(ctx context.Context) bool {
 	w.rewatch() // first: a change after the hashing below makes an event
 	changed := false
 	for _, f := range w.files {
-		s := hashFile(f)
-		if s != w.sums[f] {
+		s := hashFile(ctx, f)
+		if s != w.sums[f.Path] {
 			changed = true
 		}
-		w.sums[f] = s
+		w.sums[f.Path] = s
 	}
 	return changed
 }
 
-// hashFile hashes the content of the regular file at path; a file that
-// cannot be read or is not a regular file (opened without waiting: a FIFO
-// must not stop the watcher) has no sum.
-func hashFile(path string) sum {
-	sha, ok := config.FileSum(path)
-	return sum{ok: ok, sha: sha}
+// hashFile hashes the content of the regular file f; a file that cannot be
+// read, is not a regular file (opened without waiting: a FIFO must not stop
+// the watcher) or is larger than its cap (not read: it is refused by its
+// size) has no sum.
+func hashFile(ctx context.Context, f safefile.File) sum {
+	sha, err := safefile.Sum(ctx, f.Path, f.Max)
+	return sum{ok: err == nil, sha: sha}
 }
 
 // watchMask: every change of a directory's entries, of their content or
@@ -222,7 +223,7 @@ const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MODIFY | unix.IN_CLO
 func (w *Watcher) rewatch() {
 	want := map[string]map[string]bool{}
 	for _, f := range w.files {
-		for _, p := range pathPoints(f) {
+		for _, p := range pathPoints(f.Path) {
 			if want[p.dir] == nil {
 				want[p.dir] = map[string]bool{}
 			}

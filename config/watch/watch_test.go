@@ -9,7 +9,18 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sondeprobe/sonde/internal/safefile"
 )
+
+// named returns paths as files of a configuration's cap.
+func named(paths ...string) []safefile.File {
+	var out []safefile.File
+	for _, p := range paths {
+		out = append(out, safefile.File{Path: p, Max: safefile.MaxConfig})
+	}
+	return out
+}
 
 // watched runs a watcher over files with a short debounce. looks receives
 // the result of every look at the files.
@@ -21,7 +32,7 @@ type watched struct {
 func watch(t *testing.T, files ...string) *watched {
 	t.Helper()
 	looks := make(chan bool, 1000)
-	w, err := New(files, Options{
+	w, err := New(t.Context(), named(files...), Options{
 		Debounce: 200 * time.Millisecond,
 		Checked:  func(changed bool) { looks <- changed },
 		Error:    func(err error) { t.Errorf("watcher: %v", err) },
@@ -241,7 +252,7 @@ func TestWatchSetFiles(t *testing.T) {
 	write(t, a, "a")
 	write(t, b, "b")
 	x := watch(t, cfg, a)
-	x.w.SetFiles([]string{cfg, b})
+	x.w.SetFiles(named(cfg, b))
 	write(t, cfg, "y") // a look after SetFiles is taken: b is watched now
 	if !x.next(t) {
 		t.Fatal("config edit is no change")
@@ -263,7 +274,7 @@ func TestWatchDebounce(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "sonde.yaml")
 	write(t, cfg, "0")
 	looks := make(chan bool, 1000)
-	w, err := New([]string{cfg}, Options{Debounce: 300 * time.Millisecond, Checked: func(c bool) { looks <- c }})
+	w, err := New(t.Context(), named(cfg), Options{Debounce: 300 * time.Millisecond, Checked: func(c bool) { looks <- c }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	if *secretFile != "" {
 		var err error
-		if o.secret, err = webhook.ReadSecret(*secretFile); err != nil {
+		if o.secret, err = webhook.ReadSecret(ctx, *secretFile); err != nil {
 			return err
 		}
 	}

@@ -200,7 +200,7 @@ func closedPort(t *testing.T) probe.Target {
 // mustNew builds a prober or fails the test.
 func mustNew(t testing.TB, o Options) *Prober {
 	t.Helper()
-	p, err := New(o)
+	p, err := New(t.Context(), o)
 	if err != nil {
 		t.Fatalf("New(%+v): %v", o, err)
 	}

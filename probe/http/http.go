@@ -46,8 +46,8 @@ var (
 )
 
 // New returns a prober for o after applying its defaults, validating it and
-// loading its TLS files.
-func New(o Options) (*Prober, error) {
+// loading its TLS files; ctx bounds their reading.
+func New(ctx context.Context, o Options) (*Prober, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func New(o Options) (*Prober, error) {
 	p.bufs.New = func() any { return newBuffers(scanSize) }
 	if o.Scheme == "https" {
 		p.defaultPort = 443
-		cfg, err := loadTLSConfig(o.TLS)
+		cfg, err := loadTLSConfig(ctx, o.TLS)
 		if err != nil {
 			return nil, fmt.Errorf("new http prober: %w", err)
 		}

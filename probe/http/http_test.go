@@ -562,7 +562,7 @@ func TestTLS(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clientCAs, err := loadTLSConfig(TLSOptions{CAFile: client.caFile})
+			clientCAs, err := loadTLSConfig(t.Context(), TLSOptions{CAFile: client.caFile})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -113,7 +113,7 @@ func TestNewLoadsTLSFiles(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := New(Options{Scheme: "https", TLS: tt.tls}); err == nil {
+			if _, err := New(t.Context(), Options{Scheme: "https", TLS: tt.tls}); err == nil {
 				t.Error("New succeeded, want an error")
 			}
 		})

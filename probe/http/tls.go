@@ -1,15 +1,16 @@
 package http
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/http/httptrace"
-	"os"
 	"time"
 
+	"github.com/sondeprobe/sonde/internal/safefile"
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -17,10 +18,11 @@ import (
 // holds no PEM certificate.
 var ErrNoPEMCertificate = errors.New("no PEM certificate found")
 
-// ReadCAFile reads a PEM file of CA certificates into a pool. The config
-// check and the prober both use it, so a file one accepts the other does.
-func ReadCAFile(path string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(path)
+// ReadCAFile reads a PEM file of CA certificates (at most
+// safefile.MaxPEM bytes) into a pool. The config check and the prober both
+// use it, so a file one accepts the other does. ctx bounds the read.
+func ReadCAFile(ctx context.Context, path string) (*x509.CertPool, error) {
+	pem, err := safefile.ReadFile(ctx, path, safefile.MaxPEM)
 	if err != nil {
 		return nil, err
 	}
@@ -31,28 +33,37 @@ func ReadCAFile(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// LoadClientCert reads a client certificate and its key (PEM files), as
-// the config check and the prober both do.
-func LoadClientCert(certFile, keyFile string) (tls.Certificate, error) {
-	return tls.LoadX509KeyPair(certFile, keyFile)
+// LoadClientCert reads a client certificate (a PEM file of at most
+// safefile.MaxPEM bytes) and its key (at most safefile.MaxSecret), as the
+// config check and the prober both do. ctx bounds the reads.
+func LoadClientCert(ctx context.Context, certFile, keyFile string) (tls.Certificate, error) {
+	cert, err := safefile.ReadFile(ctx, certFile, safefile.MaxPEM)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := safefile.ReadFile(ctx, keyFile, safefile.MaxSecret)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(cert, key)
 }
 
 // loadTLSConfig builds the client TLS configuration of o.TLS, reading its
-// files. ServerName is left for each probe to set.
-func loadTLSConfig(o TLSOptions) (*tls.Config, error) {
+// files; ctx bounds the reads. ServerName is left for each probe to set.
+func loadTLSConfig(ctx context.Context, o TLSOptions) (*tls.Config, error) {
 	cfg := &tls.Config{
 		InsecureSkipVerify: o.InsecureSkipVerify, //nolint:gosec // a user's explicit choice
 		NextProtos:         []string{"http/1.1"},
 	}
 	if o.CAFile != "" {
-		pool, err := ReadCAFile(o.CAFile)
+		pool, err := ReadCAFile(ctx, o.CAFile)
 		if err != nil {
 			return nil, fmt.Errorf("ca file %s: %w", o.CAFile, err)
 		}
 		cfg.RootCAs = pool
 	}
 	if o.CertFile != "" {
-		cert, err := LoadClientCert(o.CertFile, o.KeyFile)
+		cert, err := LoadClientCert(ctx, o.CertFile, o.KeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("load client certificate %s: %w", o.CertFile, err)
 		}

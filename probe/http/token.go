@@ -1,23 +1,21 @@
 package http
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strings"
+
+	"github.com/sondeprobe/sonde/internal/safefile"
 )
 
 // TokenHeader is the header that carries an App Service style probe token
 // (SEMANTICS H10), in canonical form; HTTP header names are case-insensitive
 // and App Service documents it as x-ms-auth-internal-token.
 const TokenHeader = "X-Ms-Auth-Internal-Token"
-
-// maxSecretBytes bounds a secret file, so a mistaken path (a device, a log)
-// fails instead of being read whole.
-const maxSecretBytes = 64 << 10
 
 // ErrEmptySecret is returned (wrapped) when a token secret is empty.
 var ErrEmptySecret = errors.New("token secret is empty")
@@ -39,28 +37,16 @@ func NewToken(secret []byte) (Token, error) {
 	return Token{value: base64.StdEncoding.EncodeToString(sum[:])}, nil
 }
 
-// TokenFromFile returns the token for the secret in the file at path. One
-// trailing line ending ("\n" or "\r\n") is not part of the secret, so a file
-// written by echo works. Errors name the path, never the content.
-func TokenFromFile(path string) (Token, error) {
-	f, err := os.Open(path)
+// TokenFromFile returns the token for the secret in the file at path, read
+// as every secret file is ([safefile.ReadSecret]: surrounding white space
+// is not part of the secret, so a file written by echo works). ctx bounds
+// the read. Errors name the path, never the content.
+func TokenFromFile(ctx context.Context, path string) (Token, error) {
+	b, err := safefile.ReadSecret(ctx, path)
 	if err != nil {
 		return Token{}, fmt.Errorf("read token secret: %w", err)
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxSecretBytes+1))
-	if err != nil {
-		return Token{}, fmt.Errorf("read token secret %s: %w", path, err)
-	}
-	if len(b) > maxSecretBytes {
-		return Token{}, fmt.Errorf("read token secret %s: larger than %d bytes", path, maxSecretBytes)
-	}
-	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
-	t, err := NewToken([]byte(s))
-	if err != nil {
-		return Token{}, fmt.Errorf("token secret %s: %w", path, err)
-	}
-	return t, nil
+	return NewToken(b)
 }
 
 // TokenFromEnv returns the token for the secret in environment variable

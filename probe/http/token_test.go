@@ -9,7 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/sondeprobe/sonde/internal/safefile"
 )
 
 func digest(secret string) string {
@@ -27,11 +31,11 @@ func TestTokenFromFile(t *testing.T) {
 		{"plain", "s3cr3t", digest("s3cr3t")},
 		{"trailing newline", "s3cr3t\n", digest("s3cr3t")},
 		{"trailing CRLF", "s3cr3t\r\n", digest("s3cr3t")},
-		{"only one newline trimmed", "s3cr3t\n\n", digest("s3cr3t\n")},
-		{"spaces kept", " s3cr3t ", digest(" s3cr3t ")},
+		{"surrounding white space trimmed", " \ts3cr3t \n\n", digest("s3cr3t")},
+		{"inner white space kept", "s3 cr3t", digest("s3 cr3t")},
 		{"empty", "", ""},
 		{"newline only", "\n", ""},
-		{"too large", strings.Repeat("a", maxSecretBytes+1), ""},
+		{"too large", strings.Repeat("a", int(safefile.MaxSecret)+1), ""},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -39,7 +43,7 @@ func TestTokenFromFile(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tt.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			tok, err := TokenFromFile(path)
+			tok, err := TokenFromFile(t.Context(), path)
 			if tt.want == "" {
 				if err == nil {
 					t.Fatal("no error")
@@ -57,8 +61,36 @@ func TestTokenFromFile(t *testing.T) {
 			}
 		})
 	}
-	if _, err := TokenFromFile(filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := TokenFromFile(t.Context(), filepath.Join(dir, "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v, want ErrNotExist", err)
+	}
+}
+
+// TestTokenFromFileFIFO: a secret file swapped for a FIFO is refused at
+// once; opening it used to wait for a writer, holding whoever built the
+// prober (a reload, a /probe request).
+func TestTokenFromFileFIFO(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "secret")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // lets a blocked open go, should there be one
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := TokenFromFile(t.Context(), fifo)
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, safefile.ErrNotRegular) {
+			t.Fatalf("TokenFromFile(FIFO) = %v, want not a regular file", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("TokenFromFile(FIFO) waits for a writer")
 	}
 }
 

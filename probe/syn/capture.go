@@ -22,6 +22,15 @@ type capturer interface {
 	poll(deadline time.Time) error
 	// counters returns the capture's counts of packets.
 	counters() (captureCounts, error)
+	// checkLosses reports to the prober ([Prober.lost]) the replies the
+	// capture has lost (a full ring) since it last looked, with when. The
+	// reader calls it after every poll: it must be cheap, without a system
+	// call in the common case.
+	checkLosses()
+	// slack is how long after its kernel timestamp a reply may still be
+	// unread when a poll that began later returns: the capture's own
+	// buffering delay.
+	slack() time.Duration
 	// stop makes a running or later poll return os.ErrClosed; it may be
 	// called from any goroutine.
 	stop() error
@@ -91,11 +100,16 @@ func wakeupBytes(ringBytes int) int {
 	return ringBytes / 2
 }
 
+// startReader starts the goroutine that reads the capture until Close.
+// After every poll it notes the capture's losses and publishes how far it
+// has read (see [Prober.Settled]).
 func (p *Prober) startReader() {
 	p.readerDone = make(chan struct{})
+	slack := int64(p.cap.slack())
 	go func() {
 		defer close(p.readerDone)
 		for {
+			began := p.now()
 			err := p.cap.poll(time.Now().Add(p.poll))
 			if errors.Is(err, os.ErrClosed) {
 				return
@@ -103,7 +117,10 @@ func (p *Prober) startReader() {
 			if err != nil {
 				p.rc.errors.Add(1)
 				time.Sleep(p.poll)
+				continue // what the failed poll read is unknown: settle nothing
 			}
+			p.cap.checkLosses()
+			p.settle.read.Store(began - slack)
 		}
 	}()
 }

@@ -33,6 +33,7 @@ type packetCapture struct {
 	stopped atomic.Bool
 	drops   atomic.Uint64
 	packets atomic.Uint64
+	statsAt atomic.Int64 // CLOCK_MONOTONIC ns of the last read of the kernel's counts
 	r       reply
 }
 
@@ -58,6 +59,7 @@ func newPacketCapture(p *Prober, ifindex, ringBytes int) (_ *packetCapture, err 
 		return nil, os.NewSyscallError("socket", err)
 	}
 	c := &packetCapture{p: p, blkSize: packetBlockSize, blkNr: blocks}
+	c.statsAt.Store(p.now())
 	defer func() {
 		if err != nil {
 			if c.file == nil {
@@ -118,7 +120,10 @@ func (c *packetCapture) poll(deadline time.Time) error {
 			return os.ErrClosed
 		}
 		h := c.blockHdr(c.cur)
-		if atomic.LoadUint32(&h.Block_status)&unix.TP_STATUS_USER != 0 {
+		if status := atomic.LoadUint32(&h.Block_status); status&unix.TP_STATUS_USER != 0 {
+			if status&unix.TP_STATUS_LOSING != 0 {
+				c.noteLoss()
+			}
 			c.readBlock(c.cur, h)
 			atomic.StoreUint32(&h.Block_status, unix.TP_STATUS_KERNEL)
 			c.cur = (c.cur + 1) % c.blkNr
@@ -175,20 +180,55 @@ func (c *packetCapture) packet(b []byte, ktime int64) {
 }
 
 func (c *packetCapture) counters() (captureCounts, error) {
+	err := c.readStats()
+	return captureCounts{matched: c.packets.Load(), drops: c.drops.Load()}, err
+}
+
+// readStats adds the kernel's packet and drop counts since the last read to
+// the capture's (reading resets the kernel's), and reports drops to the
+// prober as lost between the previous read and now. The reader and metrics
+// may call it at once: the kernel's counts go to one of them.
+func (c *packetCapture) readStats() error {
 	var err error
 	cerr := c.raw.Control(func(fd uintptr) {
+		since := c.statsAt.Swap(c.p.now())
 		var st *unix.TpacketStatsV3
 		st, err = unix.GetsockoptTpacketStatsV3(int(fd), unix.SOL_PACKET, unix.PACKET_STATISTICS)
-		if err == nil { // reading resets the kernel's counts: accumulate them
-			c.packets.Add(uint64(st.Packets))
+		if err != nil {
+			return
+		}
+		c.packets.Add(uint64(st.Packets))
+		if st.Drops > 0 {
 			c.drops.Add(uint64(st.Drops))
+			c.p.lost(since-int64(packetSlack), c.p.now())
 		}
 	})
 	if cerr != nil && !c.stopped.Load() {
 		err = cerr
 	}
-	return captureCounts{matched: c.packets.Load(), drops: c.drops.Load()}, err
+	return err
 }
+
+// noteLoss handles a block the kernel marked TP_STATUS_LOSING: packets were
+// dropped for want of room in the ring since the drop count was last read.
+// Reading the count reports them and clears the mark on later blocks. When
+// it cannot be read, the loss is reported from the last read on.
+func (c *packetCapture) noteLoss() {
+	if c.readStats() != nil {
+		c.p.lost(c.statsAt.Load()-int64(packetSlack), c.p.now())
+	}
+}
+
+// checkLosses has nothing to do: drops are reported as blocks show them and
+// whenever the counts are read.
+func (c *packetCapture) checkLosses() {}
+
+// packetSlack covers a reply's time in a block that the kernel has not
+// retired yet: up to blockTimeoutMs, and as long again for the retire
+// timer to run.
+const packetSlack = 3 * blockTimeoutMs * time.Millisecond
+
+func (c *packetCapture) slack() time.Duration { return packetSlack }
 
 // stop makes a running or later poll return os.ErrClosed: it closes the
 // socket, which wakes a waiting poll. The ring stays mapped until close.

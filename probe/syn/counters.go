@@ -9,8 +9,9 @@ import (
 
 // Counters are the prober's counters since New.
 type Counters struct {
-	Sent       uint64 // SYNs handed to the kernel
-	SendErrors uint64 // SYNs the kernel refused (no route, no buffer) or that could not be built
+	Sent        uint64 // SYNs handed to the kernel, retransmissions included
+	Retransmits uint64 // SYNs sent again for a probe without an answer (T5), included in Sent
+	SendErrors  uint64 // SYNs the kernel refused (no route, no buffer) or that could not be built
 
 	SynAck      uint64 // valid SYN-ACK replies delivered (success)
 	RST         uint64 // valid RST replies delivered (refused)
@@ -53,6 +54,7 @@ func (p *Prober) Counters() Counters {
 	}
 	for _, l := range p.lanes {
 		c.Sent += l.sent.Load()
+		c.Retransmits += l.resent.Load()
 		c.SendErrors += l.errs.Load()
 		c.Unreachable += l.unreach.Load()
 	}

@@ -2,6 +2,7 @@ package syn
 
 import (
 	"errors"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -18,10 +19,11 @@ type lane struct {
 	pkt  [2][][]byte    // views of the IP packets of the batch being built
 	out  [2][][]byte    // views the writer sends: the packets with their link header
 	ids  [2][]uint32    // their target ids
+	late [2][]int64     // per packet: the time after which its send is late (see sentLate)
 	n    [2]int
 
-	sent, errs, unreach atomic.Uint64
-	_                   [64]byte // keep lanes' counters on separate cache lines
+	sent, errs, unreach, resent atomic.Uint64
+	_                           [64]byte // keep lanes' counters on separate cache lines
 }
 
 // linkRoom is the room left in front of every packet for a link-layer header.
@@ -44,10 +46,28 @@ func (l *lane) setWriter(fam int, w batchWriter) {
 // a system call. It never waits for replies; a send the kernel refuses is
 // retried briefly when its buffers are full, then counted as a send error (and
 // delivered as Unreachable when the kernel has no route, or as LocalError
-// when buffers stayed full). lane must be below
-// Config.Lanes, and calls for one lane must not overlap.
+// when buffers stayed full). A SYN that leaves after half its request's time
+// (from Sent to Deadline) has passed is marked late: should the probe then
+// go unanswered, [Prober.Expired] blames this host (CauseLate), not the
+// target. lane must be below Config.Lanes, and calls for one lane (Launch
+// and Resend) must not overlap.
 func (p *Prober) Launch(lane int, batch []probe.Request) {
-	l := p.lanes[lane]
+	p.send(p.lanes[lane], batch, false)
+}
+
+// Resend sends the SYN of each request's probe again, from the same source
+// port with the same cookie, so an answer to either send counts once (T5):
+// the scheduler's retransmission of a probe that has had no answer. A
+// request whose probe has been answered or superseded is skipped. A
+// retransmission the kernel refuses delivers nothing (the first SYN may
+// still be answered), but one refused for lack of buffers marks the probe:
+// if it then goes unanswered, [Prober.Expired] blames this host.
+func (p *Prober) Resend(lane int, batch []probe.Request) {
+	p.send(p.lanes[lane], batch, true)
+}
+
+// send builds one SYN per request into the lane's batches and sends them.
+func (p *Prober) send(l *lane, batch []probe.Request, resend bool) {
 	for _, req := range batch {
 		id := req.ID
 		if int(id) >= p.table.Len() {
@@ -62,38 +82,72 @@ func (p *Prober) Launch(lane int, batch []probe.Request) {
 		if !isMapped(dst) {
 			fam, t = 1, p.tmpl6
 		}
-		if t == nil {
-			l.errs.Add(1)
-			p.sink.Deliver(probe.Result{ID: id, Gen: req.Gen, Outcome: probe.Error, Done: p.now()})
-			continue
+		if resend {
+			st, ok := p.probes.get(id)
+			if !ok || st.gen.Load() != req.Gen || st.sent.Load()&answered != 0 || t == nil {
+				continue
+			}
+		} else {
+			if t == nil {
+				l.errs.Add(1)
+				p.sink.Deliver(probe.Result{ID: id, Gen: req.Gen, Outcome: probe.Error, Done: p.now()})
+				continue
+			}
+			st := p.probes.reserve(id)
+			st.gen.Store(req.Gen) // sent is stamped, unanswered, when the batch leaves
 		}
-		st := p.probes.reserve(id)
-		st.gen.Store(req.Gen) // sent is stamped, unanswered, when the batch leaves
 		sport := p.ports.Port(id, req.Gen)
 		k := l.n[fam]
 		t.write(l.pkt[fam][k], dst, sport, dport, p.key.seq(id, &t.src, dst, sport, dport))
 		l.ids[fam][k] = id
+		l.late[fam][k] = lateAfter(&req)
 		l.n[fam]++
 		if l.n[fam] == p.batch {
-			p.flush(l, fam)
+			p.flush(l, fam, resend)
 		}
 	}
-	p.flush(l, 0)
-	p.flush(l, 1)
+	p.flush(l, 0, resend)
+	p.flush(l, 1, resend)
 }
 
-// flush stamps and sends the lane's pending packets of one family.
-func (p *Prober) flush(l *lane, fam int) {
+// lateAfter returns the time after which a send of r's probe is late: half
+// its time from Sent to Deadline. A request without a deadline (a sweep's)
+// is never late.
+func lateAfter(r *probe.Request) int64 {
+	if r.Deadline <= r.Sent {
+		return math.MaxInt64
+	}
+	return r.Sent + (r.Deadline-r.Sent)/2
+}
+
+// flush stamps and sends the lane's pending packets of one family: first
+// sends, or retransmissions.
+func (p *Prober) flush(l *lane, fam int, resend bool) {
 	n := l.n[fam]
 	if n == 0 {
 		return
 	}
 	l.n[fam] = 0
 	ids := l.ids[fam][:n]
-	now := p.now() &^ answered
-	for _, id := range ids {
+	now := p.now() &^ flagBits
+	for k, id := range ids {
 		st, _ := p.probes.get(id) // reserved by Launch
-		st.sent.Store(now)
+		if !resend {
+			late := int64(0)
+			if now > l.late[fam][k] {
+				late = sentLate
+			}
+			st.sent.Store(now | late)
+			continue
+		}
+		// A retransmission restamps the send, keeping the flags, unless an
+		// answer came meanwhile. It is never late itself: the first send
+		// gave the target its whole time.
+		for old := st.sent.Load(); old&answered == 0; old = st.sent.Load() {
+			if st.sent.CompareAndSwap(old, now|old&flagBits) {
+				break
+			}
+		}
 	}
 	pkts := l.out[fam][:n]
 	retries := 0
@@ -101,6 +155,9 @@ func (p *Prober) flush(l *lane, fam int) {
 		k, err := l.w[fam].writeBatch(pkts[off:])
 		off += k
 		l.sent.Add(uint64(k))
+		if resend {
+			l.resent.Add(uint64(k))
+		}
 		if err == nil {
 			continue
 		}
@@ -112,15 +169,35 @@ func (p *Prober) flush(l *lane, fam int) {
 		retries = 0
 		if off < n {
 			l.errs.Add(1)
-			id := ids[off]
-			if noRoute(err) {
-				l.unreach.Add(1)
-				p.sink.Deliver(probe.Result{ID: id, Gen: p.genOf(id), Outcome: probe.Unreachable, Done: p.now()})
-			} else if cause := sendCause(err); cause != probe.CauseNone {
-				p.sink.Deliver(probe.Result{ID: id, Gen: p.genOf(id), Outcome: probe.LocalError, Cause: cause, Done: p.now()})
-			}
+			p.sendFailed(l, ids[off], err, resend)
 			off++
 		}
+	}
+}
+
+// sendFailed handles a SYN the kernel refused. A first send ends its probe
+// when the refusal says something: no route (Unreachable), or this host's
+// lack of buffers or ports (LocalError). A retransmission ends nothing: it
+// only marks a probe that lost it for lack of buffers.
+func (p *Prober) sendFailed(l *lane, id uint32, err error, resend bool) {
+	st, _ := p.probes.get(id)
+	if resend {
+		if sendCause(err) == probe.CauseNone {
+			return
+		}
+		for old := st.sent.Load(); old&(answered|resendErr) == 0; old = st.sent.Load() {
+			if st.sent.CompareAndSwap(old, old|resendErr) {
+				return
+			}
+		}
+		return
+	}
+	gen := st.gen.Load()
+	if noRoute(err) {
+		l.unreach.Add(1)
+		p.sink.Deliver(probe.Result{ID: id, Gen: gen, Outcome: probe.Unreachable, Done: p.now()})
+	} else if cause := sendCause(err); cause != probe.CauseNone {
+		p.sink.Deliver(probe.Result{ID: id, Gen: gen, Outcome: probe.LocalError, Cause: cause, Done: p.now()})
 	}
 }
 
@@ -150,9 +227,3 @@ func noRoute(err error) bool {
 }
 
 func isMapped(a *[16]byte) bool { return [12]byte(a[:12]) == v4InV6Prefix }
-
-// genOf returns the generation of id's last probe.
-func (p *Prober) genOf(id uint32) uint32 {
-	st, _ := p.probes.get(id)
-	return st.gen.Load()
-}

@@ -57,7 +57,7 @@ func (p *Prober) match(r *reply) (probe.Result, verdict) {
 	if !st.sent.CompareAndSwap(sent, sent|answered) {
 		return probe.Result{}, verdictStale // a new probe left meanwhile
 	}
-	res := probe.Result{ID: id, Gen: gen, Latency: time.Duration(max(r.ktime-sent, 0)), Done: r.ktime}
+	res := probe.Result{ID: id, Gen: gen, Latency: time.Duration(max(r.ktime-sent&^flagBits, 0)), Done: r.ktime}
 	switch r.kind {
 	case bpf.KindSynAck:
 		res.Outcome = probe.Success

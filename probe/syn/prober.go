@@ -28,7 +28,8 @@ type Prober struct {
 
 	tmpl4, tmpl6 *template
 
-	probes *states // per target id: its last probe
+	probes *states    // per target id: its last probe
+	settle settlement // how far replies are read, and when some were lost
 
 	lanes []*lane
 
@@ -126,6 +127,7 @@ func newProber(cfg *Config) (*Prober, error) {
 				l.out[fam][i] = l.pkt[fam][i]
 			}
 			l.ids[fam] = make([]uint32, cfg.Batch)
+			l.late[fam] = make([]int64, cfg.Batch)
 		}
 		p.lanes = append(p.lanes, l)
 	}

@@ -24,10 +24,23 @@ type SweepOptions struct {
 	// Rate is the number of probes per second over all lanes; 0 sends as fast
 	// as the lanes can.
 	Rate float64
-	// Timeout is how long a probe waits for its reply: later replies count as
-	// timeouts, and the sweep waits at most this long after its last send.
+	// Timeout is how long a probe waits for its reply after its latest
+	// SYN: later replies count as timeouts, and the sweep waits at most this
+	// long after its last send.
 	Timeout time.Duration
+	// Retries is how many more passes send the SYN again to the endpoints
+	// that have not answered yet (as masscan's --retries and zmap's
+	// --probes do, but only to those): same source port and cookie, so an
+	// answer to any of an endpoint's SYNs counts once. Default 0: one SYN
+	// each.
+	Retries int
+	// RetryWait is the pause between the end of one pass and the start of
+	// the next; default 1s, the kernel's initial retransmission timeout.
+	RetryWait time.Duration
 }
+
+// MaxSweepRetries bounds SweepOptions.Retries.
+const MaxSweepRetries = 10
 
 // Sweep sends one SYN probe to every endpoint of a table, once, and keeps one
 // outcome per probe: the engine of `sonde scan`. [NewSweep] opens the prober,
@@ -35,19 +48,22 @@ type SweepOptions struct {
 // reads each probe's outcome. Run and Result belong to one goroutine;
 // Progress may be called from any while Run runs.
 type Sweep struct {
-	p       *Prober
-	res     *sweepResults
-	rate    float64
-	timeout time.Duration
-	ran     atomic.Bool
+	p         *Prober
+	res       *sweepResults
+	rate      float64
+	timeout   time.Duration
+	retries   int
+	retryWait time.Duration
+	ran       atomic.Bool
 }
 
 // SweepStats describes a finished sweep.
 type SweepStats struct {
 	Probes   int                    // endpoints in the table
 	Sent     int                    // probes sent: ids [0, Sent), fewer than Probes when the sweep was cancelled
-	Sending  time.Duration          // from the first send to the end of the last
+	Sending  time.Duration          // from the first send to the end of the last of the first pass
 	Replies  int                    // probes answered within the timeout
+	Resent   int                    // SYNs sent again by the retry passes (Counters.Retransmits)
 	Late     int                    // replies that came after the timeout, counted as timeouts
 	Outcomes [probe.NumOutcomes]int // outcomes of the probes sent; unanswered ones are timeouts
 	Counters Counters               // the prober's counters at the end of the sweep
@@ -80,8 +96,16 @@ func newSweep(o SweepOptions, open func(Config) (*Prober, error)) (*Sweep, error
 		return nil, fmt.Errorf("sweep rate %v: want 0 (no limit) or a positive number of probes per second", o.Rate)
 	case o.Timeout <= 0:
 		return nil, fmt.Errorf("sweep timeout %v: want a positive duration", o.Timeout)
+	case o.Retries < 0 || o.Retries > MaxSweepRetries:
+		return nil, fmt.Errorf("sweep retries %d: want 0..%d", o.Retries, MaxSweepRetries)
+	case o.RetryWait < 0:
+		return nil, fmt.Errorf("sweep retry wait %v: want a positive duration, or 0 for the default", o.RetryWait)
 	}
-	s := &Sweep{res: newSweepResults(o.Prober.Table.Len(), o.Timeout), rate: o.Rate, timeout: o.Timeout}
+	if o.RetryWait == 0 {
+		o.RetryWait = time.Second
+	}
+	s := &Sweep{res: newSweepResults(o.Prober.Table.Len(), o.Timeout), rate: o.Rate, timeout: o.Timeout,
+		retries: o.Retries, retryWait: o.RetryWait}
 	cfg := o.Prober
 	cfg.Sink = s.res
 	p, err := open(cfg)
@@ -92,8 +116,10 @@ func newSweep(o SweepOptions, open func(Config) (*Prober, error)) (*Sweep, error
 	return s, nil
 }
 
-// Run sends the sweep and waits until every probe is answered, Timeout has
-// passed since the last send, or ctx is done; then it stops the prober.
+// Run sends the sweep, then up to Retries passes to the endpoints not
+// answered RetryWait after the pass before, and waits until every probe is
+// answered, Timeout has passed since the last send, or ctx is done; then it
+// stops the prober.
 // Cancelling ctx stops the sending too: the probes sent are then a prefix of
 // the table, [0, SweepStats.Sent). The error is ctx's, when the sweep was cut
 // short, or the prober's when it could not be stopped cleanly; the stats are
@@ -104,14 +130,22 @@ func (s *Sweep) Run(ctx context.Context) (SweepStats, error) {
 	}
 	n := s.p.table.Len()
 	start := time.Now()
-	sent := s.send(ctx, n)
+	sent := s.send(ctx, n, nil)
 	sending := time.Since(start)
-	s.wait(ctx, n, time.Now().Add(s.timeout))
+	for range s.retries {
+		if s.wait(ctx, sent, time.Now().Add(s.retryWait)) {
+			break // every probe sent is answered, or the sweep is cancelled
+		}
+		ids := s.unanswered(sent)
+		s.send(ctx, len(ids), ids)
+	}
+	s.wait(ctx, sent, time.Now().Add(s.timeout))
 	st := SweepStats{
 		Probes: n, Sent: sent, Sending: sending,
 		Counters: s.p.Counters(), Attach: s.p.Attachment(), Ports: s.p.Ports(), Fallback: s.p.CaptureFallback(),
 	}
 	st.Source4, st.Source6 = s.p.Sources()
+	st.Resent = int(st.Counters.Retransmits)
 	closeErr := s.p.Close() // stops the reader: the results are final
 	st.Replies, st.Late = int(s.res.replies.Load()), int(s.res.late.Load())
 	for id := range sent {
@@ -128,12 +162,14 @@ func (s *Sweep) Run(ctx context.Context) (SweepStats, error) {
 	return st, err
 }
 
-// send sends one probe per id from every lane, each lane taking the next
-// chunk of ids and pacing itself at its share of the rate. A chunk is a full
-// batch at high rates and about 5 ms worth of probes at low ones, so slow
-// sweeps are smooth. A chunk once taken is launched whole, so on cancellation
-// the ids sent are exactly [0, sent).
-func (s *Sweep) send(ctx context.Context, n int) (sent int) {
+// send sends one probe per id, ids [0, n) or, for a retry pass, the n ids
+// of retry (resent with the first pass's generation), from every lane, each
+// lane taking the next chunk of ids and pacing itself at its share of the
+// rate. A chunk is a full batch at high rates and about 5 ms worth of probes
+// at low ones, so slow sweeps are smooth. A chunk once taken is launched
+// whole, so on cancellation the ids of the first pass sent are exactly
+// [0, sent).
+func (s *Sweep) send(ctx context.Context, n int, retry []uint32) (sent int) {
 	lanes, batch := len(s.p.lanes), s.p.batch
 	if s.rate > 0 {
 		batch = max(1, min(batch, int(s.rate/float64(lanes)/200)))
@@ -153,10 +189,18 @@ func (s *Sweep) send(ctx context.Context, n int) (sent int) {
 				}
 				k := min(batch, n-first)
 				for i := range k {
-					reqs[i] = probe.Request{ID: uint32(first + i), Gen: 1}
+					id := uint32(first + i)
+					if retry != nil {
+						id = retry[first+i]
+					}
+					reqs[i] = probe.Request{ID: id, Gen: 1}
 				}
 				pace.wait(k)
-				s.p.Launch(lane, reqs[:k])
+				if retry != nil {
+					s.p.Resend(lane, reqs[:k])
+				} else {
+					s.p.Launch(lane, reqs[:k])
+				}
 				done.Add(int64(k))
 			}
 		}()
@@ -166,17 +210,34 @@ func (s *Sweep) send(ctx context.Context, n int) (sent int) {
 }
 
 // wait returns once n probes are answered, the deadline has passed or ctx is
-// done. It polls: answers arrive in the reader's batches anyway.
-func (s *Sweep) wait(ctx context.Context, n int, deadline time.Time) {
+// done; it reports whether the sweep has nothing left to wait for (every
+// probe answered, or ctx done). It polls: answers arrive in the reader's
+// batches anyway.
+func (s *Sweep) wait(ctx context.Context, n int, deadline time.Time) bool {
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for s.res.replies.Load() < int64(n) && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
-			return
+			return true
 		case <-tick.C:
 		}
 	}
+	return s.res.replies.Load() >= int64(n) || ctx.Err() != nil
+}
+
+// unanswered returns the ids among [0, n) whose probe has no answer yet, as
+// the prober's state says (the reader may deliver more meanwhile: those
+// retransmissions are skipped by Resend or answered twice, counted as
+// duplicates).
+func (s *Sweep) unanswered(n int) []uint32 {
+	var ids []uint32
+	for id := range uint32(n) {
+		if st, ok := s.p.probes.get(id); ok && st.sent.Load()&answered == 0 {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // Progress returns how many probes have been sent and answered so far.

@@ -307,3 +307,55 @@ func TestNewSweepRejects(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepRetries: endpoints that answer only their second SYN are
+// answered after one retry pass, which sends again to them alone, with the
+// first SYN's port and cookie.
+func TestSweepRetries(t *testing.T) {
+	tab := sweepTable(500, 50)
+	var mu sync.Mutex
+	seen := map[netip.AddrPort]int{}
+	kind := func(ep netip.AddrPort) (bpf.Kind, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[ep]++
+		lossy := ep.Addr().As16()[15]%2 == 1
+		return bpf.KindSynAck, !lossy || seen[ep] > 1
+	}
+	var ws []*answerWriter
+	s, err := newSweep(SweepOptions{Prober: Config{Table: tab, Lanes: 2}, Timeout: time.Hour, Retries: 3, RetryWait: time.Millisecond},
+		answering(&ws, kind, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lossy := 0
+	for id := range tab.Len() {
+		ep := tab.Endpoint(uint32(id))
+		want := 1
+		if ep.Addr().As16()[15]%2 == 1 {
+			want, lossy = 2, lossy+1
+		}
+		if seen[ep] != want {
+			t.Errorf("%s sent %d times, want %d", ep, seen[ep], want)
+		}
+		if o, _, ok := s.Result(uint32(id)); !ok || o != probe.Success {
+			t.Errorf("%s: %s, answered %v", ep, o, ok)
+		}
+	}
+	if st.Replies != tab.Len() || st.Resent != lossy || st.Counters.Sent != uint64(tab.Len()+lossy) {
+		t.Errorf("replies %d, resent %d, sent %d; want %d, %d, %d", st.Replies, st.Resent, st.Counters.Sent, tab.Len(), lossy, tab.Len()+lossy)
+	}
+}
+
+func TestSweepRetriesRange(t *testing.T) {
+	for _, o := range []SweepOptions{{Retries: -1}, {Retries: MaxSweepRetries + 1}, {RetryWait: -time.Second}} {
+		o.Prober.Table, o.Timeout = sweepTable(1, 0), time.Second
+		if _, err := newSweep(o, answering(new([]*answerWriter), nil, false)); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+}

@@ -6,17 +6,23 @@ import (
 )
 
 // probeState is what the prober keeps of a target's last probe, written by
-// Launch and read by the reply reader: the time of its send, whose lowest
-// bit says whether it was answered (a send time has its lowest bit clear;
-// the nanosecond is not worth 4 bytes a target), and its generation. 12
-// bytes a target, in two arrays of the target's block.
+// Launch and Resend and read by the reply reader: the time of its latest
+// send, whose three lowest bits say whether it was answered and whether this
+// host let the probe down (a send time has them clear; 8 ns are not worth
+// 4 bytes a target), and its generation. 12 bytes a target, in two arrays
+// of the target's block.
 type probeState struct {
-	sent *atomic.Int64  // CLOCK_MONOTONIC ns of the last probe's send | 1 once answered; 0 before any
+	sent *atomic.Int64  // CLOCK_MONOTONIC ns of the last probe's latest send | flag bits; 0 before any
 	gen  *atomic.Uint32 // generation of the last probe
 }
 
-// answered is the bit of probeState.sent that marks the probe answered.
-const answered = 1
+// The low bits of probeState.sent.
+const (
+	answered  = 1      // the probe has its answer
+	sentLate  = 1 << 1 // a send left after half the probe's time had passed
+	resendErr = 1 << 2 // a retransmission could not be sent for lack of buffers
+	flagBits  = answered | sentLate | resendErr
+)
 
 // states holds a probeState per target id in blocks that are never moved,
 // so the table of targets can grow while the prober runs: a block is added

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/safefile"
 	"github.com/sondeprobe/sonde/server/webhook"
 )
 
@@ -57,8 +58,9 @@ type action struct {
 	sender  *webhook.Sender // nil without a webhook
 }
 
-// newAction prepares r's action, reading the webhook's secret.
-func newAction(r *config.Remediation, client *http.Client) (*action, error) {
+// newAction prepares r's action, reading the webhook's secret; ctx bounds
+// the read.
+func newAction(ctx context.Context, r *config.Remediation, client *http.Client) (*action, error) {
 	a := &action{command: r.Command, timeout: r.Timeout}
 	if r.WebhookURL == "" {
 		return a, nil
@@ -71,7 +73,7 @@ func newAction(r *config.Remediation, client *http.Client) (*action, error) {
 		Header:    http.Header{"X-Sonde-Remediation": {r.Name}},
 	}
 	if r.WebhookSecretFile != "" {
-		secret, err := webhook.ReadSecret(r.WebhookSecretFile)
+		secret, err := safefile.ReadSecret(ctx, r.WebhookSecretFile)
 		if err != nil {
 			return nil, fmt.Errorf("remediation %s: webhook: %w", r.Name, err)
 		}

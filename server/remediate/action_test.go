@@ -143,7 +143,7 @@ func TestWebhook(t *testing.T) {
 		got <- f
 	}))
 	t.Cleanup(srv.Close)
-	a, err := newAction(&config.Remediation{Name: "plan-a", WebhookURL: srv.URL, WebhookSecretFile: secret, Timeout: 10 * time.Second}, nil)
+	a, err := newAction(t.Context(), &config.Remediation{Name: "plan-a", WebhookURL: srv.URL, WebhookSecretFile: secret, Timeout: 10 * time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestWebhook(t *testing.T) {
 	if f := <-got; f.Instance != "10.0.0.1" || calls != 2 {
 		t.Fatalf("received %+v after %d calls, want the firing on the second", f, calls)
 	}
-	if _, err := newAction(&config.Remediation{Name: "x", WebhookURL: srv.URL, WebhookSecretFile: filepath.Join(t.TempDir(), "gone")}, nil); err == nil {
+	if _, err := newAction(t.Context(), &config.Remediation{Name: "x", WebhookURL: srv.URL, WebhookSecretFile: filepath.Join(t.TempDir(), "gone")}, nil); err == nil {
 		t.Fatal("a missing secret file was accepted")
 	}
 }

@@ -113,15 +113,16 @@ type Plan struct {
 // Plan prepares the remediations of cfg. A configuration that holds one
 // shard of the targets cannot have remediations: its process sees only
 // part of each pool, so neither a remediation's budget nor the multi-pool
-// rule would hold; the error (a config.FieldError) says so.
-func (m *Manager) Plan(cfg *config.Config) (*Plan, error) {
+// rule would hold; the error (a config.FieldError) says so. ctx bounds the
+// reading of the webhooks' secrets.
+func (m *Manager) Plan(ctx context.Context, cfg *config.Config) (*Plan, error) {
 	if n := cfg.Shard.Shards(); n > 1 && len(cfg.Remediations) > 0 {
 		return nil, &config.FieldError{Field: "remediation", Msg: fmt.Sprintf(
 			"cannot run in shard %s: a shard sees part of every pool, so the budgets and the multi-pool rule would not hold; run the remediations from a sonde without -shard", cfg.Shard)}
 	}
 	p := &Plan{rules: cfg.Remediations, acts: map[string]*action{}}
 	for _, r := range cfg.Remediations {
-		a, err := newAction(r, m.opt.Client)
+		a, err := newAction(ctx, r, m.opt.Client)
 		if err != nil {
 			return nil, err
 		}

@@ -54,7 +54,7 @@ func (h *harness) load(yaml string) {
 		h.t.Fatal(err)
 	}
 	h.cfg = cfg
-	p, err := h.m.Plan(cfg)
+	p, err := h.m.Plan(h.t.Context(), cfg)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -457,7 +457,7 @@ func TestNoRemediationInAShard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = New(Options{}).Plan(cfg)
+	_, err = New(Options{}).Plan(t.Context(), cfg)
 	if !errors.Is(err, config.ErrInvalid) || !strings.Contains(err.Error(), "cannot run in shard 1/2") {
 		t.Fatalf("Plan in a shard: %v, want an invalid-configuration error naming the shard", err)
 	}

@@ -21,10 +21,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sondeprobe/sonde/internal/safefile"
 )
 
 // SignatureHeader is the request header that carries the body's signature.
@@ -38,15 +39,16 @@ const (
 	DefaultMaxBackoff  = 30 * time.Second
 )
 
-// maxSecretBytes bounds a secret file: a key, not a document.
-const maxSecretBytes = 4096
-
 // Sender posts documents to one URL. Its fields are set before first use and
 // not changed after; it is then safe for concurrent use.
 type Sender struct {
-	URL    string       // endpoint, http or https
-	Secret []byte       // HMAC key; nil sends no signature
-	Client *http.Client // nil means a client with no redirects and Timeout per attempt
+	URL    string // endpoint, http or https
+	Secret []byte // HMAC key; nil sends no signature
+	// Client makes the requests; nil means http.DefaultTransport's. Whatever
+	// the client, a redirect is never followed: it is the receiver's
+	// answer, a refusal (ErrRejected), and the signed body goes nowhere
+	// else.
+	Client *http.Client
 	// Timeout bounds each attempt; 0 means DefaultTimeout.
 	Timeout time.Duration
 	// MaxAttempts bounds the attempts per document, the first included;
@@ -66,7 +68,8 @@ type Sender struct {
 }
 
 // ErrRejected wraps the error of a document the receiver refused for good
-// (a 4xx status other than 408 and 429): it is not retried.
+// (a redirect, a 4xx status other than 408 and 429, any other status
+// outside 2xx that is not a 5xx): it is not retried.
 var ErrRejected = errors.New("webhook rejected")
 
 // StatusError is a response outside 2xx.
@@ -75,29 +78,14 @@ type StatusError struct{ Code int }
 // Error returns "status CODE".
 func (e *StatusError) Error() string { return "status " + strconv.Itoa(e.Code) }
 
-// ReadSecret reads a secret file: its content without surrounding white
-// space, which must not be empty.
-func ReadSecret(path string) ([]byte, error) {
-	f, err := os.Open(path)
+// ReadSecret reads a secret file for a receiver written in Go, with the
+// grammar sonde reads its own with: the content without surrounding white
+// space, not empty, from a regular file of at most 64 KiB; ctx bounds the
+// read.
+func ReadSecret(ctx context.Context, path string) ([]byte, error) {
+	b, err := safefile.ReadSecret(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("secret file: %w", err)
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return nil, fmt.Errorf("secret file: %w", err)
-	} else if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("secret file %s: not a regular file", path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxSecretBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("secret file: %w", err)
-	}
-	if len(b) > maxSecretBytes {
-		return nil, fmt.Errorf("secret file %s: more than %d bytes", path, maxSecretBytes)
-	}
-	b = bytes.TrimSpace(b)
-	if len(b) == 0 {
-		return nil, fmt.Errorf("secret file %s: empty", path)
 	}
 	return b, nil
 }
@@ -162,9 +150,11 @@ func (s *Sender) attempt(ctx context.Context, body []byte) (time.Duration, error
 	if s.Secret != nil {
 		req.Header.Set(SignatureHeader, Sign(s.Secret, body))
 	}
-	client := s.Client
-	if client == nil {
-		client = defaultClient
+	client := defaultClient
+	if s.Client != nil {
+		c := *s.Client
+		c.CheckRedirect = noRedirect
+		client = &c
 	}
 	resp, err := client.Do(req)
 	if err != nil {
@@ -185,9 +175,10 @@ func (s *Sender) attempt(ctx context.Context, body []byte) (time.Duration, error
 
 // defaultClient follows no redirects: a receiver that moves is a
 // configuration error to see, not a hop to take with a signed body.
-var defaultClient = &http.Client{
-	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-}
+var defaultClient = &http.Client{CheckRedirect: noRedirect}
+
+// noRedirect makes a client return a redirect as the response.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // retryAfter parses a Retry-After header given in seconds; dates and junk
 // give 0.

@@ -8,7 +8,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -144,12 +146,74 @@ func TestReadSecret(t *testing.T) {
 		}
 		return p
 	}
-	if b, err := ReadSecret(write("ok", "  s3cret\n")); err != nil || string(b) != "s3cret" {
+	if b, err := ReadSecret(t.Context(), write("ok", "  s3cret\n")); err != nil || string(b) != "s3cret" {
 		t.Errorf("ReadSecret = %q, %v", b, err)
 	}
-	for _, p := range []string{write("empty", " \n"), write("big", string(make([]byte, 5000))), dir, filepath.Join(dir, "missing")} {
-		if _, err := ReadSecret(p); err == nil {
+	for _, p := range []string{write("empty", " \n"), write("big", string(make([]byte, 64<<10+1))), dir, filepath.Join(dir, "missing")} {
+		if _, err := ReadSecret(t.Context(), p); err == nil {
 			t.Errorf("ReadSecret(%s) accepted it", p)
 		}
+	}
+}
+
+// TestReadSecretFIFO: a secret file swapped for a FIFO is refused at once;
+// opening it used to wait for a writer, holding the reload that read it.
+func TestReadSecretFIFO(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "secret")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // lets a blocked open go, should there be one
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ReadSecret(t.Context(), fifo)
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Fatalf("ReadSecret(FIFO) = %v, want not a regular file", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("ReadSecret(FIFO) waits for a writer")
+	}
+}
+
+// TestPostNoRedirect: a redirect is the receiver's answer, a refusal, with
+// any client: the signed body never goes where it points.
+func TestPostNoRedirect(t *testing.T) {
+	var mu sync.Mutex
+	followed := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/moved" {
+			mu.Lock()
+			followed++
+			mu.Unlock()
+			return
+		}
+		http.Redirect(w, r, "/moved", http.StatusPermanentRedirect)
+	}))
+	t.Cleanup(srv.Close)
+	for _, c := range []struct {
+		name   string
+		client *http.Client
+	}{{"default client", nil}, {"a client of the caller's", &http.Client{}}} {
+		t.Run(c.name, func(t *testing.T) {
+			s := &Sender{URL: srv.URL + "/hook", Client: c.client, Secret: []byte("k3y")}
+			n, err := s.Post(t.Context(), []byte(`{}`))
+			var se *StatusError
+			if !errors.Is(err, ErrRejected) || !errors.As(err, &se) || se.Code != http.StatusPermanentRedirect || n != 1 {
+				t.Fatalf("Post to a redirecting receiver = %d, %v; want one attempt refused with status 308", n, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if followed != 0 {
+				t.Fatalf("the redirect was followed %d times", followed)
+			}
+		})
 	}
 }
