@@ -183,8 +183,8 @@ func TestFileSDNotRegular(t *testing.T) {
 	run.Update([]Pool{{Name: "p", Sources: []Source{fileSource(filepath.Join(dir, "*.json"), filepath.Join(dir, "*.yml"))}}})
 	waitFound(t, run, changed, "p", func(f Found) bool { return f.Len() == 1 })
 	waitStatus(t, run, func(s SourceStatus) bool { return s.State == "failing" && s.Failures >= 3 })
-	for _, want := range []string{"b.json: not a regular file", "c.json: larger than the limit of 134217728 bytes: 134217729 bytes",
-		"e.yml: larger than the limit of 8388608 bytes: 8388609 bytes"} {
+	for _, want := range []string{"b.json: not a regular file", "c.json: file too large: 134217729 bytes, at most 134217728 allowed",
+		"e.yml: file too large: 8388609 bytes, at most 8388608 allowed"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("the log does not tell %q:\n%s", want, logs)
 		}

@@ -5,16 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/prometheus/prometheus/discovery/file"
 	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/sondeprobe/sonde/internal/safefile"
 )
 
 // fileDebounce is the quiet time after a change in a watched directory
@@ -98,7 +99,7 @@ func (f *fileFeed) refresh(ctx context.Context, out feedOut, w *fsnotify.Watcher
 			return
 		}
 		now[p] = true
-		c, err := readSDFile(p)
+		c, err := readSDFile(ctx, p)
 		if err != nil {
 			fails = append(fails, fmt.Sprintf("reading %s: %v", p, err))
 			continue
@@ -127,8 +128,11 @@ func (f *fileFeed) refresh(ctx context.Context, out feedOut, w *fsnotify.Watcher
 	}
 }
 
-// readSDFile reads one file of a file_sd source.
-func readSDFile(path string) (*chunk, error) {
+// readSDFile reads one file of a file_sd source, through package safefile:
+// a regular file only, opened without waiting (a FIFO put in its place
+// would block open until a writer came), of at most the cap of its format,
+// and given up when ctx ends.
+func readSDFile(ctx context.Context, path string) (*chunk, error) {
 	var max int64
 	switch strings.ToLower(filepath.Ext(path)) {
 	case ".json":
@@ -138,49 +142,29 @@ func readSDFile(path string) (*chunk, error) {
 	default:
 		return nil, fmt.Errorf("%s is neither .json nor .yml nor .yaml", path)
 	}
-	f, err := openSDFile(path, max)
+	f, err := safefile.Open(ctx, path, max)
 	if err != nil {
-		return nil, err
+		return nil, pathless(err)
 	}
 	defer f.Close()
-	r := newCappedReader(f, max)
 	over := labels.FromStrings("__meta_filepath", path)
 	if max == MaxDocumentBytes {
-		return readJSON(r, over)
+		c, err := readJSON(f, over)
+		return c, pathless(err)
 	}
-	data, err := io.ReadAll(r)
+	data, err := io.ReadAll(f)
 	if err != nil {
-		return nil, err
+		return nil, pathless(err)
 	}
 	return readYAML(data, over)
 }
 
-// errNotRegular is returned for an SD file that is not a regular file.
-var errNotRegular = errors.New("not a regular file")
-
-// openSDFile opens a file of a file_sd source: a regular file only, opened
-// without waiting (a FIFO put in its place would block open until a writer
-// came), and not larger than max bytes.
-//
-// It is the discovery package's copy of the guard the configuration's
-// readers use (config.OpenRegular), which it cannot import; one helper for
-// every file sonde reads can replace both.
-func openSDFile(path string, max int64) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
+// pathless returns the error of a file operation without the path, which
+// the caller's message names already.
+func pathless(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
 	}
-	fi, err := f.Stat()
-	switch {
-	case err != nil:
-	case !fi.Mode().IsRegular():
-		err = errNotRegular
-	case fi.Size() > max:
-		err = fmt.Errorf("%w of %d bytes: %d bytes", ErrTooLarge, max, fi.Size())
-	}
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
+	return err
 }
