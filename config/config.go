@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/netip"
@@ -208,6 +209,35 @@ func Load(path string, opt LoadOptions) (*Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// ReadStream reads a config from r, a stream such as standard input or a
+// pipe, for a one-shot command: to its end, at most safefile.MaxConfig
+// bytes, or until ctx ends (the read then goes on in the background, and
+// its result is dropped). name names the stream in errors. Parse what it
+// returns; the daemon loads regular files only ([Load]).
+func ReadStream(ctx context.Context, name string, r io.Reader) ([]byte, error) {
+	type result struct {
+		b   []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(r, safefile.MaxConfig+1))
+		done <- result{b, err}
+	}()
+	select {
+	case <-ctx.Done():
+		return nil, fmt.Errorf("read %s: %w", name, context.Cause(ctx))
+	case res := <-done:
+		switch {
+		case res.err != nil:
+			return nil, fmt.Errorf("read %s: %w", name, res.err)
+		case int64(len(res.b)) > safefile.MaxConfig:
+			return nil, fmt.Errorf("read %s: more than %d bytes, the most a config may have", name, safefile.MaxConfig)
+		}
+		return res.b, nil
+	}
 }
 
 // addSum records in sums (made when nil) that path was read with digest

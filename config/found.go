@@ -1,6 +1,7 @@
 package config
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -54,11 +55,19 @@ func (c *Config) Discovers() bool {
 // The configuration WithFound starts from is always c's [Config.Static]:
 // targets found earlier are replaced, not added to. c is left as it is.
 func (c *Config) WithFound(found map[string]discovery.Found) (*Config, error) {
+	return c.WithFoundContext(context.Background(), found)
+}
+
+// WithFoundContext is [Config.WithFound] that gives up, with ctx's error,
+// once ctx ends: the daemon builds a discovery update's configuration
+// without holding its engine, and drops it when a newer update or a stop
+// comes first.
+func (c *Config) WithFoundContext(ctx context.Context, found map[string]discovery.Found) (*Config, error) {
 	s := c.Static()
 	extra := 0
 	for _, p := range s.Pools {
 		f := found[p.Name]
-		extra += len(f.Targets) + len(f.Unresolved)
+		extra += f.Len() + len(f.Unresolved)
 	}
 	if extra == 0 {
 		return s, nil
@@ -89,7 +98,11 @@ func (c *Config) WithFound(found map[string]discovery.Found) (*Config, error) {
 		}
 		f := found[p.Name]
 		np.Unresolved = f.Unresolved
-		for _, t := range f.Targets {
+		n := 0
+		for t := range f.All() {
+			if n++; n%checkEvery == 0 && ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			if why := probeable(t, chk); why != "" {
 				np.Unresolved = append(np.Unresolved, discovery.Unresolved{Host: hostOrAddr(t), Port: t.Port, Labels: t.Labels, Err: why})
 				continue
@@ -105,12 +118,19 @@ func (c *Config) WithFound(found map[string]discovery.Found) (*Config, error) {
 		}
 		x.pools = append(x.pools, poolRange{start, len(x.entries)})
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	out.Targets, out.Hostnames = x.dedup(out.Pools)
 	return out, nil
 }
 
+// checkEvery is how many found targets WithFoundContext adds between two
+// looks at its context.
+const checkEvery = 1 << 14
+
 // probeable says why check c cannot probe a found target, "" when it can.
-func probeable(t discovery.Target, c *Check) string {
+func probeable(t *discovery.Target, c *Check) string {
 	switch {
 	case !t.Addr.IsValid() || t.Addr.IsUnspecified() || t.Addr.IsMulticast():
 		return fmt.Sprintf("%s is not an address to probe", t.Addr)
@@ -122,7 +142,7 @@ func probeable(t discovery.Target, c *Check) string {
 	return ""
 }
 
-func hostOrAddr(t discovery.Target) string {
+func hostOrAddr(t *discovery.Target) string {
 	if t.Host != "" {
 		return t.Host
 	}
@@ -144,22 +164,25 @@ func (p *Pool) disables(a netip.Addr, port uint16, host string) bool {
 }
 
 // intern returns the index of label set ls among the expander's label sets,
-// adding it when new; the empty set is 0.
+// adding it when new; the empty set is 0. Sets are found by their hash: a
+// collision of two different sets only keeps them apart.
 func (x *expander) intern(ls labels.Labels) uint32 {
 	if ls.IsEmpty() {
 		return 0
 	}
-	key := ls.String()
-	if i, ok := x.labelIdx[key]; ok {
+	h := ls.Hash()
+	if i, ok := x.labelIdx[h]; ok && labels.Equal(x.labelSets[i], ls) {
 		return i
 	}
 	if x.labelIdx == nil {
-		x.labelIdx = map[string]uint32{}
+		x.labelIdx = map[uint64]uint32{}
 		x.labelSets = []labels.Labels{labels.EmptyLabels()}
 	}
 	i := uint32(len(x.labelSets))
 	x.labelSets = append(x.labelSets, ls)
-	x.labelIdx[key] = i
+	if _, ok := x.labelIdx[h]; !ok {
+		x.labelIdx[h] = i
+	}
 	return i
 }
 

@@ -157,8 +157,8 @@ type expander struct {
 	labels    uint32
 	labelOf   []uint32
 	labelSets []labels.Labels
-	labelIdx  map[string]uint32
-	setsSeen  bitset // scratch of setPoolLabels, cleared after each pool
+	labelIdx  map[uint64]uint32 // by labels.Labels.Hash
+	setsSeen  bitset            // scratch of setPoolLabels, cleared after each pool
 }
 
 // addPool resolves pool i, expands its targets and marks its disabled ones.

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -92,12 +93,20 @@ func decodeSources(s *PoolSpec, field, dir string) ([]discovery.Source, error) {
 }
 
 // checkStaticGroup checks a static group's labels, which Prometheus's type
-// takes as they are.
+// takes as they are, against the limits of discovered labels.
 func checkStaticGroup(field string, g *targetgroup.Group) error {
-	for n := range g.Labels {
-		if !model.UTF8Validation.IsValidLabelName(string(n)) {
+	for n, v := range g.Labels {
+		switch {
+		case !model.UTF8Validation.IsValidLabelName(string(n)):
 			return fieldErr(field+".labels", "%q is not a valid label name", n)
+		case len(n) > discovery.MaxLabelNameBytes:
+			return fieldErr(field+".labels", "a label name of %d bytes, more than %d", len(n), discovery.MaxLabelNameBytes)
+		case len(v) > discovery.MaxLabelValueBytes:
+			return fieldErr(field+".labels."+string(n), "value of %d bytes, more than %d", len(v), discovery.MaxLabelValueBytes)
 		}
+	}
+	if len(g.Labels) > discovery.MaxLabels {
+		return fieldErr(field+".labels", "%d labels, more than %d", len(g.Labels), discovery.MaxLabels)
 	}
 	if len(g.Targets) == 0 {
 		return fieldErr(field+".targets", "missing; a static group needs targets")
@@ -122,6 +131,13 @@ func decodeRelabel(n *yaml.Node, field string) ([]*relabel.Config, error) {
 			return nil, err
 		}
 		if err := rc.Validate(model.UTF8Validation); err != nil {
+			return nil, fieldErr(fi, "%s", err.Error())
+		}
+		if err := discovery.CheckRule(rc); err != nil {
+			var re *discovery.RuleError
+			if errors.As(err, &re) {
+				return nil, fieldErr(fi+"."+re.Field, "%s", re.Msg)
+			}
 			return nil, fieldErr(fi, "%s", err.Error())
 		}
 		out = append(out, rc)

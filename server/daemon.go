@@ -100,6 +100,9 @@ type Options struct {
 	// DiscoveryDebounce is how long discovery changes are gathered before
 	// they are applied; default 200 ms.
 	DiscoveryDebounce time.Duration
+	// RelabelBudget is how long relabeling n targets of one discovery
+	// source may take; default discovery.DefaultRelabelBudget.
+	RelabelBudget func(n int) time.Duration
 }
 
 // DefaultReloadGap is the least time between the starts of two reloads. A
@@ -256,7 +259,8 @@ func (d *Daemon) Start() (err error) {
 	if err != nil {
 		return err
 	}
-	if cfg, err = d.withFound(cfg); err != nil {
+	cfg, version, err := d.withFound(cfg)
+	if err != nil {
 		d.loadFailed(err, false)
 		return err
 	}
@@ -265,6 +269,7 @@ func (d *Daemon) Start() (err error) {
 		d.loadFailed(err, false)
 		return fmt.Errorf("start probers: %w", err)
 	}
+	d.applied(version)
 	d.inputs = in
 	d.mem.first()
 	d.loaded(g, false, 0, len(g.cfg.Targets), 0, time.Since(start))
@@ -456,7 +461,8 @@ func (d *Daemon) reload() error {
 	if err != nil {
 		return err
 	}
-	if cfg, err = d.withFound(cfg); err != nil {
+	cfg, version, err := d.withFound(cfg)
+	if err != nil {
 		d.loadFailed(err, true)
 		return fmt.Errorf("apply configuration: %w", err)
 	}
@@ -465,6 +471,7 @@ func (d *Daemon) reload() error {
 		d.loadFailed(err, true)
 		return fmt.Errorf("apply configuration: %w", err)
 	}
+	d.applied(version)
 	d.inputs = in
 	d.loaded(g, true, g.targets-added, added, removed, time.Since(start))
 	return nil
@@ -583,23 +590,30 @@ func staleSeries(old, next *config.Config) (gone []string, moved []poolProtocol)
 // saves the state file. The daemon cannot be started again. It may be
 // called while Start or a reload runs: their reads of files are given up at
 // once, and Stop follows as soon as they return.
+//
+// Discovery stops first, without the update lock: an update being built
+// is given up, and one waiting for the lock finds the daemon stopped.
 func (d *Daemon) Stop() error {
 	d.endLife()
 	d.reloads.stop()
 	d.updateMu.Lock()
-	defer d.updateMu.Unlock()
 	if d.stopped {
+		d.updateMu.Unlock()
 		return nil
 	}
-	d.stopped = true
-	d.rem.Close()
-	defer d.hooks.stopAll()
+	d.stopped = true // from now on no load runs, and no runner is made
+	r := d.disc.Load()
+	d.updateMu.Unlock()
 	var errs []error
-	if r := d.disc.Load(); r != nil {
+	if r != nil {
 		if err := r.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	d.updateMu.Lock()
+	defer d.updateMu.Unlock()
+	d.rem.Close()
+	defer d.hooks.stopAll()
 	if d.engine == nil {
 		return errors.Join(errs...)
 	}

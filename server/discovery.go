@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,8 +21,9 @@ import (
 // engine that keeps the state of every target it does not remove.
 
 // withFound makes cfg, just loaded, the daemon's static configuration and
-// returns it with what discovery finds now. Called with updateMu held.
-func (d *Daemon) withFound(cfg *config.Config) (*config.Config, error) {
+// returns it with what discovery finds now, and the version of what it
+// found. Called with updateMu held.
+func (d *Daemon) withFound(cfg *config.Config) (*config.Config, uint64, error) {
 	static := cfg.Static()
 	r := d.disc.Load()
 	if r == nil && !static.Discovers() {
@@ -29,52 +31,79 @@ func (d *Daemon) withFound(cfg *config.Config) (*config.Config, error) {
 		// keeping the loaded configuration too would double its tables
 		// after a reload (the generation's are renumbered copies).
 		d.static, d.found = nil, 0
-		return cfg, nil
+		return cfg, 0, nil
 	}
 	if r == nil {
 		r = discovery.NewRunner(discovery.Options{
-			Logger:     d.log.With("component", "discovery"),
-			Resolver:   d.opt.Resolver,
-			Changed:    d.discoveryChanged,
-			Debounce:   d.opt.DiscoveryDebounce,
-			MaxTargets: config.DefaultMaxTargets,
+			Logger:        d.log.With("component", "discovery"),
+			Resolver:      d.opt.Resolver,
+			Changed:       d.discoveryChanged,
+			Debounce:      d.opt.DiscoveryDebounce,
+			MaxTargets:    config.DefaultMaxTargets,
+			RelabelBudget: d.opt.RelabelBudget,
+			ReportApplied: true,
 		})
 		d.disc.Store(r)
 	}
 	found, version := r.Update(static.DiscoveryPools())
 	eff, err := static.WithFound(found)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	d.static, d.found = static, version
 	if !static.Discovers() {
 		d.static = nil // as above: nothing more to find
 	}
-	return eff, nil
+	return eff, version, nil
+}
+
+// applied tells the discovery runner, if any, that the engine runs the
+// found targets of version. Called with updateMu held, after a load.
+func (d *Daemon) applied(version uint64) {
+	if r := d.disc.Load(); r != nil {
+		r.Applied(version)
+	}
 }
 
 // discoveryChanged applies what the runner found since the engine's
-// configuration was made, if anything.
-func (d *Daemon) discoveryChanged() {
-	d.updateMu.Lock()
-	defer d.updateMu.Unlock()
+// configuration was made, if anything. The runner has relabeled it; the
+// configuration is built from it without the engine's lock, which only the
+// edit of the engine takes, and ctx ends that build when newer targets come
+// (they are applied next) or when the daemon stops.
+func (d *Daemon) discoveryChanged(ctx context.Context) {
 	r := d.disc.Load()
-	if d.engine == nil || d.stopped || r == nil || d.static == nil {
+	d.updateMu.Lock()
+	static, running := d.static, d.found
+	live := d.engine != nil && !d.stopped && r != nil && static != nil
+	d.updateMu.Unlock()
+	if !live {
 		return
 	}
 	found, version := r.Found()
-	if version == d.found {
+	if version == running {
 		return
 	}
 	start := time.Now()
 	d.mem.beforeLoad() // the edit's garbage, and the new targets' tables, as a reload's
 	defer d.mem.afterLoad()
-	eff, err := d.static.WithFound(found)
+	eff, err := static.WithFoundContext(ctx, found)
+	if ctx.Err() != nil {
+		return // superseded, or stopping
+	}
+	d.updateMu.Lock()
+	defer d.updateMu.Unlock()
+	if d.stopped || d.static != static || d.found != running {
+		return // a reload came first, with targets at least as new
+	}
 	if err == nil {
 		var g *generation
 		var added, removed int
 		if g, added, removed, err = d.apply(eff); err == nil {
 			d.found = version
+			r.Applied(version)
+			if added >= bigUpdate && added > g.targets/2 {
+				d.mem.first() // most of the fleet arrived: return its load's garbage, as the first load does
+			}
 			d.log.Info("discovered targets applied", "added", added, "removed", removed, "targets", g.targets,
 				"unresolved", unresolvedCount(g.cfg), "took", time.Since(start).Round(time.Millisecond))
 			return
@@ -83,6 +112,14 @@ func (d *Daemon) discoveryChanged() {
 	d.found = version // retried when something changes again
 	d.log.Error("discovered targets not applied; the running ones stay", "err", err)
 }
+
+// bigUpdate is the number of targets a discovery update must add, and
+// more than half the fleet, for its garbage to be returned to the
+// operating system at once (one forced collection), as the first load's
+// is: a daemon that starts with its pools empty and finds its fleet a
+// moment later would otherwise keep the garbage of reading and building it
+// resident.
+const bigUpdate = 100_000
 
 // unresolvedCount counts the targets of cfg's pools that have no address.
 func unresolvedCount(cfg *config.Config) int {
@@ -100,6 +137,7 @@ var (
 	descDiscUpdates = desc("sonde_discovery_updates_total", "Updates a discovery source sent since it started.", "pool", "source")
 	descDiscFails   = desc("sonde_discovery_failures_total", "Failures of a discovery source (refresh, read or watch errors) since it started.", "pool", "source")
 	descDiscLast    = desc("sonde_discovery_last_update_timestamp_seconds", "Time of a discovery source's last update.", "pool", "source")
+	descDiscRefused = desc("sonde_discovery_refused_updates_total", "Updates of a discovery source whose targets were not used (more than half of them invalid, or relabeling over its time budget): the source kept the targets it gave before.", "pool", "source")
 )
 
 // discoveryCollector exports the discovery sources' status at scrape time.
@@ -107,7 +145,7 @@ type discoveryCollector struct{ d *Daemon }
 
 // Describe sends the discovery descriptors.
 func (c *discoveryCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDiscHealthy, descDiscTargets, descDiscDropped, descDiscUpdates, descDiscFails, descDiscLast} {
+	for _, d := range []*prometheus.Desc{descDiscHealthy, descDiscTargets, descDiscDropped, descDiscUpdates, descDiscFails, descDiscLast, descDiscRefused} {
 		ch <- d
 	}
 }
@@ -129,6 +167,7 @@ func (c *discoveryCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descDiscDropped, prometheus.GaugeValue, float64(dropped), ps.Pool, s.Source)
 			ch <- prometheus.MustNewConstMetric(descDiscUpdates, prometheus.CounterValue, float64(s.Updates), ps.Pool, s.Source)
 			ch <- prometheus.MustNewConstMetric(descDiscFails, prometheus.CounterValue, float64(s.Failures), ps.Pool, s.Source)
+			ch <- prometheus.MustNewConstMetric(descDiscRefused, prometheus.CounterValue, float64(s.Refused), ps.Pool, s.Source)
 			if s.LastUpdate != nil {
 				ch <- prometheus.MustNewConstMetric(descDiscLast, prometheus.GaugeValue, float64(s.LastUpdate.UnixMilli())/1e3, ps.Pool, s.Source)
 			}

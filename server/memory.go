@@ -53,7 +53,8 @@ func (m memoryTuner) beforeLoad() {
 	}
 }
 
-// first returns the garbage of the first load to the operating system, once.
+// first returns the garbage of a load to the operating system: the first
+// load's, and a discovery update's that brought most of the fleet.
 func (m memoryTuner) first() { debug.FreeOSMemory() }
 
 // afterLoad sets the collector's goal to the live heap plus headroom; it

@@ -741,6 +741,9 @@ type discoveryView struct {
 	Targets    int
 	Unresolved []unresolvedRow
 	Refused    string
+	// PendingSince is when newer targets than those the pool runs were
+	// found, while they are being applied.
+	PendingSince *time.Time
 }
 
 // handleDiscoveryPage lists every pool's discovery sources and host names:
@@ -759,7 +762,7 @@ func (d *Daemon) handleDiscoveryPage(w http.ResponseWriter, _ *http.Request) {
 			continue
 		}
 		v := discoveryView{Name: ps.Pool, URL: "pool?" + url.Values{"name": {ps.Pool}}.Encode(),
-			Names: ps.Names, Targets: ps.Targets, Refused: ps.Refused}
+			Names: ps.Names, Targets: ps.Targets, Refused: ps.Refused, PendingSince: ps.PendingSince}
 		for _, s := range ps.Sources {
 			v.Sources = append(v.Sources, sourceView{SourceStatus: s, DroppedText: droppedText(s.Dropped)})
 		}

@@ -401,7 +401,7 @@ func TestOverviewDiscovery(t *testing.T) {
 	if err := os.WriteFile(sd, []byte("{not json"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	failing := regexp.MustCompile(`file_sd_configs\[0\] failing since \d\d:\d\d:\d\d UTC \(\d+s ago\): Error reading file: invalid character [^<]* — keeping the 1 target it gave last\.`)
+	failing := regexp.MustCompile(`file_sd_configs\[0\] failing since \d\d:\d\d:\d\d UTC \(\d+s ago\): reading \S+sd\.json: want a JSON array of target groups, not \{ — keeping the 1 target it gave last\.`)
 	deadline := time.Now().Add(20 * time.Second)
 	var body string
 	for {
@@ -442,7 +442,7 @@ func TestOverviewDiscovery(t *testing.T) {
 		}
 	}
 	src := regexp.MustCompile(`(?s)<tr class="src src-failing" data-source="file_sd_configs\[0\]">.*?</tr>`).FindString(body)
-	for _, want := range []string{`<td>file</td>`, `<span class="st st-failing">failing</span> <span class="dim">since <time`, `<td>1</td>`, `<td class="wide err">Error reading file: invalid character`} {
+	for _, want := range []string{`<td>file</td>`, `<span class="st st-failing">failing</span> <span class="dim">since <time`, `<td>1</td>`, `<td class="wide err">reading `, `sd.json: want a JSON array of target groups, not {`} {
 		if !strings.Contains(src, want) {
 			t.Errorf("the failing source's row lacks %s:\n%s", want, src)
 		}

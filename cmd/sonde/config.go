@@ -7,8 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 
 	"github.com/sondeprobe/sonde/config"
@@ -18,7 +20,9 @@ import (
 
 const configUsage = `Usage: sonde config check [-json] [-endpoints] [-shard i/N] FILE
 
-Validates FILE and prints every check's effective settings (after its preset)
+Validates FILE ("-" for standard input; any other input that is not a
+regular file, such as a pipe, is read to its end too, and relative paths in
+a config read that way are relative to the current directory) and prints every check's effective settings (after its preset)
 with its cadence and detection windows, every pool with its targets and
 policy, its discovery sources and the host names that do not resolve, every
 remediation with its budget and the instances it covers, and the probe
@@ -30,6 +34,11 @@ valid FILE (secret files other users can read) go to stderr.
 
 // runConfig runs "sonde config check".
 func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runConfigWith(ctx, args, os.Stdin, stdout, stderr)
+}
+
+// runConfigWith is runConfig reading "-" from stdin.
+func runConfigWith(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "check" {
 		fmt.Fprint(stderr, configUsage)
 		if len(args) == 0 {
@@ -52,7 +61,7 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError(errors.New("config check: want exactly one FILE"))
 	}
 	file := fs.Arg(0)
-	cfg, err := config.Load(file, config.LoadOptions{Context: ctx, Shard: shard, Resolver: &discovery.DNSResolver{}})
+	cfg, err := loadOneShot(ctx, file, stdin, config.LoadOptions{Context: ctx, Shard: shard, Resolver: &discovery.DNSResolver{}})
 	if err != nil {
 		if errors.Is(err, config.ErrInvalid) {
 			err = fmt.Errorf("%s: %w", file, err)
@@ -69,6 +78,74 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return enc.Encode(rep)
 	}
 	return rep.writeText(stdout)
+}
+
+// loadOneShot loads the config a one-shot command names: standard input for
+// "-", a stream read to its end for any input that is not a regular file
+// (a pipe, /dev/stdin, a FIFO: kubectl kustomize … | sonde config check -),
+// and a regular file as the daemon loads it.
+func loadOneShot(ctx context.Context, file string, stdin io.Reader, opt config.LoadOptions) (*config.Config, error) {
+	var data []byte
+	var err error
+	switch st, serr := os.Stat(file); {
+	case file == "-":
+		data, err = config.ReadStream(ctx, "standard input", stdin)
+	case serr == nil && !st.Mode().IsRegular() && !st.IsDir():
+		r := &openOnRead{path: file}
+		defer r.close()
+		data, err = config.ReadStream(ctx, file, r)
+	default:
+		return config.Load(file, opt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return config.Parse(data, "", opt)
+}
+
+// openOnRead opens its file at the first Read, so that the open of a FIFO
+// that waits for a writer happens where the read may be abandoned.
+type openOnRead struct {
+	path string
+	mu   sync.Mutex
+	f    *os.File
+	done bool
+}
+
+func (o *openOnRead) Read(b []byte) (int, error) {
+	o.mu.Lock()
+	f, done := o.f, o.done
+	o.mu.Unlock()
+	if done {
+		return 0, os.ErrClosed
+	}
+	if f == nil {
+		var err error
+		if f, err = os.Open(o.path); err != nil { // may wait for a writer: without the lock
+			return 0, err
+		}
+		o.mu.Lock()
+		if o.done {
+			o.mu.Unlock()
+			f.Close()
+			return 0, os.ErrClosed
+		}
+		o.f = f
+		o.mu.Unlock()
+	}
+	return f.Read(b)
+}
+
+// close closes the file if it was opened; a Read after it fails. It does
+// not wait for an open in progress.
+func (o *openOnRead) close() {
+	o.mu.Lock()
+	f := o.f
+	o.done = true
+	o.mu.Unlock()
+	if f != nil {
+		f.Close()
+	}
 }
 
 // configReport is the output of "sonde config check"; its JSON form is the

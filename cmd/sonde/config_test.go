@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sondeprobe/sonde/bench/testenv"
 )
@@ -387,5 +390,56 @@ pools:
 	if err != nil || !strings.Contains(string(text), "pool p: nowhere.invalid:80 not probed until it resolves: cannot resolve") ||
 		!strings.Contains(string(text), "file_sd_configs[0]") {
 		t.Errorf("config check text (%v):\n%s", err, text)
+	}
+}
+
+// TestConfigCheckStdin: "-" reads the config from standard input, and a
+// pipe or FIFO is read to its end (kubectl kustomize … | sonde config check
+// -), with the messages and exit codes of a file.
+func TestConfigCheckStdin(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := runConfigWith(context.Background(), []string{"check", "-json", "-"}, strings.NewReader(presetsConfig), &out, &errOut)
+	if err != nil {
+		t.Fatalf("config check -: %v (%s)", err, errOut.String())
+	}
+	var rep struct {
+		Checks []json.RawMessage `json:"checks"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil || len(rep.Checks) != 5 {
+		t.Fatalf("report %s (%v): want the five checks", out.String(), err)
+	}
+
+	out.Reset()
+	err = runConfigWith(context.Background(), []string{"check", "-"}, strings.NewReader("checks: {c: {fall: 0}}\n"), &out, &errOut)
+	if code := report(err, &errOut); code != exitUsage || !strings.Contains(errOut.String(), "sonde: -: ") {
+		t.Errorf("invalid config on stdin: exit %d, stderr %q; want %d naming -", code, errOut.String(), exitUsage)
+	}
+
+	fifo := filepath.Join(t.TempDir(), "config.fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if err := os.WriteFile(fifo, []byte(presetsConfig), 0o600); err != nil {
+			t.Error(err)
+		}
+	}()
+	out.Reset()
+	if err := runConfigWith(context.Background(), []string{"check", fifo}, strings.NewReader(""), &out, &errOut); err != nil {
+		t.Fatalf("config check FIFO: %v", err)
+	}
+	if !strings.Contains(out.String(), "ga-follower") {
+		t.Errorf("FIFO report %q lacks the config's checks", out.String())
+	}
+
+	// A FIFO nobody writes: the read ends with the command's context.
+	lonely := filepath.Join(t.TempDir(), "lonely.fifo")
+	if err := unix.Mkfifo(lonely, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := runConfigWith(ctx, []string{"check", lonely}, strings.NewReader(""), &out, &errOut); err == nil {
+		t.Error("a FIFO without a writer: no error after the context ended")
 	}
 }

@@ -66,7 +66,7 @@ func parseDemo(t *testing.T, d *demo) *config.Config {
 		found, _ := r.Found()
 		all := true
 		for name, n := range want {
-			all = all && len(found[name].Targets) == n
+			all = all && found[name].Len() == n
 		}
 		if all {
 			eff, err := cfg.WithFound(found)

@@ -96,7 +96,7 @@ func TestConsulServices(t *testing.T) {
 	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 	run.Update([]Pool{{Name: "web", Sources: []Source{{Key: "consul_sd_configs", Config: cfg}},
 		Relabel: rules(t, `[{source_labels: [__meta_consul_node], target_label: node}]`)}})
-	f := waitFound(t, run, changed, "web", func(f Found) bool { return len(f.Targets) == 2 })
+	f := waitFound(t, run, changed, "web", func(f Found) bool { return f.Len() == 2 })
 	want := []string{`10.3.0.1:8080 {node="n1"}`, `10.3.0.2:8080 {node="n2"}`}
 	if got := endpointsOf(f); !slices.Equal(got, want) {
 		t.Errorf("targets %v, want %v", got, want)

@@ -212,7 +212,7 @@ func TestKubernetesEndpointSlices(t *testing.T) {
 `)
 	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 	run.Update([]Pool{{Name: "web", Sources: []Source{{Key: "kubernetes_sd_configs", Config: cfg}}, Relabel: keep}})
-	f := waitFound(t, run, changed, "web", func(f Found) bool { return len(f.Targets) == 2 })
+	f := waitFound(t, run, changed, "web", func(f Found) bool { return f.Len() == 2 })
 	want := []string{`10.1.0.1:8080 {namespace="default", service="web"}`, `10.1.0.2:8080 {namespace="default", service="web"}`}
 	if got := endpointsOf(f); !slices.Equal(got, want) {
 		t.Errorf("targets %v, want %v", got, want)
@@ -227,7 +227,7 @@ func TestKubernetesEndpointSlices(t *testing.T) {
 		return len(got) == 2 && strings.HasPrefix(got[1], "10.1.0.3:8080")
 	})
 	k.remove("web-a")
-	waitFound(t, run, changed, "web", func(f Found) bool { return len(f.Targets) == 0 })
+	waitFound(t, run, changed, "web", func(f Found) bool { return f.Len() == 0 })
 	st := run.Status()[0].Sources[0]
 	if st.State != "ok" || st.Mechanism != "kubernetes" || st.Dropped["relabel"] != 1 {
 		t.Errorf("status %+v, want ok with the db slice dropped by relabeling", st)

@@ -25,7 +25,7 @@ import (
 func newTestRunner(t *testing.T, r Resolver) (*Runner, chan struct{}) {
 	t.Helper()
 	changed := make(chan struct{}, 16)
-	run := NewRunner(Options{Logger: testLogger, Resolver: r, Debounce: time.Millisecond, Changed: func() { changed <- struct{}{} }})
+	run := NewRunner(Options{Logger: testLogger, Resolver: r, Debounce: time.Millisecond, Changed: func(context.Context) { changed <- struct{}{} }})
 	t.Cleanup(func() {
 		if err := run.Close(); err != nil {
 			t.Error(err)
@@ -53,7 +53,7 @@ func waitFound(t *testing.T, run *Runner, changed chan struct{}, pool string, ok
 
 func endpointsOf(f Found) []string {
 	var out []string
-	for _, t := range f.Targets {
+	for t := range f.All() {
 		s := t.Addr.String() + ":" + strconv.Itoa(int(t.Port))
 		if t.Host != "" {
 			s = t.Host + "=" + s
@@ -88,11 +88,11 @@ func TestRunnerStaticAndNames(t *testing.T) {
 		Sources: []Source{staticSource(0, []string{"192.0.2.1:80", "api.test:81", "192.0.2.2:80"}, map[string]string{"zone": "a"})},
 		Names:   []Name{{Host: "api.test", Port: 80}, {Host: "missing.test", Port: 80}},
 	}})
-	if len(found["p"].Targets) != 0 || len(found["p"].Unresolved) != 2 {
+	if found["p"].Len() != 0 || len(found["p"].Unresolved) != 2 {
 		t.Errorf("at once: %+v, want the names not looked up yet and no groups", found["p"])
 	}
 	f := waitFound(t, run, changed, "p", func(f Found) bool {
-		return len(f.Targets) == 4 && len(f.Unresolved) == 1 && f.Unresolved[0].Err != "not looked up yet"
+		return f.Len() == 4 && len(f.Unresolved) == 1 && f.Unresolved[0].Err != "not looked up yet"
 	})
 	want := []string{
 		`192.0.2.1:80 {team="edge", zone="a"}`,
@@ -125,13 +125,13 @@ func TestRunnerKeepsSources(t *testing.T) {
 		return Source{Key: "file_sd_configs", Index: i, Config: &file.SDConfig{Files: []string{sd}, RefreshInterval: model.Duration(time.Minute)}}
 	}
 	run.Update([]Pool{{Name: "p", Sources: []Source{fileSrc(0)}}})
-	waitFound(t, run, changed, "p", func(f Found) bool { return len(f.Targets) == 1 })
+	waitFound(t, run, changed, "p", func(f Found) bool { return f.Len() == 1 })
 	run.mu.Lock()
 	before := run.pools["p"].sources[0]
 	run.mu.Unlock()
 
 	// The same file source, now second, with relabeling added: it is kept,
-	// and its targets are there at once, relabeled.
+	// with its targets as they were at once, then relabeled.
 	found, _ := run.Update([]Pool{{Name: "p", Sources: []Source{staticSource(0, []string{"192.0.2.9:80"}, nil), fileSrc(0)},
 		Labels: labels.FromStrings("pool", "p2")}})
 	run.mu.Lock()
@@ -140,9 +140,10 @@ func TestRunnerKeepsSources(t *testing.T) {
 	if after != before {
 		t.Error("an unchanged source was restarted")
 	}
-	if got := endpointsOf(found["p"]); !slices.Contains(got, `192.0.2.1:80 {pool="p2"}`) {
-		t.Errorf("targets after the update %v, want the kept source's, relabeled", got)
+	if got := endpointsOf(found["p"]); !slices.Equal(got, []string{`192.0.2.1:80 {}`}) {
+		t.Errorf("targets at the update %v, want the kept source's as they were", got)
 	}
+	waitFound(t, run, changed, "p", func(f Found) bool { return slices.Contains(endpointsOf(f), `192.0.2.1:80 {pool="p2"}`) })
 	// The pool goes: its sources stop.
 	run.Update(nil)
 	select {
@@ -162,7 +163,7 @@ func TestRunnerLimit(t *testing.T) {
 	defer run.Close()
 	run.Update([]Pool{{Name: "p", Sources: []Source{staticSource(0, []string{"192.0.2.1:80"}, nil)}}})
 	deadline := time.Now().Add(10 * time.Second)
-	for f, _ := run.Found(); len(f["p"].Targets) != 1; f, _ = run.Found() {
+	for f, _ := run.Found(); f["p"].Len() != 1; f, _ = run.Found() {
 		if time.Now().After(deadline) {
 			t.Fatal("the static group never arrived")
 		}
@@ -172,8 +173,8 @@ func TestRunnerLimit(t *testing.T) {
 	for {
 		st := run.Status()
 		if st[0].Refused != "" {
-			if f, _ := run.Found(); len(f["p"].Targets) != 1 {
-				t.Errorf("over the limit: %d targets, want the 1 it had", len(f["p"].Targets))
+			if f, _ := run.Found(); f["p"].Len() != 1 {
+				t.Errorf("over the limit: %d targets, want the 1 it had", f["p"].Len())
 			}
 			break
 		}

@@ -7,10 +7,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	promsd "github.com/prometheus/prometheus/discovery"
+	"github.com/prometheus/prometheus/discovery/file"
+	httpsd "github.com/prometheus/prometheus/discovery/http"
 	"github.com/prometheus/prometheus/discovery/targetgroup"
 )
 
@@ -32,88 +35,232 @@ func (s Source) Name() string { return fmt.Sprintf("%s[%d]", s.Key, s.Index) }
 // when it recovers to an unchanged state.
 const watchFailureWindow = 65 * time.Second
 
-// source runs one Prometheus discoverer and keeps the target groups it sent
-// last. Its state is guarded by mu; the discoverer and the goroutine reading
-// its updates are its own.
+// source runs one discovery source and keeps what it sent last, as chunks.
+// Its state is guarded by mu; the feed and the goroutine reading a
+// Prometheus discoverer's updates are its own. out and superseded belong
+// to the runner, under the runner's mutex.
 type source struct {
 	pool string
 	spec Source
 	mech string
-	reg  *prometheus.Registry // the discoverer's own metrics: read for its failures
+	reg  *prometheus.Registry // a Prometheus discoverer's own metrics: read for its failures
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	// version counts the changes of its content; the runner's relabeling
+	// of the source reads it to tell that a newer update came meanwhile.
+	version atomic.Uint64
 
 	mu      sync.Mutex
-	groups  map[string]*targetgroup.Group // by group source
+	chunks  map[string]*chunk // by key: a file, an answer's URL, a group's source
+	groups  int               // in chunks
 	updates uint64
 	started time.Time
 	update  time.Time // last update received
 	failed  time.Time // last failure seen
 	failing time.Time // the first failure since the source last worked
 	fails   uint64    // failures seen
+	refused uint64    // updates whose targets were refused (see relabelSource)
 	lastErr string
 	counted float64 // the failure counters' sum when last read
+
+	out         *relabeled     // what its last accepted relabeling gave
+	lastDropped map[string]int // the targets its last relabeling dropped, by reason
+	superseded  bool           // its last relabeling was given up for a newer update
+	// Its last refused relabeling: of what content, with which rules, why,
+	// and the updates it had received then. The same content given again
+	// is refused again without relabeling.
+	refusedAs      tried
+	refusedMsg     string
+	refusedUpdates uint64
 }
 
-// startSource starts spec's discoverer for pool. Updates are reported
-// through changed; log records go to logger, and its errors are noted as
-// the source's.
+// tried is a relabeling of one version of a source's content with one set
+// of rules.
+type tried struct {
+	version uint64
+	rl      *relabeler
+}
+
+// outdated reports whether the source's content needs relabeling with rl:
+// neither its last accepted relabeling nor its last refused one is of its
+// content now with rl. The caller holds the runner's mutex.
+func (s *source) outdated(rl *relabeler) bool {
+	now := tried{s.version.Load(), rl}
+	return (s.out == nil || tried{s.out.version, s.out.rl} != now) && s.refusedAs != now
+}
+
+// refusedAgain reports whether the source has given again the content
+// whose relabeling with rl was refused. The caller holds the runner's
+// mutex.
+func (s *source) refusedAgain(rl *relabeler) bool {
+	if s.refusedAs != (tried{s.version.Load(), rl}) {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.updates > s.refusedUpdates
+}
+
+// feed is what a source runs: it reads the source's targets and sends them
+// to out until ctx ends.
+type feed interface {
+	run(ctx context.Context, out feedOut)
+}
+
+// feedOut receives what a feed reads.
+type feedOut interface {
+	// send stores an update: chunks by key, each replacing the chunk of
+	// its key; a nil chunk removes its key.
+	send(up map[string]*chunk)
+	// fail records a failure with its reason.
+	fail(msg string)
+}
+
+// startSource starts spec's discovery for pool: sonde's own reader for
+// file_sd and http_sd (bounded, streamed, see fileFeed and httpFeed), a
+// Prometheus discoverer for the others. Updates are reported through
+// changed; log records go to logger, and its errors are noted as the
+// source's.
 func startSource(ctx context.Context, pool string, spec Source, logger *slog.Logger, changed func()) *source {
-	s := &source{pool: pool, spec: spec, mech: spec.Config.Name(), reg: prometheus.NewRegistry(),
-		groups: map[string]*targetgroup.Group{}, started: time.Now(), done: make(chan struct{})}
+	s := &source{pool: pool, spec: spec, mech: spec.Config.Name(), chunks: map[string]*chunk{},
+		started: time.Now(), done: make(chan struct{})}
 	ctx, s.cancel = context.WithCancel(ctx)
 	log := slog.New(&errorNoter{h: logger.Handler(), s: s}).With("pool", pool, "source", spec.Name())
-	refresh := promsd.NewRefreshMetrics(s.reg)
-	metrics := spec.Config.NewDiscovererMetrics(s.reg, refresh)
-	if err := refresh.Register(); err == nil {
-		_ = metrics.Register() // a failure only loses failure counts; updates still tell
-	}
-	d, err := spec.Config.NewDiscoverer(promsd.DiscovererOptions{Logger: log, Metrics: metrics, SetName: pool + "/" + spec.Name()})
+	f, err := s.newFeed(spec, log)
 	if err != nil {
 		s.note(fmt.Sprintf("cannot start %s discovery: %v", s.mech, err))
 		log.Error("discovery source cannot start", "err", err)
 		close(s.done)
 		return s
 	}
-	up := make(chan []*targetgroup.Group)
-	go d.Run(ctx, up)
 	go func() {
 		defer close(s.done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case tgs, ok := <-up:
-				if !ok {
-					<-ctx.Done() // a static source closes its channel once it has sent
-					return
-				}
-				s.receive(tgs)
-				changed()
-			}
-		}
+		f.run(ctx, sourceSink{s: s, changed: changed, log: log})
 	}()
 	return s
 }
 
-// receive stores an update: a group replaces the group of the same source;
-// an empty group removes it.
-func (s *source) receive(tgs []*targetgroup.Group) {
+// newFeed returns the feed of spec.
+func (s *source) newFeed(spec Source, log *slog.Logger) (feed, error) {
+	switch c := spec.Config.(type) {
+	case *file.SDConfig:
+		return &fileFeed{cfg: c}, nil
+	case *httpsd.SDConfig:
+		return newHTTPFeed(c)
+	}
+	s.reg = prometheus.NewRegistry()
+	refresh := promsd.NewRefreshMetrics(s.reg)
+	metrics := spec.Config.NewDiscovererMetrics(s.reg, refresh)
+	if err := refresh.Register(); err == nil {
+		_ = metrics.Register() // a failure only loses failure counts; updates still tell
+	}
+	d, err := spec.Config.NewDiscoverer(promsd.DiscovererOptions{Logger: log, Metrics: metrics, SetName: s.pool + "/" + spec.Name()})
+	if err != nil {
+		return nil, err
+	}
+	return promFeed{d}, nil
+}
+
+// promFeed runs a Prometheus discoverer, each of its groups a chunk.
+type promFeed struct{ d promsd.Discoverer }
+
+func (p promFeed) run(ctx context.Context, out feedOut) {
+	up := make(chan []*targetgroup.Group)
+	go p.d.Run(ctx, up)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case tgs, ok := <-up:
+			if !ok {
+				<-ctx.Done() // a static source closes its channel once it has sent
+				return
+			}
+			m := make(map[string]*chunk, len(tgs))
+			for _, g := range tgs {
+				if g == nil {
+					continue
+				}
+				if len(g.Targets) == 0 {
+					m[g.Source] = nil
+					continue
+				}
+				m[g.Source] = chunkOf(g)
+			}
+			out.send(m)
+		}
+	}
+}
+
+// sourceSink is a source's feedOut: updates are stored and reported
+// through changed, failures noted and logged.
+type sourceSink struct {
+	s       *source
+	changed func()
+	log     *slog.Logger
+}
+
+func (o sourceSink) send(up map[string]*chunk) {
+	o.s.receive(up)
+	o.changed()
+}
+
+func (o sourceSink) fail(msg string) {
+	o.s.note(msg)
+	o.log.Warn("discovery source failed", "err", msg)
+}
+
+// receive stores an update. Its content changes only when some chunk
+// does: a file read again, or an HTTP SD answer given again, as it was is
+// not relabeled again.
+func (s *source) receive(up map[string]*chunk) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, g := range tgs {
-		if g == nil {
+	changed := false
+	for k, c := range up {
+		old := s.chunks[k]
+		switch {
+		case c == nil && old == nil:
+			continue
+		case c != nil && old != nil && c.equal(old):
+			continue
+		case old != nil:
+			s.groups -= old.groups
+		}
+		changed = true
+		if c == nil {
+			delete(s.chunks, k)
 			continue
 		}
-		if len(g.Targets) == 0 {
-			delete(s.groups, g.Source)
-			continue
-		}
-		s.groups[g.Source] = g
+		s.chunks[k] = c
+		s.groups += c.groups
 	}
 	s.updates++
 	s.update = time.Now()
+	if changed || s.updates == 1 {
+		s.version.Add(1)
+	}
+}
+
+// snapshot returns the source's chunks in the order of their keys, the
+// version they are of, and their numbers of targets and groups.
+func (s *source) snapshot() (cs []*chunk, version uint64, targets, groups int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.chunks))
+	for k := range s.chunks {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	cs = make([]*chunk, len(keys))
+	for i, k := range keys {
+		c := s.chunks[k]
+		cs[i] = c
+		targets += c.targets
+		groups += c.groups
+	}
+	return cs, s.version.Load(), targets, groups
 }
 
 // note records a failure with its reason.
@@ -136,6 +283,9 @@ func (s *source) noteAt(msg string, now time.Time) {
 // pollFailures reads the discoverer's failure counters and notes a failure
 // when they grew.
 func (s *source) pollFailures() {
+	if s.reg == nil {
+		return // sonde's own feeds note their failures themselves
+	}
 	mfs, err := s.reg.Gather()
 	if err != nil {
 		return
@@ -156,21 +306,6 @@ func (s *source) pollFailures() {
 	s.mu.Unlock()
 	if grew {
 		s.note("")
-	}
-}
-
-// eachGroup calls fn for the source's groups in the order of their names,
-// with the source's lock held.
-func (s *source) eachGroup(fn func(g *targetgroup.Group)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	keys := make([]string, 0, len(s.groups))
-	for k := range s.groups {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		fn(s.groups[k])
 	}
 }
 

@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"fmt"
+	"iter"
 	"net"
 	"net/netip"
 	"strconv"
@@ -36,10 +37,71 @@ type Unresolved struct {
 	Next   time.Time     `json:"next,omitzero"` // when it is looked up again
 }
 
-// Found is what a pool's sources and host names give at one time.
+// Found is what a pool's sources and host names give at one time: the
+// targets of Targets, then those the sources gave as addresses, kept as
+// the sources' relabeling made them (see [Found.All]).
 type Found struct {
 	Targets    []Target
+	parts      []part
 	Unresolved []Unresolved
+}
+
+// part is the targets one source gave as addresses, shared with the
+// runner, never changed.
+type part struct {
+	targets []addrTarget
+	sets    []labels.Labels // the label sets of targets, each once
+}
+
+// addrTarget is a target given as an address, in 24 bytes where a Target
+// takes 64: its label set is an index into its part's sets.
+type addrTarget struct {
+	addr [16]byte
+	port uint16
+	is4  bool
+	set  uint32
+}
+
+func newAddrTarget(a netip.Addr, port uint16, set uint32) addrTarget {
+	return addrTarget{addr: a.As16(), port: port, is4: a.Is4(), set: set}
+}
+
+func (a *addrTarget) ip() netip.Addr {
+	if a.is4 {
+		return netip.AddrFrom4([4]byte(a.addr[12:]))
+	}
+	return netip.AddrFrom16(a.addr)
+}
+
+// Len returns the number of targets.
+func (f Found) Len() int {
+	n := len(f.Targets)
+	for _, p := range f.parts {
+		n += len(p.targets)
+	}
+	return n
+}
+
+// All returns the targets, in order. A target it yields is valid until
+// the next: copy it to keep it.
+func (f Found) All() iter.Seq[*Target] {
+	return func(yield func(*Target) bool) {
+		for i := range f.Targets {
+			if !yield(&f.Targets[i]) {
+				return
+			}
+		}
+		var t Target
+		for _, p := range f.parts {
+			for i := range p.targets {
+				a := &p.targets[i]
+				t = Target{Addr: a.ip(), Port: a.port, Labels: p.sets[a.set]}
+				if !yield(&t) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // Limits on what one discovered target may carry. A target beyond them is
@@ -102,7 +164,7 @@ func parseAddress(s string) (endpoint, error) {
 }
 
 // relabeler turns discovered label sets into targets with one pool's labels
-// and relabel rules. It is used by one goroutine at a time.
+// and relabel rules. The runner's worker is the only one to use it.
 type relabeler struct {
 	base  labels.Labels // the pool's labels
 	rules []*relabel.Config
@@ -113,27 +175,40 @@ func newRelabeler(base labels.Labels, rules []*relabel.Config) *relabeler {
 	return &relabeler{base: base, rules: rules, b: labels.NewBuilder(labels.EmptyLabels())}
 }
 
-// process returns the target that group labels gl and target labels tl
-// give, or ok false when the rules drop it (reason "" for a drop by the
-// rules, else what is wrong with it).
-func (r *relabeler) process(gl, tl model.LabelSet) (ep endpoint, ls labels.Labels, ok bool, reason string) {
+// Why a discovered target is invalid: the reasons its source's status
+// counts it under. They are few and fixed, so that a source cannot grow the
+// status with a reason per target; what exactly was wrong is the detail.
+const (
+	reasonAddress    = "bad __address__"
+	reasonNameSize   = "label name too long"
+	reasonValueSize  = "label value too long"
+	reasonLabelCount = "too many labels"
+	reasonRelabel    = "relabel" // dropped by the rules: not invalid
+)
+
+// process returns the target that a chunk's group labels gl, the labels
+// set over them and the target labels tl give. When it is dropped, kept is
+// false, with reason "" for a drop by the rules, else one of the reasons
+// above and detail saying what exactly. Target labels win over group
+// labels, which win over the pool's.
+func (r *relabeler) process(gl []label, over labels.Labels, tl []label) (ep endpoint, ls labels.Labels, kept bool, reason, detail string) {
 	b := r.b
 	b.Reset(r.base)
-	for n, v := range gl {
-		b.Set(string(n), string(v))
+	for _, l := range gl {
+		b.Set(l.name, l.value)
 	}
-	for n, v := range tl {
-		b.Set(string(n), string(v))
+	over.Range(func(l labels.Label) { b.Set(l.Name, l.Value) })
+	for _, l := range tl {
+		b.Set(l.name, l.value)
 	}
 	if !relabel.ProcessBuilder(b, r.rules...) {
-		return endpoint{}, labels.EmptyLabels(), false, ""
+		return endpoint{}, labels.EmptyLabels(), false, "", ""
 	}
 	ep, err := parseAddress(b.Get(model.AddressLabel))
 	if err != nil {
-		return endpoint{}, labels.EmptyLabels(), false, err.Error()
+		return endpoint{}, labels.EmptyLabels(), false, reasonAddress, err.Error()
 	}
 	n := 0
-	reason = ""
 	b.Range(func(l labels.Label) {
 		if strings.HasPrefix(l.Name, model.ReservedLabelPrefix) {
 			b.Del(l.Name)
@@ -141,17 +216,18 @@ func (r *relabeler) process(gl, tl model.LabelSet) (ep endpoint, ls labels.Label
 		}
 		n++
 		switch {
+		case reason != "":
 		case len(l.Name) > MaxLabelNameBytes:
-			reason = fmt.Sprintf("label name over %d bytes", MaxLabelNameBytes)
+			reason, detail = reasonNameSize, fmt.Sprintf("a label name of %d bytes, more than %d", len(l.Name), MaxLabelNameBytes)
 		case len(l.Value) > MaxLabelValueBytes:
-			reason = fmt.Sprintf("label %s over %d bytes", l.Name, MaxLabelValueBytes)
+			reason, detail = reasonValueSize, fmt.Sprintf("label %s has a value of %d bytes, more than %d", l.Name, len(l.Value), MaxLabelValueBytes)
 		}
 	})
 	if reason == "" && n > MaxLabels {
-		reason = fmt.Sprintf("more than %d labels", MaxLabels)
+		reason, detail = reasonLabelCount, fmt.Sprintf("%d labels, more than %d", n, MaxLabels)
 	}
 	if reason != "" {
-		return endpoint{}, labels.EmptyLabels(), false, reason
+		return endpoint{}, labels.EmptyLabels(), false, reason, detail
 	}
-	return ep, b.Labels(), true, ""
+	return ep, b.Labels(), true, "", ""
 }

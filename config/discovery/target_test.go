@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/discovery/targetgroup"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/relabel"
 	"go.yaml.in/yaml/v2"
@@ -78,7 +79,7 @@ func TestRelabel(t *testing.T) {
 - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
 `))
 	group := model.LabelSet{"zone": "group", "__meta_kubernetes_namespace": "prod"}
-	ep, ls, ok, reason := rl.process(group, model.LabelSet{
+	ep, ls, ok, reason, _ := processSets(rl, group, model.LabelSet{
 		"__address__": "ignored:1", "__meta_kubernetes_pod_ip": "10.1.2.3", "__meta_kubernetes_pod_label_app": "web", "zone": "target",
 	})
 	if !ok || reason != "" {
@@ -90,22 +91,33 @@ func TestRelabel(t *testing.T) {
 	if want := `{namespace="prod", team="edge", zone="target"}`; ls.String() != want {
 		t.Errorf("labels %s, want %s", ls, want)
 	}
-	if _, _, ok, reason := rl.process(group, model.LabelSet{"__meta_kubernetes_pod_label_app": "db", "__meta_kubernetes_pod_ip": "10.1.2.4"}); ok || reason != "" {
+	if _, _, ok, reason, _ := processSets(rl, group, model.LabelSet{"__meta_kubernetes_pod_label_app": "db", "__meta_kubernetes_pod_ip": "10.1.2.4"}); ok || reason != "" {
 		t.Errorf("a target the rules drop: kept %v, reason %q", ok, reason)
 	}
 	long := model.LabelSet{"__meta_kubernetes_pod_label_app": "web", "__meta_kubernetes_pod_ip": "10.1.2.5", "x": model.LabelValue(strings.Repeat("v", MaxLabelValueBytes+1))}
-	if _, _, ok, reason := rl.process(group, long); ok || !strings.Contains(reason, "label x over") {
-		t.Errorf("a label too long: kept %v, reason %q", ok, reason)
+	if _, _, ok, reason, detail := processSets(rl, group, long); ok || reason != reasonValueSize || !strings.Contains(detail, "label x has a value of 4097 bytes") {
+		t.Errorf("a label too long: kept %v, reason %q (%s)", ok, reason, detail)
 	}
 	bad := model.LabelSet{"__meta_kubernetes_pod_label_app": "web", "__meta_kubernetes_pod_ip": "not an ip"}
-	if _, _, ok, reason := rl.process(group, bad); ok || !strings.Contains(reason, "__address__") {
-		t.Errorf("a bad address: kept %v, reason %q", ok, reason)
+	if _, _, ok, reason, detail := processSets(rl, group, bad); ok || reason != reasonAddress || !strings.Contains(detail, `"not an ip:8080"`) {
+		t.Errorf("a bad address: kept %v, reason %q (%s)", ok, reason, detail)
 	}
 	many := model.LabelSet{"__meta_kubernetes_pod_label_app": "web", "__meta_kubernetes_pod_ip": "10.1.2.6"}
 	for i := range MaxLabels + 1 {
 		many[model.LabelName("l"+strconv.Itoa(i+1))] = "v"
 	}
-	if _, _, ok, reason := rl.process(group, many); ok || !strings.Contains(reason, "more than") {
+	if _, _, ok, reason, _ := processSets(rl, group, many); ok || reason != reasonLabelCount {
 		t.Errorf("too many labels: kept %v, reason %q", ok, reason)
 	}
+}
+
+// processSets relabels one target given as Prometheus's label sets, kept
+// in a chunk as a source keeps it.
+func processSets(rl *relabeler, group, target model.LabelSet) (ep endpoint, ls labels.Labels, kept bool, reason, detail string) {
+	c := chunkOf(&targetgroup.Group{Labels: group, Targets: []model.LabelSet{target}})
+	c.each(func(gl, tl []label) bool {
+		ep, ls, kept, reason, detail = rl.process(gl, c.over, tl)
+		return false
+	})
+	return ep, ls, kept, reason, detail
 }
