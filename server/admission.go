@@ -126,7 +126,10 @@ func newAdmission(opt *Options) admission {
 func (a *admission) all() [4]*slots { return [4]*slots{a.scrape, a.probe, a.list, a.stream} }
 
 // vital marks the request's connection as serving one of the daemon's own
-// endpoints, which the connection limit never takes away (see connLimiter).
+// endpoints, which the connection limit never takes away (see connLimiter):
+// /metrics, /-/healthy, /-/ready, and /-/reload, an operator's reload that
+// a flood of API clients must not cut off (reloads are coalesced, so those
+// waiting cost one reload).
 func vital(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if lc, ok := r.Context().Value(connKey{}).(*limitedConn); ok {

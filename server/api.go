@@ -53,7 +53,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/remediations", d.handleRemediations)
 	mux.Handle("GET /-/healthy", vital(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })))
 	mux.Handle("GET /-/ready", vital(http.HandlerFunc(d.handleReady)))
-	mux.Handle("POST /-/reload", d.lifecycle(d.handleReload))
+	mux.Handle("POST /-/reload", vital(d.lifecycle(d.handleReload)))
 	d.statusRoutes(mux)
 	if d.opt.Web.RoutePrefix != "" {
 		return withHeaders(withPrefix(d.opt.Web.RoutePrefix, mux))
