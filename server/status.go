@@ -42,6 +42,7 @@ type pageBase struct {
 	Page     string // overview, pool, target, events, error
 	Title    string
 	Version  string
+	Revision string // the commit sonde was built from
 	Shard    string // "0/1"
 	TCPPath  string
 	Loaded   time.Time // when the running configuration was loaded
@@ -53,7 +54,7 @@ type pageBase struct {
 
 func (d *Daemon) pageBase(g *generation, page, title string) pageBase {
 	tcp, _ := d.TCPPath()
-	return pageBase{Page: page, Title: title, Version: d.opt.Version, Shard: g.cfg.Shard.String(), TCPPath: string(tcp),
+	return pageBase{Page: page, Title: title, Version: d.opt.Version, Revision: d.opt.Revision, Shard: g.cfg.Shard.String(), TCPPath: string(tcp),
 		Loaded: g.loaded, Now: d.opt.Clock.Now(), EventSeq: d.events.last()}
 }
 
