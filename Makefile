@@ -16,8 +16,9 @@ RUN_LISTEN ?= 127.0.0.1:9123
 # -dirty for uncommitted changes. REVISION is the commit, SOURCE_DATE_EPOCH
 # its time: the date of every file in the release artefacts, which makes them
 # reproducible.
-VERSION ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' --abbrev=12 --dirty 2>/dev/null) && echo $${v\#v} || \
-	echo 0.0.0-$$(git rev-list --count HEAD)-g$$(git rev-parse --short=12 HEAD)$$(git diff --quiet HEAD || echo -dirty))
+GIT_DESCRIBE := $(shell git describe --tags --match 'v[0-9]*' --abbrev=12 --dirty 2>/dev/null)
+VERSION ?= $(if $(GIT_DESCRIBE),$(patsubst v%,%,$(GIT_DESCRIBE)),$(shell \
+	echo 0.0.0-$$(git rev-list --count HEAD)-g$$(git rev-parse --short=12 HEAD)$$(git diff --quiet HEAD || echo -dirty)))
 REVISION ?= $(shell git rev-parse HEAD)
 SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct)
 VERSION := $(VERSION)
@@ -39,7 +40,7 @@ RELEASE     := bin/sonde-release
 RELEASE_FLAGS = -version '$(VERSION)' -revision '$(REVISION)' -epoch '$(SOURCE_DATE_EPOCH)' \
 	-bin '$(RELEASE_BIN)' -arch '$(ARCHES)' -ca-bundle '$(CA_BUNDLE)' -out '$(DIST)'
 
-.PHONY: build run test test-race bench generate lint clean release-bin release-tool image deb release test-release
+.PHONY: build run test test-race bench generate lint clean version release-bin release-tool image deb release test-release
 
 # CGO_ENABLED=0: a static binary, and one that can drop the capabilities of
 # all its threads after start (see server/privilege).
@@ -69,6 +70,10 @@ bench:
 # libbpf-dev from Debian). The output is committed, so builds need no clang.
 generate:
 	$(GO) generate ./bpf/... ./bench/...
+
+# The version make stamps, for scripts: make -s version.
+version:
+	@echo '$(VERSION)'
 
 release-bin:
 	@for arch in $(ARCHES); do \

@@ -141,3 +141,48 @@ func readYAML(t *testing.T, path string, v any) {
 		t.Fatalf("%s: %v", path, err)
 	}
 }
+
+// TestMakeVersion runs `make version` in clones of the commit: 0.0.0-N-gHASH
+// before the first tag, the tag without its v on a tagged commit, the
+// describe form after one, -dirty for an uncommitted change.
+func TestMakeVersion(t *testing.T) {
+	r := built(t)
+	git := testenv.Tool(t, "git", "git")
+	clone := filepath.Join(t.TempDir(), "sonde")
+	mustRun(t, git, "clone", "--quiet", "--no-checkout", r.root, clone)
+	mustRun(t, git, "-C", clone, "checkout", "--quiet", "--detach", r.revision)
+	for _, tag := range strings.Fields(mustRun(t, git, "-C", clone, "tag", "--list")) {
+		mustRun(t, git, "-C", clone, "tag", "--delete", tag)
+	}
+	head := strings.TrimSpace(mustRun(t, git, "-C", clone, "rev-parse", "--short=12", "HEAD"))
+	count := strings.TrimSpace(mustRun(t, git, "-C", clone, "rev-list", "--count", "HEAD"))
+	version := func() string {
+		cmd := exec.Command("make", "-s", "-C", clone, "version")
+		cmd.Env = withoutMakeVars(os.Environ())
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("make version: %v\n%s", err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	steps := []struct {
+		do   func()
+		want string
+	}{
+		{func() {}, "0.0.0-" + count + "-g" + head},
+		{func() { mustRun(t, git, "-C", clone, "tag", "v1.2.0", "HEAD~1") }, "1.2.0-1-g" + head},
+		{func() { mustRun(t, git, "-C", clone, "tag", "not-a-version") }, "1.2.0-1-g" + head},
+		{func() { mustRun(t, git, "-C", clone, "tag", "v1.3.0") }, "1.3.0"},
+		{func() {
+			if err := os.WriteFile(filepath.Join(clone, "README.md"), []byte("changed\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "1.3.0-dirty"},
+	}
+	for _, s := range steps {
+		s.do()
+		if got := version(); got != s.want {
+			t.Errorf("make version: %q, want %q", got, s.want)
+		}
+	}
+}
