@@ -16,11 +16,14 @@ RUN_LISTEN ?= 127.0.0.1:9123
 # -dirty for uncommitted changes. REVISION is the commit, SOURCE_DATE_EPOCH
 # its time: the date of every file in the release artefacts, which makes them
 # reproducible.
+# Outside a git checkout the version is devel, as for a plain go build, and
+# the release targets refuse to run.
 GIT_DESCRIBE := $(shell git describe --tags --match 'v[0-9]*' --abbrev=12 --dirty 2>/dev/null)
-VERSION ?= $(if $(GIT_DESCRIBE),$(patsubst v%,%,$(GIT_DESCRIBE)),$(shell \
-	echo 0.0.0-$$(git rev-list --count HEAD)-g$$(git rev-parse --short=12 HEAD)$$(git diff --quiet HEAD || echo -dirty)))
-REVISION ?= $(shell git rev-parse HEAD)
-SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct)
+GIT_HEAD := $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+VERSION ?= $(if $(GIT_DESCRIBE),$(patsubst v%,%,$(GIT_DESCRIBE)),$(if $(GIT_HEAD),$(shell \
+	echo 0.0.0-$$(git rev-list --count HEAD)-g$(GIT_HEAD)$$(git diff --quiet HEAD || echo -dirty)),devel))
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null)
 VERSION := $(VERSION)
 REVISION := $(REVISION)
 SOURCE_DATE_EPOCH := $(SOURCE_DATE_EPOCH)
