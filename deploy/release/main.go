@@ -18,6 +18,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"sync"
 	"syscall"
 )
 
@@ -95,19 +97,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-// writeRelease writes every artefact and a SHA256SUMS file of them.
+// writeRelease writes every artefact and a SHA256SUMS file of them. The
+// image, the packages and the tarballs are made at once: compressing them
+// is most of the time, and each needs one core.
 func writeRelease(ctx context.Context, in *inputs, out string) ([]artefact, error) {
-	var made []artefact
-	for _, write := range []func(context.Context, *inputs, string) ([]artefact, error){writeImage, writeDebs, writeTarballs} {
-		a, err := write(ctx, in, out)
-		made = append(made, a...)
-		if err != nil {
-			return made, err
-		}
+	writers := []func(context.Context, *inputs, string) ([]artefact, error){writeImage, writeDebs, writeTarballs}
+	made := make([][]artefact, len(writers))
+	errs := make([]error, len(writers))
+	var wg sync.WaitGroup
+	for i, write := range writers {
+		wg.Go(func() { made[i], errs[i] = write(ctx, in, out) })
 	}
-	sums, err := writeSums(out, made)
+	wg.Wait()
+	all := slices.Concat(made...)
+	if err := errors.Join(errs...); err != nil {
+		return all, err
+	}
+	sums, err := writeSums(out, all)
 	if err != nil {
-		return made, err
+		return all, err
 	}
-	return append(made, sums), nil
+	return append(all, sums), nil
 }
