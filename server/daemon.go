@@ -40,8 +40,9 @@ type Options struct {
 	// NoSyn keeps TCP checks in auto mode on connect() even when the SYN
 	// prober could run.
 	NoSyn bool
-	// Version is reported in sonde_build_info.
-	Version string
+	// Version and Revision (the commit) are reported in sonde_build_info
+	// and the status page's header.
+	Version, Revision string
 	// Events is the number of recent state changes kept for the API;
 	// default 10000.
 	Events int
@@ -185,6 +186,9 @@ func New(opt Options) (*Daemon, error) {
 	}
 	if opt.Version == "" {
 		opt.Version = "devel"
+	}
+	if opt.Revision == "" {
+		opt.Revision = "unknown"
 	}
 	if opt.ReloadGap <= 0 {
 		opt.ReloadGap = DefaultReloadGap

@@ -88,9 +88,9 @@ func newMetrics(d *Daemon) *metrics {
 	}
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sonde_build_info",
-		Help: "sonde's version and Go version; the value is 1.",
-	}, []string{"version", "goversion"})
-	build.WithLabelValues(d.opt.Version, runtime.Version()).Set(1)
+		Help: "sonde's version, the commit it was built from and its Go version; the value is 1.",
+	}, []string{"version", "revision", "goversion"})
+	build.WithLabelValues(d.opt.Version, d.opt.Revision, runtime.Version()).Set(1)
 	shard := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sonde_shard_info",
 		Help: "The slice of the targets this process probes: shard i of N (sonde run -shard i/N; 0 of 1 without it); the value is 1.",

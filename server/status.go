@@ -42,6 +42,7 @@ type pageBase struct {
 	Page     string // overview, pool, target, events, error
 	Title    string
 	Version  string
+	Revision string // the commit sonde was built from
 	Shard    string // "0/1"
 	TCPPath  string
 	Loaded   time.Time // when the running configuration was loaded
@@ -56,7 +57,7 @@ type pageBase struct {
 
 func (d *Daemon) pageBase(g *generation, page, title string) pageBase {
 	tcp, _ := d.TCPPath()
-	b := pageBase{Page: page, Title: title, Version: d.opt.Version, Shard: g.cfg.Shard.String(), TCPPath: string(tcp),
+	b := pageBase{Page: page, Title: title, Version: d.opt.Version, Revision: d.opt.Revision, Shard: g.cfg.Shard.String(), TCPPath: string(tcp),
 		Loaded: g.loaded, Now: d.opt.Clock.Now(), EventSeq: d.events.last()}
 	if d.saves != nil {
 		if a := d.saves.alert(d.opt.StateFile, time.Now()); a != "" {

@@ -115,7 +115,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// One resolver for the loads and for the daemon, which looks host
 	// names up again as their answers expire.
 	res := &discovery.DNSResolver{}
-	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Shard: f.shard, Web: f.web,
+	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Revision: buildRevision(), Shard: f.shard, Web: f.web,
 		StateFile: f.stateFile, StateInterval: f.stateGap, HistoryTargets: f.history, Resolver: res}
 	if opt.Syn, err = synFlags(f); err != nil {
 		return usageError(err)

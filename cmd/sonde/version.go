@@ -13,10 +13,14 @@ import (
 	"github.com/sondeprobe/sonde/probe"
 )
 
-// version is set at build time with -ldflags "-X main.version=…"; otherwise the
-// module version from the build info is used.
-var version = ""
+// version and revision are stamped by make (`git describe` and the commit)
+// with -ldflags "-X main.version=… -X main.revision=…". A plain go build
+// leaves them empty: the version is then the module's, or devel, and the
+// revision the commit go build recorded, if any.
+var version, revision string
 
+// buildVersion returns sonde's version: the stamped one, the module version
+// of a `go install …@version`, or "devel".
 func buildVersion() string {
 	if version != "" {
 		return version
@@ -27,8 +31,24 @@ func buildVersion() string {
 	return "devel"
 }
 
-// runVersion prints sonde's version, the Go runtime it was built with, and
-// the TCP probe path its capabilities allow.
+// buildRevision returns the commit sonde was built from: the stamped one, the
+// one go build recorded from the checkout (vcs.revision), or "unknown".
+func buildRevision() string {
+	if revision != "" {
+		return revision
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				return s.Value
+			}
+		}
+	}
+	return "unknown"
+}
+
+// runVersion prints sonde's version, the commit and the Go runtime it was
+// built with, and the TCP probe path its capabilities allow.
 func runVersion(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	fs.SetOutput(stdout)
@@ -36,6 +56,7 @@ func runVersion(args []string, stdout io.Writer) error {
 		return usageError(err)
 	}
 	fmt.Fprintf(stdout, "sonde %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(stdout, "revision: %s\n", buildRevision())
 	caps, err := effectiveCaps()
 	if err != nil {
 		fmt.Fprintf(stdout, "capabilities: unknown (%v)\n", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 
@@ -40,5 +41,24 @@ func TestVersionCommand(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output %q lacks %q", out.String(), want)
 		}
+	}
+}
+
+// TestVersionStamped: the version and commit that make stamps with -ldflags
+// are what `sonde version` prints; a plain build says devel.
+func TestVersionStamped(t *testing.T) {
+	defer func(v, r string) { version, revision = v, r }(version, revision)
+	version, revision = "", ""
+	if got := buildVersion(); got != "devel" {
+		t.Errorf("unstamped version %q, want devel", got)
+	}
+	version, revision = "1.2.3-4-gabcdef012345", "abcdef0123456789abcdef0123456789abcdef01"
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"version"}, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(out.String(), "\n")
+	if len(lines) < 2 || !strings.HasPrefix(lines[0], "sonde 1.2.3-4-gabcdef012345 (go") || lines[1] != "revision: "+revision {
+		t.Errorf("sonde version printed\n%s\nwant sonde 1.2.3-4-gabcdef012345 (go…) and revision: %s", out.String(), revision)
 	}
 }
