@@ -97,6 +97,7 @@ func (n *names) seed(host string, fam Family, res Resolution) {
 	n.m[k] = e
 	n.record(e, res, res.At)
 	heap.Push(&n.h, e)
+	n.poke() // run may be waiting with nothing due: it must learn of e's next lookup
 }
 
 // use says which names pool uses now; names no pool uses are forgotten, and

@@ -101,6 +101,23 @@ func TestNamesSeed(t *testing.T) {
 	}
 }
 
+// TestNamesSeedWakes checks that seeding a name wakes the lookup loop: run
+// may already wait with an empty table (for an hour) when a configuration
+// seeds its names, and would then never look a failed one up again.
+func TestNamesSeedWakes(t *testing.T) {
+	n := newNames(func([]string) {})
+	select { // as run, waiting, has taken any earlier wake
+	case <-n.wake:
+	default:
+	}
+	n.seed("late.test", Dual, Resolution{Err: errors.New("no such host"), At: t0})
+	select {
+	case <-n.wake:
+	default:
+		t.Fatal("seed left the lookup loop asleep: a name that failed at load is never looked up again")
+	}
+}
+
 // TestNamesDueBounded checks that at most the free lookup slots are taken.
 func TestNamesDueBounded(t *testing.T) {
 	n := newNames(func([]string) {})
