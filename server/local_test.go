@@ -108,8 +108,15 @@ pools:
 		return x
 	}
 	first := waitLocal(5)
-	if first.State != "healthy" || first.Consecutive < 5 || first.LastOutcome != "local_error" || !strings.Contains(first.LastError, "cannot assign requested address") {
-		t.Errorf("target %+v: want healthy with its streak of successes, last outcome local_error with the bind error", first)
+	// A probe in flight as the address goes may time out (the answer is
+	// for an address no longer local): that one failure is the network's
+	// verdict of the moment, within fall. From then on every probe is a
+	// local error, which changes nothing.
+	if first.State != "healthy" || first.LastOutcome != "local_error" || !strings.Contains(first.LastError, "cannot assign requested address") {
+		t.Errorf("target %+v: want healthy, last outcome local_error with the bind error", first)
+	}
+	if first.Consecutive < 5 && first.Consecutive > 1 {
+		t.Errorf("target %+v: want its streak of successes, or one failure of a probe in flight as the address went", first)
 	}
 	if x := waitLocal(10); x.State != first.State || x.Consecutive != first.Consecutive {
 		t.Errorf("after 5 more local errors: %+v, want state and streak as they were (%s, %d)", x, first.State, first.Consecutive)
