@@ -68,7 +68,7 @@ var labelValues = regexp.MustCompile(`^label_values\((.*),\s*(\w+)\)$`)
 
 // TestDashboard parses every query of the dashboard, panels and variables,
 // with the PromQL parser, and checks each metric it selects is one sonde
-// exports (deploy/README.md) or a rule of deploy/prometheus records.
+// exports (docs/metrics.md) or a rule of deploy/prometheus records.
 func TestDashboard(t *testing.T) {
 	b, err := os.ReadFile(dashboardFile)
 	if err != nil {
@@ -90,7 +90,7 @@ func TestDashboard(t *testing.T) {
 	check := func(where, q string) {
 		for _, name := range metricNames(t, q) {
 			if !known[name] {
-				t.Errorf("%s: %s is neither exported by sonde (deploy/README.md) nor recorded by a rule", where, name)
+				t.Errorf("%s: %s is neither exported by sonde (docs/metrics.md) nor recorded by a rule", where, name)
 			}
 		}
 	}
