@@ -1,8 +1,9 @@
 // Package docs holds sonde's documentation (the Markdown files of this
 // directory) and the tests that keep it true to the code: every field of
 // the configuration file is documented in configuration.md and every field
-// documented there exists, the relative links of the documents and of the
-// README resolve, and no document points outside the repository. The
+// documented there exists, every rule code the code cites is defined in
+// semantics.md, the relative links of the documents and of the README
+// resolve, and no document points outside the repository. The
 // metrics reference, metrics.md, is compared with what a running daemon
 // exports by the deploy module's TestMetricTableMatchesDaemon.
 package docs
