@@ -2,7 +2,8 @@
 // directory) and the tests that keep it true to the code: every field of
 // the configuration file is documented in configuration.md and every field
 // documented there exists, every rule code the code cites is defined in
-// semantics.md, the relative links of the documents and of the README
+// semantics.md, the windows it gives for each preset are those the
+// scheduler computes, the README's configuration loads, the relative links of the documents and of the README
 // resolve, and no document points outside the repository. The
 // metrics reference, metrics.md, is compared with what a running daemon
 // exports by the deploy module's TestMetricTableMatchesDaemon.
