@@ -25,7 +25,12 @@ import (
 	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
-// metricDoc is one row of the metrics table of deploy/README.md.
+// metricsDoc is the metrics reference, whose tables this test keeps equal
+// to what sonde exports and against which the rules and the dashboard are
+// checked.
+const metricsDoc = "../docs/metrics.md"
+
+// metricDoc is one row of the metrics tables of docs/metrics.md.
 type metricDoc struct {
 	name, typ string
 	labels    []string
@@ -34,10 +39,10 @@ type metricDoc struct {
 
 var metricRow = regexp.MustCompile("^\\| `([a-z_:]+)` \\| (counter|gauge|histogram) \\|([^|]*)\\| (.*) \\|$")
 
-// metricTable reads the metrics table of deploy/README.md.
+// metricTable reads the metrics tables of docs/metrics.md.
 func metricTable(t *testing.T) map[string]metricDoc {
 	t.Helper()
-	b, err := os.ReadFile("README.md")
+	b, err := os.ReadFile(metricsDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,12 +60,12 @@ func metricTable(t *testing.T) map[string]metricDoc {
 		}
 		slices.Sort(d.labels)
 		if _, dup := docs[d.name]; dup {
-			t.Errorf("README.md lists %s twice", d.name)
+			t.Errorf("%s lists %s twice", metricsDoc, d.name)
 		}
 		docs[d.name] = d
 	}
 	if len(docs) < 20 {
-		t.Fatalf("README.md: found %d metric rows, want the whole table", len(docs))
+		t.Fatalf("%s: found %d metric rows, want the whole table", metricsDoc, len(docs))
 	}
 	return docs
 }
@@ -82,7 +87,7 @@ func exportedNames(t *testing.T) map[string]bool {
 }
 
 // TestMetricTableMatchesDaemon runs sonde on loopback targets and compares
-// what /metrics exports with the table in deploy/README.md, both ways: every
+// what /metrics exports with the tables of docs/metrics.md, both ways: every
 // documented metric with its type and labels, and every sonde_ metric
 // documented. The rules and the dashboard are checked against that table.
 func TestMetricTableMatchesDaemon(t *testing.T) {
@@ -116,7 +121,8 @@ func TestMetricTableMatchesDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An HTTPS check exports certificate expiries; a webhook its delivery
-	// counters (it posts to the plain server, which accepts anything).
+	// counters (it posts to the plain server, which accepts anything); a
+	// remediation its counters, at zero (it is due only after a day).
 	cfg := fmt.Sprintf(`checks:
   web: {protocol: http, path: /, interval: 100ms, timeout: 1s, rise: 1, fall: 2}
   tcp: {protocol: tcp, tcp_mode: connect, interval: 100ms, timeout: 1s, rise: 1, fall: 2}
@@ -128,6 +134,8 @@ pools:
   - {name: found, check: web, file_sd_configs: [{files: [%q]}]}
 webhooks:
   - {url: %q}
+remediation:
+  - {name: replace, pools: [tcp], after: 24h, command: ["true"]}
 `, strings.TrimPrefix(web.URL, "http://"), l.Addr().String(), strings.TrimPrefix(secure.URL, "https://"), sd, web.URL+"/")
 	d := startDaemon(t, cfg)
 
@@ -151,21 +159,21 @@ webhooks:
 		case f == nil && doc.planned:
 			continue
 		case f == nil:
-			t.Errorf("%s: in README.md, not exported by sonde", name)
+			t.Errorf("%s: in %s, not exported by sonde", name, metricsDoc)
 			continue
 		case doc.planned:
-			t.Errorf("%s: exported now, drop \"(planned\" from its row in README.md", name)
+			t.Errorf("%s: exported now, drop \"(planned\" from its row in %s", name, metricsDoc)
 		}
 		if got := strings.ToLower(f.GetType().String()); got != doc.typ {
-			t.Errorf("%s: README.md says %s, sonde exports a %s", name, doc.typ, got)
+			t.Errorf("%s: %s says %s, sonde exports a %s", name, metricsDoc, doc.typ, got)
 		}
 		if got := labelNames(f); !slices.Equal(got, doc.labels) {
-			t.Errorf("%s: README.md gives labels %v, sonde exports %v", name, doc.labels, got)
+			t.Errorf("%s: %s gives labels %v, sonde exports %v", name, metricsDoc, doc.labels, got)
 		}
 	}
 	for name := range fams {
 		if strings.HasPrefix(name, "sonde_") && docs[name].name == "" {
-			t.Errorf("%s: exported by sonde, missing from the metrics table of deploy/README.md", name)
+			t.Errorf("%s: exported by sonde, missing from the metrics tables of %s", name, metricsDoc)
 		}
 	}
 }

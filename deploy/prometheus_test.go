@@ -91,7 +91,7 @@ func TestRules(t *testing.T) {
 	for _, r := range loadRules(t) {
 		for _, name := range metricNames(t, r.Expr) {
 			if !exported[name] && !recorded[name] {
-				t.Errorf("%s: %s%s uses %s, which sonde does not export (deploy/README.md) and no earlier rule records",
+				t.Errorf("%s: %s%s uses %s, which sonde does not export (docs/metrics.md) and no earlier rule records",
 					r.file, r.Alert, r.Record, name)
 			}
 		}

@@ -9,7 +9,7 @@ import (
 // TestPoolPolicySplit is the rule for a pool split across processes (sonde
 // run -shard): each applies the policy to its own slice, knowing nothing of
 // the others. Over random pools, policies and splits of targets in random
-// states, it checks the promises README.md makes for that:
+// states, it checks the promises docs/operations.md makes for that:
 //
 //   - counts add up: the slices' members, disabled, healthy and unhealthy
 //     targets are the pool's;

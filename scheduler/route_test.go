@@ -340,7 +340,7 @@ func TestRouterUnprobed(t *testing.T) {
 }
 
 // splitPool is a pool of n targets and its split into slices, as shards
-// split it (README.md, "Pools split across shards"): each slice is a pool of
+// split it (docs/operations.md, "Pools split across shards"): each slice is a pool of
 // its own with the same policy, as a shard's router sees its part. Every
 // slice has a member; disabled members are disabled in their slice too.
 func splitPool(rng *rand.Rand, n, parts int, policy PoolPolicy) []*Pool {
@@ -364,7 +364,7 @@ func splitPool(rng *rand.Rand, n, parts int, policy PoolPolicy) []*Pool {
 	return pools
 }
 
-// TestRouterSplitPool checks the promises of README.md for a pool split
+// TestRouterSplitPool checks the promises of docs/operations.md for a pool split
 // across shards, each applying the pool's policy to its slice: together
 // the slices never remove more than the pool's cap (nor more than the
 // whole pool removes), and the union of their preferred sets contains the

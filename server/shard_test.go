@@ -65,7 +65,7 @@ type poolsPage struct {
 }
 
 // TestDaemonShards runs two shards of one configuration and checks what
-// README.md promises for a pool split across shards: each shard reports
+// docs/operations.md promises for a pool split across shards: each shard reports
 // and decides its own slice; the slices' counts add up to the pool's; a
 // slice without a healthy target fails open even while another shard has
 // healthy targets of the pool; a pool with no healthy target anywhere

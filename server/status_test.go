@@ -325,7 +325,7 @@ func TestStatusPageErrors(t *testing.T) {
 
 // TestRecentEventBounds checks that each page's event list is made with as
 // many events as its script keeps when new ones arrive: the newest 200 on
-// the events page (as the README says), 10 on the overview, 50 for a target.
+// the events page (as docs/status-page.md says), 10 on the overview, 50 for a target.
 func TestRecentEventBounds(t *testing.T) {
 	td := startDaemon(t, unprobedConfig)
 	for range 300 {

@@ -9,7 +9,7 @@ import (
 const module = "github.com/sondeprobe/sonde"
 
 // forbidden lists, per layer, the layers it must never depend on, directly or
-// through another package (README.md, "Layout": cmd → server/config →
+// through another package (docs/architecture.md, "Layers": cmd → server/config →
 // scheduler → probe → bpf). Keys and values are package paths below the
 // module; a key matches the package and every package under it.
 var forbidden = map[string][]string{
