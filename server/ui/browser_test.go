@@ -776,3 +776,44 @@ func TestStatusPagePoolCounts(t *testing.T) {
 	}
 	b.check("static/sonde.js", "pool?name=api")
 }
+
+// TestPoolClickNotLostWhileRefreshing clicks an order while the pool page's
+// previous read is still in flight (held in the browser): the click's page
+// must be read after it, not dropped, or the page shows one order while its
+// address names another until some later refresh.
+func TestPoolClickNotLostWhileRefreshing(t *testing.T) {
+	b := newBrowser(t)
+	_, base := startSondeWith(t, `
+checks:
+  web: {protocol: http, path: /, interval: 1s, timeout: 1s}
+pools:
+  - {name: big, check: web, targets: ["198.18.0.0/24"], health_checks: false}
+`)
+	paging := `document.querySelector("#members .paging").textContent.trim()`
+	b.open(base + "pool?name=big")
+	b.wait("the first page", `/targets 1–100 of 256/.test(`+paging+`)`, paging, 20*time.Second)
+	// The page's reads wait until released, and the page seems hidden, so
+	// that no timed refresh reads it meanwhile.
+	eval[bool](b, `(function () {
+		Object.defineProperty(document, "hidden", { get: function () { return true; } });
+		var real = window.fetch;
+		window.held = [];
+		window.asked = [];
+		window.fetch = function (u, o) {
+			window.asked.push(String(u));
+			return new Promise(function (done) { window.held.push(function () { done(real(u, o)); }); });
+		};
+		window.release = function () { var go = window.held.shift(); if (go) go(); return !!go; };
+		return true;
+	})()`)
+	b.do(chromedp.Click(`a[rel="next"]`))
+	b.wait("the next page's read, held", `window.held.length === 1`, `window.asked.join(" ")`, 10*time.Second)
+	b.do(chromedp.Click(`th.col-target a`))
+	eval[bool](b, `window.release()`)
+	b.wait("a read of the clicked order after the held one", `window.asked.length === 2 && /desc=/.test(window.asked[1])`,
+		`window.asked.join(" ")`, 10*time.Second)
+	eval[bool](b, `window.release()`)
+	b.wait("descending order, as the address says",
+		`/desc=/.test(location.search) && document.querySelector("#members tbody tr").dataset.targetRow === "198.18.0.255:80"`,
+		`location.search + " " + document.querySelector("#members tbody tr").dataset.targetRow`, 20*time.Second)
+}

@@ -48,10 +48,12 @@
   }
 
   // refresh re-reads url (the page itself by default) and replaces the
-  // parts marked data-live with their new versions.
-  var refreshing = false;
+  // parts marked data-live with their new versions. Asked while a read is
+  // in flight, it reads again once that one is in, the latest asked for: a
+  // click on a page or an order while the page refreshes is never lost.
+  var refreshing = false, again = null;
   function refresh(url) {
-    if (refreshing) return Promise.resolve();
+    if (refreshing) { again = url || ""; return Promise.resolve(); }
     refreshing = true;
     return fetch(url || location.href, { cache: "no-store", headers: { Accept: "text/html" } })
       .then(function (res) {
@@ -69,7 +71,15 @@
         pageOK = true;
       })
       .catch(function () { pageOK = false; })
-      .then(function () { refreshing = false; showLive(); });
+      .then(function () {
+        refreshing = false;
+        showLive();
+        if (again !== null) {
+          var next = again;
+          again = null;
+          return refresh(next || undefined);
+        }
+      });
   }
 
   // menuCounts takes the counts of the filter menus ("unhealthy (3)") from
