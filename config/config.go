@@ -306,7 +306,7 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 	if len(f.Pools) == 0 {
 		return nil, fieldErr("pools", "missing; a config needs at least one pool")
 	}
-	x := &expander{dir: dir, ctx: opt.Context, limit: opt.MaxTargets, shard: opt.Shard,
+	x := &expander{dir: dir, ctx: opt.Context, limit: opt.MaxTargets, shard: opt.Shard, kinds: discovery.LookupKind,
 		dns: resolver{r: opt.Resolver, ctx: opt.Context, timeout: opt.ResolveTimeout}}
 	for i, ps := range f.Pools {
 		p, err := x.addPool(i, ps, cfg.Checks, cfg.Pools)

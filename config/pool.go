@@ -140,6 +140,7 @@ type expander struct {
 	limit       int
 	shard       Shard
 	dns         resolver
+	kinds       kindLookup                   // the discovery kinds built in
 	adding      bool                         // expanding targets (not disabled entries): count them against limit
 	listed      int                          // targets listed so far, in every shard
 	entries     []entry                      // the shard's targets
@@ -204,7 +205,7 @@ func (x *expander) addPool(i int, s *PoolSpec, checks []*Check, prev []*Pool) (*
 		return nil, err
 	}
 	if len(s.Targets) == 0 && s.TargetsFile == nil && len(p.Discovery.Sources) == 0 {
-		return nil, fieldErr(field, "no targets; set targets, targets_file or a discovery list (%s)", sdKeys())
+		return nil, fieldErr(field, "no targets; set targets, targets_file or a discovery list (%s)", sdKeyList())
 	}
 
 	start, listed := len(x.entries), x.listed
@@ -275,14 +276,14 @@ func (x *expander) discoveryOf(p *Pool, s *PoolSpec, c *Check, field string) err
 		return err
 	}
 	d := discovery.Pool{Name: p.Name, Labels: p.Labels, Family: c.family()}
-	if d.Sources, err = decodeSources(s, field, x.dir); err != nil {
+	if d.Sources, err = decodeSources(s, field, x.dir, x.kinds); err != nil {
 		return err
 	}
 	if d.Relabel, err = decodeRelabel(s.RelabelConfigs, field+".relabel_configs"); err != nil {
 		return err
 	}
 	if len(d.Relabel) > 0 && len(d.Sources) == 0 {
-		return fieldErr(field+".relabel_configs", "set without a discovery list; relabeling applies to discovered targets (%s)", sdKeys())
+		return fieldErr(field+".relabel_configs", "set without a discovery list; relabeling applies to discovered targets (%s)", sdKeyList())
 	}
 	p.Discovery = d
 	return nil
