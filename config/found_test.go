@@ -188,4 +188,3 @@ func TestWithFoundShardAndLimit(t *testing.T) {
 		t.Errorf("over the limit: %v", err)
 	}
 }
-
