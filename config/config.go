@@ -8,13 +8,13 @@ import (
 	"io"
 	"maps"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/sondeprobe/sonde/config/discovery"
+	"github.com/sondeprobe/sonde/config/fleet"
 	"github.com/sondeprobe/sonde/internal/safefile"
 )
 
@@ -95,87 +95,12 @@ type Config struct {
 	maxTargets int
 }
 
-// Target is one unique (address, port, check). It holds no pointer, slice or
-// string (24 bytes), so ten million of them stay compact and the garbage
-// collector never scans them.
-type Target struct {
-	ip    [16]byte // the address, IPv4 as IPv4-mapped IPv6; see Addr
-	Port  uint16
-	Check uint16 // index into Config.Checks
-	// lead holds the leader's id (see Leader) in its low bits, and the
-	// target's flags in the top two: 24 bytes a target, not 28.
-	lead uint32
-}
+// Target is one unique (address, port, check) of the table: see
+// [fleet.Target].
+type Target = fleet.Target
 
-const (
-	leadMask     = 1<<30 - 1
-	leadDisabled = 1 << 30 // see Disabled
-	leadValid    = 1 << 31 // ip holds an address (a placeholder's does not)
-)
-
-// MaxTargetID is the largest target id: Target keeps ids in 30 bits.
-const MaxTargetID = leadMask
-
-// Leader is the id of the target that leads this target's probe stream:
-// its own id when it leads. Only leaders are probed; the engine probes a
-// leader at the highest rate any member of its stream wants and feeds each
-// result to every member.
-func (t Target) Leader() uint32 { return t.lead & leadMask }
-
-// SetLeader sets the target's Leader.
-func (t *Target) SetLeader(id uint32) { t.lead = t.lead&^leadMask | id&leadMask }
-
-// Disabled is true when no pool probes the target: every pool that lists
-// it disables it (E6) or has its health checks off. Then no pool needs its
-// health and it is not probed.
-func (t Target) Disabled() bool { return t.lead&leadDisabled != 0 }
-
-// SetDisabled sets whether the target is Disabled.
-func (t *Target) SetDisabled(off bool) {
-	t.lead &^= leadDisabled
-	if off {
-		t.lead |= leadDisabled
-	}
-}
-
-// Placeholder returns the target that stands at a free id: no address,
-// disabled, leading itself.
-func Placeholder(id uint32) Target { return Target{lead: id&leadMask | leadDisabled} }
-
-// NewTarget returns a target at a, port, of check index check, leading
-// its own stream (Leader is the caller's to set).
-func NewTarget(a netip.Addr, port, check uint16) Target {
-	t := Target{ip: a.As16(), Port: port, Check: check}
-	if a.IsValid() {
-		t.lead = leadValid
-	}
-	return t
-}
-
-// Valid reports whether the target has an address: false for a
-// placeholder (a free id). It costs what Addr().IsValid() would, without
-// building the address.
-func (t *Target) Valid() bool { return t.lead&leadValid != 0 }
-
-// Addr returns the target's address; the zero Addr for a placeholder.
-func (t Target) Addr() netip.Addr {
-	if t.lead&leadValid == 0 {
-		return netip.Addr{}
-	}
-	return netip.AddrFrom16(t.ip).Unmap()
-}
-
-// IP16 returns the target's address as 16 bytes (IPv4 as IPv4-mapped
-// IPv6), for packet builders; nil for a placeholder.
-func (t *Target) IP16() *[16]byte {
-	if t.lead&leadValid == 0 {
-		return nil
-	}
-	return &t.ip
-}
-
-// AddrPort returns the target's endpoint.
-func (t Target) AddrPort() netip.AddrPort { return netip.AddrPortFrom(t.Addr(), t.Port) }
+// Shard is one slice of the targets: see [fleet.Shard].
+type Shard = fleet.Shard
 
 // Metrics holds the metrics options.
 type Metrics struct {
@@ -289,7 +214,7 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 	if opt.MaxTargets <= 0 {
 		opt.MaxTargets = DefaultMaxTargets
 	}
-	opt.MaxTargets = min(opt.MaxTargets, MaxTargetID+1)
+	opt.MaxTargets = min(opt.MaxTargets, fleet.MaxTargetID+1)
 	if opt.LookupEnv == nil {
 		opt.LookupEnv = os.LookupEnv
 	}
@@ -306,7 +231,7 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 	if len(f.Pools) == 0 {
 		return nil, fieldErr("pools", "missing; a config needs at least one pool")
 	}
-	x := &expander{dir: dir, ctx: opt.Context, limit: opt.MaxTargets, shard: opt.Shard,
+	x := &expander{dir: dir, ctx: opt.Context, limit: opt.MaxTargets, shard: opt.Shard, kinds: discovery.LookupKind,
 		dns: resolver{r: opt.Resolver, ctx: opt.Context, timeout: opt.ResolveTimeout}}
 	for i, ps := range f.Pools {
 		p, err := x.addPool(i, ps, cfg.Checks, cfg.Pools)
@@ -319,7 +244,7 @@ func build(f *File, dir string, opt LoadOptions) (*Config, error) {
 		return nil, err
 	}
 	cfg.listed, cfg.maxTargets = x.listed, x.limit
-	cfg.Targets, cfg.Hostnames = x.dedup(cfg.Pools)
+	cfg.Targets, cfg.Hostnames = x.build(cfg.Pools)
 	if f.Metrics != nil && f.Metrics.PerTarget != nil {
 		cfg.Metrics.PerTarget = *f.Metrics.PerTarget
 	}

@@ -202,7 +202,7 @@ func (d *decoder) decodeStruct(n *yaml.Node, path string, v reflect.Value, depth
 		}
 		if idx < 0 {
 			if strings.HasSuffix(k.Value, "_sd_configs") {
-				return fieldErr(field, "unknown field; the discovery sonde supports is %s", sdKeys())
+				return fieldErr(field, "unknown field; the discovery sonde supports is %s", sdKeyList())
 			}
 			return fieldErr(field, "unknown field")
 		}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sondeprobe/sonde/config/fleet"
 )
 
 // row describes one target for comparison: endpoint, check name, leader id
@@ -229,9 +231,9 @@ pools:
 	// 198.18.0.1:22: one TCP stream (fast and slow: max(2, 0.25) = 2/s) plus
 	// one HTTP stream (1/s); 198.18.0.2:22: slow alone, 1/4s; 198.18.0.3 is
 	// disabled everywhere and gets none.
-	want := []EndpointRate{
-		{netip.MustParseAddrPort("198.18.0.1:22"), 3},
-		{netip.MustParseAddrPort("198.18.0.2:22"), 0.25},
+	want := []fleet.EndpointRate{
+		{Endpoint: netip.MustParseAddrPort("198.18.0.1:22"), Rate: 3},
+		{Endpoint: netip.MustParseAddrPort("198.18.0.2:22"), Rate: 0.25},
 	}
 	if diff := cmp.Diff(want, cfg.EndpointRates(), cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
 		t.Errorf("EndpointRates (-want +got):\n%s", diff)

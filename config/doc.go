@@ -40,12 +40,23 @@
 // check's, else 80 for HTTP and 443 for HTTPS; with appgateway, a port set on
 // the check is every target's ([Check.TargetPort]).
 //
+// Discovery. A pool's discovery lists ("static_configs", "*_sd_configs")
+// are decoded by the kind registered for each with package discovery
+// ([discovery.LookupKind]); package kinds registers Prometheus's when a
+// program links it, as the daemon does. This package links no discovery
+// client itself, so a program that reads configurations without package
+// kinds compiles no Kubernetes client, and refuses every discovery list,
+// as a build without a kind refuses that kind, naming it.
+//
 // Remediation (R1, R2). Each entry of "remediation" is a [Remediation]: an
 // action and its budget over a set of pools. It is validated here; the
 // daemon's server/remediate package decides when it fires.
 //
 // Deduplication (P4, P5). Each unique (address, port, check) is one
-// [Target], shared by every pool that lists it. Checks that differ only in
+// [Target], shared by every pool that lists it. The table of targets and
+// what works on it alone — deduplication, probe streams, pool memberships,
+// shards, probe rates — is package fleet's; this package reads the files
+// and decides what goes into it. Checks that differ only in
 // timing and evaluation (equal [Check.ProbeKey]) form one probe class;
 // targets of one class with the same address and port share one probe
 // stream, which the engine probes at the highest rate its members want and

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/prometheus/prometheus/model/labels"
-
 	"github.com/sondeprobe/sonde/config/discovery"
 )
 
@@ -73,7 +71,8 @@ func (c *Config) WithFoundContext(ctx context.Context, found map[string]discover
 		return s, nil
 	}
 	listed := s.listed + extra
-	x := &expander{limit: s.maxTargets, shard: s.Shard, entries: make([]entry, 0, len(s.Targets)+extra)}
+	x := &expander{limit: s.maxTargets, shard: s.Shard}
+	x.b.Grow(len(s.Targets) + extra)
 	x.listed = s.listed
 	cp := *s // checks, remediations, metrics, shard, files: as they are
 	out := &cp
@@ -84,16 +83,16 @@ func (c *Config) WithFoundContext(ctx context.Context, found map[string]discover
 		np := *p
 		out.Pools[i] = &np
 		chk := s.Checks[p.CheckIndex]
-		start := len(x.entries)
+		start := x.b.Len()
 		d := 0
 		for pos, id := range p.Members {
 			for d < len(p.Disabled) && p.Disabled[d] < id {
 				d++
 			}
 			t := s.Targets[id]
-			x.labels = x.intern(p.MemberLabels(pos))
+			x.b.SetLabels(p.MemberLabels(pos))
 			if x.add(t.Addr(), t.Port, s.Hostnames[id], uint16(p.CheckIndex), chk) && d < len(p.Disabled) && p.Disabled[d] == id {
-				x.entries[len(x.entries)-1].flags |= flagDisabled
+				x.b.DisableLast()
 			}
 		}
 		f := found[p.Name]
@@ -111,17 +110,17 @@ func (c *Config) WithFoundContext(ctx context.Context, found map[string]discover
 				return nil, fmt.Errorf("pool %q: %s brings the number of targets over the limit of %d", p.Name, hostOrAddr(t), x.limit)
 			}
 			port := chk.TargetPort(t.Port)
-			x.labels = x.intern(t.Labels)
+			x.b.SetLabels(t.Labels)
 			if x.add(t.Addr, port, t.Host, uint16(p.CheckIndex), chk) && p.disables(t.Addr, port, t.Host) {
-				x.entries[len(x.entries)-1].flags |= flagDisabled
+				x.b.DisableLast()
 			}
 		}
-		x.pools = append(x.pools, poolRange{start, len(x.entries)})
+		x.b.EndPool(start)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out.Targets, out.Hostnames = x.dedup(out.Pools)
+	out.Targets, out.Hostnames = x.build(out.Pools)
 	return out, nil
 }
 
@@ -149,112 +148,12 @@ func hostOrAddr(t *discovery.Target) string {
 	return t.Addr.String()
 }
 
-// HasMember reports whether target id is a member of the pool.
-func (p *Pool) HasMember(id uint32) bool {
-	_, ok := slices.BinarySearch(p.Members, id)
-	return ok
-}
-
 // disables reports whether the pool's disabled list names a found target.
 func (p *Pool) disables(a netip.Addr, port uint16, host string) bool {
 	if _, ok := slices.BinarySearchFunc(p.disabledEPs, netip.AddrPortFrom(a, port), netip.AddrPort.Compare); ok {
 		return true
 	}
 	return host != "" && slices.Contains(p.disabledHosts, host)
-}
-
-// intern returns the index of label set ls among the expander's label sets,
-// adding it when new; the empty set is 0. Sets are found by their hash: a
-// collision of two different sets only keeps them apart.
-func (x *expander) intern(ls labels.Labels) uint32 {
-	if ls.IsEmpty() {
-		return 0
-	}
-	h := ls.Hash()
-	if i, ok := x.labelIdx[h]; ok && labels.Equal(x.labelSets[i], ls) {
-		return i
-	}
-	if x.labelIdx == nil {
-		x.labelIdx = map[uint64]uint32{}
-		x.labelSets = []labels.Labels{labels.EmptyLabels()}
-	}
-	i := uint32(len(x.labelSets))
-	x.labelSets = append(x.labelSets, ls)
-	if _, ok := x.labelIdx[h]; !ok {
-		x.labelIdx[h] = i
-	}
-	return i
-}
-
-// setPoolLabels gives a deduplicated pool its members' labels: the labels of
-// each member's first listing in the pool (pairs of target id and label set,
-// in listing order).
-func (x *expander) setPoolLabels(p *Pool, pairs [][2]uint32) {
-	p.labelOf, p.labelSets = nil, nil
-	if len(x.labelSets) == 0 || len(pairs) == 0 {
-		return
-	}
-	slices.SortStableFunc(pairs, func(a, b [2]uint32) int { return int(a[0]) - int(b[0]) })
-	pairs = slices.CompactFunc(pairs, func(a, b [2]uint32) bool { return a[0] == b[0] })
-	same := true
-	for _, pr := range pairs {
-		same = same && pr[1] == pairs[0][1]
-	}
-	if same {
-		if pairs[0][1] != 0 {
-			p.labelSets = []labels.Labels{x.labelSets[pairs[0][1]]}
-		}
-		return
-	}
-	p.labelSets = x.labelSets
-	p.labelOf = make([]uint32, len(pairs))
-	if x.setsSeen == nil {
-		x.setsSeen = newBitset(len(x.labelSets))
-	}
-	names := map[string]bool{}
-	for i, pr := range pairs {
-		p.labelOf[i] = pr[1]
-		if !x.setsSeen.has(pr[1]) {
-			x.setsSeen.set(pr[1])
-			x.labelSets[pr[1]].Range(func(l labels.Label) { names[l.Name] = true })
-		}
-	}
-	for _, pr := range pairs {
-		x.setsSeen.clear(pr[1])
-	}
-	p.labelNames = sortedKeys(names)
-}
-
-// LabelNames returns the names of the labels of the pool's members and
-// unresolved targets, sorted, each once.
-func (p *Pool) LabelNames() []string {
-	seen := map[string]bool{}
-	add := func(ls labels.Labels) {
-		ls.Range(func(l labels.Label) { seen[l.Name] = true })
-	}
-	if p.labelOf != nil {
-		for _, n := range p.labelNames {
-			seen[n] = true
-		}
-	} else {
-		for _, ls := range p.labelSets {
-			add(ls)
-		}
-	}
-	for _, u := range p.Unresolved {
-		add(u.Labels)
-	}
-	return sortedKeys(seen)
-}
-
-// sortedKeys returns the keys of m, sorted.
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for n := range m {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // ParseLabelMatch reads a label filter "NAME=VALUE" (or "NAME!=VALUE").

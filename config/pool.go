@@ -1,7 +1,6 @@
 package config
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/sondeprobe/sonde/config/discovery"
+	"github.com/sondeprobe/sonde/config/fleet"
 )
 
 // Pool is a group of targets judged together (P1–P3) with one check.
@@ -19,11 +19,9 @@ type Pool struct {
 	Name       string
 	Check      string // name of the pool's check
 	CheckIndex int    // index of the check in Config.Checks
-	// Members are the ids of the pool's targets, ascending.
-	Members []uint32
-	// Disabled are the members the pool excludes from evaluation and from
-	// its decisions (E6), ascending.
-	Disabled []uint32
+	// Membership holds the ids of the pool's targets (Members) and of
+	// those it disables (Disabled, E6), and each member's labels.
+	fleet.Membership
 	// MaxUnhealthyPercent is the largest share of members the pool removes
 	// at once (P1), 1..100. Default 50 with preset appservice, else 100.
 	MaxUnhealthyPercent int
@@ -56,13 +54,6 @@ type Pool struct {
 	// as unknown, never probed.
 	Unresolved []discovery.Unresolved
 
-	// labelOf gives each member (by position) its labels in labelSets;
-	// nil when every member has labelSets[0], the pool's own labels.
-	// labelSets may be shared with other pools (then labelNames are the
-	// names of the sets this pool's members use).
-	labelOf    []uint32
-	labelSets  []labels.Labels
-	labelNames []string
 	// The pool's disabled entries, to match the targets it discovers
 	// against: endpoints, sorted, and host names.
 	disabledEPs   []netip.AddrPort
@@ -71,48 +62,23 @@ type Pool struct {
 	index int // position in the file, for error messages
 }
 
-// MemberLabels returns the labels of the member at position pos of
-// Members.
-func (p *Pool) MemberLabels(pos int) labels.Labels {
-	if p.labelOf == nil {
-		if len(p.labelSets) == 0 {
-			return labels.EmptyLabels()
-		}
-		return p.labelSets[0]
-	}
-	return p.labelSets[p.labelOf[pos]]
-}
-
 // Renumbered returns a copy of p whose members and disabled members are
 // those of p with their ids mapped by idOf (which must be one to one),
 // each member keeping its labels.
 func (p *Pool) Renumbered(idOf func(uint32) uint32) *Pool {
 	np := *p
-	np.Members = make([]uint32, len(p.Members))
-	for i, id := range p.Members {
-		np.Members[i] = idOf(id)
-	}
-	if p.labelOf != nil {
-		order := make([]int, len(p.Members))
-		for i := range order {
-			order[i] = i
-		}
-		slices.SortFunc(order, func(a, b int) int { return cmp.Compare(np.Members[a], np.Members[b]) })
-		sorted := make([]uint32, len(order))
-		np.labelOf = make([]uint32, len(order))
-		for i, o := range order {
-			sorted[i], np.labelOf[i] = np.Members[o], p.labelOf[o]
-		}
-		np.Members = sorted
-	} else {
-		slices.Sort(np.Members)
-	}
-	np.Disabled = make([]uint32, len(p.Disabled))
-	for i, id := range p.Disabled {
-		np.Disabled[i] = idOf(id)
-	}
-	slices.Sort(np.Disabled)
+	np.Membership = p.Membership.Renumbered(idOf)
 	return &np
+}
+
+// LabelNames returns the names of the labels of the pool's members and
+// unresolved targets, sorted, each once.
+func (p *Pool) LabelNames() []string {
+	more := make([]labels.Labels, len(p.Unresolved))
+	for i, u := range p.Unresolved {
+		more[i] = u.Labels
+	}
+	return p.Membership.LabelNames(more...)
 }
 
 // Validate reports the first pool setting out of its range.
@@ -140,25 +106,14 @@ type expander struct {
 	limit       int
 	shard       Shard
 	dns         resolver
+	kinds       kindLookup                   // the discovery kinds built in
 	adding      bool                         // expanding targets (not disabled entries): count them against limit
 	listed      int                          // targets listed so far, in every shard
-	entries     []entry                      // the shard's targets
-	foreign     []entry                      // the current pool's targets of other shards, when it has disabled entries
+	b           fleet.Builder                // the shard's targets
+	foreign     []netip.AddrPort             // the current pool's targets of other shards, when it has disabled entries
 	keepForeign bool                         // the current pool has disabled entries: keep foreign
 	files       []string                     // targets files read
 	sums        map[string][sha256.Size]byte // digests of what was read of them (Config.Sums)
-	names       []string                     // host names, hostRef.name-1 indexes it
-	nameIdx     map[string]uint32            // host name → index+1
-	hostRefs    []hostRef
-	pools       []poolRange
-	// Labels: labels is the label set of the entries being added (an index
-	// into labelSets, 0 for none), labelOf each entry's by seq once some
-	// entry has labels.
-	labels    uint32
-	labelOf   []uint32
-	labelSets []labels.Labels
-	labelIdx  map[uint64]uint32 // by labels.Labels.Hash
-	setsSeen  bitset            // scratch of setPoolLabels, cleared after each pool
 }
 
 // addPool resolves pool i, expands its targets and marks its disabled ones.
@@ -204,13 +159,13 @@ func (x *expander) addPool(i int, s *PoolSpec, checks []*Check, prev []*Pool) (*
 		return nil, err
 	}
 	if len(s.Targets) == 0 && s.TargetsFile == nil && len(p.Discovery.Sources) == 0 {
-		return nil, fieldErr(field, "no targets; set targets, targets_file or a discovery list (%s)", sdKeys())
+		return nil, fieldErr(field, "no targets; set targets, targets_file or a discovery list (%s)", sdKeyList())
 	}
 
-	start, listed := len(x.entries), x.listed
+	start, listed := x.b.Len(), x.listed
 	x.keepForeign = len(s.Disabled) > 0 && x.shard.Shards() > 1
-	x.labels = x.intern(p.Labels)
-	defer func() { x.labels = 0 }()
+	x.b.SetLabels(p.Labels)
+	defer x.b.SetLabels(labels.EmptyLabels())
 	add := func(l loc, raw string) endpointFunc {
 		return func(a netip.Addr, port uint16, name string) error {
 			if x.listed >= x.limit {
@@ -252,7 +207,7 @@ func (x *expander) addPool(i int, s *PoolSpec, checks []*Check, prev []*Pool) (*
 	if x.listed == listed && s.TargetsFile != nil && len(s.Targets) == 0 && len(p.Discovery.Sources) == 0 {
 		return nil, fieldErr(field+".targets_file", "%q lists no targets", *s.TargetsFile)
 	}
-	x.pools = append(x.pools, poolRange{start, len(x.entries)})
+	x.b.EndPool(start)
 	err := x.disable(field, s.Disabled, p, c, start)
 	x.foreign, x.keepForeign = nil, false
 	if err != nil {
@@ -268,21 +223,18 @@ func (x *expander) discoveryOf(p *Pool, s *PoolSpec, c *Check, field string) err
 	if p.Labels, err = poolLabels(s.Labels, field+".labels"); err != nil {
 		return err
 	}
-	if !p.Labels.IsEmpty() {
-		p.labelSets = []labels.Labels{p.Labels}
-	}
 	if p.MetricLabels, err = metricLabels(s.MetricLabels, field+".metric_labels"); err != nil {
 		return err
 	}
 	d := discovery.Pool{Name: p.Name, Labels: p.Labels, Family: c.family()}
-	if d.Sources, err = decodeSources(s, field, x.dir); err != nil {
+	if d.Sources, err = decodeSources(s, field, x.dir, x.kinds); err != nil {
 		return err
 	}
 	if d.Relabel, err = decodeRelabel(s.RelabelConfigs, field+".relabel_configs"); err != nil {
 		return err
 	}
 	if len(d.Relabel) > 0 && len(d.Sources) == 0 {
-		return fieldErr(field+".relabel_configs", "set without a discovery list; relabeling applies to discovered targets (%s)", sdKeys())
+		return fieldErr(field+".relabel_configs", "set without a discovery list; relabeling applies to discovered targets (%s)", sdKeyList())
 	}
 	p.Discovery = d
 	return nil
@@ -292,36 +244,14 @@ func (x *expander) discoveryOf(p *Pool, s *PoolSpec, c *Check, field string) err
 // and counts it. It reports whether it appended one.
 func (x *expander) add(a netip.Addr, port uint16, name string, ci uint16, c *Check) bool {
 	x.listed++
-	hi, lo := addrHalves(a)
-	if !x.shard.Owns(netip.AddrPortFrom(a, port)) {
+	ep := netip.AddrPortFrom(a, port)
+	if !x.shard.Owns(ep) {
 		if x.keepForeign {
-			x.foreign = append(x.foreign, entry{hi: hi, lo: lo, port: port})
+			x.foreign = append(x.foreign, ep)
 		}
 		return false
 	}
-	e := entry{hi: hi, lo: lo, port: port, check: ci, class: uint16(c.Class), seq: uint32(len(x.entries))}
-	if x.labels != 0 && x.labelOf == nil {
-		x.labelOf = make([]uint32, len(x.entries), cap(x.entries))
-	}
-	if x.labelOf != nil {
-		x.labelOf = append(x.labelOf, x.labels)
-	}
-	if name != "" {
-		idx, ok := x.nameIdx[name]
-		if !ok {
-			if x.nameIdx == nil {
-				x.nameIdx = make(map[string]uint32)
-			}
-			x.names = append(x.names, name)
-			idx = uint32(len(x.names))
-			x.nameIdx[name] = idx
-		}
-		x.hostRefs = append(x.hostRefs, hostRef{seq: e.seq, name: idx})
-		if c.HostNameMatters() {
-			e.hkey = idx
-		}
-	}
-	x.entries = append(x.entries, e)
+	x.b.Add(a, port, name, ci, uint16(c.Class), c.HostNameMatters())
 	return true
 }
 
@@ -334,19 +264,15 @@ func (x *expander) disable(field string, disabled []string, p *Pool, c *Check, s
 	if len(disabled) == 0 {
 		return nil
 	}
-	idx := make([]uint32, len(x.entries)-start)
-	for i := range idx {
-		idx[i] = uint32(start + i)
-	}
-	slices.SortFunc(idx, func(a, b uint32) int { return cmpEndpoint(&x.entries[a], &x.entries[b]) })
-	slices.SortFunc(x.foreign, func(a, b entry) int { return cmpEndpoint(&a, &b) })
+	idx := x.b.ByEndpoint(start)
+	slices.SortFunc(x.foreign, netip.AddrPort.Compare)
 	discovers := len(p.Discovery.Sources) > 0
 	for j, raw := range disabled {
 		l := loc{field: fmt.Sprintf("%s.disabled[%d]", field, j)}
 		err := x.expandSpec(l, raw, c, func(a netip.Addr, port uint16, _ string) error {
 			ap := netip.AddrPortFrom(a, port)
 			p.disabledEPs = append(p.disabledEPs, ap)
-			if x.shard.Owns(ap) && x.markDisabled(idx, a, port) || x.isForeign(a, port) || discovers {
+			if x.shard.Owns(ap) && x.b.MarkDisabled(idx, a, port) || x.isForeign(a, port) || discovers {
 				return nil
 			}
 			if slices.ContainsFunc(p.Discovery.Names, func(n discovery.Name) bool {
@@ -367,7 +293,7 @@ func (x *expander) disable(field string, disabled []string, p *Pool, c *Check, s
 			for _, a := range res.Addrs {
 				ap := netip.AddrPortFrom(a, port)
 				p.disabledEPs = append(p.disabledEPs, ap)
-				member = member || x.shard.Owns(ap) && x.markDisabled(idx, a, port) || x.isForeign(a, port) ||
+				member = member || x.shard.Owns(ap) && x.b.MarkDisabled(idx, a, port) || x.isForeign(a, port) ||
 					slices.ContainsFunc(p.Discovery.Names, func(n discovery.Name) bool {
 						return n.Seed != nil && slices.Contains(n.Seed.Addrs, a) && n.Port == port
 					})
@@ -388,8 +314,16 @@ func (x *expander) disable(field string, disabled []string, p *Pool, c *Check, s
 // isForeign reports whether the current pool lists the endpoint (a, port) in
 // another shard.
 func (x *expander) isForeign(a netip.Addr, port uint16) bool {
-	hi, lo := addrHalves(a)
-	key := entry{hi: hi, lo: lo, port: port}
-	_, found := slices.BinarySearchFunc(x.foreign, &key, func(e entry, k *entry) int { return cmpEndpoint(&e, k) })
+	_, found := slices.BinarySearchFunc(x.foreign, netip.AddrPortFrom(a, port), netip.AddrPort.Compare)
 	return found
+}
+
+// build deduplicates the entries into the table ([fleet.Builder.Build]),
+// giving pools their members.
+func (x *expander) build(pools []*Pool) ([]Target, map[uint32]string) {
+	ms := make([]*fleet.Membership, len(pools))
+	for i, p := range pools {
+		ms[i] = &p.Membership
+	}
+	return x.b.Build(ms, func(i int) bool { return pools[i].HealthChecks })
 }

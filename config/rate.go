@@ -1,88 +1,27 @@
 package config
 
-import (
-	"cmp"
-	"net/netip"
-	"slices"
-)
+import "github.com/sondeprobe/sonde/config/fleet"
 
-// Streams returns the number of probe streams the engine runs: leaders with
-// at least one member that is not disabled everywhere.
-func (c *Config) Streams() int {
-	n := 0
-	for id, t := range c.Targets {
-		if t.Leader() == uint32(id) && !t.Disabled() {
-			n++
-		}
-	}
-	return n
-}
+// Streams returns the number of probe streams the engine runs
+// ([fleet.Streams]).
+func (c *Config) Streams() int { return fleet.Streams(c.Targets) }
 
-// EndpointRate is the probe rate sonde puts on one endpoint (P6).
-type EndpointRate struct {
-	Endpoint netip.AddrPort
-	Rate     float64 // probes per second, at most
-}
-
-// RateSummary sums up the probe rates over all endpoints (P6).
-type RateSummary struct {
-	Endpoints   int            // endpoints that receive probes
-	Max         float64        // highest rate on one endpoint, probes per second
-	MaxEndpoint netip.AddrPort // an endpoint with the highest rate (the lowest such)
-	Total       float64        // sum over all endpoints: every probe sonde sends per second
-}
-
-// EndpointRates returns the probe rate of every endpoint (address and port)
-// that receives probes, sorted by endpoint. An endpoint's rate is the sum
-// over its streams of the stream's rate, the highest [scheduler.Timing.ProbeRate]
-// among the stream's members that are not disabled.
-func (c *Config) EndpointRates() []EndpointRate {
-	var out []EndpointRate
-	c.eachEndpointRate(func(ep netip.AddrPort, rate float64) {
-		out = append(out, EndpointRate{Endpoint: ep, Rate: rate})
-	})
-	return out
+// EndpointRates returns the probe rate of every endpoint that receives
+// probes, sorted by endpoint ([fleet.EndpointRates]): a stream probes at
+// the highest [scheduler.Timing.ProbeRate] of its members that are not
+// disabled.
+func (c *Config) EndpointRates() []fleet.EndpointRate {
+	return fleet.EndpointRates(c.Targets, c.probeRates())
 }
 
 // ProbeRates summarises [Config.EndpointRates] without building the list.
-func (c *Config) ProbeRates() RateSummary {
-	var s RateSummary
-	c.eachEndpointRate(func(ep netip.AddrPort, rate float64) {
-		s.Endpoints++
-		s.Total += rate
-		if rate > s.Max {
-			s.Max, s.MaxEndpoint = rate, ep
-		}
-	})
-	return s
-}
+func (c *Config) ProbeRates() fleet.RateSummary { return fleet.ProbeRates(c.Targets, c.probeRates()) }
 
-// eachEndpointRate calls fn for every probed endpoint in endpoint order.
-func (c *Config) eachEndpointRate(fn func(netip.AddrPort, float64)) {
+// probeRates returns the probe rate of each check, by index.
+func (c *Config) probeRates() []float64 {
 	rates := make([]float64, len(c.Checks))
 	for i, ch := range c.Checks {
 		rates[i] = ch.ProbeRate()
 	}
-	streamRate := make([]float64, len(c.Targets)) // by leader id
-	var leaders []uint32
-	for _, t := range c.Targets {
-		if t.Disabled() {
-			continue
-		}
-		if streamRate[t.Leader()] == 0 {
-			leaders = append(leaders, t.Leader())
-		}
-		streamRate[t.Leader()] = max(streamRate[t.Leader()], rates[t.Check])
-	}
-	slices.SortFunc(leaders, func(a, b uint32) int {
-		return cmp.Or(c.Targets[a].AddrPort().Compare(c.Targets[b].AddrPort()), cmp.Compare(a, b))
-	})
-	for i := 0; i < len(leaders); {
-		ep := c.Targets[leaders[i]].AddrPort()
-		sum := 0.0
-		for ; i < len(leaders) && c.Targets[leaders[i]].AddrPort() == ep; i++ {
-			sum += streamRate[leaders[i]]
-		}
-		fn(ep, sum)
-	}
+	return rates
 }

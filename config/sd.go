@@ -7,15 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	commoncfg "github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
-	promsd "github.com/prometheus/prometheus/discovery"
-	"github.com/prometheus/prometheus/discovery/consul"
-	"github.com/prometheus/prometheus/discovery/dns"
-	"github.com/prometheus/prometheus/discovery/file"
-	"github.com/prometheus/prometheus/discovery/http"
-	"github.com/prometheus/prometheus/discovery/kubernetes"
-	"github.com/prometheus/prometheus/discovery/targetgroup"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/relabel"
 	yamlv2 "go.yaml.in/yaml/v2"
@@ -24,94 +16,87 @@ import (
 	"github.com/sondeprobe/sonde/config/discovery"
 )
 
-// sdKinds are the discovery lists a pool may have, each with a constructor
-// of one entry's configuration. They are Prometheus's own, decoded by
-// Prometheus's types with its field names, defaults and checks.
-var sdKinds = []struct {
-	key string
-	new func() any
-}{
-	{"static_configs", func() any { return new(targetgroup.Group) }},
-	{"file_sd_configs", func() any { return new(file.SDConfig) }},
-	{"http_sd_configs", func() any { return new(http.SDConfig) }},
-	{"dns_sd_configs", func() any { return new(dns.SDConfig) }},
-	{"kubernetes_sd_configs", func() any { return new(kubernetes.SDConfig) }},
-	{"consul_sd_configs", func() any { return new(consul.SDConfig) }},
-}
+// sdKeys are the discovery lists a pool may have, in the order of
+// [PoolSpec]'s fields. Each is decoded by the [discovery.Kind] registered
+// for it, Prometheus's own type with its field names, defaults and checks;
+// a program that has no kind for a list refuses it.
+var sdKeys = [...]string{"static_configs", "file_sd_configs", "http_sd_configs", "dns_sd_configs", "kubernetes_sd_configs", "consul_sd_configs"}
 
-// sdKeys lists the discovery keys for messages.
-func sdKeys() string {
-	keys := make([]string, len(sdKinds))
-	for i, k := range sdKinds {
-		keys[i] = k.key
+// sdKeyList lists the discovery keys for messages.
+func sdKeyList() string { return andList(sdKeys[:]) }
+
+// andList joins words as "a, b and c".
+func andList(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
 	}
-	return strings.Join(keys[:len(keys)-1], ", ") + " and " + keys[len(keys)-1]
+	return strings.Join(words[:len(words)-1], ", ") + " and " + words[len(words)-1]
 }
 
-// sdNodes returns a pool spec's discovery lists by key, in sdKinds order.
-func (s *PoolSpec) sdNodes() []*yaml.Node {
-	return []*yaml.Node{s.StaticConfigs, s.FileSDConfigs, s.HTTPSDConfigs, s.DNSSDConfigs, s.KubernetesSDConfigs, s.ConsulSDConfigs}
+// sdNodes returns a pool spec's discovery lists, in sdKeys order.
+func (s *PoolSpec) sdNodes() [len(sdKeys)]*yaml.Node {
+	return [...]*yaml.Node{s.StaticConfigs, s.FileSDConfigs, s.HTTPSDConfigs, s.DNSSDConfigs, s.KubernetesSDConfigs, s.ConsulSDConfigs}
 }
 
-// decodeSources decodes the discovery lists of a pool spec at field, paths
-// relative to dir.
-func decodeSources(s *PoolSpec, field, dir string) ([]discovery.Source, error) {
+// kindLookup finds the kind of discovery source of a list key:
+// [discovery.LookupKind], or a stand-in in tests.
+type kindLookup func(key string) (discovery.Kind, bool)
+
+// decodeSources decodes the discovery lists of a pool spec at field, with
+// the kinds lookup finds, paths relative to dir.
+func decodeSources(s *PoolSpec, field, dir string, lookup kindLookup) ([]discovery.Source, error) {
 	var out []discovery.Source
 	for ki, n := range s.sdNodes() {
 		if n == nil || isNull(n) {
 			continue
 		}
-		kind := sdKinds[ki]
-		f := field + "." + kind.key
+		key := sdKeys[ki]
+		f := field + "." + key
+		kind, ok := lookup(key)
+		if !ok {
+			return nil, fieldErr(f, "%s discovery is not built into this program, which has %s", sdName(key), builtIn(lookup))
+		}
 		if n.Kind != yaml.SequenceNode {
 			return nil, fieldErr(f, "expected a list, got %s", kindName(n))
 		}
 		for i, item := range n.Content {
 			fi := fmt.Sprintf("%s[%d]", f, i)
-			v := kind.new()
-			if err := decodeForeign(item, fi, v); err != nil {
+			b, err := flatten(item, fi)
+			if err != nil {
 				return nil, err
 			}
-			var cfg promsd.Config
-			switch v := v.(type) {
-			case *targetgroup.Group:
-				v.Source = strconv.Itoa(i)
-				if err := checkStaticGroup(fi, v); err != nil {
-					return nil, err
+			cfg, err := kind.Decode(b, dir)
+			if err != nil {
+				var fe *discovery.FieldError
+				if errors.As(err, &fe) {
+					return nil, fieldErr(fi+"."+fe.Field, "%s", fe.Msg)
 				}
-				cfg = promsd.StaticConfig{v}
-			case promsd.Config:
-				cfg = v
+				return nil, fieldErr(fi, "%s", foreignError(err.Error(), item.Line))
 			}
-			if ds, ok := cfg.(commoncfg.DirectorySetter); ok && dir != "" {
-				ds.SetDirectory(dir)
-			}
-			out = append(out, discovery.Source{Key: kind.key, Index: i, Config: cfg})
+			out = append(out, discovery.Source{Key: key, Index: i, Config: cfg})
 		}
 	}
 	return out, nil
 }
 
-// checkStaticGroup checks a static group's labels, which Prometheus's type
-// takes as they are, against the limits of discovered labels.
-func checkStaticGroup(field string, g *targetgroup.Group) error {
-	for n, v := range g.Labels {
-		switch {
-		case !model.UTF8Validation.IsValidLabelName(string(n)):
-			return fieldErr(field+".labels", "%q is not a valid label name", n)
-		case len(n) > discovery.MaxLabelNameBytes:
-			return fieldErr(field+".labels", "a label name of %d bytes, more than %d", len(n), discovery.MaxLabelNameBytes)
-		case len(v) > discovery.MaxLabelValueBytes:
-			return fieldErr(field+".labels."+string(n), "value of %d bytes, more than %d", len(v), discovery.MaxLabelValueBytes)
+// sdName is the mechanism a list key names: "kubernetes" for
+// "kubernetes_sd_configs".
+func sdName(key string) string {
+	return strings.TrimSuffix(strings.TrimSuffix(key, "_configs"), "_sd")
+}
+
+// builtIn lists the discovery kinds lookup finds, for messages.
+func builtIn(lookup kindLookup) string {
+	var names []string
+	for _, k := range sdKeys {
+		if _, ok := lookup(k); ok {
+			names = append(names, sdName(k))
 		}
 	}
-	if len(g.Labels) > discovery.MaxLabels {
-		return fieldErr(field+".labels", "%d labels, more than %d", len(g.Labels), discovery.MaxLabels)
+	if len(names) == 0 {
+		return "none"
 	}
-	if len(g.Targets) == 0 {
-		return fieldErr(field+".targets", "missing; a static group needs targets")
-	}
-	return nil
+	return andList(names)
 }
 
 // decodeRelabel decodes a pool's relabel_configs with Prometheus's types
@@ -126,9 +111,13 @@ func decodeRelabel(n *yaml.Node, field string) ([]*relabel.Config, error) {
 	out := make([]*relabel.Config, 0, len(n.Content))
 	for i, item := range n.Content {
 		fi := fmt.Sprintf("%s[%d]", field, i)
-		rc := new(relabel.Config)
-		if err := decodeForeign(item, fi, rc); err != nil {
+		b, err := flatten(item, fi)
+		if err != nil {
 			return nil, err
+		}
+		rc := new(relabel.Config)
+		if err := yamlv2.UnmarshalStrict(b, rc); err != nil {
+			return nil, fieldErr(fi, "%s", foreignError(err.Error(), item.Line))
 		}
 		if err := rc.Validate(model.UTF8Validation); err != nil {
 			return nil, fieldErr(fi, "%s", err.Error())
@@ -145,24 +134,21 @@ func decodeRelabel(n *yaml.Node, field string) ([]*relabel.Config, error) {
 	return out, nil
 }
 
-// decodeForeign decodes node n, at field, into v, a type of Prometheus's
-// that reads itself from YAML: the node is written out again, aliases
-// expanded within the decoder's budget, and decoded strictly. Errors name
-// the field and lines of the original file.
-func decodeForeign(n *yaml.Node, field string, v any) error {
+// flatten writes node n, at field, out again as YAML for a type of
+// Prometheus's that reads itself from YAML, aliases expanded within the
+// decoder's budget. Its lines are those of the node: foreignError counts
+// them in the original file again.
+func flatten(n *yaml.Node, field string) ([]byte, error) {
 	d := &decoder{}
 	flat, err := d.expand(n, field, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	b, err := yaml.Marshal(flat)
 	if err != nil {
-		return fieldErr(field, "%s", err.Error())
+		return nil, fieldErr(field, "%s", err.Error())
 	}
-	if err := yamlv2.UnmarshalStrict(b, v); err != nil {
-		return fieldErr(field, "%s", foreignError(err.Error(), n.Line))
-	}
-	return nil
+	return b, nil
 }
 
 // expand returns a copy of n with its aliases replaced by what they stand

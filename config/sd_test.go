@@ -1,21 +1,23 @@
 package config
 
 import (
+	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	promsd "github.com/prometheus/prometheus/discovery"
-	"github.com/prometheus/prometheus/discovery/consul"
-	"github.com/prometheus/prometheus/discovery/dns"
-	"github.com/prometheus/prometheus/discovery/file"
-	"github.com/prometheus/prometheus/discovery/http"
-	"github.com/prometheus/prometheus/discovery/kubernetes"
+
+	"github.com/sondeprobe/sonde/config/discovery"
+	// The kinds of discovery sonde builds in, as the daemon links them:
+	// config's tests read every discovery list.
+	_ "github.com/sondeprobe/sonde/config/discovery/kinds"
 )
 
-// TestDecodeSources checks that each discovery list is read by
-// Prometheus's own types, with its defaults, and paths made relative to the
-// config file's directory.
+// TestDecodeSources checks that each discovery list is read by the kind
+// registered for it, in the order of the lists, with paths made relative
+// to the config file's directory. Package kinds checks Prometheus's
+// defaults.
 func TestDecodeSources(t *testing.T) {
 	dir := t.TempDir()
 	cfg := mustParse(t, `checks: {web: {protocol: http}}
@@ -49,31 +51,22 @@ pools:
 	d := p.Discovery
 	var keys []string
 	for _, s := range d.Sources {
-		keys = append(keys, s.Name()+" "+s.Config.Name())
+		keys = append(keys, s.Name()+" "+s.Config.Mechanism())
 	}
 	want := []string{"static_configs[0] static", "file_sd_configs[0] file", "http_sd_configs[0] http",
 		"dns_sd_configs[0] dns", "kubernetes_sd_configs[0] kubernetes", "consul_sd_configs[0] consul"}
 	if diff := cmp.Diff(want, keys); diff != "" {
 		t.Fatalf("sources (-want +got):\n%s", diff)
 	}
-	st := d.Sources[0].Config.(promsd.StaticConfig)
+	st := d.Sources[0].Config.(*discovery.StaticSD).Groups
 	if len(st) != 1 || st[0].Targets[0]["__address__"] != "198.18.0.1:8080" || st[0].Labels["zone"] != "a" {
 		t.Errorf("static group = %+v", st)
 	}
-	if f := d.Sources[1].Config.(*file.SDConfig); f.Files[0] != filepath.Join(dir, "targets/*.json") || f.RefreshInterval == 0 {
+	if f := d.Sources[1].Config.(*discovery.FileSD); f.Files[0] != filepath.Join(dir, "targets/*.json") || f.RefreshInterval == 0 {
 		t.Errorf("file_sd = %+v, want the glob under %s and Prometheus's default refresh", f, dir)
 	}
-	if h := d.Sources[2].Config.(*http.SDConfig); h.URL != "http://127.0.0.1:9999/sd" || h.RefreshInterval.String() != "15s" {
+	if h := d.Sources[2].Config.(*discovery.HTTPSD); h.URL != "http://127.0.0.1:9999/sd" || h.RefreshInterval.String() != "15s" {
 		t.Errorf("http_sd = %+v", h)
-	}
-	if n := d.Sources[3].Config.(*dns.SDConfig); n.Type != "SRV" || n.RefreshInterval.String() != "30s" {
-		t.Errorf("dns_sd = %+v, want SRV every 30s (Prometheus's defaults)", n)
-	}
-	if k := d.Sources[4].Config.(*kubernetes.SDConfig); k.Role != kubernetes.RoleEndpointSlice || k.NamespaceDiscovery.Names[0] != "default" {
-		t.Errorf("kubernetes_sd = %+v", k)
-	}
-	if c := d.Sources[5].Config.(*consul.SDConfig); c.Server != "127.0.0.1:8500" || c.Services[0] != "api" {
-		t.Errorf("consul_sd = %+v", c)
 	}
 	if len(d.Relabel) != 1 || d.Relabel[0].TargetLabel != "namespace" || d.Relabel[0].Action != "replace" {
 		t.Errorf("relabel = %+v", d.Relabel)
@@ -98,7 +91,49 @@ pools:
       - *one
 `, "")
 	srcs := cfg.Pools[0].Discovery.Sources
-	if len(srcs) != 2 || len(srcs[1].Config.(*file.SDConfig).Files) != 2 {
+	if len(srcs) != 2 || len(srcs[1].Config.(*discovery.FileSD).Files) != 2 {
 		t.Errorf("sources = %+v, want the alias expanded", srcs)
+	}
+}
+
+// TestDecodeSourcesNotBuiltIn: a discovery list whose kind this program
+// does not have (a build without it, or a program that does not link
+// package kinds) is refused, naming the kind and those it has.
+func TestDecodeSourcesNotBuiltIn(t *testing.T) {
+	spec := `checks: {web: {protocol: http}}
+pools:
+  - name: p
+    check: web
+    static_configs: [{targets: ["198.18.0.1:80"]}]
+    kubernetes_sd_configs: [{role: pod}]
+`
+	f, err := decodeFile([]byte(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		has  []string
+		want string
+	}{
+		{"without kubernetes", []string{"static_configs", "file_sd_configs", "http_sd_configs", "dns_sd_configs", "consul_sd_configs"},
+			"pools[0].kubernetes_sd_configs: kubernetes discovery is not built into this program, which has static, file, http, dns and consul"},
+		{"without any", nil, "pools[0].static_configs: static discovery is not built into this program, which has none"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			lookup := func(key string) (discovery.Kind, bool) {
+				if !slices.Contains(tt.has, key) {
+					return discovery.Kind{}, false
+				}
+				return discovery.LookupKind(key)
+			}
+			_, err := decodeSources(f.Pools[0], "pools[0]", "", lookup)
+			if err == nil || err.Error() != tt.want || !errors.Is(err, ErrInvalid) {
+				t.Errorf("error %v, want %q wrapping ErrInvalid", err, tt.want)
+			}
+		})
+	}
+	if _, err := decodeSources(f.Pools[0], "pools[0]", "", discovery.LookupKind); err != nil {
+		t.Errorf("with every kind: %v", err)
 	}
 }

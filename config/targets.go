@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -200,7 +199,7 @@ func (x *expander) expandSpec(l loc, raw string, c *Check, fn endpointFunc, onNa
 		if total := x.listed + n; total > x.limit {
 			return l.errorf("block %s brings the number of targets to %d, more than the limit of %d", p, total, x.limit)
 		}
-		x.entries = slices.Grow(x.entries, n/x.shard.Shards()+1)
+		x.b.Grow(n/x.shard.Shards() + 1)
 	}
 	a := p.Addr()
 	for range n {

@@ -15,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/config/discovery/kinds"
 )
 
 // noLookups is a resolver that answers no name, so loading a configuration
@@ -84,7 +85,7 @@ func discoveryNeeds(t *testing.T, cfg *config.Config, own string) (needs map[gra
 	needs = map[grant]string{}
 	for _, p := range cfg.Pools {
 		for _, src := range p.Discovery.Sources {
-			sd, ok := src.Config.(*kubernetes.SDConfig)
+			sd, ok := kinds.Prometheus(src.Config).(*kubernetes.SDConfig)
 			if !ok {
 				continue
 			}
@@ -279,7 +280,7 @@ func checkDiscoveryExample(t *testing.T, cfg *config.Config) {
 	var pool *config.Pool
 	for _, p := range cfg.Pools {
 		for _, s := range p.Discovery.Sources {
-			if sd, ok := s.Config.(*kubernetes.SDConfig); ok && sd.Role == kubernetes.RoleEndpointSlice {
+			if sd, ok := kinds.Prometheus(s.Config).(*kubernetes.SDConfig); ok && sd.Role == kubernetes.RoleEndpointSlice {
 				pool = p
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/config/fleet"
 )
 
 // backendIn returns a new backend whose endpoint shard owns among n shards.
@@ -20,7 +21,7 @@ func backendIn(t *testing.T, shard, n int) *backend {
 	t.Helper()
 	for range 200 {
 		b := newBackend(t)
-		if config.ShardOf(netip.MustParseAddrPort(b.addr()), n) == shard {
+		if fleet.ShardOf(netip.MustParseAddrPort(b.addr()), n) == shard {
 			return b
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/config/fleet"
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
@@ -240,7 +241,7 @@ func reindex(next *config.Config, engineOf []uint32, ss *streamSet, size int) *c
 	out.Pools = make([]*config.Pool, len(next.Pools))
 	out.Targets = make([]config.Target, size)
 	for id := range out.Targets {
-		out.Targets[id] = config.Placeholder(uint32(id))
+		out.Targets[id] = fleet.Placeholder(uint32(id))
 	}
 	for si, leader := range ss.leader {
 		for _, n := range ss.of(si) {

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	promsd "github.com/prometheus/prometheus/discovery"
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/discovery"
@@ -49,11 +48,11 @@ func parseDemo(t *testing.T, d *demo) *config.Config {
 	want := map[string]int{}
 	for _, p := range cfg.DiscoveryPools() {
 		for _, src := range p.Sources {
-			groups, ok := src.Config.(promsd.StaticConfig)
+			static, ok := src.Config.(*discovery.StaticSD)
 			if !ok {
 				t.Fatalf("pool %s: source %s is not static", p.Name, src.Name())
 			}
-			for _, g := range groups {
+			for _, g := range static.Groups {
 				want[p.Name] += len(g.Targets)
 			}
 		}

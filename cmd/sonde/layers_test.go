@@ -97,3 +97,68 @@ func TestUnder(t *testing.T) {
 		}
 	}
 }
+
+// light are packages that a program reading a configuration imports: they
+// must not compile the Kubernetes client, Consul's API or Prometheus's
+// discovery, which only package config/discovery/kinds links (behind
+// build tags for Kubernetes and Consul).
+var light = []string{"config", "config/discovery", "config/watch"}
+
+// heavy are what the light packages must not depend on: a path ending in
+// "/" is a prefix, the others are packages.
+var heavy = []string{"k8s.io/", "github.com/hashicorp/consul/", "github.com/prometheus/prometheus/discovery"}
+
+// TestConfigLinksNoDiscoveryClients reads the dependencies of the packages
+// that load a configuration and fails on any of the heavy ones.
+func TestConfigLinksNoDiscoveryClients(t *testing.T) {
+	args := []string{"list", "-deps"}
+	for _, p := range light {
+		args = append(args, module+"/"+p)
+	}
+	out, err := exec.Command("go", args...).Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	n := 0
+	for dep := range strings.Lines(string(out)) {
+		dep = strings.TrimSpace(dep)
+		n++
+		for _, h := range heavy {
+			if dep == h || strings.HasSuffix(h, "/") && strings.HasPrefix(dep, h) {
+				t.Errorf("%v depend on %s: reading a config must not compile %s", light, dep, h)
+			}
+		}
+	}
+	if n < 50 {
+		t.Fatalf("go list -deps named only %d packages", n)
+	}
+}
+
+// TestBuildTagsLeaveDiscoveryOut: the tags nokubernetes and noconsul leave
+// the Kubernetes client and Consul's API out of sonde, which a default
+// build has.
+func TestBuildTagsLeaveDiscoveryOut(t *testing.T) {
+	deps := func(tags string) string {
+		out, err := exec.Command("go", "list", "-deps", "-tags", tags, module+"/cmd/sonde").Output()
+		if err != nil {
+			t.Fatalf("go list -tags %q: %v", tags, err)
+		}
+		return string(out)
+	}
+	for _, c := range []struct {
+		tags, pkg string
+		want      bool
+	}{
+		{"", "k8s.io/client-go/kubernetes\n", true},
+		{"", "github.com/hashicorp/consul/api\n", true},
+		{"nokubernetes", "k8s.io/client-go/kubernetes\n", false},
+		{"nokubernetes", "github.com/hashicorp/consul/api\n", true},
+		{"noconsul", "github.com/hashicorp/consul/api\n", false},
+		{"nokubernetes,noconsul", "k8s.io/client-go/kubernetes\n", false},
+		{"nokubernetes,noconsul", "github.com/hashicorp/consul/api\n", false},
+	} {
+		if got := strings.Contains(deps(c.tags), "\n"+c.pkg); got != c.want {
+			t.Errorf("tags %q: sonde links %s: %v, want %v", c.tags, strings.TrimSpace(c.pkg), got, c.want)
+		}
+	}
+}

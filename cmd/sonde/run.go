@@ -18,6 +18,7 @@ import (
 	"github.com/sondeprobe/sonde/cmd/sonde/earlysignal"
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/discovery"
+	"github.com/sondeprobe/sonde/config/fleet"
 	"github.com/sondeprobe/sonde/config/watch"
 	"github.com/sondeprobe/sonde/internal/safefile"
 	"github.com/sondeprobe/sonde/probe"
@@ -362,7 +363,7 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 func shardFlag(fs *flag.FlagSet, s *config.Shard, usage string) {
 	fs.Func("shard", usage, func(v string) error {
 		var err error
-		*s, err = config.ParseShard(v)
+		*s, err = fleet.ParseShard(v)
 		return err
 	})
 }

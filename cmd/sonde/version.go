@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sondeprobe/sonde/config/discovery/kinds"
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -48,7 +49,8 @@ func buildRevision() string {
 }
 
 // runVersion prints sonde's version, the commit and the Go runtime it was
-// built with, and the TCP probe path its capabilities allow.
+// built with, the discovery kinds built in (build tags leave some out), and
+// the TCP probe path its capabilities allow.
 func runVersion(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	fs.SetOutput(stdout)
@@ -57,6 +59,7 @@ func runVersion(args []string, stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "sonde %s (%s, %s/%s)\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	fmt.Fprintf(stdout, "revision: %s\n", buildRevision())
+	fmt.Fprintf(stdout, "discovery: %s\n", strings.Join(kinds.Names(), ", "))
 	caps, err := effectiveCaps()
 	if err != nil {
 		fmt.Fprintf(stdout, "capabilities: unknown (%v)\n", err)

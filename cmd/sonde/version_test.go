@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sondeprobe/sonde/config/discovery/kinds"
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -37,7 +38,8 @@ func TestVersionCommand(t *testing.T) {
 	if err := run(context.Background(), []string{"version"}, &out, &errOut); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"sonde ", "capabilities: ", "tcp probe path: "} {
+	for _, want := range []string{"sonde ", "capabilities: ", "tcp probe path: ",
+		"\ndiscovery: " + strings.Join(kinds.Names(), ", ") + "\n"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output %q lacks %q", out.String(), want)
 		}

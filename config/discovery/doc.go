@@ -4,10 +4,18 @@
 // relabeled by the pool's relabel_configs, and the host names a pool lists,
 // resolved again when their DNS answers expire.
 //
-// A [Runner] runs the sources of every pool: file_sd and http_sd with
-// readers of its own (bounded in size, regular files only, JSON read as a
-// stream; see fileFeed and httpFeed), the others with Prometheus's
-// discoverers. A source keeps what it sent last as chunks, compact storage
+// A [Runner] runs the sources of every pool: file_sd, http_sd and static
+// groups with readers of its own (bounded in size, regular files only, JSON
+// read as a stream; see fileFeed and httpFeed), the others with the
+// discoverers their configurations bring ([DiscovererConfig]: Prometheus's,
+// for dns, kubernetes and consul).
+//
+// Kinds. Which "*_configs" lists a pool may have is decided by the kinds
+// registered ([RegisterKind], [Kinds]): package kinds registers
+// Prometheus's when it is linked in, Kubernetes and Consul unless build
+// tags leave them out. This package itself links neither the Kubernetes
+// client nor Prometheus's discovery, so that package config, which decodes
+// a pool's lists through the kinds registered, does not either. A source keeps what it sent last as chunks, compact storage
 // of target groups (see chunk). The runner's worker relabels the sources
 // whose content or rules changed — outside the runner's lock, within a time
 // budget, given up for a newer update of the same source or when the runner

@@ -18,9 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
-	"github.com/prometheus/prometheus/discovery/file"
-	httpsd "github.com/prometheus/prometheus/discovery/http"
 	"github.com/prometheus/prometheus/model/labels"
 )
 
@@ -86,7 +85,7 @@ func chunkTargets(c *chunk) []string {
 
 // fileSource returns a file_sd source of the patterns, read every minute.
 func fileSource(patterns ...string) Source {
-	return Source{Key: "file_sd_configs", Config: &file.SDConfig{Files: patterns, RefreshInterval: model.Duration(time.Minute)}}
+	return Source{Key: "file_sd_configs", Config: &FileSD{Files: patterns, RefreshInterval: time.Minute}}
 }
 
 // waitStatus waits until the status of pool's first source satisfies ok.
@@ -252,10 +251,7 @@ func (s *sdServer) json(doc string) {
 }
 
 func (s *sdServer) source(every time.Duration) Source {
-	cfg := httpsd.DefaultSDConfig
-	cfg.URL = s.srv.URL + "/sd"
-	cfg.RefreshInterval = model.Duration(every)
-	return Source{Key: "http_sd_configs", Config: &cfg}
+	return Source{Key: "http_sd_configs", Config: &HTTPSD{URL: s.srv.URL + "/sd", HTTPClientConfig: config.DefaultHTTPClientConfig, RefreshInterval: every}}
 }
 
 // TestHTTPSD follows an HTTP SD server as Prometheus does: the refresh

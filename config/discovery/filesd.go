@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	"github.com/prometheus/prometheus/discovery/file"
 	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/sondeprobe/sonde/internal/safefile"
@@ -32,7 +31,7 @@ const fileDebounce = 100 * time.Millisecond
 // regular files are read, none over MaxDocumentBytes (MaxYAMLDocumentBytes
 // for YAML), and JSON is read as a stream.
 type fileFeed struct {
-	cfg  *file.SDConfig
+	cfg  *FileSD
 	seen map[string]bool // files of the last update
 }
 
@@ -50,7 +49,7 @@ func (f *fileFeed) run(ctx context.Context, out feedOut) {
 	}
 	f.seen = map[string]bool{}
 	f.refresh(ctx, out, w)
-	tick := time.NewTicker(time.Duration(f.cfg.RefreshInterval))
+	tick := time.NewTicker(f.cfg.RefreshInterval)
 	defer tick.Stop()
 	var quiet <-chan time.Time
 	for {

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	commoncfg "github.com/prometheus/common/config"
-	httpsd "github.com/prometheus/prometheus/discovery/http"
 	"github.com/prometheus/prometheus/model/labels"
 )
 
@@ -27,11 +26,11 @@ var jsonContentType = regexp.MustCompile(`^(?i:application/json(;\s*charset=("ut
 // minute if that is longer (Prometheus waits for as long as the server
 // takes).
 type httpFeed struct {
-	cfg    *httpsd.SDConfig
+	cfg    *HTTPSD
 	client *http.Client
 }
 
-func newHTTPFeed(cfg *httpsd.SDConfig) (*httpFeed, error) {
+func newHTTPFeed(cfg *HTTPSD) (*httpFeed, error) {
 	client, err := commoncfg.NewClientFromConfig(cfg.HTTPClientConfig, "http")
 	if err != nil {
 		return nil, err
@@ -44,7 +43,7 @@ func newHTTPFeed(cfg *httpsd.SDConfig) (*httpFeed, error) {
 const minHTTPTimeout = time.Minute
 
 func (h *httpFeed) run(ctx context.Context, out feedOut) {
-	every := time.Duration(h.cfg.RefreshInterval)
+	every := h.cfg.RefreshInterval
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
@@ -75,7 +74,7 @@ func (h *httpFeed) fetch(ctx context.Context, timeout time.Duration) (*chunk, er
 	}
 	req.Header.Set("User-Agent", "sonde")
 	req.Header.Set("Accept", "application/json")
-	req.Header.Set("X-Prometheus-Refresh-Interval-Seconds", strconv.FormatFloat(time.Duration(h.cfg.RefreshInterval).Seconds(), 'f', -1, 64))
+	req.Header.Set("X-Prometheus-Refresh-Interval-Seconds", strconv.FormatFloat(h.cfg.RefreshInterval.Seconds(), 'f', -1, 64))
 	resp, err := h.client.Do(req)
 	if err != nil {
 		return nil, err

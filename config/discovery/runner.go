@@ -15,7 +15,6 @@ import (
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/relabel"
-	"k8s.io/klog/v2"
 )
 
 // Pool is what the runner follows for one pool.
@@ -123,9 +122,6 @@ type poolView struct {
 	dropped    []map[string]int // per source
 }
 
-// klogOnce routes the Kubernetes client's log to the first runner's logger.
-var klogOnce sync.Once
-
 // NewRunner returns a runner with no pools; [Runner.Update] gives it some.
 func NewRunner(opt Options) *Runner {
 	if opt.Logger == nil {
@@ -162,11 +158,6 @@ func NewRunner(opt Options) *Runner {
 // targets of a source whose pool's relabel rules or labels changed are
 // relabeled by the worker afterwards, and published as a newer version.
 func (r *Runner) Update(pools []Pool) (map[string]Found, uint64) {
-	if slices.ContainsFunc(pools, func(p Pool) bool {
-		return slices.ContainsFunc(p.Sources, func(s Source) bool { return s.Config.Name() == "kubernetes" })
-	}) {
-		klogOnce.Do(func() { klog.SetSlogLogger(r.opt.Logger.With("component", "kubernetes-client")) })
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	next := make(map[string]*poolState, len(pools))

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
-	promsd "github.com/prometheus/prometheus/discovery"
-	"github.com/prometheus/prometheus/discovery/file"
 	"github.com/prometheus/prometheus/discovery/targetgroup"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/sondeprobe/sonde/bench/testenv"
@@ -72,7 +70,7 @@ func staticSource(i int, targets []string, ls map[string]string) Source {
 	for _, t := range targets {
 		g.Targets = append(g.Targets, model.LabelSet{model.AddressLabel: model.LabelValue(t)})
 	}
-	return Source{Key: "static_configs", Index: i, Config: promsd.StaticConfig{g}}
+	return Source{Key: "static_configs", Index: i, Config: &StaticSD{Groups: []*targetgroup.Group{g}}}
 }
 
 // TestRunnerStaticAndNames checks a pool's targets from a static group and
@@ -122,7 +120,7 @@ func TestRunnerKeepsSources(t *testing.T) {
 	}
 	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 	fileSrc := func(i int) Source {
-		return Source{Key: "file_sd_configs", Index: i, Config: &file.SDConfig{Files: []string{sd}, RefreshInterval: model.Duration(time.Minute)}}
+		return Source{Key: "file_sd_configs", Index: i, Config: &FileSD{Files: []string{sd}, RefreshInterval: time.Minute}}
 	}
 	run.Update([]Pool{{Name: "p", Sources: []Source{fileSrc(0)}}})
 	waitFound(t, run, changed, "p", func(f Found) bool { return f.Len() == 1 })
@@ -236,7 +234,7 @@ func TestStatusFailingSourceAndRetries(t *testing.T) {
 	res := failingResolver{calls: make(chan string, 16)}
 	run, _ := newTestRunner(t, res)
 	run.Update([]Pool{{Name: "p", Family: IP4,
-		Sources: []Source{{Key: "file_sd_configs", Config: &file.SDConfig{Files: []string{sd}, RefreshInterval: model.Duration(time.Minute)}}},
+		Sources: []Source{{Key: "file_sd_configs", Config: &FileSD{Files: []string{sd}, RefreshInterval: time.Minute}}},
 		Names:   []Name{{Host: "missing.test", Port: 80}}}})
 	deadline := time.After(20 * time.Second)
 	for lookups := 0; lookups < 2; {

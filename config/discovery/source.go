@@ -11,9 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	promsd "github.com/prometheus/prometheus/discovery"
-	"github.com/prometheus/prometheus/discovery/file"
-	httpsd "github.com/prometheus/prometheus/discovery/http"
 	"github.com/prometheus/prometheus/discovery/targetgroup"
 )
 
@@ -22,7 +19,7 @@ import (
 type Source struct {
 	Key    string // the list it is in: "file_sd_configs", "static_configs", ...
 	Index  int    // its position in that list
-	Config promsd.Config
+	Config SourceConfig
 }
 
 // Name is how the source is named in status, metrics and logs:
@@ -123,11 +120,12 @@ type feedOut interface {
 // changed; log records go to logger, and its errors are noted as the
 // source's.
 func startSource(ctx context.Context, pool string, spec Source, logger *slog.Logger, changed func()) *source {
-	s := &source{pool: pool, spec: spec, mech: spec.Config.Name(), chunks: map[string]*chunk{},
+	base := logger
+	s := &source{pool: pool, spec: spec, mech: spec.Config.Mechanism(), chunks: map[string]*chunk{},
 		started: time.Now(), done: make(chan struct{})}
 	ctx, s.cancel = context.WithCancel(ctx)
 	log := slog.New(&errorNoter{h: logger.Handler(), s: s}).With("pool", pool, "source", spec.Name())
-	f, err := s.newFeed(spec, log)
+	f, err := s.newFeed(spec, log, base)
 	if err != nil {
 		s.note(fmt.Sprintf("cannot start %s discovery: %v", s.mech, err))
 		log.Error("discovery source cannot start", "err", err)
@@ -141,29 +139,29 @@ func startSource(ctx context.Context, pool string, spec Source, logger *slog.Log
 	return s
 }
 
-// newFeed returns the feed of spec.
-func (s *source) newFeed(spec Source, log *slog.Logger) (feed, error) {
+// newFeed returns the feed of spec: log is the source's logger, base the
+// runner's.
+func (s *source) newFeed(spec Source, log, base *slog.Logger) (feed, error) {
 	switch c := spec.Config.(type) {
-	case *file.SDConfig:
+	case *FileSD:
 		return &fileFeed{cfg: c}, nil
-	case *httpsd.SDConfig:
+	case *HTTPSD:
 		return newHTTPFeed(c)
+	case *StaticSD:
+		return staticFeed{c.Groups}, nil
+	case DiscovererConfig:
+		s.reg = prometheus.NewRegistry()
+		d, err := c.NewDiscoverer(DiscovererOptions{Logger: log, ClientLogger: base, Registerer: s.reg, SetName: s.pool + "/" + spec.Name()})
+		if err != nil {
+			return nil, err
+		}
+		return promFeed{d}, nil
 	}
-	s.reg = prometheus.NewRegistry()
-	refresh := promsd.NewRefreshMetrics(s.reg)
-	metrics := spec.Config.NewDiscovererMetrics(s.reg, refresh)
-	if err := refresh.Register(); err == nil {
-		_ = metrics.Register() // a failure only loses failure counts; updates still tell
-	}
-	d, err := spec.Config.NewDiscoverer(promsd.DiscovererOptions{Logger: log, Metrics: metrics, SetName: s.pool + "/" + spec.Name()})
-	if err != nil {
-		return nil, err
-	}
-	return promFeed{d}, nil
+	return nil, fmt.Errorf("%T is not a configuration the runner can run", spec.Config)
 }
 
 // promFeed runs a Prometheus discoverer, each of its groups a chunk.
-type promFeed struct{ d promsd.Discoverer }
+type promFeed struct{ d Discoverer }
 
 func (p promFeed) run(ctx context.Context, out feedOut) {
 	up := make(chan []*targetgroup.Group)
@@ -191,6 +189,20 @@ func (p promFeed) run(ctx context.Context, out feedOut) {
 			out.send(m)
 		}
 	}
+}
+
+// staticFeed sends static groups once, each group a chunk.
+type staticFeed struct{ groups []*targetgroup.Group }
+
+func (f staticFeed) run(ctx context.Context, out feedOut) {
+	m := make(map[string]*chunk, len(f.groups))
+	for _, g := range f.groups {
+		if len(g.Targets) > 0 {
+			m[g.Source] = chunkOf(g)
+		}
+	}
+	out.send(m)
+	<-ctx.Done()
 }
 
 // sourceSink is a source's feedOut: updates are stored and reported

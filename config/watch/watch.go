@@ -1,10 +1,10 @@
 // Package watch tells when the content of a set of files changes, so that
 // the daemon reloads its configuration by itself.
 //
-// A [Watcher] watches directories, not files, with inotify: the directory of
-// each file and of every symbolic link met while resolving its path. That
-// sees an editor that replaces a file by renaming a new one over it, and
-// Kubernetes updating a mounted ConfigMap, which writes the new files into a
+// A [Watcher] watches directories, not files, with fsnotify (inotify on
+// Linux): the directory of each file and of every symbolic link met while
+// resolving its path. That sees an editor that replaces a file by renaming
+// a new one over it, and Kubernetes updating a mounted ConfigMap, which writes the new files into a
 // new directory and atomically replaces the "..data" symbolic link the file
 // names resolve through. Events only start a look at the files: after a
 // quiet time (debounce), each file is read and hashed, and a change is
@@ -16,7 +16,6 @@ package watch
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -27,7 +26,7 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/fsnotify/fsnotify"
 
 	"github.com/sondeprobe/sonde/internal/safefile"
 )
@@ -55,8 +54,7 @@ type Options struct {
 // runs once.
 type Watcher struct {
 	opt     Options
-	fd      int      // the inotify instance, for adding and removing watches
-	ino     *os.File // the same, for reading: never call its Fd, which would make it blocking
+	fsw     *fsnotify.Watcher
 	changes chan struct{}
 	setc    chan struct{}
 
@@ -66,10 +64,7 @@ type Watcher struct {
 	// Owned by Run (and New before it).
 	files []safefile.File
 	sums  map[string]sum
-	dirs  map[string]int32 // watched directory → watch descriptor
-
-	namesMu sync.Mutex                // guards names, which the reading goroutine consults
-	names   map[int32]map[string]bool // watch descriptor → names that matter in it
+	dirs  map[string]map[string]bool // watched directory → names that matter in it
 }
 
 // sum is a file's content hash; ok is false when it cannot be read.
@@ -81,24 +76,23 @@ type sum struct {
 // New watches files and takes their content as the baseline: only a change
 // from what they hold now is reported. Call it before reading the files, so
 // that no change after the read goes unseen. ctx bounds this first reading.
-// It fails when inotify is not available.
+// It fails when the system cannot watch files (inotify instances
+// exhausted).
 func New(ctx context.Context, files []safefile.File, opt Options) (*Watcher, error) {
 	if opt.Debounce <= 0 {
 		opt.Debounce = DefaultDebounce
 	}
-	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
-		return nil, fmt.Errorf("inotify: %w", err)
+		return nil, fmt.Errorf("watch files: %w", err)
 	}
 	w := &Watcher{
 		opt:     opt,
-		fd:      fd,
-		ino:     os.NewFile(uintptr(fd), "inotify"), // non-blocking: reads wait in the runtime poller, Close ends them
+		fsw:     fsw,
 		changes: make(chan struct{}, 1),
 		setc:    make(chan struct{}, 1),
 		sums:    map[string]sum{},
-		dirs:    map[string]int32{},
-		names:   map[int32]map[string]bool{},
+		dirs:    map[string]map[string]bool{},
 	}
 	w.take(ctx, files)
 	return w, nil
@@ -122,41 +116,40 @@ func (w *Watcher) SetFiles(files []safefile.File) {
 	}
 }
 
-// Run watches until ctx is done, then releases the inotify instance. It
+// Run watches until ctx is done, then releases what it watched with. It
 // returns nil then, or the error that stopped it earlier.
 func (w *Watcher) Run(ctx context.Context) error {
-	events := make(chan bool, 64) // whether an event matters
-	quit := make(chan struct{})
-	readErr := make(chan error, 1)
-	go func() { readErr <- w.read(events, quit) }()
-	defer func() {
-		close(quit)
-		w.ino.Close()
-	}()
+	defer w.fsw.Close()
 
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	var first time.Time // first event since the last look; zero: none
 	for {
+		matters := false
 		select {
 		case <-ctx.Done():
 			return nil
-		case err := <-readErr:
-			return fmt.Errorf("read inotify events: %w", err)
+		case err, ok := <-w.fsw.Errors:
+			if !ok {
+				return errors.New("file events ended")
+			}
+			if !errors.Is(err, fsnotify.ErrEventOverflow) {
+				if w.opt.Error != nil {
+					w.opt.Error(fmt.Errorf("watch files: %w", err))
+				}
+				continue
+			}
+			matters = true // events were lost: look at the files
+		case ev, ok := <-w.fsw.Events:
+			if !ok {
+				return errors.New("file events ended")
+			}
+			matters = w.matters(ev)
 		case <-w.setc:
 			w.mu.Lock()
 			files := w.pending
 			w.mu.Unlock()
 			w.take(ctx, files)
-		case matters := <-events:
-			if !matters {
-				continue
-			}
-			now := time.Now()
-			if first.IsZero() {
-				first = now
-			}
-			timer.Reset(min(w.opt.Debounce, first.Add(10*w.opt.Debounce).Sub(now)))
 		case <-timer.C:
 			first = time.Time{}
 			changed := w.look(ctx)
@@ -170,6 +163,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 				w.opt.Checked(changed)
 			}
 		}
+		if !matters {
+			continue
+		}
+		now := time.Now()
+		if first.IsZero() {
+			first = now
+		}
+		timer.Reset(min(w.opt.Debounce, first.Add(10*w.opt.Debounce).Sub(now)))
 	}
 }
 
@@ -213,11 +214,6 @@ func hashFile(ctx context.Context, f safefile.File) sum {
 	return sum{ok: err == nil, sha: sha}
 }
 
-// watchMask: every change of a directory's entries, of their content or
-// metadata, and of the directory itself.
-const watchMask = unix.IN_CREATE | unix.IN_DELETE | unix.IN_MODIFY | unix.IN_CLOSE_WRITE | unix.IN_ATTRIB |
-	unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_DELETE_SELF | unix.IN_MOVE_SELF | unix.IN_ONLYDIR
-
 // rewatch watches the directories where the files' paths can change and
 // drops the watches no longer needed.
 func (w *Watcher) rewatch() {
@@ -230,82 +226,34 @@ func (w *Watcher) rewatch() {
 			want[p.dir][p.name] = true
 		}
 	}
-	dirs := make(map[string]int32, len(want))
-	names := make(map[int32]map[string]bool, len(want))
-	for dir, ns := range want {
-		wd, err := unix.InotifyAddWatch(w.fd, dir, watchMask)
-		if err != nil {
-			if w.opt.Error != nil && !errors.Is(err, unix.ENOENT) {
+	dirs := make(map[string]map[string]bool, len(want))
+	for dir, names := range want {
+		// Added again even when watched: a directory deleted and made
+		// again under the same name is a new one.
+		if err := w.fsw.Add(dir); err != nil {
+			if w.opt.Error != nil && !errors.Is(err, fs.ErrNotExist) {
 				w.opt.Error(fmt.Errorf("watch %s: %w", dir, err))
 			}
 			continue
 		}
-		dirs[dir] = int32(wd)
-		if names[int32(wd)] == nil { // two paths of one directory share a descriptor
-			names[int32(wd)] = map[string]bool{}
-		}
-		for n := range ns {
-			names[int32(wd)][n] = true
-		}
+		dirs[dir] = names
 	}
-	for _, wd := range w.dirs {
-		if names[wd] == nil {
-			_, _ = unix.InotifyRmWatch(w.fd, uint32(wd)) // gone already when its directory was deleted
+	for dir := range w.dirs {
+		if dirs[dir] == nil {
+			_ = w.fsw.Remove(dir) // gone already when the directory was deleted
 		}
 	}
 	w.dirs = dirs
-	w.setNames(names)
-}
-
-func (w *Watcher) setNames(n map[int32]map[string]bool) {
-	w.namesMu.Lock()
-	w.names = n
-	w.namesMu.Unlock()
 }
 
 // matters reports whether an event can change a watched file: it names a
-// watched entry, concerns a watched directory itself, or says events were
-// lost.
-func (w *Watcher) matters(wd int32, mask uint32, name string) bool {
-	if mask&(unix.IN_Q_OVERFLOW|unix.IN_DELETE_SELF|unix.IN_MOVE_SELF|unix.IN_IGNORED) != 0 {
+// watched entry, or is the removal or renaming of a watched directory
+// itself.
+func (w *Watcher) matters(ev fsnotify.Event) bool {
+	if _, ok := w.dirs[ev.Name]; ok && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) {
 		return true
 	}
-	w.namesMu.Lock()
-	defer w.namesMu.Unlock()
-	return w.names[wd][name]
-}
-
-// read reads inotify events until the instance is closed, and sends for
-// each whether it matters, until quit is closed.
-func (w *Watcher) read(events chan<- bool, quit <-chan struct{}) error {
-	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
-	for {
-		n, err := w.ino.Read(buf)
-		if err != nil {
-			if errors.Is(err, fs.ErrClosed) {
-				return nil
-			}
-			return err
-		}
-		for off := 0; off+unix.SizeofInotifyEvent <= n; {
-			// struct inotify_event: wd, mask, cookie, len, then len bytes of
-			// NUL-padded name; in the machine's byte order.
-			b := buf[off:]
-			wd := int32(binary.NativeEndian.Uint32(b[0:]))
-			mask := binary.NativeEndian.Uint32(b[4:])
-			end := off + unix.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(b[12:]))
-			if end > n {
-				break
-			}
-			name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:end]), "\x00")
-			select {
-			case events <- w.matters(wd, mask, name):
-			case <-quit:
-				return nil
-			}
-			off = end
-		}
-	}
+	return w.dirs[filepath.Dir(ev.Name)][filepath.Base(ev.Name)]
 }
 
 // point is a directory entry whose change can change what a path names.

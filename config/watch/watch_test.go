@@ -343,3 +343,31 @@ func TestPathPoints(t *testing.T) {
 		}
 	}
 }
+
+// TestWatchDirectoryMoved moves the directory of a watched file away: only
+// that directory is watched, and its own move is a change (the file is
+// gone), as is a new directory put in its place.
+func TestWatchDirectoryMoved(t *testing.T) {
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "conf")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(sub, "sonde.yaml")
+	write(t, cfg, "a: 1\n")
+	x := watch(t, cfg)
+
+	if err := os.Rename(sub, filepath.Join(dir, "old")); err != nil {
+		t.Fatal(err)
+	}
+	if !x.next(t) {
+		t.Fatal("moving the file's directory away is no change")
+	}
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, cfg, "a: 2\n")
+	if !x.next(t) {
+		t.Fatal("a new directory with the file is no change")
+	}
+}

@@ -1,0 +1,77 @@
+package kinds
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/relabel"
+	"go.yaml.in/yaml/v2"
+
+	"github.com/sondeprobe/sonde/config/discovery"
+)
+
+var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+// newTestRunner returns a runner, which resolves no names, whose changes
+// are signalled on the returned channel.
+func newTestRunner(t *testing.T) (*discovery.Runner, chan struct{}) {
+	t.Helper()
+	changed := make(chan struct{}, 16)
+	run := discovery.NewRunner(discovery.Options{Logger: testLogger, Debounce: time.Millisecond,
+		Resolver: &discovery.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}},
+		Changed:  func(context.Context) { changed <- struct{}{} }})
+	t.Cleanup(func() {
+		if err := run.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return run, changed
+}
+
+// waitFound waits for changes until pool's targets satisfy ok.
+func waitFound(t *testing.T, run *discovery.Runner, changed chan struct{}, pool string, ok func(discovery.Found) bool) discovery.Found {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		found, _ := run.Found()
+		if ok(found[pool]) {
+			return found[pool]
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("pool %s: %+v", pool, found[pool])
+		}
+	}
+}
+
+// endpointsOf lists a pool's targets as "ADDR:PORT LABELS", sorted.
+func endpointsOf(f discovery.Found) []string {
+	var out []string
+	for t := range f.All() {
+		out = append(out, t.Addr.String()+":"+strconv.Itoa(int(t.Port))+" "+t.Labels.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+// rules decodes and validates relabel rules.
+func rules(t *testing.T, text string) []*relabel.Config {
+	t.Helper()
+	var rs []*relabel.Config
+	if err := yaml.UnmarshalStrict([]byte(text), &rs); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if err := r.Validate(model.UTF8Validation); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return rs
+}
