@@ -19,6 +19,7 @@ import (
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/scheduler"
 	"github.com/sondeprobe/sonde/server/remediate"
+	"github.com/sondeprobe/sonde/server/statefile"
 )
 
 // Options configure a [Daemon].
@@ -146,7 +147,7 @@ type Daemon struct {
 	// The state file (Options.StateFile): the lock held on it from Start to
 	// Stop, and how its saves go; both nil without one.
 	stateLock *os.File
-	saves     *saveHealth
+	saves     *statefile.Health
 
 	cur atomic.Pointer[generation]
 
@@ -156,7 +157,7 @@ type Daemon struct {
 	static   *config.Config                   // the configuration as its files give it (config.Config.Static)
 	disc     atomic.Pointer[discovery.Runner] // the pools' discovery sources and host names; nil until one discovers (read without the lock)
 	found    uint64                           // the version of the runner's targets the engine runs
-	pending  pendingStates                    // saved states waiting for discovered targets
+	pending  statefile.Pending                // saved states waiting for discovered targets
 	engine   *scheduler.Engine
 	probers  *proberSet
 	inputs   inputs // of the configuration running
@@ -229,7 +230,7 @@ func New(opt Options) (*Daemon, error) {
 	d.metrics = newMetrics(d)
 	d.rem = remediate.New(remediate.Options{Logger: opt.Logger, Registerer: d.metrics.reg})
 	if opt.StateFile != "" {
-		d.saves = newSaveHealth(d.metrics.reg)
+		d.saves = statefile.NewHealth(d.metrics.reg)
 	}
 	d.reloads.d = d
 	return d, nil
@@ -249,7 +250,7 @@ func (d *Daemon) Start() (err error) {
 	}
 	start := time.Now()
 	if d.opt.StateFile != "" {
-		if d.stateLock, err = claimState(d.life, d.opt.StateFile); err != nil {
+		if d.stateLock, err = statefile.Claim(d.life, d.opt.StateFile); err != nil {
 			return err
 		}
 		defer func() {
@@ -499,10 +500,10 @@ func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
 		return nil, 0, 0, err
 	}
 	ed := d.engine.Edit()
-	d.pending.expire(d.opt.Clock.Now())
+	d.pending.Expire(d.opt.Clock.Now())
 	var resume func(uint32) *scheduler.TargetStatus
-	if d.pending.n > 0 {
-		resume = func(n uint32) *scheduler.TargetStatus { return d.pending.take(cfg, n, d.opt.Clock) }
+	if d.pending.Len() > 0 {
+		resume = func(n uint32) *scheduler.TargetStatus { return d.pending.Take(cfg, n, d.opt.Clock) }
 	}
 	ch, err := edit(ed, old, cfg, pp.ls, slots, nslots, resume)
 	if err != nil {
@@ -632,8 +633,8 @@ func (d *Daemon) Stop() error {
 	d.cur.Load().stopRouter()
 	if d.opt.StateFile != "" {
 		if s := d.stateToSave(); s != nil {
-			err := writeState(d.opt.StateFile, s)
-			d.saves.record(err, time.Now()) // the error is Stop's: the caller reports it
+			err := statefile.Write(d.opt.StateFile, s)
+			d.saves.Record(err, time.Now()) // the error is Stop's: the caller reports it
 			if err != nil {
 				errs = append(errs, fmt.Errorf("the states were not saved at stop: %w", err))
 			}

@@ -2,42 +2,9 @@ package server
 
 import (
 	"sync"
-	"time"
+
+	"github.com/sondeprobe/sonde/server/web/api"
 )
-
-// The kinds of events, in Event.Kind: a target's state change, and the
-// route decisions of the pool policy (scheduler.RouteKind names).
-const (
-	KindState     = "state"     // a target's health state changed
-	KindRoute     = "route"     // a pool member was removed, put back, or decided (routed, removed, pending)
-	KindPreferred = "preferred" // a pool member entered or left the preferred set (E7)
-	KindFailOpen  = "fail_open" // a pool started or stopped failing open (P2)
-)
-
-// EventKinds are the kinds of events, in the order the documentation lists them.
-var EventKinds = []string{KindState, KindRoute, KindPreferred, KindFailOpen}
-
-// Event is one event as the API, the event stream and webhooks show it: a
-// target's state change (kind "state") or a change of a pool's traffic
-// decision (kinds "route", "preferred" and "fail_open"). From and To are
-// states for "state"; routes (routed, removed, pending) for "route";
-// not_preferred and preferred for "preferred"; normal and failing_open for
-// "fail_open".
-type Event struct {
-	Seq     uint64    `json:"seq"` // position in the daemon's event stream, from 1
-	Time    time.Time `json:"time"`
-	Kind    string    `json:"kind"`
-	Target  string    `json:"target"`         // address:port; for fail_open, the member whose change flipped it
-	Host    string    `json:"host,omitempty"` // host name the target was given as
-	Pools   []string  `json:"pools"`          // the target's pools for "state"; the pool decided for the others
-	Check   string    `json:"check"`
-	From    string    `json:"from"`
-	To      string    `json:"to"`
-	Reason  string    `json:"reason"`                // "state": outcome of the probe behind it; others: what moved the decision
-	Status  int       `json:"status,omitempty"`      // "state": the probe's HTTP status
-	Streak  int       `json:"consecutive,omitempty"` // "state": consecutive results of that kind
-	Message string    `json:"error,omitempty"`       // "state": why the probe failed, when known
-}
 
 // eventLog keeps the most recent events in a ring, numbers them, and hands
 // each to the event webhooks that want it. It is safe for concurrent use;
@@ -45,16 +12,16 @@ type Event struct {
 // the log (event streams) wait on the channel of [eventLog.read].
 type eventLog struct {
 	mu    sync.Mutex
-	buf   []Event
+	buf   []api.Event
 	next  uint64        // sequence number of the next event; the first is 1
 	wake  chan struct{} // closed by the next add; nil while nobody waits
 	hooks []*hook       // event webhooks, fed in sequence order
 }
 
-func newEventLog(size int) *eventLog { return &eventLog{buf: make([]Event, size), next: 1} }
+func newEventLog(size int) *eventLog { return &eventLog{buf: make([]api.Event, size), next: 1} }
 
 // add numbers e, keeps it, offers it to the webhooks and wakes the readers.
-func (l *eventLog) add(e Event) {
+func (l *eventLog) add(e api.Event) {
 	l.mu.Lock()
 	e.Seq = l.next
 	l.buf[l.next%uint64(len(l.buf))] = e
@@ -121,7 +88,7 @@ func (l *eventLog) window(since uint64, limit int) (from, end, lost uint64) {
 // copyRange copies into buf the events from sequence number from on,
 // before end, as many as fit. It reports false when event from is no
 // longer in the ring.
-func (l *eventLog) copyRange(from, end uint64, buf []Event) ([]Event, bool) {
+func (l *eventLog) copyRange(from, end uint64, buf []api.Event) ([]api.Event, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if from < l.oldest() {
@@ -132,7 +99,7 @@ func (l *eventLog) copyRange(from, end uint64, buf []Event) ([]Event, bool) {
 
 // copyLocked copies into buf the events from sequence number from on,
 // before end and the next event, as many as fit. Called with l.mu held.
-func (l *eventLog) copyLocked(from, end uint64, buf []Event) []Event {
+func (l *eventLog) copyLocked(from, end uint64, buf []api.Event) []api.Event {
 	evs := buf[:0]
 	for s := from; s < min(end, l.next) && len(evs) < cap(buf); s++ {
 		evs = append(evs, l.buf[s%uint64(len(l.buf))])
@@ -144,7 +111,7 @@ func (l *eventLog) copyLocked(from, end uint64, buf []Event) []Event {
 // many as fit, and reports how many events after after were lost to the
 // ring. When there is nothing new, it returns a channel that is closed when
 // the next event is added.
-func (l *eventLog) read(after uint64, buf []Event) (evs []Event, lost uint64, wait <-chan struct{}) {
+func (l *eventLog) read(after uint64, buf []api.Event) (evs []api.Event, lost uint64, wait <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	from := after + 1
@@ -163,10 +130,10 @@ func (l *eventLog) read(after uint64, buf []Event) (evs []Event, lost uint64, wa
 
 // newest returns the newest events that keep selects (every one when keep
 // is nil), at most n, newest first.
-func (l *eventLog) newest(n int, keep func(*Event) bool) []Event {
+func (l *eventLog) newest(n int, keep func(*api.Event) bool) []api.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var out []Event
+	var out []api.Event
 	for s := l.next - 1; s >= l.oldest() && s > 0 && len(out) < n; s-- {
 		e := &l.buf[s%uint64(len(l.buf))]
 		if keep == nil || keep(e) {

@@ -11,6 +11,7 @@ import (
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
 	"github.com/sondeprobe/sonde/server/remediate"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // generation is one configuration as the daemon runs it: the configuration,
@@ -149,7 +150,7 @@ func (g *generation) stopRouter() {
 // engine id) in a pool of the same name, and every pool that starts or stops
 // failing open: a load balancer that follows events learns what a new
 // policy (or a target newly disabled) changed. next has decided.
-func (g *generation) routeChanges(next *generation, kept []uint32, add func(Event)) {
+func (g *generation) routeChanges(next *generation, kept []uint32, add func(api.Event)) {
 	oldPool := make(map[string]int, len(g.pools))
 	for pi, p := range g.pools {
 		oldPool[p.Name] = pi
@@ -173,7 +174,7 @@ func (g *generation) routeChanges(next *generation, kept []uint32, add func(Even
 			if from == to {
 				return
 			}
-			add(Event{Kind: KindRoute, Time: now, Target: next.cfg.Targets[id].AddrPort().String(), Host: next.cfg.Hostnames[id],
+			add(api.Event{Kind: api.KindRoute, Time: now, Target: next.cfg.Targets[id].AddrPort().String(), Host: next.cfg.Hostnames[id],
 				Pools: []string{name}, Check: next.checkName(id), From: from.String(), To: to.String(), Reason: "reload"})
 		})
 	}
@@ -185,7 +186,7 @@ func (g *generation) routeChanges(next *generation, kept []uint32, add func(Even
 		was, is := g.router.Summary(opi).FailingOpen, next.router.Summary(pi).FailingOpen
 		if was != is {
 			from, to := pick2(failOpenNames, is)
-			add(Event{Kind: KindFailOpen, Time: now, Pools: []string{p.Name}, From: from, To: to, Reason: "reload"})
+			add(api.Event{Kind: api.KindFailOpen, Time: now, Pools: []string{p.Name}, From: from, To: to, Reason: "reload"})
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // Per-target history for the status page's timelines.
@@ -202,15 +203,6 @@ func (ix *histIndex) each(fn func(id uint32, v int32)) {
 	}
 }
 
-// HistoryResult is one probe result of a target's history.
-type HistoryResult struct {
-	Time           time.Time `json:"time"`
-	Outcome        string    `json:"outcome"`
-	Status         int       `json:"status,omitempty"` // HTTP status
-	LatencySeconds float64   `json:"latency_seconds"`  // how long the probe took, whatever its outcome
-	State          string    `json:"state"`            // the target's state after this result
-}
-
 func newHistory(targets, results int) *history {
 	if targets <= 0 {
 		targets = defaultHistoryTargets
@@ -392,9 +384,9 @@ type histRead struct {
 }
 
 // result decodes the entry, with times on clock.
-func (r histRead) result(clock scheduler.Clock) HistoryResult {
+func (r histRead) result(clock scheduler.Clock) api.HistoryResult {
 	o := probe.Outcome(r.data >> histOutcomeShft & 0xff)
-	return HistoryResult{
+	return api.HistoryResult{
 		Time:           scheduler.WallTime(clock, r.at),
 		Outcome:        o.String(),
 		Status:         int(uint16(r.data >> histStatusShift)),

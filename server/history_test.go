@@ -10,6 +10,7 @@ import (
 
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // histEngine returns an engine of n targets, never run: the history reads
@@ -313,7 +314,7 @@ pools:
 	}
 	history := func(addr string) map[int]int { // results by status code
 		t.Helper()
-		var h HistoryJSON
+		var h api.HistoryJSON
 		td.getJSON(t, "/api/v1/history?"+url.Values{"pool": {"p"}, "target": {addr}}.Encode(), &h)
 		out := map[int]int{}
 		for _, r := range h.Results {

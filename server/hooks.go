@@ -13,6 +13,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/internal/safefile"
+	"github.com/sondeprobe/sonde/server/web/api"
 	"github.com/sondeprobe/sonde/server/webhook"
 )
 
@@ -33,17 +34,6 @@ const (
 	hookLogEvery = time.Minute
 )
 
-// HookBatch is the JSON document a webhook receives: events in sequence
-// order, oldest first. Lost counts the events this webhook wanted that were
-// dropped before this batch — because its queue was full, or because the
-// receiver refused the batches that held them: a receiver that sees it
-// non-zero should read the current state from the API.
-type HookBatch struct {
-	Webhook string  `json:"webhook"` // the webhook's name
-	Lost    uint64  `json:"lost"`
-	Events  []Event `json:"events"`
-}
-
 // hook delivers the events one webhook wants, in batches, in order: one
 // goroutine takes the oldest queued events, posts them until they are
 // accepted, then takes the next. [hook.offer] only queues, so the engine
@@ -55,7 +45,7 @@ type hook struct {
 	log    *slog.Logger
 
 	mu   sync.Mutex
-	q    []Event // ring of hookQueue events once grown
+	q    []api.Event // ring of hookQueue events once grown
 	head int
 	n    int
 	lost uint64 // events lost that no batch sent yet reports: dropped from a full queue, or in refused batches
@@ -107,7 +97,7 @@ func newHook(ctx context.Context, w *config.EventWebhook, opt *Options, log *slo
 
 // offer queues e if the webhook wants it. It never blocks on delivery:
 // when the queue is full, the oldest event is dropped.
-func (h *hook) offer(e *Event) {
+func (h *hook) offer(e *api.Event) {
 	if !h.cfg.Wants(e.Kind, e.Pools) {
 		return
 	}
@@ -134,7 +124,7 @@ func (h *hook) offer(e *Event) {
 // grow doubles the queue up to hookQueue; a webhook that keeps up holds few
 // events. h.mu is held.
 func (h *hook) grow() {
-	q := make([]Event, min(max(2*len(h.q), 64), hookQueue))
+	q := make([]api.Event, min(max(2*len(h.q), 64), hookQueue))
 	for i := range h.n {
 		q[i] = h.q[(h.head+i)%len(h.q)]
 	}
@@ -143,14 +133,14 @@ func (h *hook) grow() {
 
 // take removes up to limit events from the queue, oldest first, with the
 // number lost before them.
-func (h *hook) take(limit int) ([]Event, uint64) {
+func (h *hook) take(limit int) ([]api.Event, uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	k := min(h.n, limit)
-	out := make([]Event, k)
+	out := make([]api.Event, k)
 	for i := range k {
 		j := (h.head + i) % len(h.q)
-		out[i], h.q[j] = h.q[j], Event{}
+		out[i], h.q[j] = h.q[j], api.Event{}
 	}
 	if k > 0 {
 		h.head = (h.head + k) % len(h.q)
@@ -213,7 +203,7 @@ func (h *hook) run(ctx context.Context) {
 			}
 			continue
 		}
-		body, err := json.Marshal(HookBatch{Webhook: h.cfg.Name, Lost: lost, Events: batch})
+		body, err := json.Marshal(api.HookBatch{Webhook: h.cfg.Name, Lost: lost, Events: batch})
 		if err != nil { // Event holds only strings, numbers and times
 			h.log.Error("encode webhook batch", "err", err)
 			continue

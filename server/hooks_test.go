@@ -22,6 +22,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/internal/safefile"
+	"github.com/sondeprobe/sonde/server/web/api"
 	"github.com/sondeprobe/sonde/server/webhook"
 )
 
@@ -34,7 +35,7 @@ type receiver struct {
 	secret  []byte
 	mu      sync.Mutex
 	srv     *http.Server
-	batches []HookBatch
+	batches []api.HookBatch
 	bad     []string // why a request was refused
 }
 
@@ -62,7 +63,7 @@ func (r *receiver) handle(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(req.Body)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var b HookBatch
+	var b api.HookBatch
 	switch {
 	case err != nil:
 		r.bad = append(r.bad, err.Error())
@@ -98,7 +99,7 @@ func (r *receiver) start() {
 }
 
 // seqs returns the sequence numbers received, in order, and the batches.
-func (r *receiver) seqs() ([]uint64, []HookBatch) {
+func (r *receiver) seqs() ([]uint64, []api.HookBatch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var s []uint64
@@ -138,14 +139,14 @@ webhooks:
 		o.WebhookMinBackoff, o.WebhookMaxBackoff = 10*time.Millisecond, 50*time.Millisecond
 	})
 	d := td.d
-	wanted := func(e Event) bool {
-		return (e.Kind == KindState || e.Kind == KindRoute) && slices.Contains(e.Pools, "api")
+	wanted := func(e api.Event) bool {
+		return (e.Kind == api.KindState || e.Kind == api.KindRoute) && slices.Contains(e.Pools, "api")
 	}
 	emit := func(n int) {
 		for i := range n {
-			kinds := []string{KindRoute, KindState, KindPreferred, KindRoute}
+			kinds := []string{api.KindRoute, api.KindState, api.KindPreferred, api.KindRoute}
 			pools := [][]string{{"api"}, {"api", "other"}, {"api"}, {"other"}}
-			d.events.add(Event{Kind: kinds[i%4], Pools: pools[i%4], Target: fmt.Sprint(i)})
+			d.events.add(api.Event{Kind: kinds[i%4], Pools: pools[i%4], Target: fmt.Sprint(i)})
 		}
 	}
 	// want returns the sequence numbers of every event in the log the
@@ -263,7 +264,7 @@ func metricValue(t *testing.T, g prometheus.Gatherer, name string, labels map[st
 // next batch accepted tells how many of both.
 func TestHookRefusedAndFull(t *testing.T) {
 	var mu sync.Mutex
-	var got []HookBatch
+	var got []api.HookBatch
 	refuse := true
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
@@ -273,7 +274,7 @@ func TestHookRefusedAndFull(t *testing.T) {
 			http.Error(w, "no", http.StatusBadRequest)
 			return
 		}
-		var b HookBatch
+		var b api.HookBatch
 		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
 			t.Error(err)
 		}
@@ -287,7 +288,7 @@ func TestHookRefusedAndFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range hookQueue + 5 { // not running yet: the queue fills
-		h.offer(&Event{Seq: uint64(i + 1), Kind: KindState})
+		h.offer(&api.Event{Seq: uint64(i + 1), Kind: api.KindState})
 	}
 	if h.dropped.Load() != 5 || h.queued() != hookQueue {
 		t.Fatalf("full queue: %d dropped, %d queued; want 5 and %d", h.dropped.Load(), h.queued(), hookQueue)
@@ -321,7 +322,7 @@ func TestHookLostReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range hookQueue + 3 {
-		h.offer(&Event{Seq: uint64(i + 1)})
+		h.offer(&api.Event{Seq: uint64(i + 1)})
 	}
 	evs, lost := h.take(2)
 	if lost != 3 || len(evs) != 2 || evs[0].Seq != 4 {
@@ -352,7 +353,7 @@ func TestHookSecretUnreadable(t *testing.T) {
 // saying lost 0.
 func TestHookRefusedCountedLost(t *testing.T) {
 	var mu sync.Mutex
-	var got []HookBatch
+	var got []api.HookBatch
 	requests, followed := 0, 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
@@ -365,7 +366,7 @@ func TestHookRefusedCountedLost(t *testing.T) {
 			http.Redirect(w, r, "/moved", http.StatusMovedPermanently)
 			return
 		}
-		var b HookBatch
+		var b api.HookBatch
 		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
 			t.Error(err)
 		}
@@ -378,13 +379,13 @@ func TestHookRefusedCountedLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		h.offer(&Event{Seq: uint64(i + 1), Kind: KindState})
+		h.offer(&api.Event{Seq: uint64(i + 1), Kind: api.KindState})
 	}
 	h.start()
 	defer h.stop()
 	waitFor(t, "the first batch refused", func() bool { return h.refused.Load() == 1 })
-	h.offer(&Event{Seq: 4, Kind: KindState})
-	h.offer(&Event{Seq: 5, Kind: KindState})
+	h.offer(&api.Event{Seq: 4, Kind: api.KindState})
+	h.offer(&api.Event{Seq: 5, Kind: api.KindState})
 	received := func() (seqs []uint64, lost uint64) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -426,7 +427,7 @@ func TestHookRefusalsLogged(t *testing.T) {
 	h.start()
 	defer h.stop()
 	for i := range 20 {
-		h.offer(&Event{Seq: uint64(i + 1), Kind: KindState})
+		h.offer(&api.Event{Seq: uint64(i + 1), Kind: api.KindState})
 		waitFor(t, fmt.Sprintf("batch %d refused", i+1), func() bool { return h.refused.Load() >= uint64(i+1) })
 	}
 	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 {

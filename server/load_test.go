@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // TestDetectionUnderAPILoad runs the daemon's HTTP server under many
@@ -155,7 +157,7 @@ pools:
 
 	// The API answers throughout: a health check every 100 ms.
 	checker := &http.Client{Timeout: 5 * time.Second}
-	var ev Event
+	var ev api.Event
 	deadline := onset.Add(20 * time.Second)
 	for found := false; !found; {
 		if time.Now().After(deadline) {
@@ -170,7 +172,7 @@ pools:
 		evs, _, _ := td.d.events.page(before, 0)
 		for _, e := range evs {
 			switch {
-			case e.Kind != KindState:
+			case e.Kind != api.KindState:
 			case e.Target == steady.addr():
 				t.Fatalf("the healthy target changed state under API load: %+v", e)
 			case e.Target == flaky.addr() && e.To == "unhealthy":

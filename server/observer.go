@@ -8,6 +8,7 @@ import (
 
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // observer turns engine results and transitions into metrics, events and log
@@ -131,8 +132,8 @@ func (o *observer) Transition(e scheduler.Event) {
 		return
 	}
 	t := g.cfg.Targets[e.Target]
-	ev := Event{
-		Kind:    KindState,
+	ev := api.Event{
+		Kind:    api.KindState,
 		Time:    scheduler.WallTime(g.engine.Clock(), e.At),
 		Target:  t.AddrPort().String(),
 		Host:    g.cfg.Hostnames[e.Target],
@@ -186,7 +187,7 @@ type routeObserver struct {
 func (ro *routeObserver) Route(e scheduler.RouteEvent) {
 	o, g := ro.o, ro.g
 	pool := g.cfg.Pools[e.Pool].Name
-	ev := Event{
+	ev := api.Event{
 		Kind:   e.Kind.String(),
 		Time:   scheduler.WallTime(g.engine.Clock(), e.At),
 		Target: g.cfg.Targets[e.Target].AddrPort().String(),

@@ -17,6 +17,7 @@ import (
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/server/ui"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // The status page: an overview of every pool (served at /, rendered on the
@@ -60,7 +61,7 @@ func (d *Daemon) pageBase(g *generation, page, title string) pageBase {
 	b := pageBase{Page: page, Title: title, Version: d.opt.Version, Revision: d.opt.Revision, Shard: g.cfg.Shard.String(), TCPPath: string(tcp),
 		Loaded: g.loaded, Now: d.opt.Clock.Now(), EventSeq: d.events.last()}
 	if d.saves != nil {
-		if a := d.saves.alert(d.opt.StateFile, time.Now()); a != "" {
+		if a := saveAlert(d.saves, d.opt.StateFile, time.Now()); a != "" {
 			b.Alerts = append(b.Alerts, a)
 		}
 	}
@@ -101,7 +102,7 @@ type barSegment struct {
 
 // poolCard is a pool as the overview and the pool view head show it.
 type poolCard struct {
-	PoolJSON
+	api.PoolJSON
 	URL           string
 	UnresolvedURL string  // of the pool view listing its unresolved targets
 	Interval      float64 // seconds
@@ -114,7 +115,7 @@ type poolCard struct {
 
 // poolCard describes pool pi with its counts j and its discovery's status
 // ds (nil when it has none).
-func (g *generation) poolCard(pi int, j PoolJSON, ds *discovery.PoolStatus) poolCard {
+func (g *generation) poolCard(pi int, j api.PoolJSON, ds *discovery.PoolStatus) poolCard {
 	c := g.cfg.Checks[g.cfg.Pools[pi].CheckIndex]
 	pc := poolCard{PoolJSON: j, URL: "pool?" + url.Values{"name": {j.Name}}.Encode(),
 		UnresolvedURL: "pool?" + url.Values{"name": {j.Name}, "outcome": {unresolvedOutcome}}.Encode(),
@@ -236,12 +237,12 @@ func (g *generation) poolCards(ds []discovery.PoolStatus) []poolCard {
 
 // eventView is an event as the pages list it.
 type eventView struct {
-	Event
+	api.Event
 	Pool string // the pool its target link opens: the first of its pools
 	URL  string // of the target's view; "" for an event without a target
 }
 
-func eventViews(evs []Event) []eventView {
+func eventViews(evs []api.Event) []eventView {
 	out := make([]eventView, len(evs))
 	for i, e := range evs {
 		out[i] = eventView{Event: e}
@@ -264,7 +265,7 @@ type recentList struct {
 
 // recentEvents returns the newest events that keep selects, at most n,
 // newest first.
-func (d *Daemon) recentEvents(n int, keep func(*Event) bool) recentList {
+func (d *Daemon) recentEvents(n int, keep func(*api.Event) bool) recentList {
 	return recentList{List: eventViews(d.events.newest(n, keep)), Keep: n}
 }
 
@@ -591,7 +592,7 @@ func (d *Daemon) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 	if exp := g.certExpiry(id); exp != 0 {
 		certExpiry = time.Unix(exp, 0).UTC()
 	}
-	events := d.recentEvents(targetEvents, func(e *Event) bool {
+	events := d.recentEvents(targetEvents, func(e *api.Event) bool {
 		return e.Target == view.Target && slices.Contains(e.Pools, p.Name)
 	})
 	base := d.pageBase(g, "target", view.Target)
@@ -604,7 +605,7 @@ func (d *Daemon) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 		Settings    []setting
 		W1, W2      float64
 		CertExpiry  time.Time
-		Results     []HistoryResult
+		Results     []api.HistoryResult
 		Recorded    bool
 		Capacity    int
 		Events      recentList
@@ -658,28 +659,14 @@ func (d *Daemon) unresolvedPage(w http.ResponseWriter, g *generation, ref target
 }
 
 // history returns target id's kept results, oldest first.
-func (d *Daemon) history(g *generation, id uint32) []HistoryResult {
+func (d *Daemon) history(g *generation, id uint32) []api.HistoryResult {
 	raw := d.hist.read(g.hist, id, make([]histRead, 0, d.hist.results))
 	clock := g.engine.Clock()
-	out := make([]HistoryResult, len(raw))
+	out := make([]api.HistoryResult, len(raw))
 	for i, r := range raw {
 		out[i] = r.result(clock)
 	}
 	return out
-}
-
-// HistoryJSON is the answer of /api/v1/history.
-type HistoryJSON struct {
-	Target string `json:"target"`
-	Pool   string `json:"pool"`
-	Check  string `json:"check"`
-	// Recorded tells whether the target's results were kept before this
-	// request; if not, they are from now on (for a while after the last
-	// request), and Results holds what there is.
-	Recorded bool            `json:"recorded"`
-	Capacity int             `json:"capacity"` // results kept at most
-	State    string          `json:"state"`
-	Results  []HistoryResult `json:"results"` // oldest first
 }
 
 // handleHistory answers GET /api/v1/history?pool=&target=: the target's
@@ -702,7 +689,7 @@ func (d *Daemon) handleHistory(w http.ResponseWriter, r *http.Request) {
 	id := p.Members[m]
 	route, _ := g.router.Route(pi, m)
 	recorded := d.hist.view(g.hist, id, g.engine.Clock().Nanotime())
-	writeJSON(w, HistoryJSON{
+	writeJSON(w, api.HistoryJSON{
 		Target: g.cfg.Targets[id].AddrPort().String(), Pool: p.Name, Check: g.checkName(id),
 		Recorded: recorded, Capacity: d.hist.results, State: memberState(p, route, g.engine.Status(id)),
 		Results: d.history(g, id),
@@ -719,7 +706,7 @@ func (d *Daemon) handleEventsPage(w http.ResponseWriter, _ *http.Request) {
 		Events recentList
 		Kinds  []string
 		Pools  []string
-	}{d.pageBase(g, "events", "Events"), d.recentEvents(eventsPage, nil), EventKinds, poolNames(g)})
+	}{d.pageBase(g, "events", "Events"), d.recentEvents(eventsPage, nil), api.EventKinds, poolNames(g)})
 }
 
 // sourceView is a discovery source as the discovery page lists it.

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // Event streams (Server-Sent Events on /api/v1/events).
@@ -151,7 +153,7 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 
 	keepAlive := time.NewTimer(d.opt.EventKeepAlive)
 	defer keepAlive.Stop()
-	buf := make([]Event, 0, streamBatch)
+	buf := make([]api.Event, 0, streamBatch)
 	first := true
 	// lostNotice tells the client how many events it missed, with the id of
 	// the last of them: a client that reconnects resumes after the loss and
@@ -231,7 +233,7 @@ func (d *Daemon) heartbeat(w *bufio.Writer) error {
 
 // writeEvent writes one event as an SSE message. The JSON of an event is one
 // line: encoding/json escapes line breaks inside strings.
-func writeEvent(w *bufio.Writer, e *Event) error {
+func writeEvent(w *bufio.Writer, e *api.Event) error {
 	data, err := json.Marshal(e)
 	if err != nil {
 		return err

@@ -19,6 +19,8 @@ var forbidden = map[string][]string{
 	"config":    {"server", "bench", "cmd"},
 	"server":    {"cmd"},
 	"bench":     {"cmd"},
+	// The API's wire types: clients import them without the daemon.
+	"server/web/api": {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd", "internal"},
 	// Every layer reads its operator's files through it.
 	"internal/safefile": {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd"},
 }
