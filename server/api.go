@@ -13,6 +13,8 @@ import (
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/events"
+	"github.com/sondeprobe/sonde/server/web"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -29,7 +31,7 @@ import (
 //	GET  /api/v1/remediations  remediations, their budgets and recent firings
 //	GET  /-/healthy        200 while the process runs
 //	GET  /-/ready          200 once a configuration is running
-//	POST /-/reload         reload the configuration (see [Daemon.lifecycle])
+//	POST /-/reload         reload the configuration (see web.Lifecycle)
 //
 // State-changing endpoints answer 403 unless Options.Web.EnableLifecycle is
 // set, and refuse cross-site browser requests; new ones must be wrapped in
@@ -38,37 +40,37 @@ import (
 //
 // Requests that can take long hold a slot of their class and are refused
 // at once when none is free; /metrics and the /-/ endpoints keep capacity
-// whatever the others do (see admission.go).
+// whatever the others do (see server/web, admission.go).
 //
 // Every response carries X-Content-Type-Options: nosniff (withHeaders).
 //
 // With Options.Web.RoutePrefix, every path is under the prefix.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", vital(d.adm.scrape.admit(promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{Registry: d.metrics.reg}))))
+	mux.Handle("GET /metrics", web.Vital(d.adm.Scrape.Admit(promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{Registry: d.metrics.reg}))))
 	mux.HandleFunc("GET /api/v1/pools", d.handlePools)
 	mux.HandleFunc("GET /api/v1/targets", d.handleTargets)
 	mux.HandleFunc("GET /api/v1/discovery", d.handleDiscovery)
 	mux.HandleFunc("GET /api/v1/events", d.handleEvents)
 	mux.Handle("GET /probe", d.probeEndpoint())
 	mux.HandleFunc("GET /api/v1/remediations", d.handleRemediations)
-	mux.Handle("GET /-/healthy", vital(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })))
-	mux.Handle("GET /-/ready", vital(http.HandlerFunc(d.handleReady)))
-	mux.Handle("POST /-/reload", vital(d.lifecycle(d.handleReload)))
+	mux.Handle("GET /-/healthy", web.Vital(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })))
+	mux.Handle("GET /-/ready", web.Vital(http.HandlerFunc(d.handleReady)))
+	mux.Handle("POST /-/reload", web.Vital(web.Lifecycle(d.opt.Web.EnableLifecycle, d.handleReload)))
 	d.statusRoutes(mux)
 	if d.opt.Web.RoutePrefix != "" {
-		return withHeaders(withPrefix(d.opt.Web.RoutePrefix, mux))
+		return web.WithHeaders(web.WithPrefix(d.opt.Web.RoutePrefix, mux))
 	}
-	return withHeaders(mux)
+	return web.WithHeaders(mux)
 }
 
 // probeEndpoint returns the handler of /probe: refused with 403 when
 // Options.Web.DisableProbe is set, and for cross-site browser requests.
 func (d *Daemon) probeEndpoint() http.Handler {
 	if d.opt.Web.DisableProbe {
-		return switchedOff("/probe is disabled; start sonde run without -web.enable-probe=false")
+		return web.SwitchedOff("/probe is disabled; start sonde run without -web.enable-probe=false")
 	}
-	return sameOrigin(http.HandlerFunc(d.handleProbe))
+	return web.SameOrigin(http.HandlerFunc(d.handleProbe))
 }
 
 func (d *Daemon) handleReady(w http.ResponseWriter, _ *http.Request) {
@@ -198,12 +200,12 @@ const maxEventsPage = 10000
 const eventsChunk = 256
 
 // handleEvents answers a poll with a page of events or, for a client that
-// accepts text/event-stream, streams them (see [Daemon.streamEvents]). A
+// accepts text/event-stream, streams them (see events.Streams). A
 // poll is a list request: it takes a list slot, or is refused at once
-// (admission.go), and is encoded as it is read.
+// (server/web, admission.go), and is encoded as it is read.
 func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
-	if wantsStream(r) {
-		d.streamEvents(w, r)
+	if events.WantsStream(r) {
+		d.streams.ServeHTTP(w, r)
 		return
 	}
 	q := r.URL.Query()
@@ -228,17 +230,17 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if limit == 0 {
 		limit = maxEventsPage
 	}
-	w, release := d.adm.list.enter(w)
+	w, release := d.adm.List.Enter(w)
 	if release == nil {
 		return
 	}
 	defer release()
-	from, end, lost := d.events.window(since, limit)
+	from, end, lost := d.events.Window(since, limit)
 	next := from - 1
 	buf := make([]api.Event, 0, eventsChunk)
 	streamList(w, "events", func(emit func(any) error) error {
 		for s := from; s < end; {
-			evs, ok := d.events.copyRange(s, end, buf)
+			evs, ok := d.events.CopyRange(s, end, buf)
 			if !ok {
 				// The ring went past the page while it was written: it
 				// ends here, and the next poll counts what fell out lost.

@@ -10,6 +10,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/history"
 	"github.com/sondeprobe/sonde/server/remediate"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
@@ -38,7 +39,7 @@ type generation struct {
 	oneShots oneShotProbers      // probers of /probe requests
 	certs    []atomic.Int64      // per stream leader, Unix time of the earliest certificate expiry seen; nil without HTTPS checks
 	remedies *remediate.Plan     // the configuration's remediations, for the daemon's manager
-	hist     *histIndex          // which targets have a ring in the daemon's history
+	hist     *history.Index      // which targets have a ring in the daemon's history
 	loaded   time.Time
 	// targetDescs are the descriptors of the per-target series, with the
 	// pools' metric_labels.

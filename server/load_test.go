@@ -151,7 +151,7 @@ pools:
 	}
 
 	time.Sleep(2 * time.Second)
-	before := td.d.events.last()
+	before := td.d.events.Last()
 	onset := time.Now()
 	flaky.failing.Store(true)
 
@@ -169,7 +169,7 @@ pools:
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		evs, _, _ := td.d.events.page(before, 0)
+		evs, _, _ := logPage(td.d.events, before, 0)
 		for _, e := range evs {
 			switch {
 			case e.Kind != api.KindState:
@@ -206,7 +206,7 @@ pools:
 	if n, want := len(td.d.cur.Load().cfg.Pools), 2+int(lastApplied.Load()%2); n != want {
 		t.Errorf("%d pools after the last reload (of round %d), want %d: the reloads did not apply the file", n, lastApplied.Load(), want)
 	}
-	_, evicted, _, _ := td.d.conns.Load().counts()
+	_, evicted, _, _ := td.d.conns.Load().Counts()
 	if evicted == 0 {
 		t.Error("no idle connection was evicted: the load did not reach the connection limit")
 	}

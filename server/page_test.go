@@ -236,8 +236,8 @@ func TestPoolsPaging(t *testing.T) {
 func TestListConcurrencyLimit(t *testing.T) {
 	td := startDaemon(t, bigPoolConfig(24))
 	var releases []func()
-	for range listRequests {
-		_, release := td.d.adm.list.enter(httptest.NewRecorder())
+	for range td.d.adm.List.Max() {
+		_, release := td.d.adm.List.Enter(httptest.NewRecorder())
 		releases = append(releases, release)
 	}
 	for _, path := range []string{"/api/v1/targets", "/api/v1/pools", "/"} {

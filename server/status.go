@@ -16,6 +16,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/server/history"
 	"github.com/sondeprobe/sonde/server/ui"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
@@ -59,7 +60,7 @@ type pageBase struct {
 func (d *Daemon) pageBase(g *generation, page, title string) pageBase {
 	tcp, _ := d.TCPPath()
 	b := pageBase{Page: page, Title: title, Version: d.opt.Version, Revision: d.opt.Revision, Shard: g.cfg.Shard.String(), TCPPath: string(tcp),
-		Loaded: g.loaded, Now: d.opt.Clock.Now(), EventSeq: d.events.last()}
+		Loaded: g.loaded, Now: d.opt.Clock.Now(), EventSeq: d.events.Last()}
 	if d.saves != nil {
 		if a := saveAlert(d.saves, d.opt.StateFile, time.Now()); a != "" {
 			b.Alerts = append(b.Alerts, a)
@@ -266,7 +267,7 @@ type recentList struct {
 // recentEvents returns the newest events that keep selects, at most n,
 // newest first.
 func (d *Daemon) recentEvents(n int, keep func(*api.Event) bool) recentList {
-	return recentList{List: eventViews(d.events.newest(n, keep)), Keep: n}
+	return recentList{List: eventViews(d.events.Newest(n, keep)), Keep: n}
 }
 
 func (d *Daemon) handleOverview(w http.ResponseWriter, r *http.Request) {
@@ -274,7 +275,7 @@ func (d *Daemon) handleOverview(w http.ResponseWriter, r *http.Request) {
 	if g == nil {
 		return
 	}
-	w, release := d.adm.list.enter(w) // a list of every pool, as /api/v1/pools
+	w, release := d.adm.List.Enter(w) // a list of every pool, as /api/v1/pools
 	if release == nil {
 		return
 	}
@@ -333,7 +334,7 @@ func (d *Daemon) handlePoolPage(w http.ResponseWriter, r *http.Request) {
 		d.pageError(w, g, http.StatusBadRequest, err)
 		return
 	}
-	w, release := d.adm.list.enter(w) // a pass over the pool, as a list request
+	w, release := d.adm.List.Enter(w) // a pass over the pool, as a list request
 	if release == nil {
 		return
 	}
@@ -571,7 +572,7 @@ func (d *Daemon) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 	view := g.memberView(pi, &mb, off)
 	(&poolQuery{Sort: sortColumns[0], Limit: defaultPoolPage}).labelLinks(p.Name, view.Labels)
 
-	recorded := d.hist.view(g.hist, id, clock.Nanotime())
+	recorded := d.hist.View(g.hist, id, clock.Nanotime())
 	results := d.history(g, id)
 	slices.Reverse(results)
 	results = results[:min(len(results), targetResults)]
@@ -614,7 +615,7 @@ func (d *Daemon) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 	}{
 		pageBase: base, M: view, PoolURL: "pool?" + url.Values{"name": {p.Name}}.Encode(), Pools: pools,
 		Settings: checkSettings(c), W1: c.FailureWindow().Seconds(), W2: c.SuccessWindow(rtt).Seconds(),
-		CertExpiry: certExpiry, Results: results, Recorded: recorded, Capacity: d.hist.results, Events: events,
+		CertExpiry: certExpiry, Results: results, Recorded: recorded, Capacity: d.hist.Results(), Events: events,
 		IntervalSec: c.Interval.Seconds(),
 		HistoryURL:  "api/v1/history?" + strings.TrimPrefix(view.URL, "target?"),
 	})
@@ -660,17 +661,17 @@ func (d *Daemon) unresolvedPage(w http.ResponseWriter, g *generation, ref target
 
 // history returns target id's kept results, oldest first.
 func (d *Daemon) history(g *generation, id uint32) []api.HistoryResult {
-	raw := d.hist.read(g.hist, id, make([]histRead, 0, d.hist.results))
+	raw := d.hist.Read(g.hist, id, make([]history.Sample, 0, d.hist.Results()))
 	clock := g.engine.Clock()
 	out := make([]api.HistoryResult, len(raw))
 	for i, r := range raw {
-		out[i] = r.result(clock)
+		out[i] = r.Result(clock)
 	}
 	return out
 }
 
 // handleHistory answers GET /api/v1/history?pool=&target=: the target's
-// recent results. Asking for them keeps them (see history.go).
+// recent results. Asking for them keeps them (see server/history).
 func (d *Daemon) handleHistory(w http.ResponseWriter, r *http.Request) {
 	g := d.running(w)
 	if g == nil {
@@ -688,10 +689,10 @@ func (d *Daemon) handleHistory(w http.ResponseWriter, r *http.Request) {
 	p := g.pools[pi]
 	id := p.Members[m]
 	route, _ := g.router.Route(pi, m)
-	recorded := d.hist.view(g.hist, id, g.engine.Clock().Nanotime())
+	recorded := d.hist.View(g.hist, id, g.engine.Clock().Nanotime())
 	writeJSON(w, api.HistoryJSON{
 		Target: g.cfg.Targets[id].AddrPort().String(), Pool: p.Name, Check: g.checkName(id),
-		Recorded: recorded, Capacity: d.hist.results, State: memberState(p, route, g.engine.Status(id)),
+		Recorded: recorded, Capacity: d.hist.Results(), State: memberState(p, route, g.engine.Status(id)),
 		Results: d.history(g, id),
 	})
 }
@@ -821,43 +822,4 @@ func poolNames(g *generation) []string {
 		out[i] = p.Name
 	}
 	return out
-}
-
-// routePrefix checks and normalises Options.Web.RoutePrefix: "" or a path
-// starting with "/", without a trailing "/" ("/" itself is "").
-func routePrefix(p string) (string, error) {
-	p = strings.TrimSuffix(p, "/")
-	if p == "" {
-		return "", nil
-	}
-	u, err := url.Parse(p)
-	if err != nil || !strings.HasPrefix(p, "/") || u.Path != p || u.RawQuery != "" || u.Fragment != "" || strings.Contains(p, "//") {
-		return "", fmt.Errorf("%q: want a path such as /sonde", p)
-	}
-	for seg := range strings.SplitSeq(p[1:], "/") {
-		if seg == "." || seg == ".." {
-			return "", fmt.Errorf("%q: want a path without . or .. segments", p)
-		}
-	}
-	return p, nil
-}
-
-// withPrefix serves h under prefix: PREFIX/x is h's /x, PREFIX redirects to
-// PREFIX/, and anything else is not found.
-func withPrefix(prefix string, h http.Handler) http.Handler {
-	strip := http.StripPrefix(prefix, h)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case r.URL.Path == prefix:
-			to := prefix + "/"
-			if r.URL.RawQuery != "" {
-				to += "?" + r.URL.RawQuery
-			}
-			http.Redirect(w, r, to, http.StatusFound)
-		case strings.HasPrefix(r.URL.Path, prefix+"/"):
-			strip.ServeHTTP(w, r)
-		default:
-			http.Error(w, fmt.Sprintf("not found: sonde serves under %s/", prefix), http.StatusNotFound)
-		}
-	})
 }

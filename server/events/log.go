@@ -1,4 +1,4 @@
-package server
+package events
 
 import (
 	"sync"
@@ -10,18 +10,18 @@ import (
 // each to the event webhooks that want it. It is safe for concurrent use;
 // events are rare next to probes, so a mutex is fine. Readers that follow
 // the log (event streams) wait on the channel of [eventLog.read].
-type eventLog struct {
+type Log struct {
 	mu    sync.Mutex
 	buf   []api.Event
 	next  uint64        // sequence number of the next event; the first is 1
 	wake  chan struct{} // closed by the next add; nil while nobody waits
-	hooks []*hook       // event webhooks, fed in sequence order
+	hooks []*Hook       // event webhooks, fed in sequence order
 }
 
-func newEventLog(size int) *eventLog { return &eventLog{buf: make([]api.Event, size), next: 1} }
+func NewLog(size int) *Log { return &Log{buf: make([]api.Event, size), next: 1} }
 
 // add numbers e, keeps it, offers it to the webhooks and wakes the readers.
-func (l *eventLog) add(e api.Event) {
+func (l *Log) Add(e api.Event) {
 	l.mu.Lock()
 	e.Seq = l.next
 	l.buf[l.next%uint64(len(l.buf))] = e
@@ -37,15 +37,23 @@ func (l *eventLog) add(e api.Event) {
 }
 
 // setHooks replaces the webhooks that new events are offered to.
-func (l *eventLog) setHooks(hooks []*hook) {
+func (l *Log) setHooks(hooks []*Hook) {
 	l.mu.Lock()
 	l.hooks = hooks
 	l.mu.Unlock()
 }
 
+// Waiting reports whether a reader waits for the next event (a stream
+// that has read every event).
+func (l *Log) Waiting() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.wake != nil
+}
+
 // oldest returns the sequence number of the oldest event kept (l.next when
 // none is). l.mu is held.
-func (l *eventLog) oldest() uint64 {
+func (l *Log) oldest() uint64 {
 	if n := uint64(len(l.buf)); l.next-1 > n {
 		return l.next - n
 	}
@@ -53,7 +61,7 @@ func (l *eventLog) oldest() uint64 {
 }
 
 // last returns the sequence number of the newest event, 0 before the first.
-func (l *eventLog) last() uint64 {
+func (l *Log) Last() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.next - 1
@@ -67,7 +75,7 @@ func (l *eventLog) last() uint64 {
 // is empty (so a client that asks from beyond the newest event, after a
 // restart, starts again from the present). The page's events are read
 // with [eventLog.copyRange].
-func (l *eventLog) window(since uint64, limit int) (from, end, lost uint64) {
+func (l *Log) Window(since uint64, limit int) (from, end, lost uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	newest := l.next - 1
@@ -88,7 +96,7 @@ func (l *eventLog) window(since uint64, limit int) (from, end, lost uint64) {
 // copyRange copies into buf the events from sequence number from on,
 // before end, as many as fit. It reports false when event from is no
 // longer in the ring.
-func (l *eventLog) copyRange(from, end uint64, buf []api.Event) ([]api.Event, bool) {
+func (l *Log) CopyRange(from, end uint64, buf []api.Event) ([]api.Event, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if from < l.oldest() {
@@ -99,7 +107,7 @@ func (l *eventLog) copyRange(from, end uint64, buf []api.Event) ([]api.Event, bo
 
 // copyLocked copies into buf the events from sequence number from on,
 // before end and the next event, as many as fit. Called with l.mu held.
-func (l *eventLog) copyLocked(from, end uint64, buf []api.Event) []api.Event {
+func (l *Log) copyLocked(from, end uint64, buf []api.Event) []api.Event {
 	evs := buf[:0]
 	for s := from; s < min(end, l.next) && len(evs) < cap(buf); s++ {
 		evs = append(evs, l.buf[s%uint64(len(l.buf))])
@@ -111,7 +119,7 @@ func (l *eventLog) copyLocked(from, end uint64, buf []api.Event) []api.Event {
 // many as fit, and reports how many events after after were lost to the
 // ring. When there is nothing new, it returns a channel that is closed when
 // the next event is added.
-func (l *eventLog) read(after uint64, buf []api.Event) (evs []api.Event, lost uint64, wait <-chan struct{}) {
+func (l *Log) read(after uint64, buf []api.Event) (evs []api.Event, lost uint64, wait <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	from := after + 1
@@ -130,7 +138,7 @@ func (l *eventLog) read(after uint64, buf []api.Event) (evs []api.Event, lost ui
 
 // newest returns the newest events that keep selects (every one when keep
 // is nil), at most n, newest first.
-func (l *eventLog) newest(n int, keep func(*api.Event) bool) []api.Event {
+func (l *Log) Newest(n int, keep func(*api.Event) bool) []api.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []api.Event
