@@ -36,7 +36,7 @@ const (
 
 // Hook delivers the events one webhook wants, in batches, in order: one
 // goroutine takes the oldest queued events, posts them until they are
-// accepted, then takes the next. [hook.offer] only queues, so the engine
+// accepted, then takes the next. [Hook.offer] only queues, so the engine
 // and the router never wait for a receiver.
 type Hook struct {
 	cfg    *config.EventWebhook

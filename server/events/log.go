@@ -6,10 +6,10 @@ import (
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
-// eventLog keeps the most recent events in a ring, numbers them, and hands
+// Log keeps the most recent events in a ring, numbers them, and hands
 // each to the event webhooks that want it. It is safe for concurrent use;
 // events are rare next to probes, so a mutex is fine. Readers that follow
-// the log (event streams) wait on the channel of [eventLog.read].
+// the log (event streams) wait on the channel of [Log.read].
 type Log struct {
 	mu    sync.Mutex
 	buf   []api.Event
@@ -18,9 +18,10 @@ type Log struct {
 	hooks []*Hook       // event webhooks, fed in sequence order
 }
 
+// NewLog returns an empty log that keeps the size most recent events.
 func NewLog(size int) *Log { return &Log{buf: make([]api.Event, size), next: 1} }
 
-// add numbers e, keeps it, offers it to the webhooks and wakes the readers.
+// Add numbers e, keeps it, offers it to the webhooks and wakes the readers.
 func (l *Log) Add(e api.Event) {
 	l.mu.Lock()
 	e.Seq = l.next
@@ -60,21 +61,21 @@ func (l *Log) oldest() uint64 {
 	return 1
 }
 
-// last returns the sequence number of the newest event, 0 before the first.
+// Last returns the sequence number of the newest event, 0 before the first.
 func (l *Log) Last() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.next - 1
 }
 
-// window returns where a poll's page lies: the events from from to end
+// Window returns where a poll's page lies: the events from from to end
 // (excluded) are the oldest after sequence number since, at most limit of
 // them (0: every one kept), and lost counts the events after since that
 // fell out of the ring before this call. end-1 is the sequence number to
 // ask for next: the last one of the page, or the newest one when the page
 // is empty (so a client that asks from beyond the newest event, after a
 // restart, starts again from the present). The page's events are read
-// with [eventLog.copyRange].
+// with [Log.CopyRange].
 func (l *Log) Window(since uint64, limit int) (from, end, lost uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -93,7 +94,7 @@ func (l *Log) Window(since uint64, limit int) (from, end, lost uint64) {
 	return from, from + n, lost
 }
 
-// copyRange copies into buf the events from sequence number from on,
+// CopyRange copies into buf the events from sequence number from on,
 // before end, as many as fit. It reports false when event from is no
 // longer in the ring.
 func (l *Log) CopyRange(from, end uint64, buf []api.Event) ([]api.Event, bool) {
@@ -136,7 +137,7 @@ func (l *Log) read(after uint64, buf []api.Event) (evs []api.Event, lost uint64,
 	return evs, lost, wait
 }
 
-// newest returns the newest events that keep selects (every one when keep
+// Newest returns the newest events that keep selects (every one when keep
 // is nil), at most n, newest first.
 func (l *Log) Newest(n int, keep func(*api.Event) bool) []api.Event {
 	l.mu.Lock()

@@ -3,7 +3,7 @@
 //
 // A ring of results per target would cost a million targets hundreds of
 // megabytes for pages nobody opens, so the daemon keeps rings for a fixed
-// number of targets (Options.HistoryTargets) and hands them out by need:
+// number of targets (the daemon's HistoryTargets) and hands them out by need:
 //
 //   - while rings are free, to every target that reports a result: a fleet
 //     no larger than the budget has the history of every target;

@@ -80,7 +80,7 @@ type Index struct {
 }
 
 // MaxTargets is the most targets that keep recent results for the
-// status page ([Options.HistoryTargets]): a ring's slot + 1 fits in 16 bits.
+// status page (the daemon's HistoryTargets): a ring's slot + 1 fits in 16 bits.
 const MaxTargets = 1<<16 - 1
 
 // NewIndex returns an empty index for a history of rings rings.

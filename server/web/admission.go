@@ -45,7 +45,7 @@ type Slots struct {
 	what    string        // what its requests are, in refusals
 	max     int64         // slots
 	retry   time.Duration // Retry-After of a refusal
-	stall   time.Duration // how long one write to a client in a slot may block (Options.WriteStall)
+	stall   time.Duration // how long one write to a client in a slot may block (the daemon's WriteStall)
 	n       atomic.Int64  // in use
 	refused atomic.Uint64 // requests refused for want of a slot
 }
