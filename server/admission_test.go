@@ -65,7 +65,7 @@ func TestProbeSlotsRefuseAtOnce(t *testing.T) {
 	for range 2 {
 		hold(t, &http.Client{}, td.http.URL+path)
 	}
-	awaitCond(t, "both probe slots are taken", func() bool { return td.d.adm.probe.inUse() == 2 })
+	awaitCond(t, "both probe slots are taken", func() bool { return td.d.adm.Probe.InUse() == 2 })
 	// A waiting request would answer after the 20 s timeout: the client
 	// gives up well before.
 	c := &http.Client{Timeout: 8 * time.Second}
@@ -78,7 +78,7 @@ func TestProbeSlotsRefuseAtOnce(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
 		t.Errorf("beyond the slots: %s, Retry-After %q: %s; want 503 with Retry-After 1", resp.Status, resp.Header.Get("Retry-After"), body)
 	}
-	if n := td.d.adm.probe.inUse(); n != 2 {
+	if n := td.d.adm.Probe.InUse(); n != 2 {
 		t.Errorf("%d probe slots taken after the refusal, want the 2 hanging ones", n)
 	}
 	for _, p := range []string{"/metrics", "/-/healthy", "/-/ready"} {
@@ -128,11 +128,11 @@ func TestVitalEndpointsUnderProbeFlood(t *testing.T) {
 		for range conns {
 			hold(t, &http.Client{Transport: &http.Transport{}}, base+path)
 		}
-		awaitCond(t, "every connection holds a hanging probe", func() bool { return td.d.adm.probe.inUse() == conns })
+		awaitCond(t, "every connection holds a hanging probe", func() bool { return td.d.adm.Probe.InUse() == conns })
 		for _, p := range vitals {
 			getFresh(t, base+p, "with every connection in a hanging /probe")
 		}
-		if _, _, shed, _ := td.d.conns.Load().counts(); shed == 0 {
+		if _, _, shed, _ := td.d.conns.Load().Counts(); shed == 0 {
 			t.Error("no busy connection was shed: the vital requests did not need the room")
 		}
 	})
@@ -150,16 +150,16 @@ func TestVitalEndpointsUnderProbeFlood(t *testing.T) {
 		// Each flood request beyond the slots is refused, or its
 		// connection makes room for another.
 		awaitCond(t, "the flood has arrived", func() bool {
-			_, evicted, shed, _ := td.d.conns.Load().counts()
-			return td.d.adm.probe.refused.Load()+evicted+shed >= flood-probes
+			_, evicted, shed, _ := td.d.conns.Load().Counts()
+			return td.d.adm.Probe.Refused()+evicted+shed >= flood-probes
 		})
 		for _, p := range vitals {
 			getFresh(t, base+p, "with 600 /probe requests of a hanging target")
 		}
-		if n := td.d.adm.probe.inUse(); n > probes {
+		if n := td.d.adm.Probe.InUse(); n > probes {
 			t.Errorf("%d probes running, more than the %d slots", n, probes)
 		}
-		if open, _, _, _ := td.d.conns.Load().counts(); open > conns {
+		if open, _, _, _ := td.d.conns.Load().Counts(); open > conns {
 			t.Errorf("%d connections open, more than the limit %d", open, conns)
 		}
 	})
@@ -192,52 +192,4 @@ func TestTrickledRequestsCannotStarveHealth(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("/-/healthy among %d trickling clients: %v %v", 3*conns, resp, err)
 	}
-}
-
-// TestConnLimiterVictim checks the order in which the connection limit
-// makes room: a connection out of a handler (idle, new or still sending
-// its request), longest first; then one busy in a handler that is not
-// vital, longest first; never one serving a vital endpoint.
-func TestConnLimiterVictim(t *testing.T) {
-	now := time.Now()
-	conn := func(name string, busy, vital bool, age time.Duration) *limitedConn {
-		return &limitedConn{Conn: namedConn{name: name}, busy: busy, vital: vital, since: now.Add(-age)}
-	}
-	for _, tt := range []struct {
-		name  string
-		conns []*limitedConn
-		want  string // "" for none
-	}{
-		{"waiting the longest first", []*limitedConn{
-			conn("new", false, false, 10*time.Millisecond), conn("idle", false, false, 5*time.Second),
-			conn("trickling", false, false, 9*time.Second), conn("probe", true, false, time.Minute)}, "trickling"},
-		{"a new one before a request in progress", []*limitedConn{
-			conn("new", false, false, time.Millisecond), conn("reload", true, false, time.Minute)}, "new"},
-		{"then the longest busy in a handler that is not vital", []*limitedConn{
-			conn("probe", true, false, 2*time.Second), conn("stream", true, false, time.Hour),
-			conn("metrics", true, true, 2*time.Hour)}, "stream"},
-		{"never a vital one", []*limitedConn{conn("metrics", true, true, time.Hour), conn("healthy", true, true, time.Minute)}, ""},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			l := newConnLimiter(nil, len(tt.conns))
-			for _, c := range tt.conns {
-				c.l = l
-				l.conns[c] = struct{}{}
-			}
-			got := ""
-			if v := l.victim(); v != nil {
-				got = v.Conn.(namedConn).name
-			}
-			if got != tt.want {
-				t.Errorf("victim %q, want %q", got, tt.want)
-			}
-		})
-	}
-}
-
-// namedConn is a net.Conn that only has a name, for the limiter's
-// bookkeeping.
-type namedConn struct {
-	net.Conn
-	name string
 }

@@ -13,6 +13,9 @@ import (
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/events"
+	"github.com/sondeprobe/sonde/server/web"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // Handler returns the daemon's HTTP endpoints:
@@ -28,7 +31,7 @@ import (
 //	GET  /api/v1/remediations  remediations, their budgets and recent firings
 //	GET  /-/healthy        200 while the process runs
 //	GET  /-/ready          200 once a configuration is running
-//	POST /-/reload         reload the configuration (see [Daemon.lifecycle])
+//	POST /-/reload         reload the configuration (see web.Lifecycle)
 //
 // State-changing endpoints answer 403 unless Options.Web.EnableLifecycle is
 // set, and refuse cross-site browser requests; new ones must be wrapped in
@@ -37,37 +40,37 @@ import (
 //
 // Requests that can take long hold a slot of their class and are refused
 // at once when none is free; /metrics and the /-/ endpoints keep capacity
-// whatever the others do (see admission.go).
+// whatever the others do (see server/web, admission.go).
 //
 // Every response carries X-Content-Type-Options: nosniff (withHeaders).
 //
 // With Options.Web.RoutePrefix, every path is under the prefix.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", vital(d.adm.scrape.admit(promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{Registry: d.metrics.reg}))))
+	mux.Handle("GET /metrics", web.Vital(d.adm.Scrape.Admit(promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{Registry: d.metrics.reg}))))
 	mux.HandleFunc("GET /api/v1/pools", d.handlePools)
 	mux.HandleFunc("GET /api/v1/targets", d.handleTargets)
 	mux.HandleFunc("GET /api/v1/discovery", d.handleDiscovery)
 	mux.HandleFunc("GET /api/v1/events", d.handleEvents)
 	mux.Handle("GET /probe", d.probeEndpoint())
 	mux.HandleFunc("GET /api/v1/remediations", d.handleRemediations)
-	mux.Handle("GET /-/healthy", vital(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })))
-	mux.Handle("GET /-/ready", vital(http.HandlerFunc(d.handleReady)))
-	mux.Handle("POST /-/reload", vital(d.lifecycle(d.handleReload)))
+	mux.Handle("GET /-/healthy", web.Vital(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })))
+	mux.Handle("GET /-/ready", web.Vital(http.HandlerFunc(d.handleReady)))
+	mux.Handle("POST /-/reload", web.Vital(web.Lifecycle(d.opt.Web.EnableLifecycle, d.handleReload)))
 	d.statusRoutes(mux)
 	if d.opt.Web.RoutePrefix != "" {
-		return withHeaders(withPrefix(d.opt.Web.RoutePrefix, mux))
+		return web.WithHeaders(web.WithPrefix(d.opt.Web.RoutePrefix, mux))
 	}
-	return withHeaders(mux)
+	return web.WithHeaders(mux)
 }
 
 // probeEndpoint returns the handler of /probe: refused with 403 when
 // Options.Web.DisableProbe is set, and for cross-site browser requests.
 func (d *Daemon) probeEndpoint() http.Handler {
 	if d.opt.Web.DisableProbe {
-		return switchedOff("/probe is disabled; start sonde run without -web.enable-probe=false")
+		return web.SwitchedOff("/probe is disabled; start sonde run without -web.enable-probe=false")
 	}
-	return sameOrigin(http.HandlerFunc(d.handleProbe))
+	return web.SameOrigin(http.HandlerFunc(d.handleProbe))
 }
 
 func (d *Daemon) handleReady(w http.ResponseWriter, _ *http.Request) {
@@ -102,39 +105,13 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = enc.Encode(v) // the client went away; nothing to do
 }
 
-// PoolJSON is a pool in /api/v1/pools.
-type PoolJSON struct {
-	Name                 string  `json:"name"`
-	Check                string  `json:"check"`
-	Protocol             string  `json:"protocol"`
-	Targets              int     `json:"targets"`
-	Disabled             int     `json:"disabled"`
-	Healthy              int     `json:"healthy"`
-	Unhealthy            int     `json:"unhealthy"`
-	Unknown              int     `json:"unknown"`
-	Unprobed             int     `json:"unprobed"`   // enabled members of a pool with health checks off: routed, never probed
-	Unresolved           int     `json:"unresolved"` // targets without an address to probe yet (not in targets); listed by /api/v1/targets as unknown
-	Removed              int     `json:"removed"`
-	Routable             int     `json:"routable"`
-	Preferred            int     `json:"preferred"`
-	FailingOpen          bool    `json:"failing_open"`
-	HealthChecks         bool    `json:"health_checks"`
-	MaxUnhealthyPercent  int     `json:"max_unhealthy_percent"`
-	FailOpen             bool    `json:"fail_open"`
-	LatencyMarginSeconds float64 `json:"latency_margin_seconds"`
-	Cadence              string  `json:"cadence"` // the check's: fixed_rate or after_completion
-	FailureWindowSeconds float64 `json:"failure_window_seconds"`
-	SuccessWindowSeconds float64 `json:"success_window_seconds"`
-	OnsetWindowSeconds   float64 `json:"failure_window_from_onset_seconds"`
-}
-
 // poolJSON describes pool pi, with its counts as of the router's latest
 // decisions.
-func (g *generation) poolJSON(pi int) PoolJSON {
+func (g *generation) poolJSON(pi int) api.PoolJSON {
 	s := g.router.Summary(pi)
 	cp := g.cfg.Pools[pi]
 	c := g.cfg.Checks[cp.CheckIndex]
-	return PoolJSON{
+	return api.PoolJSON{
 		Name: cp.Name, Check: c.Name, Protocol: c.Protocol.String(),
 		Targets: s.Members, Disabled: s.Disabled, Healthy: s.Healthy, Unhealthy: s.Unhealthy,
 		Unknown: s.Unknown, Unprobed: s.Unprobed, Unresolved: len(cp.Unresolved), Removed: s.Removed, Routable: s.Routable, Preferred: s.Preferred, FailingOpen: s.FailingOpen,
@@ -145,41 +122,6 @@ func (g *generation) poolJSON(pi int) PoolJSON {
 		SuccessWindowSeconds: c.SuccessWindow(c.Timeout).Seconds(),
 		OnsetWindowSeconds:   c.FailureWindowFromOnset().Seconds(),
 	}
-}
-
-// TargetJSON is a target in /api/v1/targets, as a member of one pool.
-type TargetJSON struct {
-	ID                     uint32     `json:"id"`
-	Target                 string     `json:"target"`
-	Host                   string     `json:"host,omitempty"`
-	Pool                   string     `json:"pool"`
-	Check                  string     `json:"check"`
-	Protocol               string     `json:"protocol"`
-	State                  string     `json:"state"` // healthy, unhealthy, unknown, disabled or unprobed
-	Route                  string     `json:"route"` // routed, removed, pending or excluded
-	Preferred              bool       `json:"preferred"`
-	LatencyRank            int        `json:"latency_rank,omitempty"`
-	LastOutcome            string     `json:"last_outcome,omitempty"`
-	LastStatus             int        `json:"last_status,omitempty"`
-	LastCause              string     `json:"last_cause,omitempty"`       // why the last probe could not run, when its outcome is local_error
-	LastRetransmits        int        `json:"last_retransmits,omitempty"` // SYNs the last probe sent again (syn_retransmit)
-	LastError              string     `json:"last_error,omitempty"`
-	Consecutive            int        `json:"consecutive"`
-	LatencySeconds         *float64   `json:"latency_seconds"`
-	SmoothedLatencySeconds *float64   `json:"smoothed_latency_seconds"`
-	StateSince             time.Time  `json:"state_since"`
-	LastProbe              *time.Time `json:"last_probe"`
-	CertExpiry             *time.Time `json:"cert_expiry,omitempty"` // HTTPS: when the earliest certificate of the last handshake expires
-	FailureWindowSeconds   float64    `json:"failure_window_seconds"`
-	SuccessWindowSeconds   float64    `json:"success_window_seconds"` // W2 with the target's measured latency
-	// Labels are the target's labels in this pool: the pool's own, and
-	// those its discovery gave.
-	Labels map[string]string `json:"labels,omitempty"`
-	// Unresolved is set for a target the pool cannot probe yet (a host name
-	// without an address, a discovered target without a usable port): its
-	// state is unknown, last_error says why, and its id (≥ 2^31) is only a
-	// place in the listing.
-	Unresolved bool `json:"unresolved,omitempty"`
 }
 
 // labelMap returns ls as a map, nil when empty.
@@ -195,11 +137,11 @@ func labelMap(ls labels.Labels) map[string]string {
 const unresolvedBase = 1 << 31
 
 // unresolvedJSON describes the i-th unresolved target of pool pi.
-func (g *generation) unresolvedJSON(pi, i int) TargetJSON {
+func (g *generation) unresolvedJSON(pi, i int) api.TargetJSON {
 	cp := g.cfg.Pools[pi]
 	u := cp.Unresolved[i]
 	c := g.cfg.Checks[cp.CheckIndex]
-	return TargetJSON{
+	return api.TargetJSON{
 		ID: unresolvedBase + uint32(i), Target: unresolvedTarget(&u), Host: u.Host, Pool: cp.Name, Check: c.Name, Protocol: c.Protocol.String(),
 		State: "unknown", Route: scheduler.Excluded.String(), LastOutcome: "unresolved", LastError: u.Err, StateSince: u.Since,
 		FailureWindowSeconds: c.FailureWindow().Seconds(), SuccessWindowSeconds: c.SuccessWindow(c.Timeout).Seconds(),
@@ -207,7 +149,7 @@ func (g *generation) unresolvedJSON(pi, i int) TargetJSON {
 	}
 }
 
-func (g *generation) targetJSON(pi, pos int, m scheduler.MemberRoute, state string, clock scheduler.Clock) TargetJSON {
+func (g *generation) targetJSON(pi, pos int, m scheduler.MemberRoute, state string, clock scheduler.Clock) api.TargetJSON {
 	t := g.cfg.Targets[m.ID]
 	c := g.cfg.Checks[t.Check]
 	st := m.Status
@@ -215,7 +157,7 @@ func (g *generation) targetJSON(pi, pos int, m scheduler.MemberRoute, state stri
 	if st.Smoothed > 0 {
 		r = st.Smoothed
 	}
-	j := TargetJSON{
+	j := api.TargetJSON{
 		ID: m.ID, Target: t.AddrPort().String(), Host: g.cfg.Hostnames[m.ID],
 		Pool: g.pools[pi].Name, Check: c.Name, Protocol: c.Protocol.String(),
 		State: state, Route: m.Route.String(), Preferred: m.Preferred, LatencyRank: m.Rank,
@@ -257,23 +199,13 @@ const maxEventsPage = 10000
 // writer's buffer, whatever the page's length and the client's pace.
 const eventsChunk = 256
 
-// EventsPage is the answer of a poll of /api/v1/events.
-type EventsPage struct {
-	Events []Event `json:"events"` // the oldest events after since, oldest first
-	Next   uint64  `json:"next"`   // ask with since=next for the events after these
-	// Lost counts the events after since that fell out of the ring of
-	// recent events before they were asked for: a client that sees it
-	// non-zero missed them and should read the current state.
-	Lost uint64 `json:"lost"`
-}
-
 // handleEvents answers a poll with a page of events or, for a client that
-// accepts text/event-stream, streams them (see [Daemon.streamEvents]). A
+// accepts text/event-stream, streams them (see events.Streams). A
 // poll is a list request: it takes a list slot, or is refused at once
-// (admission.go), and is encoded as it is read.
+// (server/web, admission.go), and is encoded as it is read.
 func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
-	if wantsStream(r) {
-		d.streamEvents(w, r)
+	if events.WantsStream(r) {
+		d.streams.ServeHTTP(w, r)
 		return
 	}
 	q := r.URL.Query()
@@ -298,17 +230,17 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if limit == 0 {
 		limit = maxEventsPage
 	}
-	w, release := d.adm.list.enter(w)
+	w, release := d.adm.List.Enter(w)
 	if release == nil {
 		return
 	}
 	defer release()
-	from, end, lost := d.events.window(since, limit)
+	from, end, lost := d.events.Window(since, limit)
 	next := from - 1
-	buf := make([]Event, 0, eventsChunk)
+	buf := make([]api.Event, 0, eventsChunk)
 	streamList(w, "events", func(emit func(any) error) error {
 		for s := from; s < end; {
-			evs, ok := d.events.copyRange(s, end, buf)
+			evs, ok := d.events.CopyRange(s, end, buf)
 			if !ok {
 				// The ring went past the page while it was written: it
 				// ends here, and the next poll counts what fell out lost.

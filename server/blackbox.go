@@ -93,7 +93,7 @@ func (d *Daemon) handleProbe(w http.ResponseWriter, r *http.Request) {
 	if debug {
 		shot.log = slog.New(slog.NewTextHandler(&logs, nil))
 	}
-	w, release := d.adm.probe.enter(w)
+	w, release := d.adm.Probe.Enter(w)
 	if release == nil {
 		return
 	}

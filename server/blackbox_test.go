@@ -25,6 +25,7 @@ import (
 	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // scrape GETs path from the daemon with optional headers and returns the
@@ -303,7 +304,7 @@ pools:
 		t.Errorf("sonde_tls_earliest_cert_expiry_seconds = %v, want %v", v, want)
 	}
 	var tl struct {
-		Targets []TargetJSON `json:"targets"`
+		Targets []api.TargetJSON `json:"targets"`
 	}
 	td.getJSON(t, "/api/v1/targets?pool=web", &tl)
 	if len(tl.Targets) != 1 || tl.Targets[0].CertExpiry == nil || !tl.Targets[0].CertExpiry.Equal(notAfter.Truncate(time.Second)) {

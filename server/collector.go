@@ -127,9 +127,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	if lim := c.d.conns.Load(); lim != nil {
-		open, evicted, shed, refused := lim.counts()
+		open, evicted, shed, refused := lim.Counts()
 		gauge(descHTTPConns, float64(open))
-		gauge(descHTTPMax, float64(lim.max))
+		gauge(descHTTPMax, float64(lim.Max()))
 		counter(descHTTPEvicted, evicted)
 		counter(descHTTPShed, shed)
 		counter(descHTTPRefused, refused)

@@ -18,7 +18,11 @@ import (
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/events"
+	"github.com/sondeprobe/sonde/server/history"
 	"github.com/sondeprobe/sonde/server/remediate"
+	"github.com/sondeprobe/sonde/server/statefile"
+	"github.com/sondeprobe/sonde/server/web"
 )
 
 // Options configure a [Daemon].
@@ -84,14 +88,15 @@ type Options struct {
 	// while they write; default 10 s.
 	WriteStall time.Duration
 	// MaxEventStreams bounds the event streams served at once; default 64.
-	// More are refused at once (see admission.go).
+	// More are refused at once (see server/web, admission.go).
 	MaxEventStreams int
 	// ProbeConcurrency bounds the /probe requests probing at once, so they
 	// cannot crowd out scheduled probes; default 16. More are refused at
-	// once (see admission.go).
+	// once (see server/web, admission.go).
 	ProbeConcurrency int
 	// HistoryTargets is how many targets keep their recent results for the
-	// status page's timelines (see history.go); default 1024, at most 65535.
+	// status page's timelines (see server/history); default 1024, at most
+	// MaxHistoryTargets.
 	// HistoryResults is how many results each keeps; default 240.
 	HistoryTargets, HistoryResults int
 	// Resolver looks up the host names of pools while the daemon runs (they
@@ -105,6 +110,10 @@ type Options struct {
 	// source may take; default discovery.DefaultRelabelBudget.
 	RelabelBudget func(n int) time.Duration
 }
+
+// MaxHistoryTargets is the most targets that keep recent results for the
+// status page (Options.HistoryTargets).
+const MaxHistoryTargets = history.MaxTargets
 
 // DefaultReloadGap is the least time between the starts of two reloads. A
 // reload costs CPU in proportion to the configuration (about half a second
@@ -120,22 +129,22 @@ type Daemon struct {
 	opt     Options
 	log     *slog.Logger
 	metrics *metrics
-	events  *eventLog
-	hooks   hookSet
-	streams streams
-	adm     admission // slots of the request classes that can take long
+	events  *events.Log
+	hooks   *events.HookSet
+	streams *events.Streams
+	adm     web.Admission // slots of the request classes that can take long
 	totals  counterTotals
 	obs     observer
 	mem     memoryTuner
 	errs    lastErrors
-	hist    *history // recent results of some targets, for the status page
+	hist    *history.History // recent results of some targets, for the status page
 	// rem fires remediation actions. It outlives generations: budgets and
 	// instance state are kept by remediation name and address.
 	rem *remediate.Manager
 
-	local   rateLimit                   // logs of local errors
-	conns   atomic.Pointer[connLimiter] // the HTTP server's, once it serves
-	layouts atomic.Uint32               // the last pool layout; from a random start, so cursors die with the process
+	local   events.RateLimit                // logs of local errors
+	conns   atomic.Pointer[web.ConnLimiter] // the HTTP server's, once it serves
+	layouts atomic.Uint32                   // the last pool layout; from a random start, so cursors die with the process
 
 	// life ends when Stop begins: reads of the configuration's files
 	// (secrets, certificates, the state file) made with it are given up
@@ -146,7 +155,7 @@ type Daemon struct {
 	// The state file (Options.StateFile): the lock held on it from Start to
 	// Stop, and how its saves go; both nil without one.
 	stateLock *os.File
-	saves     *saveHealth
+	saves     *statefile.Health
 
 	cur atomic.Pointer[generation]
 
@@ -156,7 +165,7 @@ type Daemon struct {
 	static   *config.Config                   // the configuration as its files give it (config.Config.Static)
 	disc     atomic.Pointer[discovery.Runner] // the pools' discovery sources and host names; nil until one discovers (read without the lock)
 	found    uint64                           // the version of the runner's targets the engine runs
-	pending  pendingStates                    // saved states waiting for discovered targets
+	pending  statefile.Pending                // saved states waiting for discovered targets
 	engine   *scheduler.Engine
 	probers  *proberSet
 	inputs   inputs // of the configuration running
@@ -211,25 +220,25 @@ func New(opt Options) (*Daemon, error) {
 	if opt.ProbeConcurrency <= 0 {
 		opt.ProbeConcurrency = 16
 	}
-	prefix, err := routePrefix(opt.Web.RoutePrefix)
+	prefix, err := web.RoutePrefix(opt.Web.RoutePrefix)
 	if err != nil {
 		return nil, fmt.Errorf("server: Options.Web.RoutePrefix: %w", err)
 	}
 	opt.Web.RoutePrefix = prefix
-	d := &Daemon{opt: opt, log: opt.Logger, events: newEventLog(opt.Events), mem: newMemoryTuner(&opt),
-		hist: newHistory(opt.HistoryTargets, opt.HistoryResults)}
+	d := &Daemon{opt: opt, log: opt.Logger, events: events.NewLog(opt.Events), mem: newMemoryTuner(&opt),
+		hist: history.New(opt.HistoryTargets, opt.HistoryResults)}
 	d.errs.m = map[uint32]string{}
 	d.obs = newObserver(d)
-	d.local.period = localLogEvery
+	d.local.Period = localLogEvery
 	d.layouts.Store(rand.Uint32())
 	d.life, d.endLife = context.WithCancel(context.Background())
-	d.hooks = hookSet{opt: &d.opt, log: d.log, feed: d.events.setHooks}
-	d.streams.done = make(chan struct{})
-	d.adm = newAdmission(&d.opt)
+	d.hooks = events.NewHookSet(d.events, events.HookOptions{MinBackoff: opt.WebhookMinBackoff, MaxBackoff: opt.WebhookMaxBackoff, UserAgent: "sonde/" + opt.Version}, d.log)
+	d.adm = web.NewAdmission(d.opt.ProbeConcurrency, d.opt.MaxEventStreams, d.opt.WriteStall)
+	d.streams = events.NewStreams(d.events, d.adm.Stream, d.opt.WriteStall, d.opt.EventKeepAlive, d.log)
 	d.metrics = newMetrics(d)
 	d.rem = remediate.New(remediate.Options{Logger: opt.Logger, Registerer: d.metrics.reg})
 	if opt.StateFile != "" {
-		d.saves = newSaveHealth(d.metrics.reg)
+		d.saves = statefile.NewHealth(d.metrics.reg)
 	}
 	d.reloads.d = d
 	return d, nil
@@ -249,7 +258,7 @@ func (d *Daemon) Start() (err error) {
 	}
 	start := time.Now()
 	if d.opt.StateFile != "" {
-		if d.stateLock, err = claimState(d.life, d.opt.StateFile); err != nil {
+		if d.stateLock, err = statefile.Claim(d.life, d.opt.StateFile); err != nil {
 			return err
 		}
 		defer func() {
@@ -305,7 +314,7 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 	if err != nil {
 		return nil, err
 	}
-	hooks, err := d.hooks.prepare(d.life, cfg)
+	hooks, err := d.hooks.Prepare(d.life, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -357,8 +366,8 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 	sink.e.Store(engine)
 	retire := pp.commit(cfg)
 	g := d.newGeneration(cfg, engine, pp.ls, slots, plan)
-	d.hist.adopt(nil, g.hist, nil)
-	d.hooks.replace(hooks)
+	d.hist.Adopt(nil, g.hist, nil)
+	d.hooks.Replace(hooks)
 	g.decide(d)
 	d.publish(g)
 	g.runRouter()
@@ -381,7 +390,7 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 // resolves its pools' instruments.
 func (d *Daemon) newGeneration(cfg *config.Config, e *scheduler.Engine, ls *launchers, slots []uint16, remedies *remediate.Plan) *generation {
 	g := &generation{cfg: cfg, engine: e, launch: ls, errs: &d.errs, slots: slots, remedies: remedies, loaded: d.opt.Clock.Now(),
-		hist: newHistIndex(len(d.hist.slots))}
+		hist: history.NewIndex(d.hist.Rings())}
 	g.indexPools()
 	g.targetDescs = newTargetDescs(cfg.Pools)
 	g.rankCache = make([]rankCache, len(g.pools))
@@ -489,7 +498,7 @@ func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	hooks, err := d.hooks.prepare(d.life, cfg)
+	hooks, err := d.hooks.Prepare(d.life, cfg)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -499,10 +508,10 @@ func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
 		return nil, 0, 0, err
 	}
 	ed := d.engine.Edit()
-	d.pending.expire(d.opt.Clock.Now())
+	d.pending.Expire(d.opt.Clock.Now())
 	var resume func(uint32) *scheduler.TargetStatus
-	if d.pending.n > 0 {
-		resume = func(n uint32) *scheduler.TargetStatus { return d.pending.take(cfg, n, d.opt.Clock) }
+	if d.pending.Len() > 0 {
+		resume = func(n uint32) *scheduler.TargetStatus { return d.pending.Take(cfg, n, d.opt.Clock) }
 	}
 	ch, err := edit(ed, old, cfg, pp.ls, slots, nslots, resume)
 	if err != nil {
@@ -513,10 +522,10 @@ func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
 	retire := pp.commit(ch.cfg)
 	g := d.newGeneration(ch.cfg, d.engine, pp.ls, slots, plan)
 	g.keepCerts(old, ch.removed)
-	d.hist.adopt(old.hist, g.hist, ch.removed)
-	d.hooks.replace(hooks)
+	d.hist.Adopt(old.hist, g.hist, ch.removed)
+	d.hooks.Replace(hooks)
 	g.decide(d)
-	old.routeChanges(g, ch.kept, d.events.add)
+	old.routeChanges(g, ch.kept, d.events.Add)
 	// Readers and the observer see the new generation first: the engine
 	// still runs the removed targets until its shards apply the edit, and
 	// the generation knows them as gone.
@@ -617,7 +626,7 @@ func (d *Daemon) Stop() error {
 	d.updateMu.Lock()
 	defer d.updateMu.Unlock()
 	d.rem.Close()
-	defer d.hooks.stopAll()
+	defer d.hooks.StopAll()
 	if d.engine == nil {
 		return errors.Join(errs...)
 	}
@@ -632,8 +641,8 @@ func (d *Daemon) Stop() error {
 	d.cur.Load().stopRouter()
 	if d.opt.StateFile != "" {
 		if s := d.stateToSave(); s != nil {
-			err := writeState(d.opt.StateFile, s)
-			d.saves.record(err, time.Now()) // the error is Stop's: the caller reports it
+			err := statefile.Write(d.opt.StateFile, s)
+			d.saves.Record(err, time.Now()) // the error is Stop's: the caller reports it
 			if err != nil {
 				errs = append(errs, fmt.Errorf("the states were not saved at stop: %w", err))
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // backend is a loopback HTTP server whose answer can be switched, and which
@@ -147,12 +148,12 @@ func (td *testDaemon) get(t *testing.T, path string, v any) (int, string) {
 
 // waitEvent polls the events API until an event for target reaches state to,
 // and returns it. It fails after a deadline far beyond the check's windows.
-func (td *testDaemon) waitEvent(t *testing.T, target, to string, after uint64) Event {
+func (td *testDaemon) waitEvent(t *testing.T, target, to string, after uint64) api.Event {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		var page struct {
-			Events []Event `json:"events"`
+			Events []api.Event `json:"events"`
 		}
 		td.getJSON(t, fmt.Sprintf("/api/v1/events?since=%d", after), &page)
 		for _, e := range page.Events {
@@ -163,13 +164,13 @@ func (td *testDaemon) waitEvent(t *testing.T, target, to string, after uint64) E
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("no event for %s to %s", target, to)
-	return Event{}
+	return api.Event{}
 }
 
-func (td *testDaemon) pool(t *testing.T, name string) PoolJSON {
+func (td *testDaemon) pool(t *testing.T, name string) api.PoolJSON {
 	t.Helper()
 	var page struct {
-		Pools []PoolJSON `json:"pools"`
+		Pools []api.PoolJSON `json:"pools"`
 	}
 	td.getJSON(t, "/api/v1/pools", &page)
 	for _, p := range page.Pools {
@@ -178,12 +179,12 @@ func (td *testDaemon) pool(t *testing.T, name string) PoolJSON {
 		}
 	}
 	t.Fatalf("no pool %q", name)
-	return PoolJSON{}
+	return api.PoolJSON{}
 }
 
 // waitPool polls /api/v1/pools until pool name satisfies ok: the router
 // publishes a pool's decisions just after the state change behind them.
-func (td *testDaemon) waitPool(t *testing.T, name, want string, ok func(PoolJSON) bool) {
+func (td *testDaemon) waitPool(t *testing.T, name, want string, ok func(api.PoolJSON) bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -244,7 +245,7 @@ pools:
 	if n := b[0].answeredBefore(ev.Time, true); n != fall {
 		t.Fatalf("%d failing answers before the unhealthy event, want exactly %d", n, fall)
 	}
-	td.waitPool(t, "api", "one unhealthy: 1 removed, 3 routable", func(p PoolJSON) bool {
+	td.waitPool(t, "api", "one unhealthy: 1 removed, 3 routable", func(p api.PoolJSON) bool {
 		return p.Unhealthy == 1 && p.Removed == 1 && p.Routable == 3
 	})
 
@@ -253,14 +254,14 @@ pools:
 	b[2].failing.Store(true)
 	td.waitEvent(t, b[1].addr(), "unhealthy", next.Next)
 	td.waitEvent(t, b[2].addr(), "unhealthy", next.Next)
-	td.waitPool(t, "api", "three unhealthy: 2 removed, 2 routable (P1)", func(p PoolJSON) bool {
+	td.waitPool(t, "api", "three unhealthy: 2 removed, 2 routable (P1)", func(p api.PoolJSON) bool {
 		return p.Unhealthy == 3 && p.Removed == 2 && p.Routable == 2
 	})
 
 	// All four unhealthy: fail open (P2).
 	b[3].failing.Store(true)
 	td.waitEvent(t, b[3].addr(), "unhealthy", next.Next)
-	td.waitPool(t, "api", "all unhealthy: failing open with 4 routable (P2)", func(p PoolJSON) bool {
+	td.waitPool(t, "api", "all unhealthy: failing open with 4 routable (P2)", func(p api.PoolJSON) bool {
 		return p.FailingOpen && p.Removed == 0 && p.Routable == 4
 	})
 
@@ -276,13 +277,13 @@ pools:
 	if oks != rise {
 		t.Fatalf("%d successful answers before the healthy event, want exactly %d", oks, rise)
 	}
-	td.waitPool(t, "api", "one recovered: normal selection with 2 removed", func(p PoolJSON) bool {
+	td.waitPool(t, "api", "one recovered: normal selection with 2 removed", func(p api.PoolJSON) bool {
 		return !p.FailingOpen && p.Healthy == 1 && p.Removed == 2 && p.Routable == 2
 	})
 
 	var tl struct {
-		Targets []TargetJSON `json:"targets"`
-		Total   int          `json:"total"`
+		Targets []api.TargetJSON `json:"targets"`
+		Total   int              `json:"total"`
 	}
 	td.getJSON(t, "/api/v1/targets?pool=api&state=unhealthy", &tl)
 	if tl.Total != 3 {

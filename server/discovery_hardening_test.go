@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // What discovery cannot do to the daemon: hold it while relabeling, empty a
@@ -184,7 +186,7 @@ pools:
 		o.DiscoveryDebounce = time.Millisecond
 		o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	})
-	td.waitPool(t, "web", "3 targets", func(p PoolJSON) bool { return p.Targets == 3 })
+	td.waitPool(t, "web", "3 targets", func(p api.PoolJSON) bool { return p.Targets == 3 })
 
 	mu.Lock()
 	answer = `[{"targets": ["http://127.9.0.4:9/"]}]`
@@ -213,7 +215,7 @@ pools:
 	mu.Lock()
 	answer = `[{"targets": ["127.9.0.1:9"]}]`
 	mu.Unlock()
-	td.waitPool(t, "web", "1 target", func(p PoolJSON) bool { return p.Targets == 1 })
+	td.waitPool(t, "web", "1 target", func(p api.PoolJSON) bool { return p.Targets == 1 })
 }
 
 // TestDiscoveryStatusMatchesPools checks that the discovery status tells
@@ -229,7 +231,7 @@ checks:
 pools:
   - {name: web, check: web, health_checks: false, file_sd_configs: [{files: [%q]}]}
 `, sd), func(o *Options) { o.DiscoveryDebounce = time.Millisecond })
-	td.waitPool(t, "web", "1 target", func(p PoolJSON) bool { return p.Targets == 1 })
+	td.waitPool(t, "web", "1 target", func(p api.PoolJSON) bool { return p.Targets == 1 })
 	waitDiscovery(t, td, "web", "1 target", func(st poolDiscoveryJSON) bool { return st.Targets == 1 })
 
 	var targets []string
@@ -251,7 +253,7 @@ pools:
 		t.Errorf("while the update waits: discovery tells %d targets (source %d, pending since %v), the pool runs %d; want the running count, and the new one pending",
 			st.Targets, st.Sources[0].Targets, st.PendingSince, running)
 	}
-	td.waitPool(t, "web", "1000 targets", func(p PoolJSON) bool { return p.Targets == 1000 })
+	td.waitPool(t, "web", "1000 targets", func(p api.PoolJSON) bool { return p.Targets == 1000 })
 	st = waitDiscovery(t, td, "web", "1000 targets, nothing pending", func(st poolDiscoveryJSON) bool {
 		return st.Targets == 1000 && st.PendingSince == nil
 	})

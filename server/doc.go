@@ -24,10 +24,10 @@
 //
 // Decisions leave the daemon as events: the engine's state changes and the
 // route decisions of each generation's scheduler.Router (removed, put back,
-// preferred, fail-open) are numbered in one event log, a ring that the API
-// pages, that event streams (Server-Sent Events) follow by cursor, and that
-// feeds each event webhook's bounded queue, delivered in order by
-// server/webhook with retries. Nothing in that path waits for a reader: a
+// preferred, fail-open) are numbered in one event log (server/events), a
+// ring that the API pages, that event streams (Server-Sent Events) follow
+// by cursor, and that feeds each event webhook's bounded queue, delivered
+// in order by server/webhook with retries. Nothing in that path waits for a reader: a
 // slow stream is dropped, a full webhook queue drops its oldest events, and
 // both are counted. /probe answers one-off probes the way blackbox_exporter
 // does, with probers of their own and bounded concurrency.
@@ -36,7 +36,15 @@
 // as the API and renders it on the server; its pool view lists members a
 // page at a time in one pass (statuspool.go), with cursors that name the row
 // a page ends at (not an id), and its timelines come from a fixed budget of
-// per-target result rings (history.go) that the probe path fills without
-// locks. Rings are kept by engine id: an edit keeps those of the targets it
-// keeps and frees those of the targets it removes.
+// per-target result rings (server/history) that the probe path fills
+// without locks. Rings are kept by engine id: an edit keeps those of the
+// targets it keeps and frees those of the targets it removes.
+//
+// The concerns around the engine have packages of their own, which know
+// nothing of the daemon: server/statefile (the state file's codec, save,
+// restore and lock; save.go decides when), server/events (event log,
+// streams, webhooks), server/history (the result rings), server/web (HTTP
+// middleware: Host check, lifecycle and same-origin guards, admission
+// slots, the connection limit, the route prefix) and server/web/api (the
+// wire types of the API, the stream and the webhooks, for clients too).
 package server

@@ -10,7 +10,9 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/history"
 	"github.com/sondeprobe/sonde/server/remediate"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // generation is one configuration as the daemon runs it: the configuration,
@@ -37,7 +39,7 @@ type generation struct {
 	oneShots oneShotProbers      // probers of /probe requests
 	certs    []atomic.Int64      // per stream leader, Unix time of the earliest certificate expiry seen; nil without HTTPS checks
 	remedies *remediate.Plan     // the configuration's remediations, for the daemon's manager
-	hist     *histIndex          // which targets have a ring in the daemon's history
+	hist     *history.Index      // which targets have a ring in the daemon's history
 	loaded   time.Time
 	// targetDescs are the descriptors of the per-target series, with the
 	// pools' metric_labels.
@@ -149,7 +151,7 @@ func (g *generation) stopRouter() {
 // engine id) in a pool of the same name, and every pool that starts or stops
 // failing open: a load balancer that follows events learns what a new
 // policy (or a target newly disabled) changed. next has decided.
-func (g *generation) routeChanges(next *generation, kept []uint32, add func(Event)) {
+func (g *generation) routeChanges(next *generation, kept []uint32, add func(api.Event)) {
 	oldPool := make(map[string]int, len(g.pools))
 	for pi, p := range g.pools {
 		oldPool[p.Name] = pi
@@ -173,7 +175,7 @@ func (g *generation) routeChanges(next *generation, kept []uint32, add func(Even
 			if from == to {
 				return
 			}
-			add(Event{Kind: KindRoute, Time: now, Target: next.cfg.Targets[id].AddrPort().String(), Host: next.cfg.Hostnames[id],
+			add(api.Event{Kind: api.KindRoute, Time: now, Target: next.cfg.Targets[id].AddrPort().String(), Host: next.cfg.Hostnames[id],
 				Pools: []string{name}, Check: next.checkName(id), From: from.String(), To: to.String(), Reason: "reload"})
 		})
 	}
@@ -185,7 +187,7 @@ func (g *generation) routeChanges(next *generation, kept []uint32, add func(Even
 		was, is := g.router.Summary(opi).FailingOpen, next.router.Summary(pi).FailingOpen
 		if was != is {
 			from, to := pick2(failOpenNames, is)
-			add(Event{Kind: KindFailOpen, Time: now, Pools: []string{p.Name}, From: from, To: to, Reason: "reload"})
+			add(api.Event{Kind: api.KindFailOpen, Time: now, Pools: []string{p.Name}, From: from, To: to, Reason: "reload"})
 		}
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // TestDetectionUnderAPILoad runs the daemon's HTTP server under many
@@ -149,13 +151,13 @@ pools:
 	}
 
 	time.Sleep(2 * time.Second)
-	before := td.d.events.last()
+	before := td.d.events.Last()
 	onset := time.Now()
 	flaky.failing.Store(true)
 
 	// The API answers throughout: a health check every 100 ms.
 	checker := &http.Client{Timeout: 5 * time.Second}
-	var ev Event
+	var ev api.Event
 	deadline := onset.Add(20 * time.Second)
 	for found := false; !found; {
 		if time.Now().After(deadline) {
@@ -167,10 +169,10 @@ pools:
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		evs, _, _ := td.d.events.page(before, 0)
+		evs, _, _ := logPage(td.d.events, before, 0)
 		for _, e := range evs {
 			switch {
-			case e.Kind != KindState:
+			case e.Kind != api.KindState:
 			case e.Target == steady.addr():
 				t.Fatalf("the healthy target changed state under API load: %+v", e)
 			case e.Target == flaky.addr() && e.To == "unhealthy":
@@ -204,7 +206,7 @@ pools:
 	if n, want := len(td.d.cur.Load().cfg.Pools), 2+int(lastApplied.Load()%2); n != want {
 		t.Errorf("%d pools after the last reload (of round %d), want %d: the reloads did not apply the file", n, lastApplied.Load(), want)
 	}
-	_, evicted, _, _ := td.d.conns.Load().counts()
+	_, evicted, _, _ := td.d.conns.Load().Counts()
 	if evicted == 0 {
 		t.Error("no idle connection was evicted: the load did not reach the connection limit")
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // inNetnsEnv tells a test binary that it runs inside a network namespace
@@ -93,7 +94,7 @@ pools:
 
 	ip(t, "addr", "del", source+"/32", "dev", "lo")
 	ports := td.d.metrics.local[probe.CausePorts]
-	waitLocal := func(n float64) TargetJSON {
+	waitLocal := func(n float64) api.TargetJSON {
 		t.Helper()
 		for testutil.ToFloat64(ports) < n {
 			if time.Now().After(deadline) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/events"
 )
 
 // durationBuckets suit probe times from sub-millisecond SYN round trips on a
@@ -100,8 +101,8 @@ func newMetrics(d *Daemon) *metrics {
 		&stateCollector{d: d},
 		&targetCollector{d: d},
 		&discoveryCollector{d: d},
-		&eventCollector{d: d},
-		&admissionCollector{a: &d.adm},
+		events.NewCollector(d.hooks, d.streams),
+		d.adm.Collector(),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

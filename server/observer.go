@@ -3,11 +3,11 @@ package server
 import (
 	"context"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // observer turns engine results and transitions into metrics, events and log
@@ -38,7 +38,7 @@ func (o *observer) Result(id uint32, r probe.Result) {
 	if !g.has(id) {
 		return
 	}
-	o.d.hist.record(g.hist, id, &r, g.engine)
+	o.d.hist.Record(g.hist, id, &r, g.engine)
 	if r.Outcome == probe.LocalError {
 		o.localError(g, id, &r)
 	}
@@ -68,7 +68,7 @@ func (o *observer) localError(g *generation, id uint32, r *probe.Result) {
 			c.Inc()
 		}
 	}
-	skipped, ok := o.d.local.allow(time.Now())
+	skipped, ok := o.d.local.Allow(time.Now())
 	if !ok {
 		return
 	}
@@ -79,24 +79,6 @@ func (o *observer) localError(g *generation, id uint32, r *probe.Result) {
 
 // localLogEvery is how often local errors are logged at most.
 const localLogEvery = 10 * time.Second
-
-// rateLimit lets one event through every period and counts the others.
-type rateLimit struct {
-	period  time.Duration
-	next    atomic.Int64 // UnixNano from which the next event may pass
-	skipped atomic.Uint64
-}
-
-// allow reports whether an event at now may pass, and how many were held
-// back since the last one that did.
-func (l *rateLimit) allow(now time.Time) (skipped uint64, ok bool) {
-	next := l.next.Load()
-	if now.UnixNano() < next || !l.next.CompareAndSwap(next, now.Add(l.period).UnixNano()) {
-		l.skipped.Add(1)
-		return 0, false
-	}
-	return l.skipped.Swap(0), true
-}
 
 // report records the detail of a one-shot probe of the stream led by id: the
 // last error for the API, the earliest certificate expiry, and the HTTP
@@ -131,8 +113,8 @@ func (o *observer) Transition(e scheduler.Event) {
 		return
 	}
 	t := g.cfg.Targets[e.Target]
-	ev := Event{
-		Kind:    KindState,
+	ev := api.Event{
+		Kind:    api.KindState,
 		Time:    scheduler.WallTime(g.engine.Clock(), e.At),
 		Target:  t.AddrPort().String(),
 		Host:    g.cfg.Hostnames[e.Target],
@@ -151,7 +133,7 @@ func (o *observer) Transition(e scheduler.Event) {
 		ev.Pools = append(ev.Pools, g.cfg.Pools[pi].Name)
 		g.inst[pi].changes[e.To].Inc()
 	})
-	o.d.events.add(ev)
+	o.d.events.Add(ev)
 	if r := g.router; r != nil {
 		r.Notify(e.Target)
 	}
@@ -186,7 +168,7 @@ type routeObserver struct {
 func (ro *routeObserver) Route(e scheduler.RouteEvent) {
 	o, g := ro.o, ro.g
 	pool := g.cfg.Pools[e.Pool].Name
-	ev := Event{
+	ev := api.Event{
 		Kind:   e.Kind.String(),
 		Time:   scheduler.WallTime(g.engine.Clock(), e.At),
 		Target: g.cfg.Targets[e.Target].AddrPort().String(),
@@ -213,7 +195,7 @@ func (ro *routeObserver) Route(e scheduler.RouteEvent) {
 		ev.From, ev.To = pick2(failOpenNames, e.On)
 		ev.Reason = e.State.String()
 	}
-	o.d.events.add(ev)
+	o.d.events.Add(ev)
 	switch {
 	case e.Kind == scheduler.FailOpenChanged && e.On:
 		o.d.log.Warn("pool fails open: no target is healthy, every one stays in rotation", "pool", pool, "target", ev.Target, "reason", ev.Reason)

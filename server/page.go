@@ -145,7 +145,7 @@ func (g *generation) ranks(pi int) []uint32 {
 
 // admitList answers a list request whose parameters are wrong (err: 410 for
 // a cursor of another pool layout, 400 otherwise), or admits it among the
-// list requests (see admission.go). It returns the release function, or
+// list requests (see server/web, admission.go). It returns the release function, or
 // nil when the request was answered.
 func (d *Daemon) admitList(w http.ResponseWriter, err error) (http.ResponseWriter, func()) {
 	switch {
@@ -156,7 +156,7 @@ func (d *Daemon) admitList(w http.ResponseWriter, err error) (http.ResponseWrite
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return w, nil
 	}
-	return d.adm.list.enter(w)
+	return d.adm.List.Enter(w)
 }
 
 // streamList writes {"NAME":[items...],tail...} to w, encoding each item as

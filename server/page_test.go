@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,15 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-)
 
-// targetPage is one page of /api/v1/targets.
-type targetPage struct {
-	Targets []TargetJSON `json:"targets"`
-	Total   int          `json:"total"`
-	Limit   int          `json:"limit"`
-	Next    string       `json:"next"`
-}
+	"github.com/sondeprobe/sonde/server/web/api"
+)
 
 // bigPoolConfig is a pool of 2^(32-bits) disabled targets: listed, never
 // probed.
@@ -46,7 +41,7 @@ func TestTargetsPaging(t *testing.T) {
 		{"limit=1000000", maxPage},
 		{"limit=7", 7},
 	} {
-		var p targetPage
+		var p api.TargetsPage
 		td.getJSON(t, "/api/v1/targets?"+tt.query, &p)
 		if len(p.Targets) != tt.want || p.Limit != tt.want || p.Total != all || p.Next == "" {
 			t.Errorf("%q: %d targets, limit %d, total %d, next %q; want %d, %d, %d and a next", tt.query, len(p.Targets), p.Limit, p.Total, p.Next, tt.want, tt.want, all)
@@ -59,7 +54,7 @@ func TestTargetsPaging(t *testing.T) {
 	}
 	after, pages := "", 0
 	for {
-		var p targetPage
+		var p api.TargetsPage
 		td.getJSON(t, "/api/v1/targets?limit=0&after="+url.QueryEscape(after), &p)
 		pages++
 		for _, x := range p.Targets {
@@ -84,7 +79,7 @@ func TestTargetsPaging(t *testing.T) {
 	if len(seen) != all || pages != 2 {
 		t.Fatalf("listed %d targets in %d pages, want %d in 2", len(seen), pages, all)
 	}
-	var small targetPage
+	var small api.TargetsPage
 	td.getJSON(t, "/api/v1/targets?pool=small", &small)
 	if len(small.Targets) != 1 || small.Total != 1 || small.Next != "" {
 		t.Fatalf("pool small: %+v, want its one target and no next", small)
@@ -96,12 +91,12 @@ func TestTargetsPaging(t *testing.T) {
 // of walking the whole pool in one request.
 func TestTargetsScanBudget(t *testing.T) {
 	td := startDaemon(t, bigPoolConfig(15)) // 131072 targets
-	var p targetPage
+	var p api.TargetsPage
 	td.getJSON(t, "/api/v1/targets?pool=big&state=healthy", &p)
 	if len(p.Targets) != 0 || p.Next == "" || p.Total != 0 {
 		t.Fatalf("first page: %d targets, next %q, total %d; want none, a next, total 0", len(p.Targets), p.Next, p.Total)
 	}
-	var q targetPage
+	var q api.TargetsPage
 	td.getJSON(t, "/api/v1/targets?pool=big&state=healthy&after="+url.QueryEscape(p.Next), &q)
 	if len(q.Targets) != 0 || q.Next != "" {
 		t.Fatalf("second page: %d targets, next %q; want none and the end", len(q.Targets), q.Next)
@@ -112,7 +107,7 @@ func TestTargetsScanBudget(t *testing.T) {
 // cursor of another pool layout.
 func TestListErrors(t *testing.T) {
 	td := startDaemon(t, bigPoolConfig(24))
-	var p targetPage
+	var p api.TargetsPage
 	td.getJSON(t, "/api/v1/targets?limit=10", &p)
 	layout, _, _ := strings.Cut(p.Next, ".")
 	n, err := strconv.ParseUint(layout, 10, 32)
@@ -158,7 +153,7 @@ pools:
 	}
 	td := startDaemon(t, conf([]string{"198.18.0.0/26"}, ""))
 	seen := map[string]int{}
-	var page targetPage
+	var page api.TargetsPage
 	td.getJSON(t, "/api/v1/targets?pool=big&limit=20", &page)
 	for _, x := range page.Targets {
 		seen[x.Target]++
@@ -171,7 +166,7 @@ pools:
 	}
 	for page.Next != "" {
 		next := page.Next
-		page = targetPage{}
+		page = api.TargetsPage{}
 		td.getJSON(t, "/api/v1/targets?pool=big&limit=20&after="+url.QueryEscape(next), &page)
 		for _, x := range page.Targets {
 			seen[x.Target]++
@@ -217,8 +212,8 @@ func TestPoolsPaging(t *testing.T) {
 	after := ""
 	for range 10 {
 		var page struct {
-			Pools []PoolJSON `json:"pools"`
-			Next  string     `json:"next"`
+			Pools []api.PoolJSON `json:"pools"`
+			Next  string         `json:"next"`
 		}
 		td.getJSON(t, "/api/v1/pools?limit=2&after="+after, &page)
 		if len(page.Pools) > 2 {
@@ -241,8 +236,8 @@ func TestPoolsPaging(t *testing.T) {
 func TestListConcurrencyLimit(t *testing.T) {
 	td := startDaemon(t, bigPoolConfig(24))
 	var releases []func()
-	for range listRequests {
-		_, release := td.d.adm.list.enter(httptest.NewRecorder())
+	for range td.d.adm.List.Max() {
+		_, release := td.d.adm.List.Enter(httptest.NewRecorder())
 		releases = append(releases, release)
 	}
 	for _, path := range []string{"/api/v1/targets", "/api/v1/pools", "/"} {
@@ -259,5 +254,32 @@ func TestListConcurrencyLimit(t *testing.T) {
 	releases[0]()
 	if got, _ := td.get(t, "/api/v1/targets", new(any)); got != http.StatusOK {
 		t.Errorf("with a free slot: status %d", got)
+	}
+}
+
+// TestWireTypesCover decodes the API's pages with unknown fields refused:
+// every field the daemon writes has its place in the wire types of
+// server/web/api that clients decode with.
+func TestWireTypesCover(t *testing.T) {
+	td := startDaemon(t, bigPoolConfig(30))
+	for _, c := range []struct {
+		path string
+		v    any
+	}{
+		{"/api/v1/targets?limit=1", &api.TargetsPage{}},
+		{"/api/v1/pools?limit=1", &api.PoolsPage{}},
+		{"/api/v1/events", &api.EventsPage{}},
+	} {
+		resp, err := http.Get(td.http.URL + c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := json.NewDecoder(resp.Body)
+		dec.DisallowUnknownFields()
+		err = dec.Decode(c.v)
+		resp.Body.Close()
+		if err != nil {
+			t.Errorf("GET %s: %v", c.path, err)
+		}
 	}
 }

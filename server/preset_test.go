@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // hostRecorder is a loopback HTTP server that answers 200 and remembers the
@@ -79,7 +80,7 @@ pools:
 			time.Sleep(20 * time.Millisecond)
 		}
 		var tl struct {
-			Targets []TargetJSON `json:"targets"`
+			Targets []api.TargetJSON `json:"targets"`
 		}
 		td.getJSON(t, "/api/v1/targets?pool="+name, &tl)
 		if len(tl.Targets) != 1 || tl.Targets[0].LastProbe == nil || !tl.Targets[0].LastProbe.Equal(clock.Now()) {
@@ -99,7 +100,7 @@ pools:
 		t.Errorf("pool static %+v: want 1 unprobed and routable, fixed_rate, W1 90 s", p)
 	}
 	var tl struct {
-		Targets []TargetJSON `json:"targets"`
+		Targets []api.TargetJSON `json:"targets"`
 	}
 	td.getJSON(t, "/api/v1/targets?pool=static&state=unprobed", &tl)
 	if len(tl.Targets) != 1 || tl.Targets[0].Route != "routed" {

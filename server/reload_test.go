@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // rewrite replaces the daemon's config file, at once (a reload never reads
@@ -82,7 +83,7 @@ pools:
 		t.Fatalf("pool two after reload: %+v, want the shared target still healthy", p)
 	}
 	var evs struct {
-		Events []Event `json:"events"`
+		Events []api.Event `json:"events"`
 	}
 	td.getJSON(t, fmt.Sprintf("/api/v1/events?since=%d", next.Next), &evs)
 	for _, e := range evs.Events {
@@ -207,7 +208,7 @@ func TestReloadEditDuringLoad(t *testing.T) {
 	})
 	pools := func() []string {
 		var page struct {
-			Pools []PoolJSON `json:"pools"`
+			Pools []api.PoolJSON `json:"pools"`
 		}
 		td.getJSON(t, "/api/v1/pools", &page)
 		var names []string
@@ -284,8 +285,8 @@ pools:
 `, percent, good.addr(), bad.addr())
 	}
 	td := startDaemon(t, cfg(50))
-	td.waitPool(t, "api", "one removed", func(p PoolJSON) bool { return p.Removed == 1 && p.Healthy == 1 })
-	var page EventsPage
+	td.waitPool(t, "api", "one removed", func(p api.PoolJSON) bool { return p.Removed == 1 && p.Healthy == 1 })
+	var page api.EventsPage
 	td.getJSON(t, "/api/v1/events", &page)
 
 	td.rewrite(t, cfg(49))
@@ -295,7 +296,7 @@ pools:
 	td.getJSON(t, fmt.Sprintf("/api/v1/events?since=%d", page.Next), &page)
 	var got []string
 	for _, e := range page.Events {
-		if e.Kind == KindRoute {
+		if e.Kind == api.KindRoute {
 			got = append(got, fmt.Sprintf("%s %s>%s %s", e.Target, e.From, e.To, e.Reason))
 		}
 	}
@@ -351,10 +352,10 @@ func newGate(t *testing.T) *gate {
 func (g *gate) addr() string { return strings.TrimPrefix(g.srv.URL, "http://") }
 
 // target returns the target at addr in pool (any pool for ""), or false.
-func (td *testDaemon) target(t *testing.T, pool, addr string) (TargetJSON, bool) {
+func (td *testDaemon) target(t *testing.T, pool, addr string) (api.TargetJSON, bool) {
 	t.Helper()
 	var page struct {
-		Targets []TargetJSON `json:"targets"`
+		Targets []api.TargetJSON `json:"targets"`
 	}
 	td.getJSON(t, "/api/v1/targets?limit=0&pool="+pool, &page)
 	for _, x := range page.Targets {
@@ -362,11 +363,11 @@ func (td *testDaemon) target(t *testing.T, pool, addr string) (TargetJSON, bool)
 			return x, true
 		}
 	}
-	return TargetJSON{}, false
+	return api.TargetJSON{}, false
 }
 
 // waitState polls until the target at addr in pool is in state.
-func (td *testDaemon) waitState(t *testing.T, pool, addr, state string) TargetJSON {
+func (td *testDaemon) waitState(t *testing.T, pool, addr, state string) api.TargetJSON {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/fleet"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // backendIn returns a new backend whose endpoint shard owns among n shards.
@@ -60,9 +61,9 @@ func startShard(t *testing.T, yaml string, shard config.Shard, log *syncBuffer) 
 }
 
 type poolsPage struct {
-	Shard  int        `json:"shard"`
-	Shards int        `json:"shards"`
-	Pools  []PoolJSON `json:"pools"`
+	Shard  int            `json:"shard"`
+	Shards int            `json:"shards"`
+	Pools  []api.PoolJSON `json:"pools"`
 }
 
 // TestDaemonShards runs two shards of one configuration and checks what

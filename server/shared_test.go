@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // TestSharedStreamDetail checks that a target shared by two pools whose
@@ -37,7 +38,7 @@ pools:
 	}
 	for _, pool := range []string{"leader", "follower"} {
 		var tl struct {
-			Targets []TargetJSON `json:"targets"`
+			Targets []api.TargetJSON `json:"targets"`
 		}
 		td.getJSON(t, "/api/v1/targets?pool="+pool, &tl)
 		if len(tl.Targets) != 1 {
@@ -55,12 +56,12 @@ pools:
 
 // waitEventOf polls the events API until an event for target's check
 // reaches state to.
-func (td *testDaemon) waitEventOf(t *testing.T, target, check, to string) Event {
+func (td *testDaemon) waitEventOf(t *testing.T, target, check, to string) api.Event {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		var page struct {
-			Events []Event `json:"events"`
+			Events []api.Event `json:"events"`
 		}
 		td.getJSON(t, "/api/v1/events", &page)
 		for _, e := range page.Events {
@@ -71,7 +72,7 @@ func (td *testDaemon) waitEventOf(t *testing.T, target, check, to string) Event 
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("no event for %s (check %s) to %s", target, check, to)
-	return Event{}
+	return api.Event{}
 }
 
 // TestReportAllocations checks that recording the detail of a successful

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/server/statefile"
 )
 
 // stateTestConfig is a configuration of one target that never answers in
@@ -83,7 +84,7 @@ func TestStateFileForeign(t *testing.T) {
 	if err := d.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := os.ReadFile(empty); !strings.HasPrefix(string(b), stateMagic) {
+	if b, _ := os.ReadFile(empty); !strings.HasPrefix(string(b), statefile.Magic) {
 		t.Fatalf("the empty file was not saved into: %q", b)
 	}
 	d = newStateDaemon(t, empty) // a state file now

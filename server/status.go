@@ -16,7 +16,9 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/server/history"
 	"github.com/sondeprobe/sonde/server/ui"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // The status page: an overview of every pool (served at /, rendered on the
@@ -58,9 +60,9 @@ type pageBase struct {
 func (d *Daemon) pageBase(g *generation, page, title string) pageBase {
 	tcp, _ := d.TCPPath()
 	b := pageBase{Page: page, Title: title, Version: d.opt.Version, Revision: d.opt.Revision, Shard: g.cfg.Shard.String(), TCPPath: string(tcp),
-		Loaded: g.loaded, Now: d.opt.Clock.Now(), EventSeq: d.events.last()}
+		Loaded: g.loaded, Now: d.opt.Clock.Now(), EventSeq: d.events.Last()}
 	if d.saves != nil {
-		if a := d.saves.alert(d.opt.StateFile, time.Now()); a != "" {
+		if a := saveAlert(d.saves, d.opt.StateFile, time.Now()); a != "" {
 			b.Alerts = append(b.Alerts, a)
 		}
 	}
@@ -101,7 +103,7 @@ type barSegment struct {
 
 // poolCard is a pool as the overview and the pool view head show it.
 type poolCard struct {
-	PoolJSON
+	api.PoolJSON
 	URL           string
 	UnresolvedURL string  // of the pool view listing its unresolved targets
 	Interval      float64 // seconds
@@ -114,7 +116,7 @@ type poolCard struct {
 
 // poolCard describes pool pi with its counts j and its discovery's status
 // ds (nil when it has none).
-func (g *generation) poolCard(pi int, j PoolJSON, ds *discovery.PoolStatus) poolCard {
+func (g *generation) poolCard(pi int, j api.PoolJSON, ds *discovery.PoolStatus) poolCard {
 	c := g.cfg.Checks[g.cfg.Pools[pi].CheckIndex]
 	pc := poolCard{PoolJSON: j, URL: "pool?" + url.Values{"name": {j.Name}}.Encode(),
 		UnresolvedURL: "pool?" + url.Values{"name": {j.Name}, "outcome": {unresolvedOutcome}}.Encode(),
@@ -236,12 +238,12 @@ func (g *generation) poolCards(ds []discovery.PoolStatus) []poolCard {
 
 // eventView is an event as the pages list it.
 type eventView struct {
-	Event
+	api.Event
 	Pool string // the pool its target link opens: the first of its pools
 	URL  string // of the target's view; "" for an event without a target
 }
 
-func eventViews(evs []Event) []eventView {
+func eventViews(evs []api.Event) []eventView {
 	out := make([]eventView, len(evs))
 	for i, e := range evs {
 		out[i] = eventView{Event: e}
@@ -264,8 +266,8 @@ type recentList struct {
 
 // recentEvents returns the newest events that keep selects, at most n,
 // newest first.
-func (d *Daemon) recentEvents(n int, keep func(*Event) bool) recentList {
-	return recentList{List: eventViews(d.events.newest(n, keep)), Keep: n}
+func (d *Daemon) recentEvents(n int, keep func(*api.Event) bool) recentList {
+	return recentList{List: eventViews(d.events.Newest(n, keep)), Keep: n}
 }
 
 func (d *Daemon) handleOverview(w http.ResponseWriter, r *http.Request) {
@@ -273,7 +275,7 @@ func (d *Daemon) handleOverview(w http.ResponseWriter, r *http.Request) {
 	if g == nil {
 		return
 	}
-	w, release := d.adm.list.enter(w) // a list of every pool, as /api/v1/pools
+	w, release := d.adm.List.Enter(w) // a list of every pool, as /api/v1/pools
 	if release == nil {
 		return
 	}
@@ -332,7 +334,7 @@ func (d *Daemon) handlePoolPage(w http.ResponseWriter, r *http.Request) {
 		d.pageError(w, g, http.StatusBadRequest, err)
 		return
 	}
-	w, release := d.adm.list.enter(w) // a pass over the pool, as a list request
+	w, release := d.adm.List.Enter(w) // a pass over the pool, as a list request
 	if release == nil {
 		return
 	}
@@ -570,7 +572,7 @@ func (d *Daemon) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 	view := g.memberView(pi, &mb, off)
 	(&poolQuery{Sort: sortColumns[0], Limit: defaultPoolPage}).labelLinks(p.Name, view.Labels)
 
-	recorded := d.hist.view(g.hist, id, clock.Nanotime())
+	recorded := d.hist.View(g.hist, id, clock.Nanotime())
 	results := d.history(g, id)
 	slices.Reverse(results)
 	results = results[:min(len(results), targetResults)]
@@ -591,7 +593,7 @@ func (d *Daemon) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 	if exp := g.certExpiry(id); exp != 0 {
 		certExpiry = time.Unix(exp, 0).UTC()
 	}
-	events := d.recentEvents(targetEvents, func(e *Event) bool {
+	events := d.recentEvents(targetEvents, func(e *api.Event) bool {
 		return e.Target == view.Target && slices.Contains(e.Pools, p.Name)
 	})
 	base := d.pageBase(g, "target", view.Target)
@@ -604,7 +606,7 @@ func (d *Daemon) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 		Settings    []setting
 		W1, W2      float64
 		CertExpiry  time.Time
-		Results     []HistoryResult
+		Results     []api.HistoryResult
 		Recorded    bool
 		Capacity    int
 		Events      recentList
@@ -613,7 +615,7 @@ func (d *Daemon) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 	}{
 		pageBase: base, M: view, PoolURL: "pool?" + url.Values{"name": {p.Name}}.Encode(), Pools: pools,
 		Settings: checkSettings(c), W1: c.FailureWindow().Seconds(), W2: c.SuccessWindow(rtt).Seconds(),
-		CertExpiry: certExpiry, Results: results, Recorded: recorded, Capacity: d.hist.results, Events: events,
+		CertExpiry: certExpiry, Results: results, Recorded: recorded, Capacity: d.hist.Results(), Events: events,
 		IntervalSec: c.Interval.Seconds(),
 		HistoryURL:  "api/v1/history?" + strings.TrimPrefix(view.URL, "target?"),
 	})
@@ -658,32 +660,18 @@ func (d *Daemon) unresolvedPage(w http.ResponseWriter, g *generation, ref target
 }
 
 // history returns target id's kept results, oldest first.
-func (d *Daemon) history(g *generation, id uint32) []HistoryResult {
-	raw := d.hist.read(g.hist, id, make([]histRead, 0, d.hist.results))
+func (d *Daemon) history(g *generation, id uint32) []api.HistoryResult {
+	raw := d.hist.Read(g.hist, id, make([]history.Sample, 0, d.hist.Results()))
 	clock := g.engine.Clock()
-	out := make([]HistoryResult, len(raw))
+	out := make([]api.HistoryResult, len(raw))
 	for i, r := range raw {
-		out[i] = r.result(clock)
+		out[i] = r.Result(clock)
 	}
 	return out
 }
 
-// HistoryJSON is the answer of /api/v1/history.
-type HistoryJSON struct {
-	Target string `json:"target"`
-	Pool   string `json:"pool"`
-	Check  string `json:"check"`
-	// Recorded tells whether the target's results were kept before this
-	// request; if not, they are from now on (for a while after the last
-	// request), and Results holds what there is.
-	Recorded bool            `json:"recorded"`
-	Capacity int             `json:"capacity"` // results kept at most
-	State    string          `json:"state"`
-	Results  []HistoryResult `json:"results"` // oldest first
-}
-
 // handleHistory answers GET /api/v1/history?pool=&target=: the target's
-// recent results. Asking for them keeps them (see history.go).
+// recent results. Asking for them keeps them (see server/history).
 func (d *Daemon) handleHistory(w http.ResponseWriter, r *http.Request) {
 	g := d.running(w)
 	if g == nil {
@@ -701,10 +689,10 @@ func (d *Daemon) handleHistory(w http.ResponseWriter, r *http.Request) {
 	p := g.pools[pi]
 	id := p.Members[m]
 	route, _ := g.router.Route(pi, m)
-	recorded := d.hist.view(g.hist, id, g.engine.Clock().Nanotime())
-	writeJSON(w, HistoryJSON{
+	recorded := d.hist.View(g.hist, id, g.engine.Clock().Nanotime())
+	writeJSON(w, api.HistoryJSON{
 		Target: g.cfg.Targets[id].AddrPort().String(), Pool: p.Name, Check: g.checkName(id),
-		Recorded: recorded, Capacity: d.hist.results, State: memberState(p, route, g.engine.Status(id)),
+		Recorded: recorded, Capacity: d.hist.Results(), State: memberState(p, route, g.engine.Status(id)),
 		Results: d.history(g, id),
 	})
 }
@@ -719,7 +707,7 @@ func (d *Daemon) handleEventsPage(w http.ResponseWriter, _ *http.Request) {
 		Events recentList
 		Kinds  []string
 		Pools  []string
-	}{d.pageBase(g, "events", "Events"), d.recentEvents(eventsPage, nil), EventKinds, poolNames(g)})
+	}{d.pageBase(g, "events", "Events"), d.recentEvents(eventsPage, nil), api.EventKinds, poolNames(g)})
 }
 
 // sourceView is a discovery source as the discovery page lists it.
@@ -834,43 +822,4 @@ func poolNames(g *generation) []string {
 		out[i] = p.Name
 	}
 	return out
-}
-
-// routePrefix checks and normalises Options.Web.RoutePrefix: "" or a path
-// starting with "/", without a trailing "/" ("/" itself is "").
-func routePrefix(p string) (string, error) {
-	p = strings.TrimSuffix(p, "/")
-	if p == "" {
-		return "", nil
-	}
-	u, err := url.Parse(p)
-	if err != nil || !strings.HasPrefix(p, "/") || u.Path != p || u.RawQuery != "" || u.Fragment != "" || strings.Contains(p, "//") {
-		return "", fmt.Errorf("%q: want a path such as /sonde", p)
-	}
-	for seg := range strings.SplitSeq(p[1:], "/") {
-		if seg == "." || seg == ".." {
-			return "", fmt.Errorf("%q: want a path without . or .. segments", p)
-		}
-	}
-	return p, nil
-}
-
-// withPrefix serves h under prefix: PREFIX/x is h's /x, PREFIX redirects to
-// PREFIX/, and anything else is not found.
-func withPrefix(prefix string, h http.Handler) http.Handler {
-	strip := http.StripPrefix(prefix, h)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case r.URL.Path == prefix:
-			to := prefix + "/"
-			if r.URL.RawQuery != "" {
-				to += "?" + r.URL.RawQuery
-			}
-			http.Redirect(w, r, to, http.StatusFound)
-		case strings.HasPrefix(r.URL.Path, prefix+"/"):
-			strip.ServeHTTP(w, r)
-		default:
-			http.Error(w, fmt.Sprintf("not found: sonde serves under %s/", prefix), http.StatusNotFound)
-		}
-	})
 }

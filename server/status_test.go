@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/sondeprobe/sonde/server/ui"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // page fetches path from the test daemon and returns the status, headers
@@ -329,7 +330,7 @@ func TestStatusPageErrors(t *testing.T) {
 func TestRecentEventBounds(t *testing.T) {
 	td := startDaemon(t, unprobedConfig)
 	for range 300 {
-		td.d.events.add(Event{Kind: KindState, Target: "198.18.0.1:80", Pools: []string{"api"}, From: "unknown", To: "healthy"})
+		td.d.events.Add(api.Event{Kind: api.KindState, Target: "198.18.0.1:80", Pools: []string{"api"}, From: "unknown", To: "healthy"})
 	}
 	keepRE := regexp.MustCompile(`<div id="recent" data-keep="(\d+)">`)
 	for path, want := range map[string]int{"/events": 200, "/": 10, "/target?pool=api&target=198.18.0.1:80": 50} {

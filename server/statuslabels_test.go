@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sondeprobe/sonde/server/web/api"
 	xhtml "golang.org/x/net/html"
 )
 
@@ -68,7 +69,7 @@ func startLabelled(t *testing.T) (*testDaemon, *flakyResolver) {
 		o.Resolver = markupResolver{res}
 		o.DiscoveryDebounce = 10 * time.Millisecond
 	})
-	td.waitTargets(t, "web", "3 addresses and 2 unresolved names, looked up", func(m map[string]TargetJSON) bool {
+	td.waitTargets(t, "web", "3 addresses and 2 unresolved names, looked up", func(m map[string]api.TargetJSON) bool {
 		return len(m) == 5 && strings.Contains(m["late.test:80"].LastError, "pwned") && strings.Contains(m["nohost.test:81"].LastError, "pwned")
 	})
 	return td, res
@@ -156,7 +157,7 @@ func TestPoolPageLabels(t *testing.T) {
 		assertInert(t, path, body)
 		// The API agrees.
 		var page struct {
-			Targets []TargetJSON `json:"targets"`
+			Targets []api.TargetJSON `json:"targets"`
 		}
 		api := url.Values{"pool": {"web"}, "label": slices.DeleteFunc(slices.Clone(c.labels), func(s string) bool { return s == "" })}
 		td.getJSON(t, "/api/v1/targets?"+api.Encode(), &page)
@@ -394,8 +395,8 @@ func TestOverviewDiscovery(t *testing.T) {
 		o.Resolver = markupResolver{res}
 		o.DiscoveryDebounce = 10 * time.Millisecond
 	})
-	td.waitTargets(t, "files", "the file's target", func(m map[string]TargetJSON) bool { return len(m) == 1 })
-	td.waitTargets(t, "web", "the names looked up", func(m map[string]TargetJSON) bool {
+	td.waitTargets(t, "files", "the file's target", func(m map[string]api.TargetJSON) bool { return len(m) == 1 })
+	td.waitTargets(t, "web", "the names looked up", func(m map[string]api.TargetJSON) bool {
 		return strings.Contains(m["late.test:80"].LastError, "pwned") && strings.Contains(m["nohost.test:81"].LastError, "pwned")
 	})
 	if err := os.WriteFile(sd, []byte("{not json"), 0o644); err != nil {

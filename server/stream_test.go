@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // sseMessage is one Server-Sent Events message as a client reads it.
@@ -105,9 +106,9 @@ func (c *sseClient) next(t *testing.T, timeout time.Duration, what string, ok fu
 	}
 }
 
-func (m sseMessage) decode(t *testing.T) Event {
+func (m sseMessage) decode(t *testing.T) api.Event {
 	t.Helper()
-	var e Event
+	var e api.Event
 	if err := json.Unmarshal([]byte(m.data), &e); err != nil {
 		t.Fatalf("event data %q: %v", m.data, err)
 	}
@@ -128,14 +129,14 @@ checks:
 pools:
   - {name: api, check: web, max_unhealthy_percent: 50, targets: [%q, %q]}
 `, good.addr(), bad.addr()))
-	td.waitPool(t, "api", "both healthy", func(p PoolJSON) bool { return p.Healthy == 2 })
+	td.waitPool(t, "api", "both healthy", func(p api.PoolJSON) bool { return p.Healthy == 2 })
 	c := openStream(t, td.http.URL+"/api/v1/events", nil)
 
 	bad.failing.Store(true)
 	// The bound is generous for a loaded machine: events reach a stream
 	// within milliseconds of the probe that caused them.
 	const within = time.Second
-	state := c.next(t, 20*time.Second, "state event", func(m sseMessage) bool { return m.event == KindState })
+	state := c.next(t, 20*time.Second, "state event", func(m sseMessage) bool { return m.event == api.KindState })
 	se := state.decode(t)
 	if se.Target != bad.addr() || se.From != "healthy" || se.To != "unhealthy" || se.Reason != "http_status" {
 		t.Fatalf("state event %+v: want %s healthy → unhealthy by http_status", se, bad.addr())
@@ -143,7 +144,7 @@ pools:
 	if d := state.at.Sub(se.Time); d > within {
 		t.Errorf("state event read %v after the probe that caused it, want within %v", d, within)
 	}
-	route := c.next(t, 5*time.Second, "route event", func(m sseMessage) bool { return m.event == KindRoute })
+	route := c.next(t, 5*time.Second, "route event", func(m sseMessage) bool { return m.event == api.KindRoute })
 	re := route.decode(t)
 	if re.Target != bad.addr() || re.From != "routed" || re.To != "removed" || re.Reason != "unhealthy" || re.Seq <= se.Seq ||
 		len(re.Pools) != 1 || re.Pools[0] != "api" {
@@ -157,9 +158,9 @@ pools:
 	}
 
 	// Polling shows the same events, oldest first.
-	var page EventsPage
+	var page api.EventsPage
 	td.getJSON(t, fmt.Sprintf("/api/v1/events?since=%d&limit=2", se.Seq-1), &page)
-	if len(page.Events) != 2 || page.Events[0].Seq != se.Seq || page.Events[0].Kind != KindState || page.Next != page.Events[1].Seq {
+	if len(page.Events) != 2 || page.Events[0].Seq != se.Seq || page.Events[0].Kind != api.KindState || page.Next != page.Events[1].Seq {
 		t.Fatalf("poll from %d: %+v", se.Seq-1, page)
 	}
 }
@@ -180,7 +181,7 @@ pools:
 	// first results.
 	c := openStream(t, td.http.URL+"/api/v1/events?since=0", nil)
 	type decision struct{ kind, target, from, to, reason string }
-	seen := map[decision]Event{}
+	seen := map[decision]api.Event{}
 	wait := func(want ...decision) {
 		t.Helper()
 		for _, w := range want {
@@ -190,32 +191,32 @@ pools:
 				}
 				m := c.next(t, 20*time.Second, fmt.Sprintf("%+v", w), func(m sseMessage) bool { return m.event != "" })
 				e := m.decode(t)
-				if e.Kind != KindState && (len(e.Pools) != 1 || e.Pools[0] != "api") {
+				if e.Kind != api.KindState && (len(e.Pools) != 1 || e.Pools[0] != "api") {
 					t.Fatalf("%s event for pools %v, want api", e.Kind, e.Pools)
 				}
 				seen[decision{e.Kind, e.Target, e.From, e.To, e.Reason}] = e
 			}
 		}
 	}
-	wait(decision{KindPreferred, a.addr(), "not_preferred", "preferred", "latency"},
-		decision{KindPreferred, b.addr(), "not_preferred", "preferred", "latency"})
+	wait(decision{api.KindPreferred, a.addr(), "not_preferred", "preferred", "latency"},
+		decision{api.KindPreferred, b.addr(), "not_preferred", "preferred", "latency"})
 
 	a.failing.Store(true)
-	wait(decision{KindPreferred, a.addr(), "preferred", "not_preferred", "unhealthy"})
+	wait(decision{api.KindPreferred, a.addr(), "preferred", "not_preferred", "unhealthy"})
 	b.failing.Store(true)
 	// The member whose change flipped it is named, with its new state.
-	wait(decision{KindFailOpen, b.addr(), "normal", "failing_open", "unhealthy"})
+	wait(decision{api.KindFailOpen, b.addr(), "normal", "failing_open", "unhealthy"})
 	b.failing.Store(false)
-	wait(decision{KindFailOpen, b.addr(), "failing_open", "normal", "healthy"})
+	wait(decision{api.KindFailOpen, b.addr(), "failing_open", "normal", "healthy"})
 
-	var page EventsPage
+	var page api.EventsPage
 	td.getJSON(t, "/api/v1/events?since=0", &page)
-	polled := map[uint64]Event{}
+	polled := map[uint64]api.Event{}
 	for _, e := range page.Events {
 		polled[e.Seq] = e
 	}
 	for d, e := range seen {
-		if d.kind != KindPreferred && d.kind != KindFailOpen {
+		if d.kind != api.KindPreferred && d.kind != api.KindFailOpen {
 			continue
 		}
 		if p, ok := polled[e.Seq]; !ok || p.Kind != e.Kind || p.Target != e.Target || p.From != e.From || p.To != e.To || p.Reason != e.Reason {
@@ -244,7 +245,7 @@ func streamDaemon(t *testing.T, opt Options) (*Daemon, *httptest.Server) {
 func TestEventStreamResume(t *testing.T) {
 	d, srv := streamDaemon(t, Options{Events: 8, EventKeepAlive: 50 * time.Millisecond})
 	for i := range 20 {
-		d.events.add(Event{Kind: KindState, Target: strconv.Itoa(i + 1)})
+		d.events.Add(api.Event{Kind: api.KindState, Target: strconv.Itoa(i + 1)})
 	}
 	isEvent := func(m sseMessage) bool { return m.event != "" }
 
@@ -270,8 +271,8 @@ func TestEventStreamResume(t *testing.T) {
 	if m := fresh.next(t, 5*time.Second, "first message", func(sseMessage) bool { return true }); m.retry != "2000" {
 		t.Fatalf("first message %+v, want retry 2000", m)
 	}
-	d.events.add(Event{Kind: KindRoute})
-	if e := fresh.next(t, 5*time.Second, "new event", isEvent).decode(t); e.Seq != 21 || e.Kind != KindRoute {
+	d.events.Add(api.Event{Kind: api.KindRoute})
+	if e := fresh.next(t, 5*time.Second, "new event", isEvent).decode(t); e.Seq != 21 || e.Kind != api.KindRoute {
 		t.Fatalf("new client: event %+v, want 21 route", e)
 	}
 }
@@ -292,7 +293,7 @@ func TestEventStreamResumeBeyondNewest(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			d, srv := streamDaemon(t, Options{Events: 64, EventKeepAlive: time.Hour})
 			for range 40 {
-				d.events.add(Event{Kind: KindState})
+				d.events.Add(api.Event{Kind: api.KindState})
 			}
 			isEvent := func(m sseMessage) bool { return m.event != "" }
 			s := openStream(t, srv.URL+c.url, c.header)
@@ -300,7 +301,7 @@ func TestEventStreamResumeBeyondNewest(t *testing.T) {
 				t.Fatalf("resume at 1000 with newest 40: %+v, want event reset, id 40, next 40", m)
 			}
 			for range 10 {
-				d.events.add(Event{Kind: KindRoute})
+				d.events.Add(api.Event{Kind: api.KindRoute})
 			}
 			for want := uint64(41); want <= 50; want++ {
 				if e := s.next(t, 5*time.Second, "event after the reset", isEvent).decode(t); e.Seq != want {
@@ -338,7 +339,7 @@ func TestEventStreamSlowClient(t *testing.T) {
 	d, srv := streamDaemon(t, Options{Events: 1 << 16, WriteStall: 200 * time.Millisecond})
 	stalled(t, srv, streamRequest) // open while the test runs; read by nobody
 	deadline := time.Now().Add(10 * time.Second)
-	for d.adm.stream.inUse() != 1 {
+	for d.adm.Stream.InUse() != 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("the stream did not start")
 		}
@@ -347,11 +348,11 @@ func TestEventStreamSlowClient(t *testing.T) {
 	// Far more than the socket buffers hold; the client reads nothing.
 	pad := strings.Repeat("x", 1000)
 	for i := range 1 << 15 {
-		d.events.add(Event{Kind: KindState, Target: strconv.Itoa(i), Message: pad})
+		d.events.Add(api.Event{Kind: api.KindState, Target: strconv.Itoa(i), Message: pad})
 	}
-	for d.streams.dropped.Load() != 1 || d.adm.stream.inUse() != 0 {
+	for d.streams.Dropped() != 1 || d.adm.Stream.InUse() != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("stalled client not dropped: %d dropped, %d streams", d.streams.dropped.Load(), d.adm.stream.inUse())
+			t.Fatalf("stalled client not dropped: %d dropped, %d streams", d.streams.Dropped(), d.adm.Stream.InUse())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -372,9 +373,7 @@ func TestEventStreamWrapped(t *testing.T) {
 			t.Fatal("the stream did not start")
 		}
 		time.Sleep(5 * time.Millisecond)
-		d.events.mu.Lock()
-		waiting = d.events.wake != nil
-		d.events.mu.Unlock()
+		waiting = d.events.Waiting()
 	}
 	// Far more than the socket buffers hold, while the client reads
 	// nothing: the ring wraps past the stream, whether it is blocked in a
@@ -382,7 +381,7 @@ func TestEventStreamWrapped(t *testing.T) {
 	const total = 1 << 15
 	pad := strings.Repeat("x", 1000)
 	for i := range total {
-		d.events.add(Event{Kind: KindState, Target: strconv.Itoa(i), Message: pad})
+		d.events.Add(api.Event{Kind: api.KindState, Target: strconv.Itoa(i), Message: pad})
 	}
 
 	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
@@ -433,7 +432,7 @@ func TestEventStreamWrapped(t *testing.T) {
 	if err != nil || lost == 0 || notice.id != strconv.FormatUint(last+lost, 10) || last+lost > total-ring {
 		t.Fatalf("after event %d: notice %+v; want the count lost and, as id, the last of them (before the %d kept)", last, *notice, ring)
 	}
-	if got := d.streams.dropped.Load(); got != 1 {
+	if got := d.streams.Dropped(); got != 1 {
 		t.Errorf("%d clients counted as dropped, want 1", got)
 	}
 
@@ -466,7 +465,7 @@ func TestEventPollsBounded(t *testing.T) {
 	d, srv := streamDaemon(t, Options{})
 	pad := strings.Repeat("x", 1000)
 	for i := range maxEventsPage {
-		d.events.add(Event{Kind: KindState, Target: "192.0.2.1:80", Pools: []string{"api"}, Check: strconv.Itoa(i), Message: pad})
+		d.events.Add(api.Event{Kind: api.KindState, Target: "192.0.2.1:80", Pools: []string{"api"}, Check: strconv.Itoa(i), Message: pad})
 	}
 	live := func() int64 {
 		var m runtime.MemStats
@@ -553,46 +552,14 @@ func TestQuietStreamsDropNonReaders(t *testing.T) {
 		_, err := io.Copy(io.Discard, reader.resp.Body)
 		read <- err
 	}()
-	awaitCond(t, "the clients that do not read are dropped", func() bool { return d.streams.dropped.Load() >= slots-1 })
+	awaitCond(t, "the clients that do not read are dropped", func() bool { return d.streams.Dropped() >= slots-1 })
 	select {
 	case err := <-read:
 		t.Fatalf("the client that reads lost its stream: %v", err)
 	default:
 	}
-	if n, dropped := d.adm.stream.inUse(), d.streams.dropped.Load(); n != 1 || dropped != slots-1 {
+	if n, dropped := d.adm.Stream.InUse(), d.streams.Dropped(); n != 1 || dropped != slots-1 {
 		t.Errorf("%d streams after %d drops, want the reader's after %d", n, dropped, slots-1)
 	}
 	openStream(t, "http://"+addr+"/api/v1/events", nil) // fails the test unless 200
-}
-
-// TestHeartbeatPaddedOnlyUnderPressure checks that a heartbeat is a short
-// comment while stream slots are plentiful, and carries padding once three
-// quarters are taken.
-func TestHeartbeatPaddedOnlyUnderPressure(t *testing.T) {
-	d, _ := streamDaemon(t, Options{MaxEventStreams: 4})
-	var b strings.Builder
-	w := bufio.NewWriter(&b)
-	heartbeat := func() string {
-		b.Reset()
-		if err := d.heartbeat(w); err != nil {
-			t.Fatal(err)
-		}
-		w.Flush()
-		return b.String()
-	}
-	if got := heartbeat(); got != ": keep-alive\n\n" {
-		t.Errorf("heartbeat with every slot free: %q", got)
-	}
-	for range 3 {
-		d.adm.stream.enter(httptest.NewRecorder())
-	}
-	got := heartbeat()
-	if len(got) < heartbeatPadBytes || !strings.HasPrefix(got, ": keep-alive\n") || !strings.HasSuffix(got, "\n\n") {
-		t.Errorf("heartbeat with 3 of 4 slots taken: %d bytes, want a comment of at least %d", len(got), heartbeatPadBytes)
-	}
-	for line := range strings.SplitSeq(strings.TrimSuffix(got, "\n\n"), "\n") {
-		if !strings.HasPrefix(line, ":") {
-			t.Fatalf("padding line %q is not an SSE comment", line)
-		}
-	}
 }

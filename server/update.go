@@ -274,7 +274,7 @@ type change struct {
 // edit computes the edit that turns the engine from old's configuration into
 // next's and stages it in ed; the probers must already run next's checks (ls).
 // resume, when not nil, gives a target of next the edit adds a saved state
-// to resume (see pendingStates).
+// to resume (see statefile.Pending).
 func edit(ed *scheduler.Edit, old *generation, next *config.Config, ls *launchers, slots []uint16, nslots int,
 	resume func(n uint32) *scheduler.TargetStatus) (*change, error) {
 	engineOf, removed := match(old, next)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // sdGroup is one target group in Prometheus's file and HTTP SD format.
@@ -44,15 +45,15 @@ func writeSD(t testing.TB, path string, groups []sdGroup) {
 }
 
 // waitTargets polls the targets of pool until ok says they are as wanted.
-func (td *testDaemon) waitTargets(t *testing.T, pool, want string, ok func(map[string]TargetJSON) bool) map[string]TargetJSON {
+func (td *testDaemon) waitTargets(t *testing.T, pool, want string, ok func(map[string]api.TargetJSON) bool) map[string]api.TargetJSON {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		var page struct {
-			Targets []TargetJSON `json:"targets"`
+			Targets []api.TargetJSON `json:"targets"`
 		}
 		td.getJSON(t, "/api/v1/targets?limit=0&pool="+pool, &page)
-		got := map[string]TargetJSON{}
+		got := map[string]api.TargetJSON{}
 		for _, x := range page.Targets {
 			got[x.Target] = x
 		}
@@ -66,7 +67,7 @@ func (td *testDaemon) waitTargets(t *testing.T, pool, want string, ok func(map[s
 	}
 }
 
-func keysOf(m map[string]TargetJSON) []string {
+func keysOf(m map[string]api.TargetJSON) []string {
 	var out []string
 	for k := range m {
 		out = append(out, k)
@@ -95,7 +96,7 @@ pools:
     relabel_configs:
       - {source_labels: [__meta_rack], target_label: rack}
 `, sd), func(o *Options) { o.DiscoveryDebounce = 10 * time.Millisecond })
-	got := td.waitTargets(t, "web", "a and b healthy", func(m map[string]TargetJSON) bool {
+	got := td.waitTargets(t, "web", "a and b healthy", func(m map[string]api.TargetJSON) bool {
 		return len(m) == 2 && m[a.addr()].State == "healthy" && m[b.addr()].State == "healthy"
 	})
 	wantLabels := map[string]string{"team": "edge", "zone": "a", "rack": "r1"}
@@ -107,7 +108,7 @@ pools:
 
 	// The file changes: a goes, c comes, b moves to another zone.
 	writeSD(t, sd, []sdGroup{{Targets: []string{b.addr(), c.addr()}, Labels: map[string]string{"zone": "b"}}})
-	got = td.waitTargets(t, "web", "b and c, c healthy", func(m map[string]TargetJSON) bool {
+	got = td.waitTargets(t, "web", "b and c, c healthy", func(m map[string]api.TargetJSON) bool {
 		_, hasA := m[a.addr()]
 		return len(m) == 2 && !hasA && m[c.addr()].State == "healthy" && m[b.addr()].Labels["zone"] == "b"
 	})
@@ -115,8 +116,8 @@ pools:
 		t.Errorf("kept target %s: id %d %s since %v, want id %d healthy since %v", b.addr(), k.ID, k.State, k.StateSince, keep.ID, keep.StateSince)
 	}
 	var page struct {
-		Targets []TargetJSON `json:"targets"`
-		Total   int          `json:"total"`
+		Targets []api.TargetJSON `json:"targets"`
+		Total   int              `json:"total"`
 	}
 	td.getJSON(t, "/api/v1/targets?pool=web&label=zone%3Db&label=team!%3Dcore", &page)
 	if len(page.Targets) != 2 || page.Total != -1 {
@@ -153,7 +154,7 @@ pools:
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	td.waitTargets(t, "web", "b and c still", func(m map[string]TargetJSON) bool { return len(m) == 2 })
+	td.waitTargets(t, "web", "b and c still", func(m map[string]api.TargetJSON) bool { return len(m) == 2 })
 }
 
 // discoveryOf returns the discovery status of pool.
@@ -196,11 +197,11 @@ checks:
 pools:
   - {name: web, check: web, http_sd_configs: [{url: %q, refresh_interval: 1s}]}
 `, srv.URL), func(o *Options) { o.DiscoveryDebounce = 10 * time.Millisecond })
-	td.waitTargets(t, "web", "a healthy", func(m map[string]TargetJSON) bool { return len(m) == 1 && m[a.addr()].State == "healthy" })
+	td.waitTargets(t, "web", "a healthy", func(m map[string]api.TargetJSON) bool { return len(m) == 1 && m[a.addr()].State == "healthy" })
 	mu.Lock()
 	groups = []sdGroup{{Targets: []string{a.addr(), b.addr()}}}
 	mu.Unlock()
-	td.waitTargets(t, "web", "a and b healthy", func(m map[string]TargetJSON) bool { return len(m) == 2 && m[b.addr()].State == "healthy" })
+	td.waitTargets(t, "web", "a and b healthy", func(m map[string]api.TargetJSON) bool { return len(m) == 2 && m[b.addr()].State == "healthy" })
 
 	fail.Store(true)
 	deadline := time.Now().Add(20 * time.Second)
@@ -213,7 +214,7 @@ pools:
 	if st := discoveryOf(t, td, "web").Sources[0]; !strings.Contains(st.LastError, "500") {
 		t.Errorf("failing source's error %q does not say the server answered 500", st.LastError)
 	}
-	td.waitTargets(t, "web", "a and b kept", func(m map[string]TargetJSON) bool { return len(m) == 2 })
+	td.waitTargets(t, "web", "a and b kept", func(m map[string]api.TargetJSON) bool { return len(m) == 2 })
 	_, metrics := td.scrape(t, "/metrics", nil)
 	if !strings.Contains(metrics, `sonde_discovery_source_healthy{mechanism="http",pool="web",source="http_sd_configs[0]"} 0`) {
 		t.Errorf("/metrics does not show the failing source")
@@ -271,7 +272,7 @@ pools:
 		o.Resolver = res
 		o.DiscoveryDebounce = 10 * time.Millisecond
 	})
-	got := td.waitTargets(t, "web", "good.test healthy, late.test unresolved", func(m map[string]TargetJSON) bool {
+	got := td.waitTargets(t, "web", "good.test healthy, late.test unresolved", func(m map[string]api.TargetJSON) bool {
 		return m["127.0.0.1:"+port].State == "healthy" && m["late.test:"+port].Unresolved
 	})
 	u := got["late.test:"+port]
@@ -285,7 +286,7 @@ pools:
 	// discovery.RetryMax, which a slow start may have reached.
 	res.set("late.test", "127.0.0.1")
 	var page struct {
-		Targets []TargetJSON `json:"targets"`
+		Targets []api.TargetJSON `json:"targets"`
 	}
 	deadline := time.Now().Add(discovery.RetryMax + 15*time.Second)
 	for {

@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"mime"
 	"net"
 	"net/http"
-	"net/netip"
-	"strings"
 	"time"
+
+	"github.com/sondeprobe/sonde/server/web"
 )
 
 // WebOptions configure the daemon's HTTP server.
@@ -27,7 +26,7 @@ type WebOptions struct {
 	// never more than a quarter of the process's file descriptor limit, so
 	// probes keep descriptors whatever clients do. At the cap, a new
 	// connection closes one that waits for a request, else one busy with
-	// anything but /metrics and the /-/ endpoints (see connLimiter).
+	// anything but /metrics and the /-/ endpoints (see web.ConnLimiter).
 	MaxConnections int
 	// DisableProbe turns /probe off (sonde run -web.enable-probe=false): it
 	// answers 403. /probe shares the port of /metrics, and a deployment
@@ -54,89 +53,8 @@ const (
 	idleTimeout       = 2 * time.Minute
 	maxHeaderBytes    = 64 << 10
 
-	defaultMaxConnections = 512
-	defaultShutdownGrace  = 5 * time.Second
+	defaultShutdownGrace = 5 * time.Second
 )
-
-// lifecycle guards a state-changing endpoint: 403 unless the lifecycle
-// endpoints are enabled, and 403 for a request a browser sent from another
-// site (Sec-Fetch-Site or Origin), or with a body a cross-site form or
-// script can send without asking first (a CORS-safelisted content type). A
-// browser adds Sec-Fetch-Site or Origin to every cross-site POST, so a
-// request without a body and without either header does not come from one
-// (curl -X POST).
-func (d *Daemon) lifecycle(h http.HandlerFunc) http.Handler {
-	cop := http.NewCrossOriginProtection()
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !d.opt.Web.EnableLifecycle {
-			http.Error(w, "lifecycle endpoints are disabled; start sonde run with -web.enable-lifecycle", http.StatusForbidden)
-			return
-		}
-		if err := cop.Check(r); err != nil {
-			http.Error(w, "cross-origin request refused: "+err.Error(), http.StatusForbidden)
-			return
-		}
-		if ct := r.Header.Get("Content-Type"); ct != "" {
-			mt, _, err := mime.ParseMediaType(ct)
-			if err != nil || mt == "application/x-www-form-urlencoded" || mt == "multipart/form-data" || mt == "text/plain" {
-				http.Error(w, fmt.Sprintf("content type %q refused: a browser sends it from any site; send no body, or application/json", ct), http.StatusForbidden)
-				return
-			}
-		}
-		h(w, r)
-	})
-}
-
-// hostGuard refuses requests whose Host is neither an IP address,
-// "localhost", nor one of allowed (lower case, without a trailing dot).
-type hostGuard struct {
-	next    http.Handler
-	allowed map[string]bool
-}
-
-func newHostGuard(next http.Handler, allowed []string) *hostGuard {
-	g := &hostGuard{next: next, allowed: map[string]bool{"localhost": true}}
-	for _, h := range allowed {
-		g.allowed[normalHost(h)] = true
-	}
-	return g
-}
-
-// normalHost lowers a host name and drops its trailing dot.
-func normalHost(h string) string { return strings.TrimSuffix(strings.ToLower(h), ".") }
-
-func (g *hostGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !g.ok(r.Host) {
-		http.Error(w, fmt.Sprintf("host %q refused: sonde listens on loopback and answers only IP addresses, localhost and the names of -web.allowed-hosts", r.Host), http.StatusForbidden)
-		return
-	}
-	g.next.ServeHTTP(w, r)
-}
-
-func (g *hostGuard) ok(hostport string) bool {
-	if hostport == "" {
-		return true // HTTP/1.0 without Host: not a browser
-	}
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	if _, err := netip.ParseAddr(host); err == nil {
-		return true
-	}
-	return g.allowed[normalHost(host)]
-}
-
-// isLoopback reports whether a listener's address is a loopback address.
-func isLoopback(a net.Addr) bool {
-	ta, ok := a.(*net.TCPAddr)
-	if !ok {
-		return false
-	}
-	ap := ta.AddrPort()
-	return ap.Addr().Unmap().IsLoopback()
-}
 
 // Serve serves the daemon's HTTP endpoints on l until ctx is done, then shuts
 // the server down: requests in progress get Options.Web.ShutdownGrace to
@@ -146,15 +64,15 @@ func isLoopback(a net.Addr) bool {
 func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
 	w := d.opt.Web
 	h := d.Handler()
-	if isLoopback(l.Addr()) {
-		h = withHeaders(newHostGuard(h, w.AllowedHosts)) // its refusals too
+	if web.IsLoopback(l.Addr()) {
+		h = web.WithHeaders(web.HostGuard(h, w.AllowedHosts)) // its refusals too
 	}
-	nofile := fileLimit()
-	lim := newConnLimiter(l, connectionCap(w.MaxConnections, nofile))
-	h = lim.tracked(h)
+	nofile := web.FileLimit()
+	lim := web.NewConnLimiter(l, web.ConnectionCap(w.MaxConnections, nofile))
+	h = lim.Tracked(h)
 	d.conns.Store(lim)
-	d.log.Info("listening", "listen", l.Addr().String(), "max_connections", lim.max, "nofile", nofile,
-		"lifecycle", w.EnableLifecycle, "probe", !w.DisableProbe, "host_check", isLoopback(l.Addr()))
+	d.log.Info("listening", "listen", l.Addr().String(), "max_connections", lim.Max(), "nofile", nofile,
+		"lifecycle", w.EnableLifecycle, "probe", !w.DisableProbe, "host_check", web.IsLoopback(l.Addr()))
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -162,11 +80,11 @@ func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
-		ConnState:         lim.track,
-		ConnContext:       func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) },
+		ConnState:         lim.Track,
+		ConnContext:       web.ConnContext,
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
 	}
-	srv.RegisterOnShutdown(d.streams.end) // event streams never go idle by themselves
+	srv.RegisterOnShutdown(d.streams.End) // event streams never go idle by themselves
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lim) }()
 	select {
@@ -182,7 +100,7 @@ func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
 	defer cancel()
 	err := srv.Shutdown(sctx)
 	if errors.Is(err, context.DeadlineExceeded) {
-		open, _, _, _ := lim.counts()
+		open, _, _, _ := lim.Counts()
 		d.log.Warn("closing connections still busy at shutdown", "connections", open, "grace", grace)
 		_ = srv.Close() // closes what is left; the listener is closed already
 		return nil

@@ -172,48 +172,6 @@ func TestHostGuard(t *testing.T) {
 	}
 }
 
-func TestIsLoopback(t *testing.T) {
-	for _, tt := range []struct {
-		addr string
-		want bool
-	}{
-		{"127.0.0.1:9123", true},
-		{"127.1.2.3:9123", true},
-		{"[::1]:9123", true},
-		{"[::ffff:127.0.0.1]:9123", true},
-		{"0.0.0.0:9123", false},
-		{"[::]:9123", false},
-		{"192.0.2.1:9123", false},
-	} {
-		a, err := net.ResolveTCPAddr("tcp", tt.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := isLoopback(a); got != tt.want {
-			t.Errorf("isLoopback(%s) = %v, want %v", tt.addr, got, tt.want)
-		}
-	}
-}
-
-func TestConnectionCap(t *testing.T) {
-	for _, tt := range []struct {
-		want   int
-		nofile uint64
-		cap    int
-	}{
-		{0, 1 << 20, defaultMaxConnections},
-		{0, 1024, 256},
-		{100, 1024, 100},
-		{1000, 1024, 256},
-		{10, 0, 10},
-		{10, 2, 1},
-	} {
-		if got := connectionCap(tt.want, tt.nofile); got != tt.cap {
-			t.Errorf("connectionCap(%d, %d) = %d, want %d", tt.want, tt.nofile, got, tt.cap)
-		}
-	}
-}
-
 // TestIdleConnectionsCannotStarveAccept opens far more idle connections
 // than the server keeps, then expects an API request to be answered: idle
 // ones make room, and the server never holds more than its cap.
@@ -251,7 +209,7 @@ func TestIdleConnectionsCannotStarveAccept(t *testing.T) {
 		}
 		client.CloseIdleConnections()
 	}
-	open, evicted, _, _ := td.d.conns.Load().counts()
+	open, evicted, _, _ := td.d.conns.Load().Counts()
 	if open > limit || evicted < idle+1-limit {
 		t.Errorf("%d connections open, %d evicted; want at most %d open, at least %d evicted", open, evicted, limit, idle+1-limit)
 	}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sondeprobe/sonde/server"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // kill ends the process with SIGKILL, as a crash would, and waits for it.
@@ -26,10 +26,10 @@ func (p *sondeProc) kill(t *testing.T) {
 }
 
 // onlyTarget returns the one target of the daemon p.
-func (p *sondeProc) onlyTarget(t *testing.T) server.TargetJSON {
+func (p *sondeProc) onlyTarget(t *testing.T) api.TargetJSON {
 	t.Helper()
 	var page struct {
-		Targets []server.TargetJSON `json:"targets"`
+		Targets []api.TargetJSON `json:"targets"`
 	}
 	p.get(t, "/api/v1/targets", &page)
 	if len(page.Targets) != 1 {
@@ -77,7 +77,7 @@ pools:
 	args := []string{"-state-file", state, "-state-interval", "100ms"}
 
 	p := startSonde(t, cfg, args...)
-	var before server.TargetJSON
+	var before api.TargetJSON
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if before = p.onlyTarget(t); before.State == "healthy" {
 			break

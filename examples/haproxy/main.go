@@ -42,6 +42,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sondeprobe/sonde/server/web/api"
 	"github.com/sondeprobe/sonde/server/webhook"
 )
 
@@ -131,18 +132,6 @@ func newRelay(o options) (*relay, error) {
 	return &relay{o: o}, nil
 }
 
-// batch is the part of sonde's webhook document the relay reads.
-type batch struct {
-	Lost   uint64 `json:"lost"`
-	Events []struct {
-		Seq    uint64   `json:"seq"`
-		Kind   string   `json:"kind"`
-		Target string   `json:"target"`
-		Pools  []string `json:"pools"`
-		To     string   `json:"to"`
-	} `json:"events"`
-}
-
 // ServeHTTP handles one webhook request. It answers 503 when HAProxy could
 // not be told, so sonde sends the batch again.
 func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -159,7 +148,7 @@ func (rl *relay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad signature", http.StatusUnauthorized)
 		return
 	}
-	var b batch
+	var b api.HookBatch
 	if err := json.Unmarshal(body, &b); err != nil {
 		http.Error(w, "bad batch: "+err.Error(), http.StatusBadRequest)
 		return
@@ -295,14 +284,7 @@ func (rl *relay) command(ctx context.Context, cmd string) (string, error) {
 func (rl *relay) resync(ctx context.Context) error {
 	for after, restarts := "", 0; ; {
 		q := url.Values{"limit": {"1000"}, "after": {after}}
-		var page struct {
-			Targets []struct {
-				Target string `json:"target"`
-				Pool   string `json:"pool"`
-				Route  string `json:"route"`
-			} `json:"targets"`
-			Next string `json:"next"`
-		}
+		var page api.TargetsPage
 		err := getJSON(ctx, rl.o.sonde+"/api/v1/targets?"+q.Encode(), &page)
 		if errors.Is(err, errGone) && restarts < 3 {
 			after, restarts = "", restarts+1

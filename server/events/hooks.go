@@ -1,4 +1,4 @@
-package server
+package events
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/internal/safefile"
+	"github.com/sondeprobe/sonde/server/web/api"
 	"github.com/sondeprobe/sonde/server/webhook"
 )
 
@@ -33,35 +34,24 @@ const (
 	hookLogEvery = time.Minute
 )
 
-// HookBatch is the JSON document a webhook receives: events in sequence
-// order, oldest first. Lost counts the events this webhook wanted that were
-// dropped before this batch — because its queue was full, or because the
-// receiver refused the batches that held them: a receiver that sees it
-// non-zero should read the current state from the API.
-type HookBatch struct {
-	Webhook string  `json:"webhook"` // the webhook's name
-	Lost    uint64  `json:"lost"`
-	Events  []Event `json:"events"`
-}
-
-// hook delivers the events one webhook wants, in batches, in order: one
+// Hook delivers the events one webhook wants, in batches, in order: one
 // goroutine takes the oldest queued events, posts them until they are
-// accepted, then takes the next. [hook.offer] only queues, so the engine
+// accepted, then takes the next. [Hook.offer] only queues, so the engine
 // and the router never wait for a receiver.
-type hook struct {
+type Hook struct {
 	cfg    *config.EventWebhook
 	key    string // the settings that make two hooks the same
 	sender *webhook.Sender
 	log    *slog.Logger
 
 	mu   sync.Mutex
-	q    []Event // ring of hookQueue events once grown
+	q    []api.Event // ring of hookQueue events once grown
 	head int
 	n    int
 	lost uint64 // events lost that no batch sent yet reports: dropped from a full queue, or in refused batches
 	wake chan struct{}
 
-	refusals rateLimit // of the log of refused batches
+	refusals RateLimit // of the log of refused batches
 
 	delivered, dropped         atomic.Uint64 // events
 	succeeded, failed, refused atomic.Uint64 // requests
@@ -72,7 +62,7 @@ type hook struct {
 
 // newHook prepares the delivery of w, reading its secret; ctx bounds the
 // read.
-func newHook(ctx context.Context, w *config.EventWebhook, opt *Options, log *slog.Logger) (*hook, error) {
+func newHook(ctx context.Context, w *config.EventWebhook, opt *HookOptions, log *slog.Logger) (*Hook, error) {
 	var secret []byte
 	if w.SecretFile != "" {
 		var err error
@@ -87,7 +77,7 @@ func newHook(ctx context.Context, w *config.EventWebhook, opt *Options, log *slo
 	if err != nil {
 		return nil, fmt.Errorf("webhook %s: %w", w.Name, err)
 	}
-	return &hook{
+	return &Hook{
 		cfg: w,
 		key: string(key),
 		sender: &webhook.Sender{
@@ -95,19 +85,19 @@ func newHook(ctx context.Context, w *config.EventWebhook, opt *Options, log *slo
 			Secret:      secret,
 			Timeout:     w.Timeout,
 			MaxAttempts: hookAttempts,
-			MinBackoff:  opt.WebhookMinBackoff,
-			MaxBackoff:  opt.WebhookMaxBackoff,
-			UserAgent:   "sonde/" + opt.Version,
+			MinBackoff:  opt.MinBackoff,
+			MaxBackoff:  opt.MaxBackoff,
+			UserAgent:   opt.UserAgent,
 		},
 		log:      log.With("webhook", w.Name),
 		wake:     make(chan struct{}, 1),
-		refusals: rateLimit{period: hookLogEvery},
+		refusals: RateLimit{Period: hookLogEvery},
 	}, nil
 }
 
 // offer queues e if the webhook wants it. It never blocks on delivery:
 // when the queue is full, the oldest event is dropped.
-func (h *hook) offer(e *Event) {
+func (h *Hook) offer(e *api.Event) {
 	if !h.cfg.Wants(e.Kind, e.Pools) {
 		return
 	}
@@ -133,8 +123,8 @@ func (h *hook) offer(e *Event) {
 
 // grow doubles the queue up to hookQueue; a webhook that keeps up holds few
 // events. h.mu is held.
-func (h *hook) grow() {
-	q := make([]Event, min(max(2*len(h.q), 64), hookQueue))
+func (h *Hook) grow() {
+	q := make([]api.Event, min(max(2*len(h.q), 64), hookQueue))
 	for i := range h.n {
 		q[i] = h.q[(h.head+i)%len(h.q)]
 	}
@@ -143,14 +133,14 @@ func (h *hook) grow() {
 
 // take removes up to limit events from the queue, oldest first, with the
 // number lost before them.
-func (h *hook) take(limit int) ([]Event, uint64) {
+func (h *Hook) take(limit int) ([]api.Event, uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	k := min(h.n, limit)
-	out := make([]Event, k)
+	out := make([]api.Event, k)
 	for i := range k {
 		j := (h.head + i) % len(h.q)
-		out[i], h.q[j] = h.q[j], Event{}
+		out[i], h.q[j] = h.q[j], api.Event{}
 	}
 	if k > 0 {
 		h.head = (h.head + k) % len(h.q)
@@ -162,21 +152,21 @@ func (h *hook) take(limit int) ([]Event, uint64) {
 }
 
 // lose counts n events as lost: the next batch says so.
-func (h *hook) lose(n uint64) {
+func (h *Hook) lose(n uint64) {
 	h.mu.Lock()
 	h.lost += n
 	h.mu.Unlock()
 }
 
 // queued returns the number of events waiting.
-func (h *hook) queued() int {
+func (h *Hook) queued() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.n
 }
 
 // start runs the delivery goroutine until stop.
-func (h *hook) start() {
+func (h *Hook) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan struct{})
 	go func() {
@@ -186,7 +176,7 @@ func (h *hook) start() {
 }
 
 // stop ends delivery; queued events and a batch being retried are dropped.
-func (h *hook) stop() {
+func (h *Hook) stop() {
 	h.cancel()
 	<-h.done
 }
@@ -198,7 +188,7 @@ func (h *hook) stop() {
 // learns it missed them and resyncs. The next batch waits a backoff that
 // doubles while batches are refused, so a receiver that refuses everything
 // gets a request per longest backoff, not a stream of them.
-func (h *hook) run(ctx context.Context) {
+func (h *Hook) run(ctx context.Context) {
 	var pause time.Duration // before the next batch, after a refused one
 	refused := 0            // batches refused since the last accepted one
 	for ctx.Err() == nil {
@@ -213,7 +203,7 @@ func (h *hook) run(ctx context.Context) {
 			}
 			continue
 		}
-		body, err := json.Marshal(HookBatch{Webhook: h.cfg.Name, Lost: lost, Events: batch})
+		body, err := json.Marshal(api.HookBatch{Webhook: h.cfg.Name, Lost: lost, Events: batch})
 		if err != nil { // Event holds only strings, numbers and times
 			h.log.Error("encode webhook batch", "err", err)
 			continue
@@ -228,7 +218,7 @@ func (h *hook) run(ctx context.Context) {
 			h.lose(lost + uint64(len(batch)))
 			refused++
 			pause = min(max(2*pause, h.minBackoff()), h.maxBackoff())
-			if skipped, ok := h.refusals.allow(time.Now()); ok {
+			if skipped, ok := h.refusals.Allow(time.Now()); ok {
 				h.log.Error("webhook refused a batch; its events are dropped and the next batch counts them as lost",
 					"events", len(batch), "err", err, "refused_since_last_log", skipped)
 			}
@@ -252,7 +242,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // good (webhook.ErrRejected), or ctx ends (its error). A receiver that is
 // down or failing delays the batch and those behind it, and loses none of
 // them.
-func (h *hook) deliver(ctx context.Context, body []byte, events int) error {
+func (h *Hook) deliver(ctx context.Context, body []byte, events int) error {
 	failing := false
 	for {
 		attempts, err := h.sender.Post(ctx, body)
@@ -284,44 +274,76 @@ func (h *hook) deliver(ctx context.Context, body []byte, events int) error {
 	}
 }
 
-func (h *hook) minBackoff() time.Duration {
+func (h *Hook) minBackoff() time.Duration {
 	if h.sender.MinBackoff > 0 {
 		return h.sender.MinBackoff
 	}
 	return webhook.DefaultMinBackoff
 }
 
-func (h *hook) maxBackoff() time.Duration {
+func (h *Hook) maxBackoff() time.Duration {
 	if h.sender.MaxBackoff > 0 {
 		return h.sender.MaxBackoff
 	}
 	return webhook.DefaultMaxBackoff
 }
 
-// hookSet is the daemon's running webhooks.
-type hookSet struct {
-	mu   sync.Mutex // one update at a time
-	cur  atomic.Pointer[[]*hook]
-	opt  *Options
-	log  *slog.Logger
-	feed func([]*hook) // hands the set to the event log
+// HookCounts are a webhook's counters since it started.
+type HookCounts struct {
+	Delivered, Dropped         uint64 // events
+	Succeeded, Failed, Refused uint64 // requests
+	Queued                     int    // events waiting for delivery
 }
 
-// prepare builds the hooks of cfg, reusing running ones whose settings did
+// Name returns the webhook's name.
+func (h *Hook) Name() string { return h.cfg.Name }
+
+// Counts returns the webhook's counters.
+func (h *Hook) Counts() HookCounts {
+	return HookCounts{Delivered: h.delivered.Load(), Dropped: h.dropped.Load(),
+		Succeeded: h.succeeded.Load(), Failed: h.failed.Load(), Refused: h.refused.Load(), Queued: h.queued()}
+}
+
+// HookOptions are the delivery settings every event webhook shares.
+type HookOptions struct {
+	// MinBackoff and MaxBackoff bound the pause between attempts (0: the
+	// defaults of package webhook).
+	MinBackoff, MaxBackoff time.Duration
+	// UserAgent is the User-Agent of the requests.
+	UserAgent string
+}
+
+// HookSet is the daemon's running webhooks, fed by an event log. It is
+// safe for concurrent use.
+type HookSet struct {
+	mu     sync.Mutex // one update at a time
+	cur    atomic.Pointer[[]*Hook]
+	opt    HookOptions
+	log    *slog.Logger
+	events *Log // offers its new events to the running hooks
+}
+
+// NewHookSet returns an empty set of webhooks that will take the events of
+// events once [HookSet.Replace] gives it some.
+func NewHookSet(events *Log, opt HookOptions, log *slog.Logger) *HookSet {
+	return &HookSet{events: events, opt: opt, log: log}
+}
+
+// Prepare builds the hooks of cfg, reusing running ones whose settings did
 // not change, so their queues carry over a reload. It starts nothing; ctx
 // bounds the reading of their secrets.
-func (s *hookSet) prepare(ctx context.Context, cfg *config.Config) ([]*hook, error) {
-	var old []*hook
+func (s *HookSet) Prepare(ctx context.Context, cfg *config.Config) ([]*Hook, error) {
+	var old []*Hook
 	if p := s.cur.Load(); p != nil {
 		old = *p
 	}
-	var next []*hook
+	var next []*Hook
 	for _, w := range cfg.Webhooks {
-		h, err := newHook(ctx, w, s.opt, s.log)
+		h, err := newHook(ctx, w, &s.opt, s.log)
 		if err != nil {
 			return nil, err
 		}
-		if i := slices.IndexFunc(old, func(o *hook) bool { return o.key == h.key }); i >= 0 {
+		if i := slices.IndexFunc(old, func(o *Hook) bool { return o.key == h.key }); i >= 0 {
 			h = old[i]
 		}
 		next = append(next, h)
@@ -329,12 +351,12 @@ func (s *hookSet) prepare(ctx context.Context, cfg *config.Config) ([]*hook, err
 	return next, nil
 }
 
-// replace makes next the running set: new hooks start, and hooks that are
+// Replace makes next the running set: new hooks start, and hooks that are
 // not in next stop.
-func (s *hookSet) replace(next []*hook) {
+func (s *HookSet) Replace(next []*Hook) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var old []*hook
+	var old []*Hook
 	if p := s.cur.Load(); p != nil {
 		old = *p
 	}
@@ -343,7 +365,7 @@ func (s *hookSet) replace(next []*hook) {
 			h.start()
 		}
 	}
-	s.feed(next)
+	s.events.setHooks(next)
 	s.cur.Store(&next)
 	for _, h := range old {
 		if !slices.Contains(next, h) {
@@ -352,13 +374,13 @@ func (s *hookSet) replace(next []*hook) {
 	}
 }
 
-// stopAll stops every hook.
-func (s *hookSet) stopAll() {
-	s.replace(nil)
+// StopAll stops every hook.
+func (s *HookSet) StopAll() {
+	s.Replace(nil)
 }
 
-// list returns the running hooks.
-func (s *hookSet) list() []*hook {
+// List returns the running hooks.
+func (s *HookSet) List() []*Hook {
 	if p := s.cur.Load(); p != nil {
 		return *p
 	}

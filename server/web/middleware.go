@@ -1,4 +1,4 @@
-package server
+package web
 
 import (
 	"fmt"
@@ -9,11 +9,11 @@ import (
 // Middleware of the daemon's HTTP endpoints: wrappers that decide whether a
 // request reaches its handler, kept apart from the handlers themselves.
 
-// withHeaders sets the headers every response carries, before anything
+// WithHeaders sets the headers every response carries, before anything
 // else answers: X-Content-Type-Options: nosniff, so that no browser takes
 // an answer for another type than it says (a JSON list or a probe's text
 // holding markup from a target, run as a page).
-func withHeaders(next http.Handler) http.Handler {
+func WithHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		next.ServeHTTP(w, r)
@@ -43,13 +43,13 @@ func crossSite(r *http.Request) string {
 	return ""
 }
 
-// sameOrigin refuses, with 403, what a web page of another site could make
+// SameOrigin refuses, with 403, what a web page of another site could make
 // a browser send: a GET is no less a request for being safe to repeat, and
 // an <img> or a fetch in no-cors mode sends one from any page, to
 // 127.0.0.1 too. http.CrossOriginProtection, which guards the lifecycle
 // endpoints, lets safe methods through; endpoints whose GET acts (a probe
 // sent where the client says) need this instead.
-func sameOrigin(next http.Handler) http.Handler {
+func SameOrigin(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if why := crossSite(r); why != "" {
 			http.Error(w, "cross-origin request refused: "+why, http.StatusForbidden)
@@ -59,9 +59,9 @@ func sameOrigin(next http.Handler) http.Handler {
 	})
 }
 
-// switchedOff answers every request with 403 and why: an endpoint the
+// SwitchedOff answers every request with 403 and why: an endpoint the
 // operator turned off.
-func switchedOff(why string) http.Handler {
+func SwitchedOff(why string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, why, http.StatusForbidden)
 	})

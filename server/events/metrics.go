@@ -1,4 +1,4 @@
-package server
+package events
 
 import "github.com/prometheus/client_golang/prometheus"
 
@@ -10,23 +10,36 @@ var (
 	descStreamsDrop  = desc("sonde_event_streams_dropped_total", "Event stream clients dropped for reading too slowly.")
 )
 
-// eventCollector produces, at scrape time, the metrics of the ways events
+// collector produces, at scrape time, the metrics of the ways events
 // leave the daemon: webhooks and event streams.
-type eventCollector struct{ d *Daemon }
+type collector struct {
+	hooks   *HookSet
+	streams *Streams
+}
+
+// NewCollector returns the collector of the metrics of hooks and streams.
+func NewCollector(hooks *HookSet, streams *Streams) prometheus.Collector {
+	return &collector{hooks: hooks, streams: streams}
+}
+
+// desc returns the descriptor of a metric without constant labels.
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
+}
 
 // Describe sends every descriptor the collector may produce.
-func (c *eventCollector) Describe(ch chan<- *prometheus.Desc) {
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descHookEvents, descHookRequests, descHookQueued, descEventStreams, descStreamsDrop} {
 		ch <- d
 	}
 }
 
 // Collect reads the running webhooks and streams.
-func (c *eventCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	for _, h := range c.d.hooks.list() {
+	for _, h := range c.hooks.List() {
 		name := h.cfg.Name
 		counter(descHookEvents, h.delivered.Load(), name, "delivered")
 		counter(descHookEvents, h.dropped.Load(), name, "dropped")
@@ -35,6 +48,6 @@ func (c *eventCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(descHookRequests, h.refused.Load(), name, "refused")
 		ch <- prometheus.MustNewConstMetric(descHookQueued, prometheus.GaugeValue, float64(h.queued()), name)
 	}
-	ch <- prometheus.MustNewConstMetric(descEventStreams, prometheus.GaugeValue, float64(c.d.adm.stream.inUse()))
-	counter(descStreamsDrop, c.d.streams.dropped.Load())
+	ch <- prometheus.MustNewConstMetric(descEventStreams, prometheus.GaugeValue, float64(c.streams.slots.InUse()))
+	counter(descStreamsDrop, c.streams.dropped.Load())
 }

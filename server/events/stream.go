@@ -1,10 +1,11 @@
-package server
+package events
 
 import (
 	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
@@ -12,6 +13,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sondeprobe/sonde/server/web"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // Event streams (Server-Sent Events on /api/v1/events).
@@ -27,27 +31,44 @@ const (
 	// every write; this is room for a burst of events.
 	streamSendBuffer = 16 << 10
 	// heartbeatPadBytes is the padding of a heartbeat while stream slots
-	// are scarce (see [Daemon.heartbeat]).
+	// are scarce (see [Streams.heartbeat]).
 	heartbeatPadBytes = 32 << 10
 )
 
 // heartbeatPad is heartbeatPadBytes of SSE comment lines.
 var heartbeatPad = strings.Repeat(":"+strings.Repeat(" ", 62)+"\n", heartbeatPadBytes/64)
 
-// streams counts the event stream clients dropped and ends the streams at
-// shutdown; their slots are the admission's (d.adm.stream).
-type streams struct {
+// Streams serves an event log as Server-Sent Events (see
+// [Streams.ServeHTTP]), each stream in one of slots; it counts the clients
+// dropped and ends the streams at shutdown. It is safe for concurrent use.
+type Streams struct {
+	events    *Log
+	slots     *web.Slots
+	stall     time.Duration // how long a write to a client may block before it is dropped
+	keepAlive time.Duration // the heartbeat period of a quiet stream
+	log       *slog.Logger
+
 	dropped atomic.Uint64 // clients dropped for being too slow
 	once    sync.Once
 	done    chan struct{} // closed when the HTTP server shuts down
 }
 
-// end makes every stream return, so a graceful shutdown does not wait for
-// clients that never hang up.
-func (s *streams) end() { s.once.Do(func() { close(s.done) }) }
+// NewStreams returns the streams of events, each in one of slots; a
+// client whose connection takes no write for stall is dropped, and a
+// quiet stream gets a heartbeat every keepAlive.
+func NewStreams(events *Log, slots *web.Slots, stall, keepAlive time.Duration, log *slog.Logger) *Streams {
+	return &Streams{events: events, slots: slots, stall: stall, keepAlive: keepAlive, log: log, done: make(chan struct{})}
+}
 
-// wantsStream reports whether r asks for Server-Sent Events.
-func wantsStream(r *http.Request) bool {
+// Dropped returns the clients dropped for reading too slowly.
+func (s *Streams) Dropped() uint64 { return s.dropped.Load() }
+
+// End makes every stream return, so a graceful shutdown does not wait for
+// clients that never hang up.
+func (s *Streams) End() { s.once.Do(func() { close(s.done) }) }
+
+// WantsStream reports whether r asks for Server-Sent Events.
+func WantsStream(r *http.Request) bool {
 	for _, v := range r.Header.Values("Accept") {
 		for part := range strings.SplitSeq(v, ",") {
 			mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
@@ -59,10 +80,10 @@ func wantsStream(r *http.Request) bool {
 	return false
 }
 
-// streamStart returns the sequence number a stream starts after: the
+// start returns the sequence number a stream starts after: the
 // Last-Event-ID of a reconnecting client, else since=, else the newest event
 // (a new client sees what happens from now on).
-func (d *Daemon) streamStart(r *http.Request) (uint64, error) {
+func (s *Streams) start(r *http.Request) (uint64, error) {
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
 		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
 		if err != nil {
@@ -77,32 +98,32 @@ func (d *Daemon) streamStart(r *http.Request) (uint64, error) {
 		}
 		return n, nil
 	}
-	return d.events.last(), nil
+	return s.events.Last(), nil
 }
 
-// streamEvents serves the event log as Server-Sent Events: one "id:" (the
+// ServeHTTP serves the event log as Server-Sent Events: one "id:" (the
 // sequence number), "event:" (the kind) and "data:" (the event's JSON) per
 // event, a heartbeat comment when nothing happened for a while (see
-// [Daemon.heartbeat]), an event "lost"
+// [Streams.heartbeat]), an event "lost"
 // when a reconnecting client asked for events that fell out of the ring, and
 // an event "reset" when it asked for events beyond the newest (numbered by
 // an earlier run of the daemon): it then resumes from the newest. A
 // client that falls so far behind that the ring wraps past it is told so
 // (an event "lost") and dropped, and so is one whose connection accepts no
-// data for Options.WriteStall: it reads at its own pace and never
+// data for the stall of NewStreams: it reads at its own pace and never
 // slows the daemon.
-func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
-	after, err := d.streamStart(r)
+func (s *Streams) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	after, err := s.start(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	w, release := d.adm.stream.enter(w)
+	w, release := s.slots.Enter(w)
 	if release == nil {
 		return
 	}
 	defer release()
-	if tc := tcpConnOf(r); tc != nil {
+	if tc := web.TCPConnOf(r); tc != nil {
 		_ = tc.SetWriteBuffer(streamSendBuffer) // a smaller buffer only makes a slow client found sooner
 	}
 
@@ -116,7 +137,7 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 	// send runs write and flushes, within the write timeout: a client that
 	// accepts nothing for that long is dropped.
 	send := func(write func() error) bool {
-		if rc.SetWriteDeadline(time.Now().Add(d.opt.WriteStall)) != nil {
+		if rc.SetWriteDeadline(time.Now().Add(s.stall)) != nil {
 			return false
 		}
 		err := write()
@@ -127,8 +148,8 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 			err = rc.Flush()
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			d.streams.dropped.Add(1)
-			d.log.Warn("event stream client too slow; dropped", "remote", r.RemoteAddr, "stalled", d.opt.WriteStall)
+			s.dropped.Add(1)
+			s.log.Warn("event stream client too slow; dropped", "remote", r.RemoteAddr, "stalled", s.stall)
 		}
 		return err == nil
 	}
@@ -136,7 +157,7 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	if newest := d.events.last(); after > newest {
+	if newest := s.events.Last(); after > newest {
 		// The client saw events this process never numbered: it restarted
 		// and numbers from 1 again. Resume from the newest, and move the
 		// client's Last-Event-ID there.
@@ -149,9 +170,9 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 		after = newest
 	}
 
-	keepAlive := time.NewTimer(d.opt.EventKeepAlive)
+	keepAlive := time.NewTimer(s.keepAlive)
 	defer keepAlive.Stop()
-	buf := make([]Event, 0, streamBatch)
+	buf := make([]api.Event, 0, streamBatch)
 	first := true
 	// lostNotice tells the client how many events it missed, with the id of
 	// the last of them: a client that reconnects resumes after the loss and
@@ -160,12 +181,12 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(bw, "id: %d\nevent: lost\ndata: {\"lost\":%d}\n\n", after+lost, lost)
 	}
 	for {
-		evs, lost, wait := d.events.read(after, buf)
+		evs, lost, wait := s.events.read(after, buf)
 		if lost > 0 && !first {
 			// The ring wrapped past this client while it read: it is too
 			// slow. It learns what it lost, and goes.
-			d.streams.dropped.Add(1)
-			d.log.Warn("event stream client too slow; dropped", "remote", r.RemoteAddr, "lost", lost)
+			s.dropped.Add(1)
+			s.log.Warn("event stream client too slow; dropped", "remote", r.RemoteAddr, "lost", lost)
 			send(func() error { lostNotice(lost); return nil })
 			return
 		}
@@ -188,7 +209,7 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 			if len(evs) > 0 {
 				after = evs[len(evs)-1].Seq
 			}
-			keepAlive.Reset(d.opt.EventKeepAlive)
+			keepAlive.Reset(s.keepAlive)
 		}
 		if wait == nil {
 			continue
@@ -196,13 +217,13 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-wait:
 		case <-keepAlive.C:
-			if !send(func() error { return d.heartbeat(bw) }) {
+			if !send(func() error { return s.heartbeat(bw) }) {
 				return
 			}
-			keepAlive.Reset(d.opt.EventKeepAlive)
+			keepAlive.Reset(s.keepAlive)
 		case <-r.Context().Done():
 			return
-		case <-d.streams.done:
+		case <-s.done:
 			return
 		}
 	}
@@ -216,11 +237,11 @@ func (d *Daemon) streamEvents(w http.ResponseWriter, r *http.Request) {
 // heartbeatPadBytes of padding: then a client that does not read is found
 // within a few heartbeats and its slot freed, and a client that reads pays
 // a few kilobytes a second until the slots are free again.
-func (d *Daemon) heartbeat(w *bufio.Writer) error {
+func (s *Streams) heartbeat(w *bufio.Writer) error {
 	if _, err := w.WriteString(": keep-alive\n"); err != nil {
 		return err
 	}
-	if s := d.adm.stream; s.inUse()*4 >= s.max*3 {
+	if sl := s.slots; sl.InUse()*4 >= sl.Max()*3 {
 		if _, err := w.WriteString(heartbeatPad); err != nil {
 			return err
 		}
@@ -231,7 +252,7 @@ func (d *Daemon) heartbeat(w *bufio.Writer) error {
 
 // writeEvent writes one event as an SSE message. The JSON of an event is one
 // line: encoding/json escapes line breaks inside strings.
-func writeEvent(w *bufio.Writer, e *Event) error {
+func writeEvent(w *bufio.Writer, e *api.Event) error {
 	data, err := json.Marshal(e)
 	if err != nil {
 		return err

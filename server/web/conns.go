@@ -1,6 +1,7 @@
-package server
+package web
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"sync"
@@ -9,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// connLimiter caps the open connections of a listener. It knows of each
+// ConnLimiter caps the open connections of a listener. It knows of each
 // connection whether a handler is serving it (tracked), and whether that
 // handler is one of the daemon's own endpoints (vital: /metrics, /-/healthy,
 // /-/ready). At the cap, a new connection takes the place of
@@ -29,7 +30,7 @@ import (
 // connection for /-/healthy or /metrics always gets in: the slots of each
 // class (admission.go) bound what hangs in handlers, and what hangs can
 // be taken.
-type connLimiter struct {
+type ConnLimiter struct {
 	net.Listener
 	max int
 
@@ -40,24 +41,37 @@ type connLimiter struct {
 	refused uint64 // new connections closed because all served vital endpoints
 }
 
-// limitedConn is a connection counted by a connLimiter.
+// limitedConn is a connection counted by a ConnLimiter.
 type limitedConn struct {
 	net.Conn
-	l     *connLimiter
+	l     *ConnLimiter
 	busy  bool      // guarded by l.mu: a handler serves it
 	vital bool      // guarded by l.mu: that handler is a vital endpoint's
 	since time.Time // guarded by l.mu: when it last entered or left a handler, or went idle
 }
 
+// ConnContext is the server's ConnContext hook: it keeps c in the
+// requests' context, for [Vital], [ConnLimiter.Tracked] and [TCPConnOf].
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// Max returns the cap of open connections.
+func (l *ConnLimiter) Max() int { return l.max }
+
 // connKey is the request context key of the request's *limitedConn.
 type connKey struct{}
 
-func newConnLimiter(l net.Listener, max int) *connLimiter {
-	return &connLimiter{Listener: l, max: max, conns: make(map[*limitedConn]struct{}, max)}
+// NewConnLimiter returns l limited to max open connections. The server
+// serving it must call [ConnLimiter.Track] on each change of a
+// connection's state, serve through [ConnLimiter.Tracked] and give each
+// request's context its connection with [ConnContext].
+func NewConnLimiter(l net.Listener, max int) *ConnLimiter {
+	return &ConnLimiter{Listener: l, max: max, conns: make(map[*limitedConn]struct{}, max)}
 }
 
 // Accept returns the next connection, making room for it when needed.
-func (l *connLimiter) Accept() (net.Conn, error) {
+func (l *ConnLimiter) Accept() (net.Conn, error) {
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
@@ -79,7 +93,7 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 
 // admit adds c, and returns the connection it displaces, if any; ok is
 // false when there is no room.
-func (l *connLimiter) admit(c *limitedConn) (victim *limitedConn, ok bool) {
+func (l *ConnLimiter) admit(c *limitedConn) (victim *limitedConn, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.conns) >= l.max {
@@ -98,9 +112,9 @@ func (l *connLimiter) admit(c *limitedConn) (victim *limitedConn, ok bool) {
 	return victim, true
 }
 
-// victim returns the connection to close for a new one (see connLimiter),
+// victim returns the connection to close for a new one (see [ConnLimiter]),
 // or nil. l.mu is held.
-func (l *connLimiter) victim() *limitedConn {
+func (l *ConnLimiter) victim() *limitedConn {
 	var waiting, busy *limitedConn
 	for x := range l.conns {
 		switch {
@@ -120,8 +134,8 @@ func (l *connLimiter) victim() *limitedConn {
 	return busy
 }
 
-// track is the server's ConnState hook.
-func (l *connLimiter) track(c net.Conn, s http.ConnState) {
+// Track is the server's ConnState hook.
+func (l *ConnLimiter) Track(c net.Conn, s http.ConnState) {
 	lc, ok := c.(*limitedConn)
 	if !ok {
 		return
@@ -136,9 +150,9 @@ func (l *connLimiter) track(c net.Conn, s http.ConnState) {
 	}
 }
 
-// tracked wraps the server's handler: a connection is busy while a
+// Tracked wraps the server's handler: a connection is busy while a
 // handler serves it.
-func (l *connLimiter) tracked(h http.Handler) http.Handler {
+func (l *ConnLimiter) Tracked(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		lc, ok := r.Context().Value(connKey{}).(*limitedConn)
 		if ok {
@@ -149,22 +163,22 @@ func (l *connLimiter) tracked(h http.Handler) http.Handler {
 	})
 }
 
-func (l *connLimiter) setBusy(lc *limitedConn, busy bool) {
+func (l *ConnLimiter) setBusy(lc *limitedConn, busy bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lc.busy, lc.vital, lc.since = busy, false, time.Now()
 }
 
 // setVital marks lc, busy, as serving a vital endpoint.
-func (l *connLimiter) setVital(lc *limitedConn) {
+func (l *ConnLimiter) setVital(lc *limitedConn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lc.vital = lc.busy
 }
 
-// tcpConnOf returns the TCP connection serving r, or nil when it is not
-// one served through a connLimiter.
-func tcpConnOf(r *http.Request) *net.TCPConn {
+// TCPConnOf returns the TCP connection serving r, or nil when it is not
+// one served through a ConnLimiter.
+func TCPConnOf(r *http.Request) *net.TCPConn {
 	lc, ok := r.Context().Value(connKey{}).(*limitedConn)
 	if !ok {
 		return nil
@@ -173,20 +187,23 @@ func tcpConnOf(r *http.Request) *net.TCPConn {
 	return tc
 }
 
-// counts returns the open connections, and those evicted, shed and
+// Counts returns the open connections, and those evicted, shed and
 // refused.
-func (l *connLimiter) counts() (open int, evicted, shed, refused uint64) {
+func (l *ConnLimiter) Counts() (open int, evicted, shed, refused uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.conns), l.evicted, l.shed, l.refused
 }
 
-// connectionCap returns the connection limit for want (0: the default)
+// DefaultMaxConnections is the connection limit when none is given.
+const DefaultMaxConnections = 512
+
+// ConnectionCap returns the connection limit for want (0: the default)
 // under the process's file descriptor limit nofile: at most a quarter of it,
 // and at least one.
-func connectionCap(want int, nofile uint64) int {
+func ConnectionCap(want int, nofile uint64) int {
 	if want <= 0 {
-		want = defaultMaxConnections
+		want = DefaultMaxConnections
 	}
 	if nofile > 0 && uint64(want) > nofile/4 {
 		want = int(max(nofile/4, 1))
@@ -194,8 +211,8 @@ func connectionCap(want int, nofile uint64) int {
 	return want
 }
 
-// fileLimit returns the soft RLIMIT_NOFILE, 0 when it cannot be read.
-func fileLimit() uint64 {
+// FileLimit returns the soft RLIMIT_NOFILE, 0 when it cannot be read.
+func FileLimit() uint64 {
 	var rl unix.Rlimit
 	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) != nil {
 		return 0

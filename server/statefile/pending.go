@@ -1,4 +1,4 @@
-package server
+package statefile
 
 import (
 	"net/netip"
@@ -35,9 +35,10 @@ type pendingState struct {
 	st     scheduler.TargetStatus // Since and LastProbe in Unix ns
 }
 
-// pendingStates are the saved states waiting for their targets, by pool
-// name. Guarded by the daemon's updateMu.
-type pendingStates struct {
+// Pending are the saved states waiting for their targets, by pool
+// name. A restore ([Restore]) makes them; the daemon keeps them under the
+// lock of its updates. The zero value holds none.
+type Pending struct {
 	until time.Time
 	pools map[string]map[pendingKey]pendingState
 	n     int
@@ -49,7 +50,7 @@ type pendingStates struct {
 }
 
 // add keeps a saved state for a target of pool.
-func (p *pendingStates) add(pool string, k pendingKey, s pendingState) {
+func (p *Pending) add(pool string, k pendingKey, s pendingState) {
 	if p.pools == nil {
 		p.pools = map[string]map[pendingKey]pendingState{}
 	}
@@ -64,17 +65,17 @@ func (p *pendingStates) add(pool string, k pendingKey, s pendingState) {
 	m[k] = s
 }
 
-// expire forgets every pending state once their time is over.
-func (p *pendingStates) expire(now time.Time) {
+// Expire forgets every pending state once their time is over.
+func (p *Pending) Expire(now time.Time) {
 	if p.n > 0 && now.After(p.until) {
-		*p = pendingStates{}
+		*p = Pending{}
 	}
 }
 
-// take returns, and forgets, the saved state of target n of next as the
+// Take returns, and forgets, the saved state of target n of next as the
 // engine should resume it (times in clock's Nanotime), or nil. Called for
 // the targets an edit adds.
-func (p *pendingStates) take(next *config.Config, n uint32, clock scheduler.Clock) *scheduler.TargetStatus {
+func (p *Pending) Take(next *config.Config, n uint32, clock scheduler.Clock) *scheduler.TargetStatus {
 	if p.n == 0 {
 		return nil
 	}
@@ -111,3 +112,6 @@ func (p *pendingStates) take(next *config.Config, n uint32, clock scheduler.Cloc
 	}
 	return nil
 }
+
+// Len returns the number of saved states waiting for their targets.
+func (p *Pending) Len() int { return p.n }

@@ -1,4 +1,4 @@
-package server
+package statefile
 
 import (
 	"bufio"
@@ -26,9 +26,6 @@ import (
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
-// DefaultStateInterval is the time between two saves of the state file.
-const DefaultStateInterval = 15 * time.Second
-
 // The state file keeps target states across restarts (`sonde run
 // -state-file`). Its layout, little-endian:
 //
@@ -54,7 +51,7 @@ const DefaultStateInterval = 15 * time.Second
 // as it reads the targets' states, and a restore matches them as it reads
 // them: neither holds a copy of the records.
 const (
-	stateMagic      = "SONDEST1"
+	Magic           = "SONDEST1" // the first bytes of every state file
 	stateVersion    = 1
 	stateRecordSize = 64
 )
@@ -180,10 +177,10 @@ type stateCheck struct {
 	digest [8]byte
 }
 
-// stateSource is what a save writes, produced while it is written: the
+// Source is what a save writes, produced while it is written: the
 // strings (nstrings of them) and the records (nrecords) come one at a time,
 // so that a save holds no copy of a target's state.
-type stateSource struct {
+type Source struct {
 	written  int64
 	nstrings int
 	strings  iter.Seq[string]
@@ -197,17 +194,20 @@ type stateSource struct {
 	current func() bool
 }
 
-// errStateChanged says that the running generation changed while a save
+// ErrChanged says that the running generation changed while a save
 // read its states: the file would pair targets with others' states.
-var errStateChanged = errors.New("write state: the configuration changed during the save")
+var ErrChanged = errors.New("write state: the configuration changed during the save")
 
-// snapshot describes a save of the states of g's targets, as each pool
-// lists them, read from the engine as the save writes them. The string
+// Snapshot describes a save of the states of cfg's targets, as each pool
+// lists them, read from e, the engine running cfg, as the save writes them;
+// and of the saved states in pending (nil for none) that still wait for
+// their targets. current reports whether e still runs cfg (nil: always); a
+// save that finds it changed fails with [ErrChanged]. The string
 // table holds the pool and check names, then the host name of every target
 // given as one, in id order (hosts holds those ids): a record finds its
 // host name's index by its target's rank there.
-func snapshot(g *generation, pending *pendingStates) *stateSource {
-	clock := g.engine.Clock()
+func Snapshot(cfg *config.Config, e *scheduler.Engine, pending *Pending, current func() bool) *Source {
+	clock := e.Clock()
 	now, mono := clock.Now().UnixNano(), clock.Nanotime()
 	wall := func(ns int64) int64 { return now + (ns - mono) }
 	var names []string
@@ -221,18 +221,18 @@ func snapshot(g *generation, pending *pendingStates) *stateSource {
 		}
 		return i
 	}
-	s := &stateSource{written: now}
-	for _, c := range g.cfg.Checks {
+	s := &Source{written: now, current: current}
+	for _, c := range cfg.Checks {
 		s.checks = append(s.checks, stateCheck{name: str(c.Name), digest: probeDigest(c)})
 	}
-	pools := make([]uint32, len(g.cfg.Pools))
-	for pi, p := range g.cfg.Pools {
+	pools := make([]uint32, len(cfg.Pools))
+	for pi, p := range cfg.Pools {
 		pools[pi] = str(p.Name)
 		s.nrecords += len(p.Members)
 	}
-	waiting := pendingRecords(g, pending, str)
+	waiting := pendingRecords(cfg, pending, str)
 	s.nrecords += len(waiting)
-	hosts := slices.Sorted(maps.Keys(g.cfg.Hostnames))
+	hosts := slices.Sorted(maps.Keys(cfg.Hostnames))
 	s.nstrings = len(names) + len(hosts)
 	s.strings = func(yield func(string) bool) {
 		for _, v := range names {
@@ -241,17 +241,17 @@ func snapshot(g *generation, pending *pendingStates) *stateSource {
 			}
 		}
 		for _, id := range hosts {
-			if !yield(g.cfg.Hostnames[id]) {
+			if !yield(cfg.Hostnames[id]) {
 				return
 			}
 		}
 	}
 	s.records = func(yield func(*stateRecord) bool) {
 		var r stateRecord
-		for pi, p := range g.cfg.Pools {
+		for pi, p := range cfg.Pools {
 			for _, id := range p.Members {
-				t := g.cfg.Targets[id]
-				r = stateRecord{pool: pools[pi], check: uint32(p.CheckIndex), addr: t.Addr(), port: t.Port, st: g.engine.Status(id)}
+				t := cfg.Targets[id]
+				r = stateRecord{pool: pools[pi], check: uint32(p.CheckIndex), addr: t.Addr(), port: t.Port, st: e.Status(id)}
 				if rank, ok := slices.BinarySearch(hosts, id); ok {
 					r.host = uint32(len(names)+rank) + 1
 				}
@@ -274,15 +274,15 @@ func snapshot(g *generation, pending *pendingStates) *stateSource {
 }
 
 // pendingRecords returns the records of the saved states that still wait
-// for their targets (see pendingStates), for a save of g: those whose pool
-// and check (by name and probe) g still has. str numbers their strings.
-func pendingRecords(g *generation, p *pendingStates, str func(string) uint32) []stateRecord {
+// for their targets (see [Pending]), for a save of cfg: those whose pool
+// and check (by name and probe) cfg still has. str numbers their strings.
+func pendingRecords(cfg *config.Config, p *Pending, str func(string) uint32) []stateRecord {
 	if p == nil || p.n == 0 {
 		return nil
 	}
 	var out []stateRecord
-	for _, pool := range g.cfg.Pools {
-		c := g.cfg.Checks[pool.CheckIndex]
+	for _, pool := range cfg.Pools {
+		c := cfg.Checks[pool.CheckIndex]
 		for k, ps := range p.pools[pool.Name] {
 			if ps.check != c.Name || ps.digest != probeDigest(c) {
 				continue
@@ -297,10 +297,10 @@ func pendingRecords(g *generation, p *pendingStates, str func(string) uint32) []
 	return out
 }
 
-// writeState writes s to path atomically: to a temporary file in the same
+// Write writes s to path atomically: to a temporary file in the same
 // directory, synced, renamed over path, and the directory synced, so a crash
 // leaves the old file or the new one, never a part of either.
-func writeState(path string, s *stateSource) (err error) {
+func Write(path string, s *Source) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -316,7 +316,7 @@ func writeState(path string, s *stateSource) (err error) {
 	w := bufio.NewWriterSize(io.MultiWriter(f, crc), 1<<16)
 	le := binary.LittleEndian
 	var buf [stateRecordSize]byte
-	w.WriteString(stateMagic)
+	w.WriteString(Magic)
 	w.Write(le.AppendUint32(buf[:0], stateVersion))
 	w.Write(le.AppendUint64(buf[:0], uint64(s.written)))
 	w.Write(le.AppendUint32(buf[:0], uint32(s.nstrings)))
@@ -345,7 +345,7 @@ func writeState(path string, s *stateSource) (err error) {
 		return fmt.Errorf("write state: %d records, announced %d", n, s.nrecords)
 	}
 	if s.current != nil && !s.current() {
-		return errStateChanged
+		return ErrChanged
 	}
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("write state: %w", err)
@@ -375,7 +375,7 @@ func writeState(path string, s *stateSource) (err error) {
 
 // stateSizeOf returns the size of the state file a save of cfg writes.
 func stateSizeOf(cfg *config.Config) int64 {
-	n := int64(len(stateMagic) + 4 + 8 + 4 + 4 + 4 + 4) // header, three counts, crc
+	n := int64(len(Magic) + 4 + 8 + 4 + 4 + 4 + 4) // header, three counts, crc
 	for _, c := range cfg.Checks {
 		n += 4 + int64(len(c.Name)) + 12
 	}
@@ -410,7 +410,7 @@ type stateSink interface {
 	record(r *stateRecord)
 }
 
-// readState reads a state file written by writeState, of at most limit
+// readState reads a state file written by [Write], of at most limit
 // bytes, into sink: it holds the tables, and hands the records over one at
 // a time. It reads the file twice: once to check its checksum, which costs
 // no memory, then to decode it, so that a truncated or corrupt file costs
@@ -453,8 +453,8 @@ func checkStateSum(ctx context.Context, path string, limit int64) (fs.FileInfo, 
 	}
 	defer f.Close()
 	size := f.Info().Size()
-	if size < int64(len(stateMagic)) {
-		return nil, fmt.Errorf("%w: no %q header", errStateFormat, stateMagic)
+	if size < int64(len(Magic)) {
+		return nil, fmt.Errorf("%w: no %q header", errStateFormat, Magic)
 	}
 	crc := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 	if _, err := io.CopyN(crc, f, size-4); err != nil {
@@ -486,11 +486,11 @@ func decodeState(f io.Reader, size int64, sink stateSink) error {
 	r := &stateReader{r: body, left: max(size-4, 0)}
 	le := binary.LittleEndian
 	truncated := fmt.Errorf("%w: truncated", errStateFormat)
-	var head [len(stateMagic) + 4]byte
-	if !r.full(head[:]) || string(head[:len(stateMagic)]) != stateMagic {
-		return fmt.Errorf("%w: no %q header", errStateFormat, stateMagic)
+	var head [len(Magic) + 4]byte
+	if !r.full(head[:]) || string(head[:len(Magic)]) != Magic {
+		return fmt.Errorf("%w: no %q header", errStateFormat, Magic)
 	}
-	if v := le.Uint32(head[len(stateMagic):]); v != stateVersion {
+	if v := le.Uint32(head[len(Magic):]); v != stateVersion {
 		return fmt.Errorf("%w: version %d, want %d", errStateFormat, v, stateVersion)
 	}
 	t := &stateTables{}
@@ -598,8 +598,8 @@ type restorer struct {
 	out       []*scheduler.TargetStatus
 	n, seen   int // targets restored, records read
 	// pending keeps the records of the pools that discover which no target
-	// of cfg took: their targets may come later (see pendingStates).
-	pending pendingStates
+	// of cfg took: their targets may come later (see [Pending]).
+	pending Pending
 }
 
 // poolMember is one target of one pool of cfg, for the restorer's index.
@@ -697,25 +697,31 @@ func (rs *restorer) record(r *stateRecord) {
 	}
 }
 
-// restore reads the state file for the first configuration; a missing file
-// is a first start, any other problem is reported and the file ignored.
-func (d *Daemon) restore(cfg *config.Config) []*scheduler.TargetStatus {
-	if d.opt.StateFile == "" {
-		return nil
+// Restored is what [Restore] read from a state file.
+type Restored struct {
+	// States are the states of cfg's targets by id, nil for a target
+	// without one.
+	States []*scheduler.TargetStatus
+	// Targets counts the targets restored, Records the records read.
+	Targets, Records int
+	// Written is when the file was saved.
+	Written time.Time
+	// Pending are the saved states of the pools that discover which no
+	// target of cfg took: their targets may come, until pendingFor from
+	// now.
+	Pending Pending
+}
+
+// Restore reads the state file at path and matches its records with the
+// targets of cfg (see [restorer.record]); saved times are turned into
+// clock's Nanotime. It reads no more than cfg's targets could need
+// (stateSizeLimit); ctx bounds the reads. A missing file is an error
+// matching fs.ErrNotExist.
+func Restore(ctx context.Context, path string, cfg *config.Config, clock scheduler.Clock) (*Restored, error) {
+	rs := newRestorer(cfg, clock)
+	if err := readState(ctx, path, stateSizeLimit(cfg), rs); err != nil {
+		return nil, err
 	}
-	rs := newRestorer(cfg, d.opt.Clock)
-	err := readState(d.life, d.opt.StateFile, stateSizeLimit(cfg), rs)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		d.log.Info("no state file yet; targets start in their initial state", "file", d.opt.StateFile)
-		return nil
-	case err != nil:
-		d.log.Warn("state file ignored; targets start in their initial state", "file", d.opt.StateFile, "err", err)
-		return nil
-	}
-	d.log.Info("states restored", "file", d.opt.StateFile, "targets", rs.n, "saved", time.Unix(0, rs.t.written).UTC().Format(time.RFC3339),
-		"saved_records", rs.seen, "waiting_for_discovery", rs.pending.n)
-	d.pending = rs.pending
-	d.pending.until = d.opt.Clock.Now().Add(pendingFor)
-	return rs.out
+	rs.pending.until = clock.Now().Add(pendingFor)
+	return &Restored{States: rs.out, Targets: rs.n, Records: rs.seen, Written: time.Unix(0, rs.t.written).UTC(), Pending: rs.pending}, nil
 }

@@ -1,4 +1,4 @@
-package server
+package history
 
 import (
 	"sync"
@@ -7,26 +7,9 @@ import (
 
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
-// Per-target history for the status page's timelines.
-//
-// A ring of results per target would cost a million targets hundreds of
-// megabytes for pages nobody opens, so the daemon keeps rings for a fixed
-// number of targets (Options.HistoryTargets) and hands them out by need:
-//
-//   - while rings are free, to every target that reports a result: a fleet
-//     no larger than the budget has the history of every target;
-//   - then to a target whose probe fails, in place of a target that has
-//     neither failed nor been viewed for historyKeep (the targets people
-//     look at in an incident are the failing ones);
-//   - and to a target whose page is opened, in place of the one kept the
-//     shortest, so an operator always gets a timeline from then on.
-//
-// A probe result costs a target without a ring one atomic load (plus one
-// when it failed); a target with one, a few atomic stores into its ring.
-// Neither takes a lock or allocates: a ring is claimed under a mutex that
-// the probe path only tries, and allocated once, at its first claim.
 const (
 	// defaultHistoryTargets and defaultHistoryResults are the budget:
 	// 1,024 rings of 240 results, at most 6 MiB.
@@ -42,17 +25,17 @@ const (
 	historyBackoff = time.Second
 )
 
-// history holds the rings. Claims and releases take mu; recording and
+// History holds the rings. Claims and releases take mu; recording and
 // reading take no lock (see histEntry). It is safe for concurrent use.
-type history struct {
+type History struct {
 	slots   []histSlot
 	results int // entries per ring
 
 	mu      sync.Mutex
-	free    []int32    // free slot indexes, guarded by mu
-	hand    int        // next slot an eviction scan looks at, guarded by mu
-	epoch   uint32     // owners so far, guarded by mu
-	current *histIndex // the running generation's index, guarded by mu
+	free    []int32 // free slot indexes, guarded by mu
+	hand    int     // next slot an eviction scan looks at, guarded by mu
+	epoch   uint32  // owners so far, guarded by mu
+	current *Index  // the running generation's index, guarded by mu
 
 	nfree         atomic.Int32
 	noVictimUntil atomic.Int64 // Nanotime before which failing targets do not search
@@ -78,7 +61,7 @@ type histEntry struct {
 	data atomic.Uint64 // see packHist
 }
 
-// histIndex maps the engine's target ids to their slot (index + 1, 0 for
+// Index maps the engine's target ids to their slot (index + 1, 0 for
 // none). Ids outlive reloads, and so do the rings of the targets they keep;
 // each generation still has its own copy of the index, so that a claim made
 // through a generation a reload replaced is refused (see adopt), and a
@@ -91,18 +74,18 @@ type histEntry struct {
 // slot's owner says whose ring it is. Readers take no lock; writers hold
 // history.mu. An entry of slot 0 is dead: its place is given to the next
 // id that needs one.
-type histIndex struct {
+type Index struct {
 	t     atomic.Pointer[[]atomic.Uint64]
 	cells int // entries in use (live or dead), guarded by history.mu
 }
 
-// MaxHistoryTargets is the most targets that keep recent results for the
-// status page ([Options.HistoryTargets]): a ring's slot + 1 fits in 16 bits.
-const MaxHistoryTargets = 1<<16 - 1
+// MaxTargets is the most targets that keep recent results for the
+// status page (the daemon's HistoryTargets): a ring's slot + 1 fits in 16 bits.
+const MaxTargets = 1<<16 - 1
 
-// newHistIndex returns an empty index for a history of rings rings.
-func newHistIndex(rings int) *histIndex {
-	ix := &histIndex{}
+// NewIndex returns an empty index for a history of rings rings.
+func NewIndex(rings int) *Index {
+	ix := &Index{}
 	ix.t.Store(newHistTable(rings))
 	return ix
 }
@@ -120,7 +103,7 @@ func newHistTable(rings int) *[]atomic.Uint64 {
 func home(id uint32, mask uint32) uint32 { return (id * 0x9e3779b1) >> 8 & mask }
 
 // load returns id's slot + 1, 0 for none.
-func (ix *histIndex) load(id uint32) int32 {
+func (ix *Index) load(id uint32) int32 {
 	t := *ix.t.Load()
 	mask := uint32(len(t) - 1)
 	for i, n := home(id, mask), 0; n < len(t); i, n = (i+1)&mask, n+1 {
@@ -136,7 +119,7 @@ func (ix *histIndex) load(id uint32) int32 {
 }
 
 // store sets id's slot + 1 (0: none). Called with history.mu held.
-func (ix *histIndex) store(id uint32, v int32, rings int) {
+func (ix *Index) store(id uint32, v int32, rings int) {
 	t := *ix.t.Load()
 	mask := uint32(len(t) - 1)
 	dead := -1
@@ -169,7 +152,7 @@ func (ix *histIndex) store(id uint32, v int32, rings int) {
 // compact copies the live entries into a new table when the entries in
 // use (live or dead) fill half of it: live ones are at most a quarter, so
 // searches, misses above all (most targets have no ring), stay short.
-func (ix *histIndex) compact(rings int) {
+func (ix *Index) compact(rings int) {
 	t := *ix.t.Load()
 	if ix.cells*2 < len(t) {
 		return
@@ -193,7 +176,7 @@ func (ix *histIndex) compact(rings int) {
 }
 
 // each calls fn with every id that has a slot, and the slot + 1.
-func (ix *histIndex) each(fn func(id uint32, v int32)) {
+func (ix *Index) each(fn func(id uint32, v int32)) {
 	t := *ix.t.Load()
 	for i := range t {
 		if e := t[i].Load(); e != 0 && e&0xffff != 0 {
@@ -202,24 +185,17 @@ func (ix *histIndex) each(fn func(id uint32, v int32)) {
 	}
 }
 
-// HistoryResult is one probe result of a target's history.
-type HistoryResult struct {
-	Time           time.Time `json:"time"`
-	Outcome        string    `json:"outcome"`
-	Status         int       `json:"status,omitempty"` // HTTP status
-	LatencySeconds float64   `json:"latency_seconds"`  // how long the probe took, whatever its outcome
-	State          string    `json:"state"`            // the target's state after this result
-}
-
-func newHistory(targets, results int) *history {
+// New returns a history of targets rings of results entries each (0: the
+// defaults, 1,024 rings of 240).
+func New(targets, results int) *History {
 	if targets <= 0 {
 		targets = defaultHistoryTargets
 	}
-	targets = min(targets, MaxHistoryTargets)
+	targets = min(targets, MaxTargets)
 	if results <= 0 {
 		results = defaultHistoryResults
 	}
-	h := &history{slots: make([]histSlot, targets), results: results, free: make([]int32, targets)}
+	h := &History{slots: make([]histSlot, targets), results: results, free: make([]int32, targets)}
 	for i := range h.free {
 		h.free[i] = int32(targets - 1 - i) // slot 0 is handed out first
 	}
@@ -245,10 +221,10 @@ func packHist(r *probe.Result, state scheduler.State) uint64 {
 
 func tagOf(owner, pos uint64) uint64 { return owner>>32<<40 | (pos+1)&(1<<40-1) }
 
-// record keeps result r of target id with its state after it (read from e),
+// Record keeps result r of target id with its state after it (read from e),
 // when the target has a ring or may take one. It runs on the shard that
 // owns id, after the shard applied r.
-func (h *history) record(ix *histIndex, id uint32, r *probe.Result, e *scheduler.Engine) {
+func (h *History) Record(ix *Index, id uint32, r *probe.Result, e *scheduler.Engine) {
 	s := ix.load(id)
 	failed := r.Outcome != probe.Success
 	if s == 0 {
@@ -278,10 +254,10 @@ func (h *history) record(ix *histIndex, id uint32, r *probe.Result, e *scheduler
 	en.tag.Store(tagOf(own, pos))
 }
 
-// view marks target id as looked at, at Nanotime now: it gets a ring if it
+// View marks target id as looked at, at Nanotime now: it gets a ring if it
 // has none, and keeps it for historyKeep. It reports whether the target
 // had one before.
-func (h *history) view(ix *histIndex, id uint32, now int64) bool {
+func (h *History) View(ix *Index, id uint32, now int64) bool {
 	if s := ix.load(id); s != 0 {
 		sl := &h.slots[s-1]
 		if uint32(sl.owner.Load()) == id+1 {
@@ -300,7 +276,7 @@ func (h *history) view(ix *histIndex, id uint32, now int64) bool {
 // mutex, takes a free ring or one not kept past now, and looks at no more
 // than historyScan rings; a claim for a view takes a free ring or the one
 // kept the shortest.
-func (h *history) claim(ix *histIndex, id uint32, now int64, viewed bool) int32 {
+func (h *History) claim(ix *Index, id uint32, now int64, viewed bool) int32 {
 	if viewed {
 		h.mu.Lock()
 	} else if !h.mu.TryLock() {
@@ -357,8 +333,8 @@ func (h *history) claim(ix *histIndex, id uint32, now int64, viewed bool) int32 
 	return si + 1
 }
 
-// read appends the results kept for target id to buf, oldest first.
-func (h *history) read(ix *histIndex, id uint32, buf []histRead) []histRead {
+// Read appends the results kept for target id to buf, oldest first.
+func (h *History) Read(ix *Index, id uint32, buf []Sample) []Sample {
 	s := ix.load(id)
 	if s == 0 {
 		return buf
@@ -380,21 +356,37 @@ func (h *history) read(ix *histIndex, id uint32, buf []histRead) []histRead {
 		if e.tag.Load() != want {
 			continue
 		}
-		buf = append(buf, histRead{at: at, data: data})
+		buf = append(buf, Sample{at: at, data: data})
 	}
 	return buf
 }
 
-// histRead is an entry as read.
-type histRead struct {
+// Results returns the entries of a ring: the most results a target keeps.
+func (h *History) Results() int { return h.results }
+
+// Rings returns the number of rings: the most targets that keep results.
+func (h *History) Rings() int { return len(h.slots) }
+
+// Owns reports whether some ring belongs to target id.
+func (h *History) Owns(id uint32) bool {
+	for i := range h.slots {
+		if own := h.slots[i].owner.Load(); own != 0 && uint32(own) == id+1 {
+			return true
+		}
+	}
+	return false
+}
+
+// Sample is an entry as [History.Read] reads it.
+type Sample struct {
 	at   int64
 	data uint64
 }
 
-// result decodes the entry, with times on clock.
-func (r histRead) result(clock scheduler.Clock) HistoryResult {
+// Result decodes the entry, with times on clock.
+func (r Sample) Result(clock scheduler.Clock) api.HistoryResult {
 	o := probe.Outcome(r.data >> histOutcomeShft & 0xff)
-	return HistoryResult{
+	return api.HistoryResult{
 		Time:           scheduler.WallTime(clock, r.at),
 		Outcome:        o.String(),
 		Status:         int(uint16(r.data >> histStatusShift)),
@@ -403,13 +395,13 @@ func (r histRead) result(clock scheduler.Clock) HistoryResult {
 	}
 }
 
-// adopt makes ix, a new generation's index, the one rings are claimed for.
+// Adopt makes ix, a new generation's index, the one rings are claimed for.
 // old is the running generation's index (nil at the first load); removed
 // are the engine ids the new generation no longer has. Every other target
 // keeps its ring at its id; the rings of removed targets are freed, before
 // the engine may give their ids to new targets. It runs before the new
 // generation is published.
-func (h *history) adopt(old, ix *histIndex, removed []uint32) {
+func (h *History) Adopt(old, ix *Index, removed []uint32) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if old != nil {

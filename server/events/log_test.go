@@ -1,13 +1,15 @@
-package server
+package events
 
 import (
 	"testing"
+
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // page reads a poll's page whole, as handleEvents writes it.
-func (l *eventLog) page(since uint64, limit int) (evs []Event, next, lost uint64) {
-	from, end, lost := l.window(since, limit)
-	evs, _ = l.copyRange(from, end, make([]Event, 0, end-from))
+func (l *Log) page(since uint64, limit int) (evs []api.Event, next, lost uint64) {
+	from, end, lost := l.Window(since, limit)
+	evs, _ = l.CopyRange(from, end, make([]api.Event, 0, end-from))
 	return evs, end - 1, lost
 }
 
@@ -15,22 +17,22 @@ func (l *eventLog) page(since uint64, limit int) (evs []Event, next, lost uint64
 // chunks as large as the buffer, up to the page's end, and false once the
 // ring went past the page.
 func TestEventLogCopyRange(t *testing.T) {
-	l := newEventLog(4)
+	l := NewLog(4)
 	for range 3 {
-		l.add(Event{})
+		l.Add(api.Event{})
 	}
-	from, end, _ := l.window(0, 0)
-	evs, ok := l.copyRange(from, end, make([]Event, 0, 2))
+	from, end, _ := l.Window(0, 0)
+	evs, ok := l.CopyRange(from, end, make([]api.Event, 0, 2))
 	if !ok || len(evs) != 2 || evs[0].Seq != 1 {
 		t.Fatalf("first chunk: %d events from %d (ok %v), want 2 from 1", len(evs), evs[0].Seq, ok)
 	}
 	for range 3 {
-		l.add(Event{}) // seq 4..6: the ring keeps 3..6
+		l.Add(api.Event{}) // seq 4..6: the ring keeps 3..6
 	}
-	if evs, ok = l.copyRange(3, end, make([]Event, 0, 2)); !ok || len(evs) != 1 || evs[0].Seq != 3 {
+	if evs, ok = l.CopyRange(3, end, make([]api.Event, 0, 2)); !ok || len(evs) != 1 || evs[0].Seq != 3 {
 		t.Errorf("last chunk: %d events (ok %v), want event 3 alone: the page ends where it was asked", len(evs), ok)
 	}
-	if _, ok = l.copyRange(2, end, make([]Event, 0, 2)); ok {
+	if _, ok = l.CopyRange(2, end, make([]api.Event, 0, 2)); ok {
 		t.Error("a chunk of events no longer kept: ok, want false")
 	}
 }
@@ -38,9 +40,9 @@ func TestEventLogCopyRange(t *testing.T) {
 // TestEventLogPage pins polling (issue 10): since returns the oldest events
 // after it, up to limit, and says how many fell out of the ring.
 func TestEventLogPage(t *testing.T) {
-	l := newEventLog(4)
+	l := NewLog(4)
 	for i := range 6 { // seq 1..6 = a..f; the ring keeps c..f
-		l.add(Event{Target: string(rune('a' + i))})
+		l.Add(api.Event{Target: string(rune('a' + i))})
 	}
 	tests := []struct {
 		name     string
@@ -80,27 +82,27 @@ func TestEventLogPage(t *testing.T) {
 // TestEventLogRead checks the stream side: a batch at most as large as the
 // buffer, a wait channel when there is nothing new, closed by the next add.
 func TestEventLogRead(t *testing.T) {
-	l := newEventLog(8)
-	evs, lost, wait := l.read(0, make([]Event, 0, 4))
+	l := NewLog(8)
+	evs, lost, wait := l.read(0, make([]api.Event, 0, 4))
 	if len(evs) != 0 || lost != 0 || wait == nil {
 		t.Fatalf("empty log: %d events, lost %d, wait %v", len(evs), lost, wait)
 	}
 	for range 6 {
-		l.add(Event{})
+		l.Add(api.Event{})
 	}
 	select {
 	case <-wait:
 	default:
 		t.Fatal("add did not close the wait channel")
 	}
-	evs, _, wait = l.read(0, make([]Event, 0, 4))
+	evs, _, wait = l.read(0, make([]api.Event, 0, 4))
 	if len(evs) != 4 || evs[3].Seq != 4 || wait != nil {
 		t.Fatalf("read: %d events ending at %d, wait %v; want 4 ending at 4 and no wait", len(evs), evs[len(evs)-1].Seq, wait)
 	}
 	for range 10 {
-		l.add(Event{})
+		l.Add(api.Event{})
 	}
-	if _, lost, _ := l.read(4, make([]Event, 0, 4)); lost != 4 {
+	if _, lost, _ := l.read(4, make([]api.Event, 0, 4)); lost != 4 {
 		t.Fatalf("reader at 4 after 16 events in a ring of 8: lost %d, want 4", lost)
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package web
 
 import (
 	"fmt"
@@ -20,7 +20,7 @@ import (
 //     so refused requests do not pile up on connections. /metrics has
 //     slots of its own that nothing else takes; /-/healthy and /-/ready
 //     need none and are never refused.
-//   - Connections (connLimiter, conns.go): at the connection limit a new
+//   - Connections ([ConnLimiter], conns.go): at the connection limit a new
 //     connection takes the place of one that is not in a handler (idle,
 //     or still sending its request), else of one busy in a handler of
 //     anything but /metrics and the /-/ endpoints. Only connections
@@ -38,28 +38,31 @@ const (
 	listRequests   = 4 // list endpoints and the status pages that walk pools
 )
 
-// slots bound the requests of one class that run at once. Safe for
+// Slots bound the requests of one class that run at once. Safe for
 // concurrent use.
-type slots struct {
+type Slots struct {
 	class   string        // the class's name, in metrics
 	what    string        // what its requests are, in refusals
 	max     int64         // slots
 	retry   time.Duration // Retry-After of a refusal
-	stall   time.Duration // how long one write to a client in a slot may block (Options.WriteStall)
+	stall   time.Duration // how long one write to a client in a slot may block (the daemon's WriteStall)
 	n       atomic.Int64  // in use
 	refused atomic.Uint64 // requests refused for want of a slot
 }
 
-func newSlots(class, what string, n int, retry, stall time.Duration) *slots {
-	return &slots{class: class, what: what, max: int64(n), retry: retry, stall: stall}
+// NewSlots returns n slots of class (its name in metrics) for what (its
+// requests, in refusals); a refusal says to retry after retry, and a write
+// to a client in a slot may block at most stall.
+func NewSlots(class, what string, n int, retry, stall time.Duration) *Slots {
+	return &Slots{class: class, what: what, max: int64(n), retry: retry, stall: stall}
 }
 
-// enter takes a slot and returns the writer to answer through and the
+// Enter takes a slot and returns the writer to answer through and the
 // slot's release, or answers w with 503 and Retry-After and returns a nil
 // release when none is free. Through the writer returned, a client that
 // stops reading for the slots' stall ends the request, which frees the
 // slot.
-func (s *slots) enter(w http.ResponseWriter) (http.ResponseWriter, func()) {
+func (s *Slots) Enter(w http.ResponseWriter) (http.ResponseWriter, func()) {
 	if s.n.Add(1) > s.max {
 		s.n.Add(-1)
 		s.refused.Add(1)
@@ -91,13 +94,19 @@ func (s *stallWriter) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the connection's writer.
 func (s *stallWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// inUse returns the slots taken.
-func (s *slots) inUse() int64 { return s.n.Load() }
+// InUse returns the slots taken.
+func (s *Slots) InUse() int64 { return s.n.Load() }
 
-// admit runs h in a slot, for handlers with nothing to check before.
-func (s *slots) admit(h http.Handler) http.Handler {
+// Max returns the number of slots.
+func (s *Slots) Max() int64 { return s.max }
+
+// Refused returns the requests refused for want of a slot.
+func (s *Slots) Refused() uint64 { return s.refused.Load() }
+
+// Admit runs h in a slot, for handlers with nothing to check before.
+func (s *Slots) Admit(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w, release := s.enter(w)
+		w, release := s.Enter(w)
 		if release == nil {
 			return
 		}
@@ -106,37 +115,50 @@ func (s *slots) admit(h http.Handler) http.Handler {
 	})
 }
 
-// admission holds the slots of the request classes.
-type admission struct {
-	scrape *slots // /metrics
-	probe  *slots // /probe (Options.ProbeConcurrency)
-	list   *slots // /api/v1/pools, /api/v1/targets, polls of /api/v1/events, the overview and pool pages
-	stream *slots // event streams (Options.MaxEventStreams)
+// Admission holds the slots of the request classes.
+type Admission struct {
+	Scrape *Slots // /metrics
+	Probe  *Slots // /probe
+	List   *Slots // /api/v1/pools, /api/v1/targets, polls of /api/v1/events, the overview and pool pages
+	Stream *Slots // event streams
 }
 
-func newAdmission(opt *Options) admission {
-	return admission{
-		scrape: newSlots("scrape", "/metrics scrapes", scrapeRequests, time.Second, opt.WriteStall),
-		probe:  newSlots("probe", "/probe requests", opt.ProbeConcurrency, time.Second, opt.WriteStall),
-		list:   newSlots("list", "list requests", listRequests, time.Second, opt.WriteStall),
-		stream: newSlots("stream", "event streams", opt.MaxEventStreams, 10*time.Second, opt.WriteStall),
+// NewAdmission returns the slots of the request classes: probes for /probe
+// and streams for event streams; a write to a client in a slot may block
+// at most stall.
+func NewAdmission(probes, streams int, stall time.Duration) Admission {
+	return Admission{
+		Scrape: NewSlots("scrape", "/metrics scrapes", scrapeRequests, time.Second, stall),
+		Probe:  NewSlots("probe", "/probe requests", probes, time.Second, stall),
+		List:   NewSlots("list", "list requests", listRequests, time.Second, stall),
+		Stream: NewSlots("stream", "event streams", streams, 10*time.Second, stall),
 	}
 }
 
-func (a *admission) all() [4]*slots { return [4]*slots{a.scrape, a.probe, a.list, a.stream} }
+// All returns the slots of every class.
+func (a *Admission) All() [4]*Slots { return [4]*Slots{a.Scrape, a.Probe, a.List, a.Stream} }
 
-// vital marks the request's connection as serving one of the daemon's own
-// endpoints, which the connection limit never takes away (see connLimiter):
+// Collector returns the collector of the slots' metrics, read at scrape
+// time.
+func (a *Admission) Collector() prometheus.Collector { return &admissionCollector{a: a} }
+
+// Vital marks the request's connection as serving one of the daemon's own
+// endpoints, which the connection limit never takes away (see [ConnLimiter]):
 // /metrics, /-/healthy, /-/ready, and /-/reload, an operator's reload that
 // a flood of API clients must not cut off (reloads are coalesced, so those
 // waiting cost one reload).
-func vital(h http.Handler) http.Handler {
+func Vital(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if lc, ok := r.Context().Value(connKey{}).(*limitedConn); ok {
 			lc.l.setVital(lc)
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// desc returns the descriptor of a metric without constant labels.
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(name, help, labels, nil)
 }
 
 var (
@@ -146,7 +168,7 @@ var (
 )
 
 // admissionCollector produces the slots' metrics at scrape time.
-type admissionCollector struct{ a *admission }
+type admissionCollector struct{ a *Admission }
 
 // Describe sends every descriptor the collector may produce.
 func (c *admissionCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -157,8 +179,8 @@ func (c *admissionCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the slots.
 func (c *admissionCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range c.a.all() {
-		ch <- prometheus.MustNewConstMetric(descRequestsBusy, prometheus.GaugeValue, float64(s.inUse()), s.class)
+	for _, s := range c.a.All() {
+		ch <- prometheus.MustNewConstMetric(descRequestsBusy, prometheus.GaugeValue, float64(s.InUse()), s.class)
 		ch <- prometheus.MustNewConstMetric(descRequestsMax, prometheus.GaugeValue, float64(s.max), s.class)
 		ch <- prometheus.MustNewConstMetric(descRequestsRefused, prometheus.CounterValue, float64(s.refused.Load()), s.class)
 	}

@@ -1,4 +1,4 @@
-package server
+package statefile
 
 import (
 	"context"
@@ -13,13 +13,12 @@ import (
 	"github.com/sondeprobe/sonde/internal/safefile"
 )
 
-// ErrStateFile is wrapped by the errors of a state file the daemon must not
+// ErrUnusable is wrapped by the errors of a state file the daemon must not
 // use: one that is not sonde's (a save would overwrite it), one another
-// sonde holds, one whose lock cannot be made. Start fails with it; the
-// caller should treat it as bad usage.
-var ErrStateFile = errors.New("unusable state file")
+// sonde holds, one whose lock cannot be made.
+var ErrUnusable = errors.New("unusable state file")
 
-// claimState makes the state file at path the daemon's before it reads or
+// Claim makes the state file at path the daemon's before it reads or
 // writes it. It locks PATH.lock (created when missing, never removed) with
 // an exclusive flock, held until the returned file is closed, so that two
 // daemons never share a state file: the second fails at its start, where it
@@ -29,18 +28,18 @@ var ErrStateFile = errors.New("unusable state file")
 // PATH, when it exists and is not empty, is a state file (it starts with
 // its magic), so that a mistaken -state-file naming some other file is
 // refused instead of overwritten.
-func claimState(ctx context.Context, path string) (*os.File, error) {
+func Claim(ctx context.Context, path string) (*os.File, error) {
 	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: make its lock: %w", ErrStateFile, path, err)
+		return nil, fmt.Errorf("%w: %s: make its lock: %w", ErrUnusable, path, err)
 	}
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		lock.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, fmt.Errorf("%w: %s is in use by another sonde (it holds the lock on %s.lock); give each daemon a state file of its own",
-				ErrStateFile, path, path)
+				ErrUnusable, path, path)
 		}
-		return nil, fmt.Errorf("%w: %s: lock %s.lock: %w", ErrStateFile, path, path, err)
+		return nil, fmt.Errorf("%w: %s: lock %s.lock: %w", ErrUnusable, path, path, err)
 	}
 	if err := checkStateOwner(ctx, path); err != nil {
 		lock.Close()
@@ -58,19 +57,19 @@ func checkStateOwner(ctx context.Context, path string) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
 	case errors.Is(err, safefile.ErrNotRegular):
-		return fmt.Errorf("%w: %s is not a regular file", ErrStateFile, path)
+		return fmt.Errorf("%w: %s is not a regular file", ErrUnusable, path)
 	case err != nil:
-		return fmt.Errorf("%w: %w", ErrStateFile, err)
+		return fmt.Errorf("%w: %w", ErrUnusable, err)
 	}
 	defer f.Close()
-	var head [len(stateMagic)]byte
+	var head [len(Magic)]byte
 	n, err := io.ReadFull(f, head[:])
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("%w: %w", ErrStateFile, err)
+		return fmt.Errorf("%w: %w", ErrUnusable, err)
 	}
-	if string(head[:n]) != stateMagic[:n] {
+	if string(head[:n]) != Magic[:n] {
 		return fmt.Errorf("%w: %s is not a sonde state file (it does not start with %q) and would be overwritten; name a file of sonde's own, or remove this one",
-			ErrStateFile, path, stateMagic)
+			ErrUnusable, path, Magic)
 	}
 	return nil
 }

@@ -1,0 +1,138 @@
+package web
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+// TestSlotsFreedFromNonReaders: a client that asks for a long answer in a
+// slot (a big /metrics, a list) and never reads it holds the slot for at
+// most the write stall, not until the server's whole-response timeout.
+func TestSlotsFreedFromNonReaders(t *testing.T) {
+	const stall = 200 * time.Millisecond
+	s := NewSlots("scrape", "scrapes", 1, time.Second, stall)
+	big := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		chunk := bytes.Repeat([]byte("# filler\n"), 1<<12)
+		for range 4096 { // 144 MiB: far more than any socket buffers
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
+	srv := httptest.NewServer(s.Admit(big))
+	t.Cleanup(srv.Close)
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// The client never reads. The slot is taken, then freed.
+	deadline := time.Now().Add(30 * time.Second)
+	for s.InUse() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	for s.InUse() != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if s.InUse() != 0 {
+		t.Fatalf("a client that never reads still holds the slot after %v (write stall %v)", 30*time.Second, stall)
+	}
+}
+
+// TestConnLimiterVictim checks the order in which the connection limit
+// makes room: a connection out of a handler (idle, new or still sending
+// its request), longest first; then one busy in a handler that is not
+// vital, longest first; never one serving a vital endpoint.
+func TestConnLimiterVictim(t *testing.T) {
+	now := time.Now()
+	conn := func(name string, busy, vital bool, age time.Duration) *limitedConn {
+		return &limitedConn{Conn: namedConn{name: name}, busy: busy, vital: vital, since: now.Add(-age)}
+	}
+	for _, tt := range []struct {
+		name  string
+		conns []*limitedConn
+		want  string // "" for none
+	}{
+		{"waiting the longest first", []*limitedConn{
+			conn("new", false, false, 10*time.Millisecond), conn("idle", false, false, 5*time.Second),
+			conn("trickling", false, false, 9*time.Second), conn("probe", true, false, time.Minute)}, "trickling"},
+		{"a new one before a request in progress", []*limitedConn{
+			conn("new", false, false, time.Millisecond), conn("reload", true, false, time.Minute)}, "new"},
+		{"then the longest busy in a handler that is not vital", []*limitedConn{
+			conn("probe", true, false, 2*time.Second), conn("stream", true, false, time.Hour),
+			conn("metrics", true, true, 2*time.Hour)}, "stream"},
+		{"never a vital one", []*limitedConn{conn("metrics", true, true, time.Hour), conn("healthy", true, true, time.Minute)}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l := NewConnLimiter(nil, len(tt.conns))
+			for _, c := range tt.conns {
+				c.l = l
+				l.conns[c] = struct{}{}
+			}
+			got := ""
+			if v := l.victim(); v != nil {
+				got = v.Conn.(namedConn).name
+			}
+			if got != tt.want {
+				t.Errorf("victim %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// namedConn is a net.Conn that only has a name, for the limiter's
+// bookkeeping.
+type namedConn struct {
+	net.Conn
+	name string
+}
+
+func TestIsLoopback(t *testing.T) {
+	for _, tt := range []struct {
+		addr string
+		want bool
+	}{
+		{"127.0.0.1:9123", true},
+		{"127.1.2.3:9123", true},
+		{"[::1]:9123", true},
+		{"[::ffff:127.0.0.1]:9123", true},
+		{"0.0.0.0:9123", false},
+		{"[::]:9123", false},
+		{"192.0.2.1:9123", false},
+	} {
+		a, err := net.ResolveTCPAddr("tcp", tt.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := IsLoopback(a); got != tt.want {
+			t.Errorf("IsLoopback(%s) = %v, want %v", tt.addr, got, tt.want)
+		}
+	}
+}
+
+func TestConnectionCap(t *testing.T) {
+	for _, tt := range []struct {
+		want   int
+		nofile uint64
+		cap    int
+	}{
+		{0, 1 << 20, DefaultMaxConnections},
+		{0, 1024, 256},
+		{100, 1024, 100},
+		{1000, 1024, 256},
+		{10, 0, 10},
+		{10, 2, 1},
+	} {
+		if got := ConnectionCap(tt.want, tt.nofile); got != tt.cap {
+			t.Errorf("ConnectionCap(%d, %d) = %d, want %d", tt.want, tt.nofile, got, tt.cap)
+		}
+	}
+}
