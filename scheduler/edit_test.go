@@ -3,9 +3,11 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -381,15 +383,15 @@ func TestEditWhileRunning(t *testing.T) {
 			live[id] = true
 		}
 		ed.Commit()
+		// Not a wait for a condition: the engine probes between edits,
+		// which is the interleaving this test is about.
 		time.Sleep(time.Millisecond)
 	}
 	for id := range live {
-		for e.Status(id).State == Unknown {
-			if ctx.Err() != nil {
-				t.Fatalf("target %d undecided: %+v", id, e.Status(id))
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testenv.Eventually(t, fmt.Sprintf("target %d decided", id), func() (TargetStatus, bool) {
+			st := e.Status(id)
+			return st, st.State != Unknown
+		})
 	}
 	cancel()
 	<-done

@@ -147,7 +147,7 @@ func TestRunSignalsDuringStart(t *testing.T) {
 	p.waitLog(t, listeningRE, 30*time.Second) // logged just before the load
 	for range 3 {
 		p.signal(t, syscall.SIGHUP)
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // signals spread over the load, not one burst: the behaviour under test
 	}
 	p.waitLog(t, loadedRE, 60*time.Second)
 	p.waitLog(t, regexp.MustCompile(`msg="configuration unchanged"`), 60*time.Second)
@@ -269,6 +269,8 @@ func TestRunShutdownSlowClient(t *testing.T) {
 	}
 	defer c.Close()
 	fmt.Fprintf(c, "GET /api/v1/targets HTTP/1.1\r\n") // and never the rest
+	// Time is what makes a client slow: the daemon shows nothing of a
+	// half-read request to wait for.
 	time.Sleep(200 * time.Millisecond)
 	start := time.Now()
 	p.signal(t, syscall.SIGTERM)
@@ -335,7 +337,7 @@ pools:
 		if err != nil || len(page.Targets) != 1 || page.Targets[0].State != "healthy" {
 			t.Fatalf("request %d: %+v (%v), want the target healthy", i, page, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the requests span two seconds of probes: the behaviour under test
 	}
 	if strings.Contains(p.logText(), "to=unhealthy") || strings.Contains(p.logText(), "too many open files") {
 		t.Fatal("the daemon ran out of descriptors or marked the target unhealthy")

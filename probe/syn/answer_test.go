@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -200,17 +199,13 @@ func TestAnswerInPlace(t *testing.T) {
 				reqs[i] = probe.Request{ID: uint32(i), Gen: 1}
 			}
 			p.Launch(0, reqs)
-			if !waitFor(5*time.Second, func() bool { return s.Count() >= tab.Len() }) {
-				t.Fatalf("%d of %d results", s.Count(), tab.Len())
-			}
+			testenv.Eventually(t, fmt.Sprintf("%d results", tab.Len()), func() (int, bool) { n := s.Count(); return n, n >= tab.Len() })
 			for id, r := range s.ByID() {
 				if r.Outcome != probe.Success {
 					t.Errorf("%v: %v, want success", tab.Endpoint(id), r.Outcome)
 				}
 			}
-			if !waitFor(3*time.Second, func() bool { return halfOpen(t, f.FleetNS) == 0 }) {
-				t.Errorf("%d connections of the fleet stay half-open", halfOpen(t, f.FleetNS))
-			}
+			testenv.Eventually(t, "no half-open connection in the fleet", func() (int, bool) { n := halfOpen(t, f.FleetNS); return n, n == 0 })
 			w.drain()
 			if w.seen < tab.Len() || len(w.bad) > 0 {
 				t.Errorf("%d RSTs reached the fleet for %d SYN-ACKs; wrong: %v", w.seen, tab.Len(), w.bad)
