@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sondeprobe/sonde/bench/fleet"
 	"github.com/sondeprobe/sonde/bench/netns"
 	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/probe"
@@ -130,34 +131,18 @@ func TestBlocks(t *testing.T) {
 	}
 }
 
-// TestTruthMatchesFleet checks that the ground truth and the firewall sets of
-// the bench fleet agree address by address.
+// TestTruthMatchesFleet checks that the ground truth of the bench fleet and
+// the one its configuration gives a fleet (the firewall's and the XDP
+// responder's) agree address by address.
 func TestTruthMatchesFleet(t *testing.T) {
 	cfg := benchFleetConfig(1)
-	in := func(ps []netip.Prefix, a netip.Addr) bool {
-		for _, p := range ps {
-			if p.Contains(a) {
-				return true
-			}
-		}
-		return false
-	}
 	counts := map[probe.Outcome]int{}
 	for i := range fleetSize() {
 		a := addrAt(i)
 		if offset(a) != i {
 			t.Fatalf("offset(addrAt(%d)) = %d", i, offset(a))
 		}
-		// The fleet's chain drops first, then rejects, then answers ICMP.
-		want := probe.Success
-		switch {
-		case in(cfg.Drop, a):
-			want = probe.Timeout
-		case in(cfg.Reject, a):
-			want = probe.Refused
-		case in(cfg.Unreachable, a):
-			want = probe.Unreachable
-		}
+		want := cfg.Outcome(a, ScanPort)
 		if got := Truth(a); got != want {
 			t.Fatalf("Truth(%s) = %s, the fleet's firewall gives %s", a, got, want)
 		}
@@ -335,7 +320,7 @@ func TestRunCancelled(t *testing.T) {
 // answers again when the drop is lifted.
 func TestFleetHTTPAndSetDrop(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
-	f, err := NewFleet(FleetConfig{Listen: []uint16{80}, HTTP: []uint16{8080}})
+	f, err := fleet.New(fleet.Config{Listen: []uint16{80}, HTTP: []uint16{8080}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,15 +370,15 @@ func TestFleetHTTPAndSetDrop(t *testing.T) {
 }
 
 func TestFleetsOf(t *testing.T) {
-	both, k := []XDPMode{XDPGeneric, XDPOff}, []XDPMode{XDPOff}
+	both, k := []fleet.XDPMode{fleet.XDPGeneric, fleet.XDPOff}, []fleet.XDPMode{fleet.XDPOff}
 	tests := []struct {
 		choice string
-		want   map[string][]XDPMode
+		want   map[string][]fleet.XDPMode
 	}{
-		{"", map[string][]XDPMode{"sweep": both, "compare": both, "steady": {XDPGeneric}, "detect": k, "http": k}},
-		{"xdp", map[string][]XDPMode{"sweep": {XDPGeneric}, "compare": {XDPGeneric}, "steady": {XDPGeneric}, "detect": k, "http": k}},
-		{"kernel", map[string][]XDPMode{"sweep": k, "compare": k, "steady": k, "detect": k, "http": k}},
-		{"both", map[string][]XDPMode{"sweep": both, "compare": both, "steady": both, "detect": k, "http": k}},
+		{"", map[string][]fleet.XDPMode{"sweep": both, "compare": both, "steady": {fleet.XDPGeneric}, "detect": k, "http": k}},
+		{"xdp", map[string][]fleet.XDPMode{"sweep": {fleet.XDPGeneric}, "compare": {fleet.XDPGeneric}, "steady": {fleet.XDPGeneric}, "detect": k, "http": k}},
+		{"kernel", map[string][]fleet.XDPMode{"sweep": k, "compare": k, "steady": k, "detect": k, "http": k}},
+		{"both", map[string][]fleet.XDPMode{"sweep": both, "compare": both, "steady": both, "detect": k, "http": k}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.choice, func(t *testing.T) {

@@ -19,6 +19,10 @@ var forbidden = map[string][]string{
 	"config":    {"server", "bench", "cmd"},
 	"server":    {"cmd"},
 	"bench":     {"cmd"},
+	// The test fleets and the ceiling sender are below the scenarios and
+	// beside each other: probe and server tests build fleets.
+	"bench/fleet":   {"scheduler", "config", "server", "bench/ceiling", "cmd"},
+	"bench/ceiling": {"scheduler", "config", "server", "bench/fleet", "cmd"},
 	// Every layer reads its operator's files through it.
 	"internal/safefile": {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd"},
 }

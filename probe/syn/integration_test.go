@@ -18,7 +18,7 @@ import (
 	"github.com/google/gopacket/layers"
 	"golang.org/x/sys/unix"
 
-	"github.com/sondeprobe/sonde/bench"
+	"github.com/sondeprobe/sonde/bench/fleet"
 	"github.com/sondeprobe/sonde/bench/netns"
 	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/bpf"
@@ -116,7 +116,7 @@ func TestLoopback(t *testing.T) {
 // counted as invalid and never delivered, while real probes still work.
 func TestForgedReplies(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
-	f, err := bench.NewFleet(bench.FleetConfig{Listen: []uint16{80}})
+	f, err := fleet.New(fleet.Config{Listen: []uint16{80}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestNoRawSocket(t *testing.T) {
 // over IPv4 and IPv6.
 func TestFleetPaths(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
-	cfg := bench.FleetConfig{Prefix6: bench.DefaultPrefix6, Listen: []uint16{80}}
+	cfg := fleet.Config{Prefix6: fleet.DefaultPrefix6, Listen: []uint16{80}}
 	tab := probe.NewTable(1100)
 	want := map[uint32]probe.Outcome{}
 	add := func(a netip.Addr, i int) {
@@ -261,11 +261,11 @@ func TestFleetPaths(t *testing.T) {
 		add(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), i)
 	}
 	for i := range 64 {
-		b := bench.DefaultPrefix6.Addr().As16()
+		b := fleet.DefaultPrefix6.Addr().As16()
 		b[15] = byte(i)
 		add(netip.AddrFrom16(b), i)
 	}
-	f, err := bench.NewFleet(cfg)
+	f, err := fleet.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func TestFleetPaths(t *testing.T) {
 // rate. allocs/op is per batch of 256 probes.
 func BenchmarkFleetSend(b *testing.B) {
 	testenv.RequirePrivileged(b, "network namespaces, raw sockets, BPF")
-	f, err := bench.NewFleet(bench.FleetConfig{Listen: []uint16{80}})
+	f, err := fleet.New(fleet.Config{Listen: []uint16{80}})
 	if err != nil {
 		b.Fatal(err)
 	}
