@@ -24,6 +24,7 @@ import (
 )
 
 func TestParseMetrics(t *testing.T) {
+	t.Parallel()
 	text := `# HELP sonde_probes_total Probe outcomes.
 # TYPE sonde_probes_total counter
 sonde_probes_total{outcome="success",pool="a",protocol="tcp"} 10
@@ -74,6 +75,7 @@ sonde_scheduler_probes_dispatched_total 1.5e+06
 }
 
 func TestQuantile(t *testing.T) {
+	t.Parallel()
 	bs := []bucket{{0.001, 50}, {0.01, 90}, {0.1, 100}, {math.Inf(1), 100}}
 	tests := []struct {
 		q, want float64
@@ -104,6 +106,7 @@ func TestQuantile(t *testing.T) {
 }
 
 func TestBlocks(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		first, n int
 		want     []string
@@ -135,6 +138,7 @@ func TestBlocks(t *testing.T) {
 // the one its configuration gives a fleet (the firewall's and the XDP
 // responder's) agree address by address.
 func TestTruthMatchesFleet(t *testing.T) {
+	t.Parallel()
 	cfg := benchFleetConfig(1)
 	counts := map[probe.Outcome]int{}
 	for i := range fleetSize() {
@@ -160,6 +164,7 @@ func TestTruthMatchesFleet(t *testing.T) {
 }
 
 func TestParseNetDev(t *testing.T) {
+	t.Parallel()
 	text := `Inter-|   Receive                                                |  Transmit
  face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
     lo:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0
@@ -175,6 +180,7 @@ spab12:  123456    1000    0    0    0     0          0         0   654321    20
 }
 
 func TestSendWindow(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	samples := []LinkSample{
@@ -200,6 +206,7 @@ func TestSendWindow(t *testing.T) {
 }
 
 func TestReportOutput(t *testing.T) {
+	t.Parallel()
 	s := &Scenario{Name: "sweep", Measure: "a sweep"}
 	s.addRuns("sent", []float64{300000, 100000, 200000}, "probes/s")
 	s.add("recall", 99.9987, "%")
@@ -238,6 +245,7 @@ func TestReportOutput(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		opt     Options
@@ -273,6 +281,7 @@ func TestOptions(t *testing.T) {
 }
 
 func TestSteadyConfig(t *testing.T) {
+	t.Parallel()
 	cfg, dropped := steadyConfig(300_000, 10*time.Second)
 	if got := strings.Count(cfg, "tcp_mode: syn"); got != 3 {
 		t.Errorf("%d checks for 300,000 targets, want 3 ports", got)
@@ -370,6 +379,7 @@ func TestFleetHTTPAndSetDrop(t *testing.T) {
 }
 
 func TestFleetsOf(t *testing.T) {
+	t.Parallel()
 	both, k := []fleet.XDPMode{fleet.XDPGeneric, fleet.XDPOff}, []fleet.XDPMode{fleet.XDPOff}
 	tests := []struct {
 		choice string

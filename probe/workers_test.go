@@ -96,6 +96,7 @@ func newWorkers(t *testing.T, o WorkersOptions) *Workers {
 }
 
 func TestWorkersDeliverAll(t *testing.T) {
+	t.Parallel()
 	const lanes, perLane = 4, 250
 	var clock atomic.Int64
 	clock.Store(12345)
@@ -164,6 +165,7 @@ func waitStats(t *testing.T, w *Workers, what string, cond func(WorkerStats) boo
 // them are not probed: they are delivered as local errors (late) and
 // counted, never left for the scheduler to call timeouts.
 func TestWorkersSkipLate(t *testing.T) {
+	t.Parallel()
 	var clock atomic.Int64
 	clock.Store(1000)
 	var probed atomic.Int32
@@ -208,6 +210,7 @@ func TestWorkersSkipLate(t *testing.T) {
 // it past half its time, or noticed its deadline late, is a local error
 // (late); one started in time that times out is a timeout.
 func TestWorkersLateTimeout(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		start, end int64 // the clock when the worker takes the request, and when the probe returns
@@ -244,6 +247,7 @@ func TestWorkersLateTimeout(t *testing.T) {
 // TestWorkersSettled: the pool has settled up to just before the oldest
 // queued request's send and every running probe's deadline.
 func TestWorkersSettled(t *testing.T) {
+	t.Parallel()
 	var clock atomic.Int64
 	clock.Store(5000)
 	release := make(chan struct{})
@@ -311,6 +315,7 @@ func TestWorkersDeadline(t *testing.T) {
 
 // TestWorkersConcurrency: no more than Concurrency probes run at once.
 func TestWorkersConcurrency(t *testing.T) {
+	t.Parallel()
 	const n, limit = 20, 4
 	var running, peak atomic.Int32
 	entered := make(chan struct{}, n)
@@ -353,6 +358,7 @@ func TestWorkersConcurrency(t *testing.T) {
 // TestWorkersReport: a Reporter's Report is used and OnReport sees it on
 // the worker before the Sink gets the Result.
 func TestWorkersReport(t *testing.T) {
+	t.Parallel()
 	boom := errors.New("boom")
 	var mu sync.Mutex
 	var order []string
@@ -395,6 +401,7 @@ func (f sinkFunc) Deliver(r Result) { f(r) }
 // TestWorkersStop: Run ends on cancel, probes in flight are cut short and
 // dropped, queued and later requests are abandoned, Run runs only once.
 func TestWorkersStop(t *testing.T) {
+	t.Parallel()
 	entered := make(chan struct{})
 	var delivered atomic.Int32
 	w := newWorkers(t, WorkersOptions{
@@ -430,6 +437,7 @@ func TestWorkersStop(t *testing.T) {
 }
 
 func TestNewWorkersErrors(t *testing.T) {
+	t.Parallel()
 	ok := WorkersOptions{
 		Prober: funcProber(func(context.Context, Target) Result { return Result{} }),
 		Target: targetOf, Sink: sinkFunc(func(Result) {}), Now: func() int64 { return 0 },
@@ -461,6 +469,7 @@ func TestNewWorkersErrors(t *testing.T) {
 }
 
 func TestRequestRing(t *testing.T) {
+	t.Parallel()
 	var r requestRing
 	next, want := uint32(0), uint32(0)
 	// Interleave pushes and pops so the ring wraps and grows while wrapped.
@@ -551,6 +560,7 @@ func TestWorkersAllocs(t *testing.T) {
 // later ones use the new one, the pool grows and shrinks without losing a
 // request, and requests of targets that are gone are dropped.
 func TestWorkersChangeWhileRunning(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	var running atomic.Int64
 	prober := func(o Outcome) funcProber {

@@ -37,6 +37,7 @@ func testCeiling(t *testing.T) *ceiling {
 // TestCeilingFrame decodes the ceiling's SYNs: sonde's headers and options,
 // right checksums, and a sequence number that gives back the target.
 func TestCeilingFrame(t *testing.T) {
+	t.Parallel()
 	c := testCeiling(t)
 	for _, i := range []uint32{0, 1, 4660, 65535} {
 		b := make([]byte, len(c.frame))
@@ -77,6 +78,7 @@ func TestCeilingFrame(t *testing.T) {
 // TestCeilingHandle checks that the ceiling keeps valid replies once and
 // counts the rest.
 func TestCeilingHandle(t *testing.T) {
+	t.Parallel()
 	c := testCeiling(t)
 	reply := func(i uint32, kind bpf.Kind) *bpf.Event {
 		a := c.res.Target(int(i)).Addr().As16()

@@ -76,6 +76,7 @@ func (p *sondeProc) metric(t *testing.T, series string) float64 {
 // A corrupt state file is reported and ignored: the daemon starts, its
 // target in the initial state.
 func TestRunStateSurvivesKill(t *testing.T) {
+	t.Parallel()
 	var hang atomic.Bool
 	release := make(chan struct{})
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

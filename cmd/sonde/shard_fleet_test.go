@@ -164,6 +164,7 @@ func closedPort(t *testing.T) int {
 // pool policy to their slices; going to four moves about a quarter of the
 // endpoints, each to the new shard.
 func TestShardsTogether(t *testing.T) {
+	t.Parallel()
 	refused := closedPort(t)
 	var up []string
 	for range 8 {
@@ -304,6 +305,7 @@ func checkPolicies(t *testing.T, procs []*sondeProc, want map[string]int) {
 // the way Kubernetes mounts a ConfigMap when the kubelet swaps it, without
 // a signal; SIGHUP still reloads.
 func TestRunReloadsChangedConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a, b := tcpListener(t), tcpListener(t)
 	version := func(n int, targets ...string) {
