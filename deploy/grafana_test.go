@@ -153,7 +153,7 @@ func TestDashboard(t *testing.T) {
 	if queries < 30 {
 		t.Errorf("%d queries; the dashboard lost panels", queries)
 	}
-	// What issue 14 asks the dashboard to show.
+	// What the dashboard must show.
 	for _, want := range []string{
 		"vantage_pool:sonde_pool_healthy:ratio", "vantage_pool:sonde_pool_routable:ratio", "sonde_check_failure_window_seconds",
 		"sonde_probes_total", "sonde_scheduler_lateness_seconds_bucket", "sonde_syn_replies_total", "sonde_config_reloads_total",

@@ -68,7 +68,7 @@ func (p *sondeProc) metric(t *testing.T, series string) float64 {
 	return 0
 }
 
-// TestRunStateSurvivesKill is issue 10's restart: `sonde run -state-file`
+// TestRunStateSurvivesKill is a crash and restart: `sonde run -state-file`
 // is killed with SIGKILL and started again, and its target, which an App
 // Gateway check starts unhealthy, is healthy and routed at once, since the
 // time it became so, before any probe of the new process has answered (the
