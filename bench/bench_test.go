@@ -17,12 +17,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sondeprobe/sonde/bench/fleet"
 	"github.com/sondeprobe/sonde/bench/netns"
 	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/probe"
 )
 
 func TestParseMetrics(t *testing.T) {
+	t.Parallel()
 	text := `# HELP sonde_probes_total Probe outcomes.
 # TYPE sonde_probes_total counter
 sonde_probes_total{outcome="success",pool="a",protocol="tcp"} 10
@@ -73,6 +75,7 @@ sonde_scheduler_probes_dispatched_total 1.5e+06
 }
 
 func TestQuantile(t *testing.T) {
+	t.Parallel()
 	bs := []bucket{{0.001, 50}, {0.01, 90}, {0.1, 100}, {math.Inf(1), 100}}
 	tests := []struct {
 		q, want float64
@@ -103,6 +106,7 @@ func TestQuantile(t *testing.T) {
 }
 
 func TestBlocks(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		first, n int
 		want     []string
@@ -130,34 +134,19 @@ func TestBlocks(t *testing.T) {
 	}
 }
 
-// TestTruthMatchesFleet checks that the ground truth and the firewall sets of
-// the bench fleet agree address by address.
+// TestTruthMatchesFleet checks that the ground truth of the bench fleet and
+// the one its configuration gives a fleet (the firewall's and the XDP
+// responder's) agree address by address.
 func TestTruthMatchesFleet(t *testing.T) {
+	t.Parallel()
 	cfg := benchFleetConfig(1)
-	in := func(ps []netip.Prefix, a netip.Addr) bool {
-		for _, p := range ps {
-			if p.Contains(a) {
-				return true
-			}
-		}
-		return false
-	}
 	counts := map[probe.Outcome]int{}
 	for i := range fleetSize() {
 		a := addrAt(i)
 		if offset(a) != i {
 			t.Fatalf("offset(addrAt(%d)) = %d", i, offset(a))
 		}
-		// The fleet's chain drops first, then rejects, then answers ICMP.
-		want := probe.Success
-		switch {
-		case in(cfg.Drop, a):
-			want = probe.Timeout
-		case in(cfg.Reject, a):
-			want = probe.Refused
-		case in(cfg.Unreachable, a):
-			want = probe.Unreachable
-		}
+		want := cfg.Outcome(a, ScanPort)
 		if got := Truth(a); got != want {
 			t.Fatalf("Truth(%s) = %s, the fleet's firewall gives %s", a, got, want)
 		}
@@ -175,6 +164,7 @@ func TestTruthMatchesFleet(t *testing.T) {
 }
 
 func TestParseNetDev(t *testing.T) {
+	t.Parallel()
 	text := `Inter-|   Receive                                                |  Transmit
  face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
     lo:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0
@@ -190,6 +180,7 @@ spab12:  123456    1000    0    0    0     0          0         0   654321    20
 }
 
 func TestSendWindow(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	samples := []LinkSample{
@@ -215,6 +206,7 @@ func TestSendWindow(t *testing.T) {
 }
 
 func TestReportOutput(t *testing.T) {
+	t.Parallel()
 	s := &Scenario{Name: "sweep", Measure: "a sweep"}
 	s.addRuns("sent", []float64{300000, 100000, 200000}, "probes/s")
 	s.add("recall", 99.9987, "%")
@@ -253,6 +245,7 @@ func TestReportOutput(t *testing.T) {
 }
 
 func TestOptions(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		opt     Options
@@ -288,6 +281,7 @@ func TestOptions(t *testing.T) {
 }
 
 func TestSteadyConfig(t *testing.T) {
+	t.Parallel()
 	cfg, dropped := steadyConfig(300_000, 10*time.Second)
 	if got := strings.Count(cfg, "tcp_mode: syn"); got != 3 {
 		t.Errorf("%d checks for 300,000 targets, want 3 ports", got)
@@ -335,7 +329,7 @@ func TestRunCancelled(t *testing.T) {
 // answers again when the drop is lifted.
 func TestFleetHTTPAndSetDrop(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
-	f, err := NewFleet(FleetConfig{Listen: []uint16{80}, HTTP: []uint16{8080}})
+	f, err := fleet.New(fleet.Config{Listen: []uint16{80}, HTTP: []uint16{8080}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,15 +379,16 @@ func TestFleetHTTPAndSetDrop(t *testing.T) {
 }
 
 func TestFleetsOf(t *testing.T) {
-	both, k := []XDPMode{XDPGeneric, XDPOff}, []XDPMode{XDPOff}
+	t.Parallel()
+	both, k := []fleet.XDPMode{fleet.XDPGeneric, fleet.XDPOff}, []fleet.XDPMode{fleet.XDPOff}
 	tests := []struct {
 		choice string
-		want   map[string][]XDPMode
+		want   map[string][]fleet.XDPMode
 	}{
-		{"", map[string][]XDPMode{"sweep": both, "compare": both, "steady": {XDPGeneric}, "detect": k, "http": k}},
-		{"xdp", map[string][]XDPMode{"sweep": {XDPGeneric}, "compare": {XDPGeneric}, "steady": {XDPGeneric}, "detect": k, "http": k}},
-		{"kernel", map[string][]XDPMode{"sweep": k, "compare": k, "steady": k, "detect": k, "http": k}},
-		{"both", map[string][]XDPMode{"sweep": both, "compare": both, "steady": both, "detect": k, "http": k}},
+		{"", map[string][]fleet.XDPMode{"sweep": both, "compare": both, "steady": {fleet.XDPGeneric}, "detect": k, "http": k}},
+		{"xdp", map[string][]fleet.XDPMode{"sweep": {fleet.XDPGeneric}, "compare": {fleet.XDPGeneric}, "steady": {fleet.XDPGeneric}, "detect": k, "http": k}},
+		{"kernel", map[string][]fleet.XDPMode{"sweep": k, "compare": k, "steady": k, "detect": k, "http": k}},
+		{"both", map[string][]fleet.XDPMode{"sweep": both, "compare": both, "steady": both, "detect": k, "http": k}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.choice, func(t *testing.T) {

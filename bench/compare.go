@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sondeprobe/sonde/bench/fleet"
 	"github.com/sondeprobe/sonde/bench/netns"
 	"github.com/sondeprobe/sonde/probe"
 )
@@ -76,7 +77,7 @@ func (e *env) runCompare(ctx context.Context, s *Scenario) error {
 			s.note("%s: skipped, not installed", t.name)
 		}
 	}
-	if blackbox != "" && e.fleet.XDP != XDPOff {
+	if blackbox != "" && e.fleet.XDP != fleet.XDPOff {
 		blackbox = ""
 		s.note("blackbox_exporter: compared on the kernel's fleet only (HTTP and connect() need a TCP stack)")
 	}
@@ -143,7 +144,7 @@ func (e *env) compareSweeps(ctx context.Context, s *Scenario, zmap, masscan stri
 		if t.name != "zmap" {
 			continue
 		}
-		if e.fleet.XDP != XDPOff {
+		if e.fleet.XDP != fleet.XDPOff {
 			s.goal("sweep ≥ 3× zmap, 100.00% recall and precision", ratio >= 3 && exact,
 				"sonde %.0f probes/s (every sweep exact: %v), zmap %.0f probes/s: %.2f×", m(sonde, pps), exact, m(t, pps), ratio)
 		} else {

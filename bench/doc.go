@@ -1,21 +1,10 @@
-// Package bench builds private test fleets and measures sonde against them.
+// Package bench measures sonde against private test fleets (package
+// bench/fleet): the scenarios of `sonde bench` (sweep, steady, detect, http,
+// faults, compare) and their report. Package bench/ceiling is the same-run
+// ceiling the sweeps are compared with.
 //
-// A [Fleet] is two network namespaces joined by a veth pair: the prober side,
-// which has one address, no default route and a route for the fleet prefixes
-// via the veth, and the fleet side, which answers for whole prefixes through
-// AnyIP local routes (`ip route add local PREFIX dev lo`). Firewall rules on the
-// fleet side drop or reject known subsets of addresses, so the ground truth of
-// every address is known: listening port → success, Reject → refused (TCP
-// RST), Unreachable → unreachable (ICMP), Drop → timeout. [Fleet.SetDrop]
-// makes more addresses go silent while the fleet runs. Nothing leaves the
-// namespaces the fleet creates.
-//
-// With [FleetConfig.XDP] the fleet answers SYN probes in XDP instead (see
-// responder.c): the same ground truth, without work for the fleet's TCP stack,
-// so that a prober's own cost is what a benchmark measures. Such a fleet
-// answers SYNs only: HTTP and connect() probes need the kernel's fleet.
-// [Ceiling] is the same-run ceiling the sweeps are compared with.
-//
-// Building a fleet needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the ip,
-// ethtool and nft commands.
+// [Run] builds the bench fleet: [BenchPrefix] with the static subsets whose
+// outcome [Truth] gives, answered by the kernel or by the XDP responder
+// ([Options].XDP), and runs the scenarios on it. Running needs root
+// (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the ip, ethtool and nft commands.
 package bench

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sondeprobe/sonde/bench/fleet"
 )
 
 // The faults scenario runs `sonde run` with three pools over the same
@@ -39,7 +41,7 @@ type fault struct {
 	Name string // as reported and selected (Options.Faults)
 	What string // what it does, for the report
 	// impair returns the impairment for a check with timeout t.
-	impair func(t time.Duration) Impairment
+	impair func(t time.Duration) fleet.Impairment
 	// hogs starves the prober: busy loops on every CPU, at the prober's
 	// priority, for the length of the fault.
 	hogs bool
@@ -53,25 +55,25 @@ var Faults = []fault{
 	{Name: "loss-1", What: "1% of TCP packets lost, each direction", impair: loss(0.01)},
 	{Name: "loss-5", What: "5% of TCP packets lost, each direction", impair: loss(0.05)},
 	{Name: "loss-10", What: "10% of TCP packets lost, each direction", impair: loss(0.10)},
-	{Name: "duplicate", What: "10% of TCP packets sent twice, each direction", impair: func(time.Duration) Impairment { return Impairment{Duplicate: 0.10} }},
-	{Name: "reorder", What: "every frame held 0-20 ms at random, each direction: frames overtake each other", impair: func(time.Duration) Impairment {
-		return Impairment{Delay: func() time.Duration { return rand.N(20 * time.Millisecond) }}
+	{Name: "duplicate", What: "10% of TCP packets sent twice, each direction", impair: func(time.Duration) fleet.Impairment { return fleet.Impairment{Duplicate: 0.10} }},
+	{Name: "reorder", What: "every frame held 0-20 ms at random, each direction: frames overtake each other", impair: func(time.Duration) fleet.Impairment {
+		return fleet.Impairment{Delay: func() time.Duration { return rand.N(20 * time.Millisecond) }}
 	}},
 	{Name: "delay-spikes", What: "for 1 s in every 10 s, every frame held 75% of the timeout (each frame at most once per round trip)", impair: spikes},
 	{Name: "starved", What: "busy loops on every CPU (two per CPU) at the prober's priority; the network is clean", hogs: true, starvedSize: true},
 }
 
-func loss(share float64) func(time.Duration) Impairment {
-	return func(time.Duration) Impairment { return Impairment{Loss: share} }
+func loss(share float64) func(time.Duration) fleet.Impairment {
+	return func(time.Duration) fleet.Impairment { return fleet.Impairment{Loss: share} }
 }
 
 // spikes holds every frame for 3/4 of the timeout during the first second of
 // every 10 s. A spike no longer than its delay delays a round trip once: a
 // frame it holds is released after it ends, and so is the answer to it.
-func spikes(timeout time.Duration) Impairment {
+func spikes(timeout time.Duration) fleet.Impairment {
 	start := time.Now()
 	hold := timeout * 3 / 4
-	return Impairment{Delay: func() time.Duration {
+	return fleet.Impairment{Delay: func() time.Duration {
 		if time.Since(start)%(10*time.Second) < min(time.Second, hold) {
 			return hold
 		}
@@ -127,8 +129,8 @@ type faultRow struct {
 // chosen fault on it; the fleet goes at the end, unless Options.Keep.
 func (e *env) runFaults(ctx context.Context, s *Scenario) (err error) {
 	faults := e.chosenFaults()
-	cfg := FleetConfig{Prefix: faultPrefix, Listen: []uint16{ScanPort}, HTTP: []uint16{HTTPPort}, Impair: true}
-	f, err := NewFleet(cfg)
+	cfg := fleet.Config{Prefix: faultPrefix, Listen: []uint16{ScanPort}, HTTP: []uint16{HTTPPort}, Impair: true}
+	f, err := fleet.New(cfg)
 	if err != nil {
 		return fmt.Errorf("build the impaired fleet: %w", err)
 	}
@@ -207,14 +209,14 @@ func (e *env) runFault(ctx context.Context, s *Scenario, f fault) ([]faultRow, e
 		return nil, err
 	}
 
-	im := Impairment{}
+	im := fleet.Impairment{}
 	if f.impair != nil {
 		im = f.impair(p.timeout)
 	}
 	if err := e.fleet.Impair(im); err != nil {
 		return nil, err
 	}
-	defer func() { _ = e.fleet.Impair(Impairment{}) }() // on an error path; the run reports that error
+	defer func() { _ = e.fleet.Impair(fleet.Impairment{}) }() // on an error path; the run reports that error
 	stopHogs := func() {}
 	if f.hogs {
 		if stopHogs, err = startHogs(2 * runtime.NumCPU()); err != nil {
@@ -296,7 +298,7 @@ func (e *env) runFault(ctx context.Context, s *Scenario, f fault) ([]faultRow, e
 	if err := e.fleet.SetDrop(nil); err != nil {
 		return nil, err
 	}
-	if err := e.fleet.Impair(Impairment{}); err != nil {
+	if err := e.fleet.Impair(fleet.Impairment{}); err != nil {
 		return nil, err
 	}
 	stopHogs()

@@ -3,6 +3,7 @@ package bench
 import (
 	"net/netip"
 
+	"github.com/sondeprobe/sonde/bench/fleet"
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -80,8 +81,8 @@ func Truth(a netip.Addr) probe.Outcome {
 
 // benchFleetConfig returns the configuration of the bench fleet with
 // steadyPorts listening ports from FirstSteadyPort.
-func benchFleetConfig(steadyPorts int) FleetConfig {
-	cfg := FleetConfig{
+func benchFleetConfig(steadyPorts int) fleet.Config {
+	cfg := fleet.Config{
 		Prefix:      BenchPrefix,
 		Listen:      []uint16{ScanPort},
 		HTTP:        []uint16{HTTPPort},

@@ -75,7 +75,8 @@ type Metric struct {
 	Runs  []float64 `json:"runs,omitempty"`
 }
 
-// Goal is one of issue 5's goals as a scenario checked it.
+// Goal is one of the performance goals of sonde bench as a scenario checked
+// it.
 type Goal struct {
 	What string `json:"what"` // the goal, e.g. "sweep rate ≥ 2× zmap"
 	Got  string `json:"got"`  // what was measured against it

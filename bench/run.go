@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sondeprobe/sonde/bench/fleet"
 )
 
 // Scenarios are the names of the scenarios [Run] knows, in the order it runs
@@ -49,8 +51,8 @@ type Options struct {
 	// Fleet selects the fleets of sweep, steady and compare; detect and
 	// http always run on the kernel's fleet.
 	Fleet FleetChoice
-	// XDP is the mode of the XDP-answered fleet; default XDPGeneric.
-	XDP XDPMode
+	// XDP is the mode of the XDP-answered fleet; default fleet.XDPGeneric.
+	XDP fleet.XDPMode
 	// Faults are the faults the faults scenario runs, by name (see
 	// [FaultNames]); empty means all.
 	Faults []string
@@ -102,30 +104,30 @@ func (c FleetChoice) String() string {
 
 // xdpNone stands for "no shared fleet" in fleetsOf: the scenario builds its
 // own.
-const xdpNone XDPMode = 255
+const xdpNone fleet.XDPMode = 255
 
 // fleetsOf returns the fleets scenario name runs on, in order: the XDP
-// fleet's mode, XDPOff for the kernel's, or xdpNone.
-func (o *Options) fleetsOf(name string) []XDPMode {
+// fleet's mode, fleet.XDPOff for the kernel's, or xdpNone.
+func (o *Options) fleetsOf(name string) []fleet.XDPMode {
 	switch name {
 	case "sweep", "compare", "steady":
 	case "faults":
-		return []XDPMode{xdpNone} // a fleet of its own, built by the scenario
+		return []fleet.XDPMode{xdpNone} // a fleet of its own, built by the scenario
 	default:
-		return []XDPMode{XDPOff} // HTTP and connect() need a TCP stack
+		return []fleet.XDPMode{fleet.XDPOff} // HTTP and connect() need a TCP stack
 	}
 	switch o.Fleet {
 	case FleetXDP:
-		return []XDPMode{o.XDP}
+		return []fleet.XDPMode{o.XDP}
 	case FleetKernel:
-		return []XDPMode{XDPOff}
+		return []fleet.XDPMode{fleet.XDPOff}
 	case FleetBoth:
-		return []XDPMode{o.XDP, XDPOff}
+		return []fleet.XDPMode{o.XDP, fleet.XDPOff}
 	}
 	if name == "steady" {
-		return []XDPMode{o.XDP}
+		return []fleet.XDPMode{o.XDP}
 	}
-	return []XDPMode{o.XDP, XDPOff}
+	return []fleet.XDPMode{o.XDP, fleet.XDPOff}
 }
 
 // ErrUnknownScenario is returned by [Run] for a scenario name it does not
@@ -205,10 +207,10 @@ func (o *Options) defaults() error {
 	if o.HTTPDuration < time.Second || o.HTTPDuration > 10*time.Minute {
 		return fmt.Errorf("bench: HTTP duration %v out of range 1s-10m", o.HTTPDuration)
 	}
-	if o.XDP == XDPOff {
-		o.XDP = XDPGeneric
+	if o.XDP == fleet.XDPOff {
+		o.XDP = fleet.XDPGeneric
 	}
-	if o.XDP > XDPNative || o.Fleet > FleetBoth {
+	if o.XDP > fleet.XDPNative || o.Fleet > FleetBoth {
 		return fmt.Errorf("bench: XDP mode %d or fleet choice %d unknown", o.XDP, o.Fleet)
 	}
 	if o.Progress == nil {
@@ -220,12 +222,12 @@ func (o *Options) defaults() error {
 // env is what the scenarios of one run share.
 type env struct {
 	opt    Options
-	fleets map[XDPMode]*Fleet // by who answers: XDPOff for the kernel's fleet
-	fleet  *Fleet             // the fleet of the scenario being run
-	dir    string             // temporary files: configs, outputs
+	fleets map[fleet.XDPMode]*fleet.Fleet // by who answers: fleet.XDPOff for the kernel's fleet
+	fleet  *fleet.Fleet                   // the fleet of the scenario being run
+	dir    string                         // temporary files: configs, outputs
 	// sweepCPU is sonde scan's median CPU per probe (µs) on each fleet, for
 	// steady's comparison.
-	sweepCPU map[XDPMode]float64
+	sweepCPU map[fleet.XDPMode]float64
 	// extra lists the fleets scenarios built for themselves (faults).
 	extra []FleetInfo
 }
@@ -240,7 +242,7 @@ func Run(ctx context.Context, opt Options) (rep *Report, err error) {
 		return nil, err
 	}
 	if os.Geteuid() != 0 {
-		return nil, ErrNotRoot
+		return nil, fleet.ErrNotRoot
 	}
 	rep = &Report{Machine: DescribeMachine(opt.Version)}
 	dir, err := os.MkdirTemp("", "sonde-bench-")
@@ -252,7 +254,7 @@ func Run(ctx context.Context, opt Options) (rep *Report, err error) {
 			err = errors.Join(err, os.RemoveAll(dir))
 		}
 	}()
-	e := &env{opt: opt, fleets: map[XDPMode]*Fleet{}, dir: dir, sweepCPU: map[XDPMode]float64{}}
+	e := &env{opt: opt, fleets: map[fleet.XDPMode]*fleet.Fleet{}, dir: dir, sweepCPU: map[fleet.XDPMode]float64{}}
 	defer func() {
 		if opt.Keep {
 			return
@@ -302,7 +304,7 @@ func Run(ctx context.Context, opt Options) (rep *Report, err error) {
 // listening port per fleetSize() steady targets, and lists them in rep.
 func (e *env) buildFleets(rep *Report) error {
 	ports := (e.opt.Steady.Targets + fleetSize() - 1) / fleetSize()
-	for _, mode := range []XDPMode{e.opt.XDP, XDPOff} {
+	for _, mode := range []fleet.XDPMode{e.opt.XDP, fleet.XDPOff} {
 		needed := false
 		for _, name := range e.opt.Scenarios {
 			needed = needed || slices.Contains(e.opt.fleetsOf(name), mode)
@@ -313,7 +315,7 @@ func (e *env) buildFleets(rep *Report) error {
 		e.opt.Progress("building a fleet", "prefix", BenchPrefix, "answered_by", mode, "steady_ports", ports)
 		cfg := benchFleetConfig(ports)
 		cfg.XDP = mode
-		f, err := NewFleet(cfg)
+		f, err := fleet.New(cfg)
 		if err != nil {
 			return fmt.Errorf("build the %s fleet: %w", mode, err)
 		}

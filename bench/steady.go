@@ -182,7 +182,7 @@ func (e *env) runSteady(ctx context.Context, s *Scenario) error {
 	return d.stop()
 }
 
-// tenMillion is the size from which steady checks issue 16's goals for ten
+// tenMillion is the size from which steady checks the goals for ten
 // million targets (load time, 150 bytes per target).
 const tenMillion = 10_000_000
 

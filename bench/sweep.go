@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sondeprobe/sonde/bench/fleet"
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -280,7 +281,7 @@ func (e *env) runSweep(ctx context.Context, s *Scenario) error {
 		s.add("fleet SYN-ACKs per sweep (XDP)", float64(fleet1.SynAck-fleet0.SynAck)/sweeps, "")
 		s.add("prober packets dropped per sweep (XDP)", float64(fleet1.HostDropped-fleet0.HostDropped)/sweeps, "")
 	}
-	if e.fleet.XDP != XDPOff {
+	if e.fleet.XDP != fleet.XDPOff {
 		exact := true
 		for _, r := range good {
 			exact = exact && r.acc.exact() && r.acc.wrong == 0

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -141,13 +142,13 @@ remediation:
 
 	// Per-target series appear once the targets are decided; a reload (the
 	// signal of the systemd unit's ExecReload) must count.
-	d.scrapeUntil(t, func(f map[string]*dto.MetricFamily) bool { return f["sonde_target_healthy"] != nil })
+	d.scrapeUntil(t, "sonde_target_healthy", func(f map[string]*dto.MetricFamily) bool { return f["sonde_target_healthy"] != nil })
 	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	// The certificate expiry comes with the first HTTPS probe's answer,
 	// which a loaded machine may give after the rest.
-	fams := d.scrapeUntil(t, func(f map[string]*dto.MetricFamily) bool {
+	fams := d.scrapeUntil(t, "two reloads, the found pool healthy and a certificate expiry", func(f map[string]*dto.MetricFamily) bool {
 		return value(f["sonde_config_reloads_total"], "result", "success") >= 2 && f["sonde_target_healthy"] != nil &&
 			value(f["sonde_discovery_source_healthy"], "pool", "found") == 1 && value(f["sonde_target_healthy"], "pool", "found") >= 0 &&
 			f["sonde_tls_earliest_cert_expiry_seconds"] != nil
@@ -264,11 +265,17 @@ func startDaemon(t *testing.T, cfg string) *daemon {
 	return nil
 }
 
-// scrapeUntil scrapes /metrics until ok holds, for at most a minute.
-func (d *daemon) scrapeUntil(t *testing.T, ok func(map[string]*dto.MetricFamily) bool) map[string]*dto.MetricFamily {
+// families is a scrape of /metrics; printed, it lists its names.
+type families map[string]*dto.MetricFamily
+
+func (f families) String() string {
+	return fmt.Sprint(slices.Sorted(maps.Keys(f)))
+}
+
+// scrapeUntil scrapes /metrics until ok holds; what says what ok awaits.
+func (d *daemon) scrapeUntil(t *testing.T, what string, ok func(map[string]*dto.MetricFamily) bool) map[string]*dto.MetricFamily {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	return testenv.Eventually(t, what+" in /metrics", func() (families, bool) {
 		resp, err := http.Get("http://" + d.addr + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -279,12 +286,6 @@ func (d *daemon) scrapeUntil(t *testing.T, ok func(map[string]*dto.MetricFamily)
 		if err != nil {
 			t.Fatalf("parse /metrics: %v", err)
 		}
-		if ok(fams) {
-			return fams
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("condition on /metrics not met within a minute")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fams, ok(fams)
+	})
 }

@@ -13,6 +13,7 @@ func ep(i int) netip.AddrPort {
 // TestTablePut checks that Put changes and adds endpoints, across blocks,
 // and that a pointer a reader holds into the table keeps the old endpoint.
 func TestTablePut(t *testing.T) {
+	t.Parallel()
 	tab := NewTable(10)
 	for i := range 10 {
 		tab.Add(ep(i))
@@ -41,6 +42,7 @@ func TestTablePut(t *testing.T) {
 // TestTableConcurrent reads a table while one writer adds and changes
 // endpoints, for the race detector; every read sees an endpoint that id had.
 func TestTableConcurrent(t *testing.T) {
+	t.Parallel()
 	tab := NewTable(0)
 	var wg sync.WaitGroup
 	stop := make(chan struct{})

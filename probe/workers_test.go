@@ -3,6 +3,7 @@ package probe
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
 // funcProber is a Prober made of a function.
@@ -50,17 +53,6 @@ func (c *collector) taken() []Result {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]Result(nil), c.results...)
-}
-
-// waitFor polls cond until it holds, failing the test after a generous
-// deadline.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 30s")
-		}
-	}
 }
 
 func (c *collector) byID() map[uint32]Result {
@@ -104,6 +96,7 @@ func newWorkers(t *testing.T, o WorkersOptions) *Workers {
 }
 
 func TestWorkersDeliverAll(t *testing.T) {
+	t.Parallel()
 	const lanes, perLane = 4, 250
 	var clock atomic.Int64
 	clock.Store(12345)
@@ -151,7 +144,7 @@ func TestWorkersDeliverAll(t *testing.T) {
 			t.Fatalf("result of %d (-want +got):\n%s", id, diff)
 		}
 	}
-	waitStats(t, w, func(s WorkerStats) bool { return s.Delivered == lanes*perLane })
+	waitStats(t, w, "every result delivered", func(s WorkerStats) bool { return s.Delivered == lanes*perLane })
 	want := WorkerStats{Queued: lanes * perLane, Started: lanes * perLane, Delivered: lanes * perLane}
 	if diff := cmp.Diff(want, w.Stats()); diff != "" {
 		t.Errorf("stats (-want +got):\n%s", diff)
@@ -159,22 +152,20 @@ func TestWorkersDeliverAll(t *testing.T) {
 }
 
 // waitStats waits until cond holds for w's stats: counters are updated just
-// after the Sink sees a result.
-func waitStats(t *testing.T, w *Workers, cond func(WorkerStats) bool) {
+// after the Sink sees a result. what says what cond awaits.
+func waitStats(t *testing.T, w *Workers, what string, cond func(WorkerStats) bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond(w.Stats()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("stats never satisfied the condition: %+v", w.Stats())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, what, func() (WorkerStats, bool) {
+		s := w.Stats()
+		return s, cond(s)
+	})
 }
 
 // TestWorkersSkipLate: requests past their deadline when a worker takes
 // them are not probed: they are delivered as local errors (late) and
 // counted, never left for the scheduler to call timeouts.
 func TestWorkersSkipLate(t *testing.T) {
+	t.Parallel()
 	var clock atomic.Int64
 	clock.Store(1000)
 	var probed atomic.Int32
@@ -205,7 +196,7 @@ func TestWorkersSkipLate(t *testing.T) {
 	if got[3].Outcome != Success {
 		t.Errorf("request 3 delivered %+v, want success", got[3])
 	}
-	waitStats(t, w, func(s WorkerStats) bool { return s.Delivered == 3 })
+	waitStats(t, w, "three results delivered", func(s WorkerStats) bool { return s.Delivered == 3 })
 	want := WorkerStats{Queued: 3, Started: 1, Delivered: 3, SkippedLate: 2}
 	if diff := cmp.Diff(want, w.Stats()); diff != "" {
 		t.Errorf("stats (-want +got):\n%s", diff)
@@ -219,6 +210,7 @@ func TestWorkersSkipLate(t *testing.T) {
 // it past half its time, or noticed its deadline late, is a local error
 // (late); one started in time that times out is a timeout.
 func TestWorkersLateTimeout(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name       string
 		start, end int64 // the clock when the worker takes the request, and when the probe returns
@@ -255,6 +247,7 @@ func TestWorkersLateTimeout(t *testing.T) {
 // TestWorkersSettled: the pool has settled up to just before the oldest
 // queued request's send and every running probe's deadline.
 func TestWorkersSettled(t *testing.T) {
+	t.Parallel()
 	var clock atomic.Int64
 	clock.Store(5000)
 	release := make(chan struct{})
@@ -288,8 +281,8 @@ func TestWorkersSettled(t *testing.T) {
 	}
 	release <- struct{}{}
 	sink.wg.Wait()
-	waitStats(t, w, func(s WorkerStats) bool { return s.InFlight == 0 })
-	waitFor(t, func() bool { return w.Settled() == 5000 })
+	waitStats(t, w, "nothing in flight", func(s WorkerStats) bool { return s.InFlight == 0 })
+	testenv.Eventually(t, "Settled back at the clock, 5000", func() (int64, bool) { n := w.Settled(); return n, n == 5000 })
 }
 
 // TestWorkersDeadline: the probe's context ends at Request.Deadline, read
@@ -322,6 +315,7 @@ func TestWorkersDeadline(t *testing.T) {
 
 // TestWorkersConcurrency: no more than Concurrency probes run at once.
 func TestWorkersConcurrency(t *testing.T) {
+	t.Parallel()
 	const n, limit = 20, 4
 	var running, peak atomic.Int32
 	entered := make(chan struct{}, n)
@@ -364,6 +358,7 @@ func TestWorkersConcurrency(t *testing.T) {
 // TestWorkersReport: a Reporter's Report is used and OnReport sees it on
 // the worker before the Sink gets the Result.
 func TestWorkersReport(t *testing.T) {
+	t.Parallel()
 	boom := errors.New("boom")
 	var mu sync.Mutex
 	var order []string
@@ -406,6 +401,7 @@ func (f sinkFunc) Deliver(r Result) { f(r) }
 // TestWorkersStop: Run ends on cancel, probes in flight are cut short and
 // dropped, queued and later requests are abandoned, Run runs only once.
 func TestWorkersStop(t *testing.T) {
+	t.Parallel()
 	entered := make(chan struct{})
 	var delivered atomic.Int32
 	w := newWorkers(t, WorkersOptions{
@@ -441,6 +437,7 @@ func TestWorkersStop(t *testing.T) {
 }
 
 func TestNewWorkersErrors(t *testing.T) {
+	t.Parallel()
 	ok := WorkersOptions{
 		Prober: funcProber(func(context.Context, Target) Result { return Result{} }),
 		Target: targetOf, Sink: sinkFunc(func(Result) {}), Now: func() int64 { return 0 },
@@ -472,6 +469,7 @@ func TestNewWorkersErrors(t *testing.T) {
 }
 
 func TestRequestRing(t *testing.T) {
+	t.Parallel()
 	var r requestRing
 	next, want := uint32(0), uint32(0)
 	// Interleave pushes and pops so the ring wraps and grows while wrapped.
@@ -562,6 +560,7 @@ func TestWorkersAllocs(t *testing.T) {
 // later ones use the new one, the pool grows and shrinks without losing a
 // request, and requests of targets that are gone are dropped.
 func TestWorkersChangeWhileRunning(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	var running atomic.Int64
 	prober := func(o Outcome) funcProber {
@@ -590,9 +589,7 @@ func TestWorkersChangeWhileRunning(t *testing.T) {
 	start(t, w)
 	sink.wg.Add(1)
 	w.Launch(0, []Request{{ID: 1, Deadline: 1 << 62}}) // blocks the only worker
-	for running.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, "the first probe running", func() (int64, bool) { n := running.Load(); return n, n != 0 })
 	w.SetProber(prober(Refused))
 	w.SetConcurrency(4)
 	const more = 40
@@ -602,7 +599,7 @@ func TestWorkersChangeWhileRunning(t *testing.T) {
 		reqs = append(reqs, Request{ID: uint32(10 + i), Deadline: 1 << 62})
 	}
 	w.Launch(0, reqs)
-	waitFor(t, func() bool { return len(sink.taken()) == more })
+	testenv.Eventually(t, fmt.Sprintf("%d results", more), func() (int, bool) { n := len(sink.taken()); return n, n == more })
 	w.SetConcurrency(1)
 	close(release)
 	sink.wg.Wait()
@@ -619,9 +616,9 @@ func TestWorkersChangeWhileRunning(t *testing.T) {
 	if st.Abandoned != 1 || st.Delivered != more+1 {
 		t.Fatalf("stats %+v: want one abandoned (the gone target) and every other delivered", st)
 	}
-	waitFor(t, func() bool {
+	testenv.Eventually(t, "one worker running", func() (int, bool) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		return w.running == 1
+		return w.running, w.running == 1
 	})
 }

@@ -126,6 +126,7 @@ func BenchmarkMemoryPerTarget(b *testing.B) {
 }
 
 func TestRecordIsOneCacheLine(t *testing.T) {
+	t.Parallel()
 	if got := unsafe.Sizeof(record{}); got != 64 {
 		t.Fatalf("record is %d bytes, want 64 (one cache line)", got)
 	}

@@ -7,6 +7,7 @@ import (
 )
 
 func TestWindows(t *testing.T) {
+	t.Parallel()
 	s := time.Second
 	tests := []struct {
 		name             string
@@ -88,6 +89,7 @@ func TestWindows(t *testing.T) {
 }
 
 func TestSuccessWindowMeasuredLatency(t *testing.T) {
+	t.Parallel()
 	c := Timing{Interval: 2 * time.Second, Timeout: 3 * time.Second, Rise: 3, Fall: 3}
 	// SEMANTICS W2 example: r=1 s, i=2 s, k=3 → 7 s.
 	if got := c.SuccessWindow(time.Second); got != 7*time.Second {
@@ -100,6 +102,7 @@ func TestSuccessWindowMeasuredLatency(t *testing.T) {
 }
 
 func TestCheckValidate(t *testing.T) {
+	t.Parallel()
 	ok := Timing{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}
 	bad := []struct {
 		name string
@@ -135,6 +138,7 @@ func TestCheckValidate(t *testing.T) {
 }
 
 func TestProbeRate(t *testing.T) {
+	t.Parallel()
 	c := Timing{Interval: 2 * time.Second, FastRecheck: 500 * time.Millisecond, Timeout: 500 * time.Millisecond}
 	if got := c.ProbeRate(); got != 2 {
 		t.Fatalf("ProbeRate = %v, want 2", got)
@@ -149,6 +153,7 @@ func TestProbeRate(t *testing.T) {
 }
 
 func TestParseCadence(t *testing.T) {
+	t.Parallel()
 	for _, c := range []Cadence{AfterCompletion, FixedRate} {
 		got, err := ParseCadence(c.String())
 		if err != nil || got != c {

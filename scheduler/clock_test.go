@@ -29,6 +29,7 @@ func TestRealClockIsKernelMonotonic(t *testing.T) {
 }
 
 func TestSimClock(t *testing.T) {
+	t.Parallel()
 	epoch := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	c := NewSimClock(epoch)
 	c.Advance(1500 * time.Millisecond)

@@ -3,9 +3,11 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -56,6 +58,7 @@ var oneCheck = []Check{{Timing: Timing{Interval: 10 * sec, Timeout: sec, Rise: 2
 // gets its first probe at the step that applies the edit, not somewhere in
 // its first interval, and starts in its check's initial state.
 func TestEditAddProbesPromptly(t *testing.T) {
+	t.Parallel()
 	checks := []Check{{Timing: Timing{Interval: 10 * sec, Timeout: sec, Rise: 2, Fall: 2, Initial: Unhealthy}}}
 	s := newSim(t, checks, []TargetSpec{{Leader: 0}}, 2)
 	s.runFor(3 * sec)
@@ -82,6 +85,7 @@ func TestEditAddProbesPromptly(t *testing.T) {
 // that the answer to its probe in flight counts as stale, and that its id,
 // given to a new target, starts afresh and is not fooled by that answer.
 func TestEditRemoveAndReuse(t *testing.T) {
+	t.Parallel()
 	s := newSim(t, oneCheck, []TargetSpec{{Leader: 0}, {Leader: 1}}, 1)
 	s.behave = func(probe.Request) answer { return answer{silent: true} }
 	for len(s.sentFor(0, 0)) == 0 {
@@ -125,6 +129,7 @@ func TestEditRemoveAndReuse(t *testing.T) {
 // shared stream goes, its follower takes the stream over on the leader's
 // schedule, keeping its own state.
 func TestEditLeaderRemovalHandsOver(t *testing.T) {
+	t.Parallel()
 	checks := []Check{
 		{Timing: Timing{Interval: 5 * sec, Timeout: sec, Rise: 1, Fall: 3}},
 		{Timing: Timing{Interval: 2 * sec, Timeout: sec, Rise: 1, Fall: 3}},
@@ -158,6 +163,7 @@ func TestEditLeaderRemovalHandsOver(t *testing.T) {
 // both, P4) and the stream going idle when every member is disabled, then
 // probing promptly when one comes back.
 func TestEditJoinAndDisable(t *testing.T) {
+	t.Parallel()
 	checks := []Check{
 		{Timing: Timing{Interval: 2 * sec, Timeout: sec, Rise: 1, Fall: 1}},
 		{Timing: Timing{Interval: 3 * sec, Timeout: sec, Rise: 1, Fall: 1}},
@@ -205,6 +211,7 @@ func TestEditJoinAndDisable(t *testing.T) {
 // TestEditSetChecks checks that new timing applies to targets that keep
 // their state, and that a check in use cannot change its timeout.
 func TestEditSetChecks(t *testing.T) {
+	t.Parallel()
 	s := newSim(t, []Check{{Timing: Timing{Interval: 5 * sec, Timeout: sec, Rise: 1, Fall: 3}}}, []TargetSpec{{Leader: 0}}, 1)
 	s.runFor(12 * sec)
 	sinceBefore := s.eng.Status(0).Since
@@ -234,6 +241,7 @@ func TestEditSetChecks(t *testing.T) {
 // TestEditRejects checks the edit's guards and that an aborted edit leaves
 // the engine as it was.
 func TestEditRejects(t *testing.T) {
+	t.Parallel()
 	checks := []Check{
 		{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}},
 		{Timing: Timing{Interval: sec, Timeout: 2 * sec, Rise: 1, Fall: 1}},
@@ -272,6 +280,7 @@ func TestEditRejects(t *testing.T) {
 // TestResume checks that a target added with a saved state reads as that
 // state at once and goes on counting from its streak.
 func TestResume(t *testing.T) {
+	t.Parallel()
 	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 2, Fall: 3, Initial: Unhealthy}}}
 	saved := &TargetStatus{State: Healthy, Probed: true, LastOutcome: probe.Refused, Streak: 2, Since: -int64(time.Hour), Smoothed: 3 * time.Millisecond}
 	s := newSim(t, checks, []TargetSpec{{Leader: 0, Resume: saved}}, 1)
@@ -293,6 +302,7 @@ func TestResume(t *testing.T) {
 // so failures start a new run and the target turns unhealthy on the fall-th
 // of them, not the first.
 func TestResumeAfterLocalError(t *testing.T) {
+	t.Parallel()
 	timing := Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 3}
 	s := newSim(t, []Check{{Timing: timing}}, []TargetSpec{{Leader: 0}}, 1)
 	outcome := probe.Success
@@ -381,15 +391,15 @@ func TestEditWhileRunning(t *testing.T) {
 			live[id] = true
 		}
 		ed.Commit()
+		// Not a wait for a condition: the engine probes between edits,
+		// which is the interleaving this test is about.
 		time.Sleep(time.Millisecond)
 	}
 	for id := range live {
-		for e.Status(id).State == Unknown {
-			if ctx.Err() != nil {
-				t.Fatalf("target %d undecided: %+v", id, e.Status(id))
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testenv.Eventually(t, fmt.Sprintf("target %d decided", id), func() (TargetStatus, bool) {
+			st := e.Status(id)
+			return st, st.State != Unknown
+		})
 	}
 	cancel()
 	<-done
@@ -402,6 +412,7 @@ func TestEditWhileRunning(t *testing.T) {
 // goes: to the enabled member with the lowest id, and to the lowest id when
 // none is enabled (a caller mirrors the rule to know the leader).
 func TestEditHeir(t *testing.T) {
+	t.Parallel()
 	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
 	targets := []TargetSpec{{Leader: 0}, {Leader: 0, Disabled: true}, {Leader: 0}, {Leader: 0}}
 	s := newSim(t, checks, targets, 1)

@@ -17,6 +17,7 @@ const sec = time.Second
 // once, at the lower interval, and each evaluates the shared results with its
 // own thresholds and window.
 func TestSharedStream(t *testing.T) {
+	t.Parallel()
 	checks := []Check{
 		{Timing: Timing{Interval: 5 * sec, Timeout: sec, Rise: 1, Fall: 3, Initial: Healthy}},
 		{Timing: Timing{Interval: 2 * sec, Timeout: sec, Rise: 1, Fall: 2, Initial: Healthy}},
@@ -61,6 +62,7 @@ func TestSharedStream(t *testing.T) {
 // TestDisabled checks E6: a target disabled everywhere is never probed and
 // keeps no state; a disabled leader still probes for its enabled follower.
 func TestDisabled(t *testing.T) {
+	t.Parallel()
 	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
 	targets := []TargetSpec{
 		{Check: 0, Leader: 0, Disabled: true},
@@ -89,6 +91,7 @@ func TestDisabled(t *testing.T) {
 // unknown id, or completed after the deadline are dropped and counted, and
 // that a probe answered too late still counts as a timeout.
 func TestStaleAndLateAnswers(t *testing.T) {
+	t.Parallel()
 	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1, Initial: Healthy}}}
 	s := newSim(t, checks, []TargetSpec{{Leader: 0}}, 1)
 	s.behave = func(probe.Request) answer { return answer{silent: true} }
@@ -117,6 +120,7 @@ func TestStaleAndLateAnswers(t *testing.T) {
 // errors between failures does not delay nor hasten detection by more than
 // the probes it cost.
 func TestLocalErrorNoVerdict(t *testing.T) {
+	t.Parallel()
 	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 3, FastRecheck: 200 * time.Millisecond, Initial: Healthy}}}
 	s := newSim(t, checks, []TargetSpec{{Leader: 0}}, 1)
 	s.runFor(5 * sec)
@@ -160,6 +164,7 @@ func TestLocalErrorNoVerdict(t *testing.T) {
 // once, with one the burst at once and the rest at the pace's rate, so the
 // last leaves after (n - burst) / rate, not after an interval.
 func TestFirstProbesPrompt(t *testing.T) {
+	t.Parallel()
 	const n = 10000
 	for _, tt := range []struct {
 		name string
@@ -215,6 +220,7 @@ func TestFirstProbesPrompt(t *testing.T) {
 // burst of 1,000 then 4,500/s, leave as one burst then 4,500/s for all
 // 10,000 (the last after 2 s), not at twice the rate.
 func TestFirstProbesShareALauncher(t *testing.T) {
+	t.Parallel()
 	pace := Pace{Rate: 4500, Burst: 1000}
 	timing := Timing{Interval: 30 * sec, Timeout: 30 * sec, Rise: 1, Fall: 3}
 	checks := []Check{{Timing: timing, FirstProbes: pace}, {Timing: timing, FirstProbes: pace}}
@@ -238,6 +244,7 @@ func TestFirstProbesShareALauncher(t *testing.T) {
 // checks that every target is evaluated and lateness stays at zero in
 // simulation.
 func TestManyTargetsAcrossShards(t *testing.T) {
+	t.Parallel()
 	const n = 3000
 	checks := []Check{
 		{Timing: Timing{Interval: 2 * sec, Timeout: sec, Rise: 2, Fall: 3}},
@@ -275,6 +282,7 @@ func TestManyTargetsAcrossShards(t *testing.T) {
 }
 
 func TestNewRejectsBadTargets(t *testing.T) {
+	t.Parallel()
 	l := &countingLauncher{}
 	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}, Launcher: l}, {Timing: Timing{Interval: sec, Timeout: 2 * sec, Rise: 1, Fall: 1}, Launcher: l}}
 	bad := map[string][]TargetSpec{
@@ -395,6 +403,7 @@ func TestRunRealTime(t *testing.T) {
 // interval), never after it, so detection windows are never stretched by the
 // rounding.
 func TestTickRoundingNeverLate(t *testing.T) {
+	t.Parallel()
 	checks := []Check{{Timing: Timing{Interval: 100 * time.Millisecond, Timeout: time.Second, Rise: 1, Fall: 1}}}
 	targets := make([]TargetSpec, 50)
 	for i := range targets {
@@ -432,6 +441,7 @@ func TestTickRoundingNeverLate(t *testing.T) {
 // server that never answers: after completion one probe per timeout plus
 // interval, at a fixed rate one per interval, whatever the last one did.
 func TestCadenceAtHangingServer(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		cadence Cadence
 		gap     time.Duration // between consecutive sends
@@ -463,6 +473,7 @@ func TestCadenceAtHangingServer(t *testing.T) {
 // send to send however long the answers take, as long as they come within
 // the timeout.
 func TestFixedRateWithAnswers(t *testing.T) {
+	t.Parallel()
 	c := Check{Timing: Timing{Cadence: FixedRate, Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}
 	s := newSim(t, []Check{c}, []TargetSpec{{Leader: 0}}, 1)
 	s.behave = func(req probe.Request) answer {

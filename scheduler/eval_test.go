@@ -19,6 +19,7 @@ func runEval(c Timing, results string) string {
 }
 
 func TestObserve(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		check   Timing
@@ -45,6 +46,7 @@ func TestObserve(t *testing.T) {
 }
 
 func TestObserveStreakSaturates(t *testing.T) {
+	t.Parallel()
 	c := Timing{Rise: 1, Fall: 1}
 	st := evalState{}
 	for range 70000 {
@@ -56,6 +58,7 @@ func TestObserveStreakSaturates(t *testing.T) {
 }
 
 func TestGap(t *testing.T) {
+	t.Parallel()
 	s := time.Second
 	c := Timing{Interval: 10 * s, FastRecheck: s, UnhealthyInterval: 30 * s, Rise: 2, Fall: 3}
 	tests := []struct {

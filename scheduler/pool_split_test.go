@@ -21,6 +21,7 @@ import (
 //   - the preferred set (E7) of the slices contains the pool's: a slice's
 //     fastest target is never faster than the pool's.
 func TestPoolPolicySplit(t *testing.T) {
+	t.Parallel()
 	const n = 48
 	rng := rand.New(rand.NewPCG(14, 3))
 	for _, pSick := range []float64{0, 0.2, 0.6, 1} {

@@ -9,6 +9,7 @@ import (
 )
 
 func TestPolicyRemoved(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name                        string
 		policy                      PoolPolicy
@@ -65,6 +66,7 @@ func poolSim(t *testing.T, n int, sickFrom map[uint32]time.Duration, latency fun
 // instances, three unhealthy, 50 % → two removed, and the two that keep
 // traffic are the healthy one and the sick one that failed last.
 func TestPoolAppServiceExample(t *testing.T) {
+	t.Parallel()
 	sickFrom := map[uint32]time.Duration{1: 3 * sec, 2: 5 * sec, 3: 7 * sec}
 	s := poolSim(t, 4, sickFrom, func(uint32) time.Duration { return time.Millisecond })
 	p := &Pool{Name: "web", Policy: PoolPolicy{MaxUnhealthyPercent: 50, FailOpen: true}, Members: []uint32{0, 1, 2, 3}}
@@ -87,6 +89,7 @@ func TestPoolAppServiceExample(t *testing.T) {
 // TestPoolFailOpen is P2: when every instance is unhealthy none is removed,
 // and normal selection resumes when one recovers.
 func TestPoolFailOpen(t *testing.T) {
+	t.Parallel()
 	sickFrom := map[uint32]time.Duration{0: 0, 1: 0, 2: 0}
 	s := poolSim(t, 3, sickFrom, func(uint32) time.Duration { return time.Millisecond })
 	p := &Pool{Policy: PoolPolicy{MaxUnhealthyPercent: 100, FailOpen: true}, Members: []uint32{0, 1, 2}}
@@ -103,6 +106,7 @@ func TestPoolFailOpen(t *testing.T) {
 // TestPoolDisabledAndPending checks E6 and E3: disabled members take no part
 // and undecided members are pending.
 func TestPoolDisabledAndPending(t *testing.T) {
+	t.Parallel()
 	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 3, Fall: 3}}}
 	targets := []TargetSpec{{Leader: 0}, {Leader: 1}, {Leader: 2}}
 	s := newSim(t, checks, targets, 1)
@@ -128,6 +132,7 @@ func TestPoolDisabledAndPending(t *testing.T) {
 // TestPoolLatencyRanking is E7: healthy members ranked by smoothed latency,
 // preferred within the fastest plus the margin.
 func TestPoolLatencyRanking(t *testing.T) {
+	t.Parallel()
 	lat := map[uint32]time.Duration{0: 30 * time.Millisecond, 1: 10 * time.Millisecond, 2: 14 * time.Millisecond, 3: 12 * time.Millisecond}
 	s := poolSim(t, 4, nil, func(id uint32) time.Duration { return lat[id] })
 	p := &Pool{Policy: PoolPolicy{MaxUnhealthyPercent: 100, LatencyMargin: 3 * time.Millisecond}, Members: []uint32{0, 1, 2, 3}}
@@ -153,6 +158,7 @@ func TestPoolLatencyRanking(t *testing.T) {
 // member is routed, whatever the engine knows of it, none is removed, the
 // pool never fails open, and disabled members stay excluded.
 func TestPoolUnprobed(t *testing.T) {
+	t.Parallel()
 	s := poolSim(t, 3, map[uint32]time.Duration{0: 0}, func(uint32) time.Duration { return time.Millisecond })
 	p := &Pool{Policy: PoolPolicy{MaxUnhealthyPercent: 100}, Members: []uint32{0, 1, 2}, Disabled: []uint32{2}, Unprobed: true}
 	routes, sum := decide(s.eng, p)

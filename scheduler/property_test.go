@@ -53,6 +53,7 @@ func randomCheck(rng *rand.Rand, cadence Cadence, jitter bool) Check {
 //     W2 with r = timeout;
 //   - with jitter, never later than the windows that include it.
 func TestDetectionWindows(t *testing.T) {
+	t.Parallel()
 	trials := 600
 	if testing.Short() || raceEnabled {
 		trials = 100
@@ -206,6 +207,7 @@ func resultsBetween(s *sim, from, to int64) int {
 //
 // and a removed target gets no result after the edit that removed it.
 func TestDetectionWindowsAcrossEdits(t *testing.T) {
+	t.Parallel()
 	trials := 200
 	if testing.Short() || raceEnabled {
 		trials = 40

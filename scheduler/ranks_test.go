@@ -12,6 +12,7 @@ import (
 // TestRanksMatchRoutes checks over random pools that the ranks Ranks gives
 // by position are exactly those Routes computes.
 func TestRanksMatchRoutes(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range 40 {
 		n := 1 + rng.IntN(200)
@@ -55,6 +56,7 @@ func TestRanksMatchRoutes(t *testing.T) {
 
 // TestPoolPositionAndEachFrom checks resuming a listing after an id.
 func TestPoolPositionAndEachFrom(t *testing.T) {
+	t.Parallel()
 	p := &Pool{Members: []uint32{2, 4, 6, 8, 10}, Disabled: []uint32{4, 10}}
 	for _, tt := range []struct {
 		after uint32

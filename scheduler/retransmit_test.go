@@ -100,6 +100,7 @@ func rtxCheck(interval, timeout, rto time.Duration) Check {
 }
 
 func TestRetransmitSchedule(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name        string
 		timeout     time.Duration
@@ -162,6 +163,7 @@ func equalDurations(a, b []time.Duration) bool {
 // retransmit, latency from the first send, and the smoothed latency keeps
 // the round-trip samples of clean probes only (Karn's rule).
 func TestRetransmitRecoversLostSend(t *testing.T) {
+	t.Parallel()
 	const rtt = 2 * time.Millisecond
 	s, r := newResendSim(t, rtxCheck(2*time.Second, 2*time.Second, time.Second), 1, false)
 	lose := false
@@ -199,6 +201,7 @@ func TestRetransmitRecoversLostSend(t *testing.T) {
 
 // Only unanswered probes are sent again.
 func TestRetransmitOnlyUnanswered(t *testing.T) {
+	t.Parallel()
 	s, r := newResendSim(t, rtxCheck(time.Minute, 3*time.Second, time.Second), 64, false)
 	r.behave = func(req probe.Request, send int) answer {
 		if req.ID%2 == 1 {
@@ -221,6 +224,7 @@ func TestRetransmitOnlyUnanswered(t *testing.T) {
 // target still times out at its deadline, and the target is unhealthy
 // exactly W1 after the first failing probe.
 func TestRetransmitKeepsFailureWindow(t *testing.T) {
+	t.Parallel()
 	for _, cadence := range []Cadence{AfterCompletion, FixedRate} {
 		c := rtxCheck(2*time.Second, 2*time.Second, time.Second)
 		c.Cadence = cadence
@@ -251,6 +255,7 @@ func TestRetransmitKeepsFailureWindow(t *testing.T) {
 // A launcher that has not settled holds a timeout back; an answer the kernel
 // received before the deadline then counts, however late it is delivered.
 func TestSettleHoldsTimeout(t *testing.T) {
+	t.Parallel()
 	const lag = 300 * time.Millisecond
 	s, r := newResendSim(t, rtxCheck(time.Minute, time.Second, 0), 1, true)
 	r.settled = func(now int64) int64 { return now - int64(lag) }
@@ -272,6 +277,7 @@ func TestSettleHoldsTimeout(t *testing.T) {
 // Without a late answer the timeout is recorded once the launcher settles,
 // with the deadline as its time.
 func TestSettleThenTimeout(t *testing.T) {
+	t.Parallel()
 	const lag = 300 * time.Millisecond
 	s, r := newResendSim(t, rtxCheck(time.Minute, time.Second, 0), 1, true)
 	r.settled = func(now int64) int64 { return now - int64(lag) }
@@ -289,6 +295,7 @@ func TestSettleThenTimeout(t *testing.T) {
 // A silence the launcher blames on this host is a local error: no verdict,
 // the target stays healthy however many there are.
 func TestSettleExpiredIsLocalError(t *testing.T) {
+	t.Parallel()
 	s, r := newResendSim(t, rtxCheck(time.Second, time.Second, 0), 1, true)
 	r.behave = func(probe.Request, int) answer { return answer{silent: true} }
 	r.expired = func(probe.Request) probe.LocalCause { return probe.CauseCapture }
@@ -315,6 +322,7 @@ func TestSettleExpiredIsLocalError(t *testing.T) {
 // A launcher that never settles cannot hold a probe forever: after
 // settleLimit it ends as a local error (late).
 func TestSettleLimit(t *testing.T) {
+	t.Parallel()
 	s, r := newResendSim(t, rtxCheck(time.Minute, time.Second, 0), 1, true)
 	r.settled = func(int64) int64 { return 0 }
 	r.behave = func(probe.Request, int) answer { return answer{silent: true} }
@@ -331,6 +339,7 @@ func TestSettleLimit(t *testing.T) {
 // A local error a launcher delivers after the deadline (a worker that took
 // the request too late) ends the probe that waits to settle.
 func TestLateLocalErrorEndsProbe(t *testing.T) {
+	t.Parallel()
 	s, r := newResendSim(t, rtxCheck(time.Minute, time.Second, 0), 1, true)
 	r.settled = func(int64) int64 { return 0 }
 	r.behave = func(probe.Request, int) answer { return answer{silent: true} }
@@ -349,6 +358,7 @@ func TestLateLocalErrorEndsProbe(t *testing.T) {
 // A launcher that cannot resend gets no retransmissions whatever the check
 // says.
 func TestRetransmitNeedsResender(t *testing.T) {
+	t.Parallel()
 	c := rtxCheck(time.Minute, 3*time.Second, time.Second)
 	s := newSim(t, []Check{c}, []TargetSpec{{Leader: 0}}, 1)
 	s.behave = func(probe.Request) answer { return answer{silent: true} }
@@ -359,6 +369,7 @@ func TestRetransmitNeedsResender(t *testing.T) {
 }
 
 func TestRetransmitValidation(t *testing.T) {
+	t.Parallel()
 	for _, rto := range []time.Duration{-time.Second, time.Microsecond, MaxDelay + time.Second} {
 		c := rtxCheck(time.Second, time.Second, rto)
 		c.Launcher = &sim{}

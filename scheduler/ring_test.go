@@ -44,6 +44,7 @@ func TestRingManyProducers(t *testing.T) {
 }
 
 func TestRingSizeRoundsUp(t *testing.T) {
+	t.Parallel()
 	if q := newRing[probe.Result](1000); len(q.slots) != 1024 {
 		t.Fatalf("ring of 1000 has %d slots, want 1024", len(q.slots))
 	}

@@ -60,6 +60,7 @@ func routeLog(evs []RouteEvent) (log string, first int) {
 // removals under the 50 % cap, the oldest unhealthy first, a slot that frees
 // up when one recovers, fail-open entered and left.
 func TestRouterEvents(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		policy PoolPolicy
@@ -204,6 +205,7 @@ func reference(e *Engine, p *Pool) (map[uint32]Route, PoolSummary) {
 // order they failed), and checks every second that the router's decisions
 // equal the reference's and that its events replay to them.
 func TestRouterMatchesReference(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(8) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
@@ -271,6 +273,7 @@ func TestRouterMatchesReference(t *testing.T) {
 // TestRouterPreferred is E7 through events: the preferred set is ranked a
 // RankDelay after the healthy set changes, and again as latency drifts.
 func TestRouterPreferred(t *testing.T) {
+	t.Parallel()
 	lat := map[uint32]time.Duration{0: 30 * time.Millisecond, 1: 10 * time.Millisecond, 2: 14 * time.Millisecond, 3: 12 * time.Millisecond}
 	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
 	targets := []TargetSpec{{Leader: 0}, {Leader: 1}, {Leader: 2}, {Leader: 3}}
@@ -319,6 +322,7 @@ func TestRouterNotifyAllocations(t *testing.T) {
 // TestRouterUnprobed: the members of a pool with health checks off stay
 // routed whatever their states do, and no event is reported for them.
 func TestRouterUnprobed(t *testing.T) {
+	t.Parallel()
 	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
 	targets := []TargetSpec{{Leader: 0}, {Leader: 1}}
 	s := newSim(t, checks, targets, 1)
@@ -374,6 +378,7 @@ func splitPool(rng *rand.Rand, n, parts int, policy PoolPolicy) []*Pool {
 // then keep their health and a latency of their own while the rankings
 // catch up.
 func TestRouterSplitPool(t *testing.T) {
+	t.Parallel()
 	removals := 0 // over every seed: the cap check must have had work
 	for seed := range uint64(16) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -457,6 +462,7 @@ func TestRouterSplitPool(t *testing.T) {
 // the slice of 3 removes 1 (floor 1.5) and the slice of 1, whose cap
 // rounds down to 0, keeps its unhealthy target in rotation.
 func TestRouterSmallSlice(t *testing.T) {
+	t.Parallel()
 	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
 	targets := []TargetSpec{{Leader: 0}, {Leader: 1}, {Leader: 2}, {Leader: 3}}
 	s := newSim(t, checks, targets, 1)

@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"container/heap"
+	"slices"
 	"testing"
 	"time"
 
@@ -87,12 +88,13 @@ func (s *sim) step(now int64) int64 {
 	return next
 }
 
-// newSim builds an engine over checks (their Launcher is set to the sim) and
-// targets.
+// newSim builds an engine over a copy of checks whose Launcher is the sim,
+// and targets. It leaves checks as they are, so tests may share them.
 func newSim(t *testing.T, checks []Check, targets []TargetSpec, shards int) *sim {
 	t.Helper()
 	s := &sim{t: t, clock: NewSimClock(time.Unix(1_700_000_000, 0))}
 	s.behave = func(probe.Request) answer { return answer{outcome: probe.Success} }
+	checks = slices.Clone(checks)
 	for i := range checks {
 		checks[i].Launcher = s
 	}

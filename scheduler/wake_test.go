@@ -12,6 +12,7 @@ import (
 // tick (it takes the result then), and always when the result overflows the
 // ring, whatever the shard's timer.
 func TestDeliverWakes(t *testing.T) {
+	t.Parallel()
 	checks := []Check{{Timing: Timing{Interval: time.Second, Timeout: time.Second, Rise: 1, Fall: 1}, Launcher: silentLauncher{}}}
 	e, err := New(checks, []TargetSpec{{Leader: 0}}, Options{Shards: 1, RingSize: 2, Clock: NewSimClock(time.Unix(0, 0))})
 	if err != nil {

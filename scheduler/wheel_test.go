@@ -11,6 +11,7 @@ import (
 // in tick order, across every level of the wheel and across a wrap of the
 // 32-bit due ticks the timers keep.
 func TestWheelFiresAtDueTick(t *testing.T) {
+	t.Parallel()
 	for seed := range uint64(20) {
 		rng := rand.New(rand.NewPCG(seed, 7))
 		start := int64(rng.IntN(1<<20)) + int64(seed%2)<<32 - 5000
@@ -81,6 +82,7 @@ func TestWheelFiresAtDueTick(t *testing.T) {
 // TestWheelNextDue checks that nextDue never skips past a timer and is exact
 // for timers in level 0.
 func TestWheelNextDue(t *testing.T) {
+	t.Parallel()
 	w := newWheel(1000)
 	if got := w.nextDue(); got != -1 {
 		t.Fatalf("empty wheel: nextDue = %d, want -1", got)
@@ -108,6 +110,7 @@ func TestWheelNextDue(t *testing.T) {
 // TestWheelRefileDuringFire sets timers from inside fire, as the shard does
 // when a timeout schedules the next send.
 func TestWheelRefileDuringFire(t *testing.T) {
+	t.Parallel()
 	w := newWheel(0)
 	w.add(0, 5)
 	w.add(1, 5)

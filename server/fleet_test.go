@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sondeprobe/sonde/bench"
+	"github.com/sondeprobe/sonde/bench/fleet"
 	"github.com/sondeprobe/sonde/bench/netns"
 	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/config"
@@ -22,7 +22,7 @@ import (
 // and every other target stays healthy.
 func TestDaemonDetectsDropping(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
-	f, err := bench.NewFleet(bench.FleetConfig{Prefix: netip.MustParsePrefix("198.18.0.0/16"), Listen: []uint16{80}})
+	f, err := fleet.New(fleet.Config{Prefix: netip.MustParsePrefix("198.18.0.0/16"), Listen: []uint16{80}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -227,3 +227,41 @@ func IsolatedNetwork(tb testing.TB, needs string) func(name string, args ...stri
 }
 
 var nsSeq atomic.Int64
+
+// WaitLimit is how long [Eventually] waits before it fails a test: long
+// enough for a loaded CI machine, where the awaited event takes
+// milliseconds when all is well.
+const WaitLimit = 60 * time.Second
+
+// Eventually waits until poll reports done and returns the value it observed
+// then. poll is called at once and then again after pauses that grow from a
+// millisecond to a tenth of a second, so a cheap condition is seen soon and
+// an expensive one (an HTTP request) does not load the machine. When poll has
+// not reported done after [WaitLimit], or when the test's own deadline
+// (go test -timeout) is near, Eventually fails tb with what, which says what
+// was awaited, and the last value poll returned. poll may itself fail tb.
+// Call it from the test's goroutine, as tb.Fatal requires.
+func Eventually[T any](tb testing.TB, what string, poll func() (T, bool)) T {
+	tb.Helper()
+	start := time.Now()
+	limit := start.Add(WaitLimit)
+	if d, ok := tb.(interface{ Deadline() (time.Time, bool) }); ok {
+		// Leave the test time to report rather than be killed by -timeout.
+		if end, ok := d.Deadline(); ok && end.Add(-5*time.Second).Before(limit) {
+			limit = end.Add(-5 * time.Second)
+		}
+	}
+	pause := time.Millisecond
+	for {
+		v, done := poll()
+		if done {
+			return v
+		}
+		if !time.Now().Before(limit) {
+			tb.Fatalf("waited %v for %s; last observed: %+v", time.Since(start).Round(time.Millisecond), what, v)
+			return v
+		}
+		time.Sleep(min(pause, time.Until(limit)))
+		pause = min(2*pause, 100*time.Millisecond)
+	}
+}

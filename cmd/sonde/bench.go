@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/bench"
+	"github.com/sondeprobe/sonde/bench/ceiling"
+	"github.com/sondeprobe/sonde/bench/fleet"
 	"github.com/sondeprobe/sonde/config"
 )
 
@@ -85,7 +87,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	})
 	fs.Func("xdp-mode", "how the XDP fleet's responder is attached to its veth: `generic` (skb) or native (default generic)", func(s string) error {
-		m, err := bench.ParseXDPMode(s)
+		m, err := fleet.ParseXDPMode(s)
 		opt.XDP = m
 		return err
 	})
@@ -188,7 +190,7 @@ func runBenchCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 		fs.PrintDefaults()
 	}
 	var (
-		cfg         bench.CeilingConfig
+		cfg         ceiling.Config
 		source, mac string
 		port        uint
 	)
@@ -223,7 +225,7 @@ func runBenchCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 		return usageError(fmt.Errorf("bench ceiling: -port: %d is out of range 1..65535", port))
 	}
 	cfg.Port = uint16(port)
-	res, err := bench.Ceiling(ctx, cfg)
+	res, err := ceiling.Sweep(ctx, cfg)
 	if res == nil {
 		return err
 	}

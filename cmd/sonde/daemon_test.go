@@ -142,12 +142,13 @@ pools:
 // unchanged file: it finds the file unchanged, logged at debug level). Then
 // SIGTERM stops it with exit 0.
 func TestRunSignalsDuringStart(t *testing.T) {
+	t.Parallel()
 	file := writeConfig(t, slowStartConfig)
 	p := startDaemonProc(t, nil, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false", "-watch=false", "-log-level", "debug")
 	p.waitLog(t, listeningRE, 30*time.Second) // logged just before the load
 	for range 3 {
 		p.signal(t, syscall.SIGHUP)
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // signals spread over the load, not one burst: the behaviour under test
 	}
 	p.waitLog(t, loadedRE, 60*time.Second)
 	p.waitLog(t, regexp.MustCompile(`msg="configuration unchanged"`), 60*time.Second)
@@ -168,6 +169,7 @@ func TestRunSignalsDuringStart(t *testing.T) {
 // tries. (A signal before the Go runtime itself runs ends any process: no
 // program can catch it.)
 func TestRunHangupAtStart(t *testing.T) {
+	t.Parallel()
 	file := writeConfig(t, "checks:\n  web: {protocol: tcp, tcp_mode: connect, port: 9}\npools:\n  - {name: p, check: web, targets: [127.0.0.1], disabled: [127.0.0.1]}\n")
 	early := "init " + module + "/cmd/sonde/earlysignal "
 	for try := range 5 {
@@ -218,6 +220,7 @@ func TestRunHangupAtStart(t *testing.T) {
 // end on SIGHUP, as programs do by default: sonde probe of a server that
 // never answers, hung up while it waits.
 func TestProbeEndsOnHangup(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -247,6 +250,7 @@ func TestProbeEndsOnHangup(t *testing.T) {
 // TestRunTermDuringStart stops the daemon while it loads: it exits 0 once
 // the load completes, without running.
 func TestRunTermDuringStart(t *testing.T) {
+	t.Parallel()
 	file := writeConfig(t, slowStartConfig)
 	p := startDaemonProc(t, nil, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false")
 	p.waitLog(t, listeningRE, 30*time.Second)
@@ -259,6 +263,7 @@ func TestRunTermDuringStart(t *testing.T) {
 // TestRunShutdownSlowClient stops the daemon while a client is stuck in the
 // middle of a request: it still exits 0, within the shutdown grace.
 func TestRunShutdownSlowClient(t *testing.T) {
+	t.Parallel()
 	file := writeConfig(t, "checks:\n  web: {protocol: tcp, tcp_mode: connect, port: 9}\npools:\n  - {name: p, check: web, targets: [127.0.0.1]}\n")
 	p := startDaemonProc(t, nil, "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false")
 	addr := p.waitLog(t, servingRE, 30*time.Second)[1]
@@ -269,6 +274,8 @@ func TestRunShutdownSlowClient(t *testing.T) {
 	}
 	defer c.Close()
 	fmt.Fprintf(c, "GET /api/v1/targets HTTP/1.1\r\n") // and never the rest
+	// Time is what makes a client slow: the daemon shows nothing of a
+	// half-read request to wait for.
 	time.Sleep(200 * time.Millisecond)
 	start := time.Now()
 	p.signal(t, syscall.SIGTERM)
@@ -335,7 +342,7 @@ pools:
 		if err != nil || len(page.Targets) != 1 || page.Targets[0].State != "healthy" {
 			t.Fatalf("request %d: %+v (%v), want the target healthy", i, page, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the requests span two seconds of probes: the behaviour under test
 	}
 	if strings.Contains(p.logText(), "to=unhealthy") || strings.Contains(p.logText(), "too many open files") {
 		t.Fatal("the daemon ran out of descriptors or marked the target unhealthy")

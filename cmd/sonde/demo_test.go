@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
@@ -60,25 +63,20 @@ func parseDemo(t *testing.T, d *demo) *config.Config {
 	r := discovery.NewRunner(discovery.Options{Debounce: time.Millisecond})
 	defer r.Close()
 	r.Update(cfg.DiscoveryPools())
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		found, _ := r.Found()
-		all := true
-		for name, n := range want {
-			all = all && found[name].Len() == n
+	found, _ := r.Found()
+	testenv.Eventually(t, fmt.Sprintf("targets per pool %v from the demo's static groups", want), func() (map[string]int, bool) {
+		found, _ = r.Found()
+		got := map[string]int{}
+		for name := range want {
+			got[name] = found[name].Len()
 		}
-		if all {
-			eff, err := cfg.WithFound(found)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return eff
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the demo's static groups gave %v", found)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return got, maps.Equal(got, want)
+	})
+	eff, err := cfg.WithFound(found)
+	if err != nil {
+		t.Fatal(err)
 	}
+	return eff
 }
 
 func TestDemoConfig(t *testing.T) {
@@ -283,6 +281,9 @@ func TestDemoClose(t *testing.T) {
 		}
 		done <- err
 	}()
+	// Give the request time to reach the backend. Not a wait for a
+	// condition: the demo shows nothing of its requests, and Close must
+	// behave whether or not the request has arrived.
 	time.Sleep(50 * time.Millisecond)
 	closed := time.Now()
 	if err := d.Close(); err != nil {
@@ -306,13 +307,10 @@ func TestDemoClose(t *testing.T) {
 	if err := d.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		t.Errorf("%d goroutines after Close, %d before", n, before)
-	}
+	testenv.Eventually(t, fmt.Sprintf("at most the %d goroutines of before the demo", before), func() (int, bool) {
+		n := runtime.NumGoroutine()
+		return n, n <= before
+	})
 }
 
 func TestDemoBanner(t *testing.T) {

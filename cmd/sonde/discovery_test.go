@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sondeprobe/sonde/bench/testenv"
 )
@@ -76,13 +75,10 @@ pools:
 	wait := func(pool string, want ...string) {
 		t.Helper()
 		slices.Sort(want)
-		deadline := time.Now().Add(30 * time.Second)
-		for !slices.Equal(healthy(pool), want) {
-			if time.Now().After(deadline) {
-				t.Fatalf("pool %s: healthy %v, want %v\n%s", pool, healthy(pool), want, p.log())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		testenv.Eventually(t, fmt.Sprintf("pool %s healthy with %v", pool, want), func() ([]string, bool) {
+			got := healthy(pool)
+			return got, slices.Equal(got, want)
+		})
 	}
 	wait("srv", "a.svc.test=127.0.0.1:"+ports[0], "a.svc.test=127.0.0.1:"+ports[1])
 	wait("static", "static.svc.test=127.0.0.1:"+ports[2])

@@ -29,6 +29,10 @@ var forbidden = map[string][]string{
 	"server/web": {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd"},
 	// The API's wire types: clients import them without the daemon.
 	"server/web/api": {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd", "internal"},
+	// The test fleets and the ceiling sender are below the scenarios and
+	// beside each other: probe and server tests build fleets.
+	"bench/fleet":   {"scheduler", "config", "server", "bench/ceiling", "cmd"},
+	"bench/ceiling": {"scheduler", "config", "server", "bench/fleet", "cmd"},
 	// Every layer reads its operator's files through it.
 	"internal/safefile": {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd"},
 }

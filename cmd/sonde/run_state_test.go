@@ -1,18 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -38,7 +41,34 @@ func (p *sondeProc) onlyTarget(t *testing.T) api.TargetJSON {
 	return page.Targets[0]
 }
 
-// TestRunStateSurvivesKill is issue 10's restart: `sonde run -state-file`
+// metric returns the value of series (a metric name with its labels, as
+// /metrics writes them) in the daemon p's /metrics, failing t when it is
+// not there.
+func (p *sondeProc) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + p.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("/metrics: %s: %v", sc.Text(), err)
+			}
+			return f
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("read /metrics: %v", err)
+	}
+	t.Fatalf("/metrics has no %s", series)
+	return 0
+}
+
+// TestRunStateSurvivesKill is a crash and restart: `sonde run -state-file`
 // is killed with SIGKILL and started again, and its target, which an App
 // Gateway check starts unhealthy, is healthy and routed at once, since the
 // time it became so, before any probe of the new process has answered (the
@@ -46,6 +76,7 @@ func (p *sondeProc) onlyTarget(t *testing.T) api.TargetJSON {
 // A corrupt state file is reported and ignored: the daemon starts, its
 // target in the initial state.
 func TestRunStateSurvivesKill(t *testing.T) {
+	t.Parallel()
 	var hang atomic.Bool
 	release := make(chan struct{})
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -77,16 +108,17 @@ pools:
 	args := []string{"-state-file", state, "-state-interval", "100ms"}
 
 	p := startSonde(t, cfg, args...)
-	var before api.TargetJSON
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if before = p.onlyTarget(t); before.State == "healthy" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("target %+v never healthy", before)
-		}
-	}
-	time.Sleep(500 * time.Millisecond) // a few saves
+	before := testenv.Eventually(t, "the target healthy", func() (api.TargetJSON, bool) {
+		tj := p.onlyTarget(t)
+		return tj, tj.State == "healthy"
+	})
+	// Two more saves: the second began after the target was seen healthy.
+	const saves = `sonde_state_saves_total{result="success"}`
+	n := p.metric(t, saves)
+	testenv.Eventually(t, fmt.Sprintf("two saves of the state file beyond %v", n), func() (float64, bool) {
+		m := p.metric(t, saves)
+		return m, m >= n+2
+	})
 	hang.Store(true)
 	p.kill(t)
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sondeprobe/sonde/bench"
+	"github.com/sondeprobe/sonde/bench/fleet"
 	"github.com/sondeprobe/sonde/bench/netns"
 	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/probe"
@@ -33,7 +33,7 @@ func TestScanFleet(t *testing.T) {
 	}
 	bin := testenv.Sonde(t)
 	cfg, truth := fleetTruth()
-	f, err := bench.NewFleet(cfg)
+	f, err := fleet.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,8 +48,8 @@ func TestScanFleet(t *testing.T) {
 
 // fleetTruth returns the fleet configuration and the expected outcome of
 // every address on port 80.
-func fleetTruth() (bench.FleetConfig, map[netip.Addr]probe.Outcome) {
-	cfg := bench.FleetConfig{
+func fleetTruth() (fleet.Config, map[netip.Addr]probe.Outcome) {
+	cfg := fleet.Config{
 		Prefix:  netip.MustParsePrefix("198.18.0.0/16"),
 		Prefix6: netip.MustParsePrefix("2001:db8:5eed::/112"),
 		Listen:  []uint16{80},
@@ -99,7 +99,7 @@ var ppsRE = regexp.MustCompile(`\(([0-9]+) probes/s\)`)
 
 // scanOnce sweeps the fleet, checks every address against the truth and
 // returns the achieved send rate.
-func scanOnce(t *testing.T, f *bench.Fleet, bin string, truth map[netip.Addr]probe.Outcome) float64 {
+func scanOnce(t *testing.T, f *fleet.Fleet, bin string, truth map[netip.Addr]probe.Outcome) float64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -160,7 +160,7 @@ func TestScanCapabilities(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
 	setpriv := testenv.Tool(t, "setpriv", "util-linux")
 	bin := testenv.Sonde(t)
-	f, err := bench.NewFleet(bench.FleetConfig{
+	f, err := fleet.New(fleet.Config{
 		Listen: []uint16{80},
 		Reject: []netip.Prefix{netip.MustParsePrefix("198.18.0.128/25")},
 	})

@@ -68,7 +68,12 @@ func startSondeIn(t *testing.T, wrap []string, cfg string, args ...string) *sond
 		}
 		p.done <- cmd.Wait()
 	}()
-	t.Cleanup(func() { p.stop(t) })
+	t.Cleanup(func() {
+		p.stop(t)
+		if t.Failed() {
+			t.Logf("sonde %v log:\n%s", args, p.log())
+		}
+	})
 	select {
 	case p.addr = <-listen:
 		return p
@@ -159,6 +164,7 @@ func closedPort(t *testing.T) int {
 // pool policy to their slices; going to four moves about a quarter of the
 // endpoints, each to the new shard.
 func TestShardsTogether(t *testing.T) {
+	t.Parallel()
 	refused := closedPort(t)
 	var up []string
 	for range 8 {
@@ -268,33 +274,30 @@ func runShards(t *testing.T, cfg string, n int, want map[string]int) map[string]
 // its targets in rotation (P2).
 func checkPolicies(t *testing.T, procs []*sondeProc, want map[string]int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		healthy, routable, undecided := map[string]int{}, map[string]int{}, 0
-		open := true
+	type sum struct {
+		healthy, routable map[string]int
+		undecided         int
+		open              bool // every slice of down fails open
+	}
+	s := testenv.Eventually(t, fmt.Sprintf("every target decided over %d shards", len(procs)), func() (sum, bool) {
+		s := sum{healthy: map[string]int{}, routable: map[string]int{}, open: true}
 		for _, p := range procs {
 			var pools apiPools
 			p.get(t, "/api/v1/pools", &pools)
 			for _, pl := range pools.Pools {
-				undecided += pl.Unknown
-				healthy[pl.Name] += pl.Healthy
-				routable[pl.Name] += pl.Routable
+				s.undecided += pl.Unknown
+				s.healthy[pl.Name] += pl.Healthy
+				s.routable[pl.Name] += pl.Routable
 				if pl.Name == "down" && pl.Targets > 0 && !pl.FailingOpen {
-					open = false
+					s.open = false
 				}
 			}
 		}
-		if undecided == 0 {
-			if healthy["up"] != want["up"] || healthy["down"] != 0 || !open || routable["down"] != want["down"] {
-				t.Errorf("decided pools over %d shards: healthy %v, routable %v, every slice of down failing open %t; want all of up healthy, down failing open everywhere with its %d targets routed",
-					len(procs), healthy, routable, open, want["down"])
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d targets still undecided over %d shards after 60 s", undecided, len(procs))
-		}
-		time.Sleep(200 * time.Millisecond)
+		return s, s.undecided == 0
+	})
+	if s.healthy["up"] != want["up"] || s.healthy["down"] != 0 || !s.open || s.routable["down"] != want["down"] {
+		t.Errorf("decided pools over %d shards: healthy %v, routable %v, every slice of down failing open %t; want all of up healthy, down failing open everywhere with its %d targets routed",
+			len(procs), s.healthy, s.routable, s.open, want["down"])
 	}
 }
 
@@ -302,6 +305,7 @@ func checkPolicies(t *testing.T, procs []*sondeProc, want map[string]int) {
 // the way Kubernetes mounts a ConfigMap when the kubelet swaps it, without
 // a signal; SIGHUP still reloads.
 func TestRunReloadsChangedConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a, b := tcpListener(t), tcpListener(t)
 	version := func(n int, targets ...string) {
@@ -341,7 +345,7 @@ func TestRunReloadsChangedConfig(t *testing.T) {
 	}
 
 	version(2, a, b)
-	waitFor(t, "the swapped ConfigMap is reloaded", func() bool { return targets() == 2 })
+	testenv.Eventually(t, "the swapped ConfigMap reloaded, with 2 targets", func() (int, bool) { n := targets(); return n, n == 2 })
 	if !strings.Contains(p.log(), `"msg":"configuration changed on disk"`) {
 		t.Errorf("no log of the change:\n%s", p.log())
 	}
@@ -366,16 +370,5 @@ func TestRunReloadsChangedConfig(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "SIGHUP reloads", func() bool { return reloads() > before })
-}
-
-// waitFor polls ok for up to 30 s.
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !ok(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30 s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, fmt.Sprintf("a reload after SIGHUP, beyond %d", before), func() (int, bool) { n := reloads(); return n, n > before })
 }

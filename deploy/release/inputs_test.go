@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
 // tinyStatic builds a small static Go program for amd64 into a directory
@@ -90,11 +92,7 @@ func TestInputs(t *testing.T) {
 
 // TestCheckStaticDynamic: a dynamically linked program is refused.
 func TestCheckStaticDynamic(t *testing.T) {
-	sh, err := exec.LookPath("sh")
-	if err != nil {
-		t.Skip("no sh")
-	}
-	sh, _ = filepath.EvalSymlinks(sh)
+	sh, _ := filepath.EvalSymlinks(testenv.Tool(t, "sh", "dash"))
 	if err := checkStatic(sh, knownArches["amd64"]); err == nil || !strings.Contains(err.Error(), "dynamically linked") && !strings.Contains(err.Error(), "want an executable") {
 		t.Errorf("checkStatic(%s): %v, want it refused", sh, err)
 	}

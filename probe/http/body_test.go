@@ -21,6 +21,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 }
 
 func TestScanBody(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		body      string
@@ -60,6 +61,7 @@ func TestScanBody(t *testing.T) {
 }
 
 func TestScanBodyError(t *testing.T) {
+	t.Parallel()
 	boom := errors.New("boom")
 	r := io.MultiReader(strings.NewReader("needle"), iotest.ErrReader(boom))
 	found, n, err := scanBody(r, []byte("needle"), 100, make([]byte, 16))

@@ -22,6 +22,7 @@ func opErr(op string, errno syscall.Errno) error {
 // TestClassify covers the classification of errors that loopback tests
 // cannot produce (no route, host down) next to those they do.
 func TestClassify(t *testing.T) {
+	t.Parallel()
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	live := context.Background()

@@ -39,6 +39,7 @@ func (c codes) Contains(code int) bool {
 // TestStatus covers H3, H5 and H11: the healthy set decides, redirects are
 // judged by their own code and never followed.
 func TestStatus(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		code    int
@@ -85,6 +86,7 @@ func TestStatus(t *testing.T) {
 
 // TestMethod covers H1: GET and HEAD reach the server as such.
 func TestMethod(t *testing.T) {
+	t.Parallel()
 	for _, method := range []string{"", "GET", "HEAD"} {
 		t.Run("method "+method, func(t *testing.T) {
 			srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
@@ -107,6 +109,7 @@ func TestMethod(t *testing.T) {
 
 // TestBody covers H4: a plain substring within the first MaxBodyBytes.
 func TestBody(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 10000)
 	tests := []struct {
 		name    string
@@ -170,6 +173,7 @@ func TestBody(t *testing.T) {
 // read: the server streams until the client goes away, and the probe still
 // ends well before its deadline.
 func TestBodyReadBound(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		buf := []byte(strings.Repeat("y", 4096))
 		for r.Context().Err() == nil {
@@ -187,6 +191,7 @@ func TestBodyReadBound(t *testing.T) {
 
 // TestHostAndSNI covers H6: the Host header and SNI a server sees.
 func TestHostAndSNI(t *testing.T) {
+	t.Parallel()
 	cert := newCert(t, 24*time.Hour, "app.sonde.test", "other.sonde.test")
 	tests := []struct {
 		name       string
@@ -237,6 +242,7 @@ func TestHostAndSNI(t *testing.T) {
 // TestHostDefaultPort checks that a derived Host header omits the scheme's
 // default port, as a URL does.
 func TestHostDefaultPort(t *testing.T) {
+	t.Parallel()
 	p := mustNew(t, Options{})
 	tests := []struct {
 		target probe.Target
@@ -273,6 +279,7 @@ func TestHostDefaultPort(t *testing.T) {
 // TestHeaders covers H7, H10 and custom headers, plus Connection: close
 // and the path sent as written.
 func TestHeaders(t *testing.T) {
+	t.Parallel()
 	secret := "s3cr3t"
 	sum := sha256.Sum256([]byte(secret))
 	wantToken := base64.StdEncoding.EncodeToString(sum[:])
@@ -325,6 +332,7 @@ func TestHeaders(t *testing.T) {
 
 // TestNewConnectionPerProbe covers H8: every probe opens its own connection.
 func TestNewConnectionPerProbe(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {}, nil)
 	p := mustNew(t, Options{})
 	const n = 5
@@ -342,6 +350,7 @@ func TestNewConnectionPerProbe(t *testing.T) {
 // the server answers without closing, then reads; after a FIN it would read
 // io.EOF, after an RST it reads ECONNRESET.
 func TestRSTClose(t *testing.T) {
+	t.Parallel()
 	got := make(chan error, 1)
 	tg := rawServer(t, func(c *net.TCPConn) {
 		if _, err := readRequest(c); err != nil {
@@ -368,6 +377,7 @@ func TestRSTClose(t *testing.T) {
 
 // TestFailures covers every failure reason an HTTP probe can give.
 func TestFailures(t *testing.T) {
+	t.Parallel()
 	cert := newCert(t, time.Hour, "app.sonde.test")
 	tests := []struct {
 		name    string
@@ -518,6 +528,7 @@ func TestFailures(t *testing.T) {
 // TestCancelled checks that a probe cut short by cancellation is an error,
 // not a timeout.
 func TestCancelled(t *testing.T) {
+	t.Parallel()
 	tg := rawServer(t, func(c *net.TCPConn) { io.Copy(io.Discard, c) })
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	time.AfterFunc(50*time.Millisecond, cancel)
@@ -530,6 +541,7 @@ func TestCancelled(t *testing.T) {
 // TestInterimResponse checks that 1xx responses before the final one are
 // skipped.
 func TestInterimResponse(t *testing.T) {
+	t.Parallel()
 	tg := rawServer(t, func(c *net.TCPConn) {
 		readRequest(c)
 		io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"+
@@ -543,6 +555,7 @@ func TestInterimResponse(t *testing.T) {
 
 // TestTLS covers the TLS options and the certificate expiry report.
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	cert := newCert(t, 72*time.Hour, "app.sonde.test")
 	client := newCert(t, 72*time.Hour, "client.sonde.test")
 	tests := []struct {
@@ -594,6 +607,7 @@ func TestTLS(t *testing.T) {
 // TestPhases checks that every phase of an HTTPS probe is timed, that the
 // phases follow each other, and that latency is request to last byte.
 func TestPhases(t *testing.T) {
+	t.Parallel()
 	cert := newCert(t, time.Hour, "app.sonde.test")
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "first")
@@ -626,6 +640,7 @@ func TestPhases(t *testing.T) {
 // TestSource checks that probes leave from the source address (all of
 // 127/8 is local on Linux).
 func TestSource(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t, func(http.ResponseWriter, *http.Request) {}, nil)
 	rep := report(t, mustNew(t, Options{Source: netip.MustParseAddr("127.0.0.2")}), srv.target())
 	if rep.Outcome != probe.Success {
@@ -640,6 +655,7 @@ func TestSource(t *testing.T) {
 // TestLocalError checks that a probe that cannot open its socket is a
 // LocalError with its cause, no verdict on the target.
 func TestLocalError(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t, func(http.ResponseWriter, *http.Request) {}, nil)
 	p := mustNew(t, Options{})
 	var rep probe.Report
@@ -651,6 +667,7 @@ func TestLocalError(t *testing.T) {
 
 // TestConcurrentProbes runs probes in parallel on one Prober (for -race).
 func TestConcurrentProbes(t *testing.T) {
+	t.Parallel()
 	cert := newCert(t, time.Hour, "app.sonde.test")
 	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }, &cert)
 	p := mustNew(t, Options{Scheme: "https", Body: "ok", TLS: TLSOptions{CAFile: cert.caFile}})

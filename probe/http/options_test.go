@@ -7,6 +7,7 @@ import (
 )
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		opts Options
@@ -55,6 +56,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestValidHost(t *testing.T) {
+	t.Parallel()
 	for h, want := range map[string]bool{
 		"api.internal": true, "api.internal:8443": true, "api.internal.": true, "under_score.test": true,
 		"10.0.0.1": true, "10.0.0.1:80": true, "2001:db8::1": true, "[2001:db8::1]": true, "[2001:db8::1]:8443": true,
@@ -69,6 +71,7 @@ func TestValidHost(t *testing.T) {
 }
 
 func TestHostName(t *testing.T) {
+	t.Parallel()
 	for h, want := range map[string]string{
 		"api.internal": "api.internal", "api.internal:8443": "api.internal", "10.0.0.1:80": "10.0.0.1",
 		"[2001:db8::1]:8443": "2001:db8::1", "[2001:db8::1]": "2001:db8::1",
@@ -80,6 +83,7 @@ func TestHostName(t *testing.T) {
 }
 
 func TestValidPath(t *testing.T) {
+	t.Parallel()
 	for p, want := range map[string]bool{
 		"/": true, "/health?full=1": true, "/a#frag": true,
 		"": false, "health": false, "//evil/x": false, "/a b": false, "/caf\u00e9": false, "/a\x7f": false,
@@ -91,6 +95,7 @@ func TestValidPath(t *testing.T) {
 }
 
 func TestReservedHeader(t *testing.T) {
+	t.Parallel()
 	for name, want := range map[string]bool{
 		"host": true, "USER-AGENT": true, "x-ms-auth-internal-token": true, "Connection": true,
 		"Content-Length": true, "transfer-encoding": true, "X-Probe": false, "Accept": false,
@@ -103,6 +108,7 @@ func TestReservedHeader(t *testing.T) {
 }
 
 func TestNewLoadsTLSFiles(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		tls  TLSOptions
@@ -121,6 +127,7 @@ func TestNewLoadsTLSFiles(t *testing.T) {
 }
 
 func TestWithDefaults(t *testing.T) {
+	t.Parallel()
 	o := Options{}.WithDefaults()
 	if o.Scheme != "http" || o.Method != "GET" || o.Path != "/" || o.MaxBodyBytes != 65536 ||
 		o.UserAgent != DefaultUserAgent || o.Healthy == nil {

@@ -22,6 +22,7 @@ func digest(secret string) string {
 }
 
 func TestTokenFromFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tests := []struct {
 		name    string
@@ -70,6 +71,7 @@ func TestTokenFromFile(t *testing.T) {
 // once; opening it used to wait for a writer, holding whoever built the
 // prober (a reload, a /probe request).
 func TestTokenFromFileFIFO(t *testing.T) {
+	t.Parallel()
 	fifo := filepath.Join(t.TempDir(), "secret")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
@@ -112,6 +114,7 @@ func TestTokenFromEnv(t *testing.T) {
 // TestTokenRedacted checks that neither the secret nor its digest can be
 // printed or marshalled.
 func TestTokenRedacted(t *testing.T) {
+	t.Parallel()
 	tok, err := NewToken([]byte("s3cr3t"))
 	if err != nil {
 		t.Fatal(err)

@@ -11,11 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
-	"github.com/sondeprobe/sonde/bench"
+	"github.com/sondeprobe/sonde/bench/fleet"
 	"github.com/sondeprobe/sonde/bench/netns"
 	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/probe"
@@ -76,7 +75,7 @@ type rstWatcher struct {
 	bad  []string
 }
 
-func watchRSTs(t *testing.T, f *bench.Fleet, sums bool) *rstWatcher {
+func watchRSTs(t *testing.T, f *fleet.Fleet, sums bool) *rstWatcher {
 	t.Helper()
 	w := &rstWatcher{sums: sums}
 	err := netns.Do(f.FleetNS, func() error {
@@ -164,8 +163,8 @@ func ipChecksum(b []byte) uint16 {
 // would (none stays in SYN-RECV). With KernelRST, the kernel answers.
 func TestAnswerInPlace(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces, raw sockets, BPF")
-	f, err := bench.NewFleet(bench.FleetConfig{Prefix: netip.MustParsePrefix("198.18.0.0/24"),
-		Prefix6: bench.DefaultPrefix6, Listen: []uint16{80}})
+	f, err := fleet.New(fleet.Config{Prefix: netip.MustParsePrefix("198.18.0.0/24"),
+		Prefix6: fleet.DefaultPrefix6, Listen: []uint16{80}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +178,7 @@ func TestAnswerInPlace(t *testing.T) {
 			tab := probe.NewTable(64)
 			for i := range 32 {
 				tab.Add(netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, 0, byte(i + 1)}), 80))
-				a6 := bench.DefaultPrefix6.Addr().As16()
+				a6 := fleet.DefaultPrefix6.Addr().As16()
 				a6[15] = byte(i + 1)
 				tab.Add(netip.AddrPortFrom(netip.AddrFrom16(a6), 80))
 			}
@@ -200,17 +199,13 @@ func TestAnswerInPlace(t *testing.T) {
 				reqs[i] = probe.Request{ID: uint32(i), Gen: 1}
 			}
 			p.Launch(0, reqs)
-			if !waitFor(5*time.Second, func() bool { return s.Count() >= tab.Len() }) {
-				t.Fatalf("%d of %d results", s.Count(), tab.Len())
-			}
+			testenv.Eventually(t, fmt.Sprintf("%d results", tab.Len()), func() (int, bool) { n := s.Count(); return n, n >= tab.Len() })
 			for id, r := range s.ByID() {
 				if r.Outcome != probe.Success {
 					t.Errorf("%v: %v, want success", tab.Endpoint(id), r.Outcome)
 				}
 			}
-			if !waitFor(3*time.Second, func() bool { return halfOpen(t, f.FleetNS) == 0 }) {
-				t.Errorf("%d connections of the fleet stay half-open", halfOpen(t, f.FleetNS))
-			}
+			testenv.Eventually(t, "no half-open connection in the fleet", func() (int, bool) { n := halfOpen(t, f.FleetNS); return n, n == 0 })
 			w.drain()
 			if w.seen < tab.Len() || len(w.bad) > 0 {
 				t.Errorf("%d RSTs reached the fleet for %d SYN-ACKs; wrong: %v", w.seen, tab.Len(), w.bad)

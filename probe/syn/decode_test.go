@@ -37,6 +37,7 @@ func sentPackets(t testing.TB, p *Prober, ws [][2]*memWriter, gens ...uint32) []
 }
 
 func TestDecodePacket(t *testing.T) {
+	t.Parallel()
 	p, ws := testProber(t, &probetest.Sink{}, 1, target4, target6)
 	syns := sentPackets(t, p, ws, 7, 9)
 	if len(syns) != 2 {
@@ -62,6 +63,7 @@ func TestDecodePacket(t *testing.T) {
 }
 
 func TestDecodePacketRejects(t *testing.T) {
+	t.Parallel()
 	p, ws := testProber(t, &probetest.Sink{}, 1, target4, target6)
 	syns := sentPackets(t, p, ws, 0, 0)
 	synack := answer(t, syns[0], bpf.KindSynAck, 0)
@@ -98,6 +100,7 @@ func TestDecodePacketRejects(t *testing.T) {
 }
 
 func TestDecodeEvent(t *testing.T) {
+	t.Parallel()
 	ev := bpf.Event{Ktime: 5, Remote: target4.Addr().As16(), Local: src4.As16(), Seq: 1, Ack: 100,
 		RemotePort: 80, LocalPort: 61001, Kind: uint8(bpf.KindSynAck), TcpFlags: 0x12, Family: 4}
 	var r reply
@@ -126,6 +129,7 @@ func TestDecodeEvent(t *testing.T) {
 // back: valid ones are delivered with the right id, generation, outcome and
 // RTT; stray, stale and duplicate ones are counted and dropped.
 func TestMatch(t *testing.T) {
+	t.Parallel()
 	sink := &probetest.Sink{}
 	p, ws := testProber(t, sink, 1, target4, target6)
 	syns := sentPackets(t, p, ws, 3, 4)
@@ -175,6 +179,7 @@ func TestMatch(t *testing.T) {
 }
 
 func TestLaunchSendErrors(t *testing.T) {
+	t.Parallel()
 	sink := &probetest.Sink{}
 	p, ws := testProber(t, sink, 1, target4, target4, target4)
 	ws[0][0].fail = unix.ENETUNREACH
@@ -211,6 +216,7 @@ func TestLaunchSendErrors(t *testing.T) {
 }
 
 func TestLaunchBatches(t *testing.T) {
+	t.Parallel()
 	var targets []netip.AddrPort
 	for i := range 1000 {
 		targets = append(targets, netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), 80))
@@ -366,6 +372,7 @@ func runCBPF(t *testing.T, prog []unix.SockFilter, pkt []byte) uint32 {
 }
 
 func TestReplyFilter(t *testing.T) {
+	t.Parallel()
 	p, ws := testProber(t, &probetest.Sink{}, 1, target4, target6)
 	syns := sentPackets(t, p, ws, 1, 1)
 	prog, err := replyFilter(p.ports, 192)
@@ -435,6 +442,7 @@ func TestPacer(t *testing.T) {
 // delivered, and a reply to a probe of an id whose endpoint changed since is
 // dropped as invalid.
 func TestMatchTableChanges(t *testing.T) {
+	t.Parallel()
 	sink := &probetest.Sink{}
 	p, ws := testProber(t, sink, 1, target4)
 	old := sentPackets(t, p, ws, 1)

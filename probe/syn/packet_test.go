@@ -53,6 +53,7 @@ func decodeSYN(t *testing.T, pkt []byte, v6 bool) (gopacket.NetworkLayer, *layer
 }
 
 func TestTemplateWrite(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		src  netip.Addr
@@ -100,6 +101,7 @@ func TestTemplateWrite(t *testing.T) {
 }
 
 func TestCookie(t *testing.T) {
+	t.Parallel()
 	k := newCookieKey()
 	a, b := src4.As16(), netip.MustParseAddr("198.18.1.2").As16()
 	for _, id := range []uint32{0, 1, 65535, 1 << 31, 0xffffffff} {
@@ -123,6 +125,7 @@ func TestCookie(t *testing.T) {
 }
 
 func TestPortRange(t *testing.T) {
+	t.Parallel()
 	r := PortRange{61000, 65535}
 	for id := uint32(0); id < 1000; id++ {
 		for gen := uint32(0); gen < 10; gen++ {

@@ -16,6 +16,7 @@ import (
 // A retransmission is the same SYN again, and the answer to either send
 // ends the probe once, timed from the latest send.
 func TestResendSameProbe(t *testing.T) {
+	t.Parallel()
 	sink := &probetest.Sink{}
 	p, ws := testProber(t, sink, 1, target4)
 	first := sentPackets(t, p, ws, 3)
@@ -52,6 +53,7 @@ func TestResendSameProbe(t *testing.T) {
 }
 
 func TestExpired(t *testing.T) {
+	t.Parallel()
 	const sec = int64(time.Second)
 	req := probe.Request{ID: 0, Gen: 1, Sent: 10 * sec, Deadline: 12 * sec}
 	for _, tc := range []struct {
@@ -97,6 +99,7 @@ func TestExpired(t *testing.T) {
 // An answered probe, or one of another generation, is never this host's
 // fault.
 func TestExpiredAnsweredOrOther(t *testing.T) {
+	t.Parallel()
 	sink := &probetest.Sink{}
 	p, ws := testProber(t, sink, 1, target4)
 	req := probe.Request{ID: 0, Gen: 1, Sent: 1_000_000, Deadline: 2_000_000}
@@ -117,6 +120,7 @@ func TestExpiredAnsweredOrOther(t *testing.T) {
 }
 
 func TestLossEpisodes(t *testing.T) {
+	t.Parallel()
 	p, _ := testProber(t, probetest.Discard{}, 1, target4)
 	const ms = int64(time.Millisecond)
 	p.lost(100*ms, 101*ms)

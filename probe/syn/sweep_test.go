@@ -108,6 +108,7 @@ func sweepTable(n4, n6 int) *probe.Table {
 // each is sent exactly once, each outcome is kept, and the sweep ends as soon
 // as the last reply is in (its timeout is an hour).
 func TestSweep(t *testing.T) {
+	t.Parallel()
 	tab := sweepTable(1000, 100)
 	want := map[netip.AddrPort]probe.Outcome{}
 	kinds := map[netip.AddrPort]bpf.Kind{}
@@ -218,6 +219,7 @@ func TestSweepCancel(t *testing.T) {
 // TestSweepChunks shows that a paced sweep launches chunks of about 5 ms of
 // probes, not whole batches: at 20,000 probes/s, 100 a system call.
 func TestSweepChunks(t *testing.T) {
+	t.Parallel()
 	tab := sweepTable(1000, 0)
 	var ws []*answerWriter
 	all := func(netip.AddrPort) (bpf.Kind, bool) { return bpf.KindSynAck, true }
@@ -284,6 +286,7 @@ func TestSweepAllocs(t *testing.T) {
 }
 
 func TestNewSweepRejects(t *testing.T) {
+	t.Parallel()
 	tab := sweepTable(1, 0)
 	open := func(Config) (*Prober, error) {
 		t.Error("the prober was opened")
@@ -312,6 +315,7 @@ func TestNewSweepRejects(t *testing.T) {
 // answered after one retry pass, which sends again to them alone, with the
 // first SYN's port and cookie.
 func TestSweepRetries(t *testing.T) {
+	t.Parallel()
 	tab := sweepTable(500, 50)
 	var mu sync.Mutex
 	seen := map[netip.AddrPort]int{}
@@ -352,6 +356,7 @@ func TestSweepRetries(t *testing.T) {
 }
 
 func TestSweepRetriesRange(t *testing.T) {
+	t.Parallel()
 	for _, o := range []SweepOptions{{Retries: -1}, {Retries: MaxSweepRetries + 1}, {RetryWait: -time.Second}} {
 		o.Prober.Table, o.Timeout = sweepTable(1, 0), time.Second
 		if _, err := newSweep(o, answering(new([]*answerWriter), nil, false)); err == nil {

@@ -6,6 +6,7 @@ import "testing"
 // so the reader is woken per record only when half the ring is unread (see
 // wakeupBytes for what a lower threshold cost).
 func TestWakeupBytes(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		ring, want int

@@ -95,6 +95,7 @@ func silentPort(t *testing.T) probe.Target {
 }
 
 func TestConnect(t *testing.T) {
+	t.Parallel()
 	resets := make(chan error, 1)
 	open := listen(t, func(c *net.TCPConn) {
 		n, err := c.Read(make([]byte, 1))
@@ -152,6 +153,7 @@ func TestConnect(t *testing.T) {
 // TestLocalErrors checks that a probe this host cannot run is a LocalError
 // with its cause, not a failure of the target.
 func TestLocalErrors(t *testing.T) {
+	t.Parallel()
 	open := listen(t, func(*net.TCPConn) {})
 	probeIt := func(o Options) probe.Report {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -181,6 +183,7 @@ func TestLocalErrors(t *testing.T) {
 }
 
 func TestCancelled(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
 	tg := silentPort(t)
 	time.AfterFunc(50*time.Millisecond, cancel)
@@ -190,6 +193,7 @@ func TestCancelled(t *testing.T) {
 }
 
 func TestSource(t *testing.T) {
+	t.Parallel()
 	from := make(chan netip.Addr, 1)
 	tg := listen(t, func(c *net.TCPConn) {
 		from <- c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()

@@ -1,4 +1,4 @@
-package bench
+package fleet
 
 import (
 	"bytes"
@@ -14,15 +14,17 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/sondeprobe/sonde/bench/netns"
+	"github.com/sondeprobe/sonde/probe"
 )
 
-// ErrNotRoot is returned by [NewFleet] when the process lacks the privileges to
+// ErrNotRoot is returned by [New] when the process lacks the privileges to
 // create network namespaces.
 var ErrNotRoot = errors.New("building a test fleet needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN)")
 
@@ -38,9 +40,9 @@ var (
 	fleetLinkAddr6  = netip.MustParsePrefix("2001:db8:ffff::2/64")
 )
 
-// FleetConfig describes a fleet. The zero value is a fleet answering for
+// Config describes a fleet. The zero value is a fleet answering for
 // [DefaultPrefix] with no listener (every probe is refused by the kernel).
-type FleetConfig struct {
+type Config struct {
 	// Prefix is the IPv4 prefix the fleet answers for; default DefaultPrefix.
 	// It must not contain 192.0.2.0/30, the veth link's addresses.
 	Prefix netip.Prefix
@@ -78,11 +80,38 @@ type FleetConfig struct {
 	XDP XDPMode
 }
 
+// Outcome returns the outcome a SYN or connect() probe of address a on port
+// must have on a fleet built from cfg, before any [Fleet.SetDrop]: the
+// fleet's ground truth. Its rules apply in the fleet's order: Timeout for
+// addresses outside the fleet's prefixes and for Drop, Refused for Reject,
+// Unreachable for Unreachable, then Success on a Listen or HTTP port and
+// Refused on any other port (no listener).
+func (cfg Config) Outcome(a netip.Addr, port uint16) probe.Outcome {
+	prefix := cfg.Prefix
+	if !prefix.IsValid() {
+		prefix = DefaultPrefix
+	}
+	in := func(ps []netip.Prefix) bool {
+		return slices.ContainsFunc(ps, func(p netip.Prefix) bool { return p.Contains(a) })
+	}
+	switch {
+	case !prefix.Contains(a) && !cfg.Prefix6.Contains(a), in(cfg.Drop):
+		return probe.Timeout
+	case in(cfg.Reject):
+		return probe.Refused
+	case in(cfg.Unreachable):
+		return probe.Unreachable
+	case slices.Contains(cfg.Listen, port), slices.Contains(cfg.HTTP, port):
+		return probe.Success
+	}
+	return probe.Refused
+}
+
 // Fleet is a running test fleet. Its fields are read-only. Close removes it.
 type Fleet struct {
 	ProberNS   string     // network namespace of the prober side
 	FleetNS    string     // network namespace answering for the fleet
-	ImpairNS   string     // namespace of the impairment stage between them, when FleetConfig.Impair
+	ImpairNS   string     // namespace of the impairment stage between them, when Config.Impair
 	ProberLink string     // veth interface name in ProberNS
 	FleetLink  string     // veth interface name in FleetNS
 	ProberAddr netip.Addr // the prober's IPv4 source address
@@ -106,8 +135,8 @@ type Fleet struct {
 	closed    bool
 }
 
-// NewFleet creates a fleet. On error everything created so far is removed.
-func NewFleet(cfg FleetConfig) (*Fleet, error) {
+// New creates a fleet. On error everything created so far is removed.
+func New(cfg Config) (*Fleet, error) {
 	if os.Geteuid() != 0 {
 		return nil, ErrNotRoot
 	}
@@ -165,7 +194,7 @@ func uniqueID() string {
 	return hex.EncodeToString(b[:])
 }
 
-func (f *Fleet) build(cfg FleetConfig) error {
+func (f *Fleet) build(cfg Config) error {
 	veth := []string{"ip", "-n", f.ProberNS, "link", "add", f.ProberLink, "type", "veth", "peer", "name", f.FleetLink, "netns", f.FleetNS}
 	if cfg.XDP == XDPNative {
 		// Native XDP on a veth sends XDP_TX through the peer's queue of the
@@ -242,7 +271,7 @@ func (f *Fleet) build(cfg FleetConfig) error {
 
 // answer sets up what answers the probes: the XDP responder, or the
 // firewall rules, listeners and HTTP servers.
-func (f *Fleet) answer(cfg FleetConfig) error {
+func (f *Fleet) answer(cfg Config) error {
 	if cfg.XDP != XDPOff {
 		r, err := newResponder(f, cfg)
 		if err != nil {
@@ -297,7 +326,7 @@ func (f *Fleet) ResponderCounters() (ResponderCounters, bool, error) {
 }
 
 // firewall loads the nftables rules that drop and reject the configured subsets.
-func (f *Fleet) firewall(cfg FleetConfig) error {
+func (f *Fleet) firewall(cfg Config) error {
 	if len(cfg.Drop)+len(cfg.Reject)+len(cfg.Unreachable) == 0 {
 		return nil
 	}
@@ -435,7 +464,7 @@ func (f *Fleet) serveHTTP(port uint16) error {
 // SetDrop makes the fleet silently drop every packet to and from prefixes
 // from now on, as dead hosts would (nothing comes in, nothing goes out: not
 // even a retransmission of an answer sent before), on top of
-// [FleetConfig.Drop], replacing the prefixes of the previous call;
+// [Config.Drop], replacing the prefixes of the previous call;
 // SetDrop(nil) ends it. On a kernel fleet the change is one nftables
 // transaction: it applies to all prefixes at once. On an XDP fleet the
 // prefixes (IPv4 only) change one by one.

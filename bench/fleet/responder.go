@@ -1,4 +1,4 @@
-package bench
+package fleet
 
 import (
 	"encoding/binary"
@@ -73,7 +73,7 @@ type responder struct {
 // newResponder loads the responder for cfg's prefix and ground truth and
 // attaches it to the fleet's veth (and, in native mode, the pass program to
 // the prober's).
-func newResponder(f *Fleet, cfg FleetConfig) (_ *responder, err error) {
+func newResponder(f *Fleet, cfg Config) (_ *responder, err error) {
 	r, err := loadResponderFor(f.Prefix, cfg)
 	if err != nil {
 		return nil, err
@@ -98,7 +98,7 @@ func newResponder(f *Fleet, cfg FleetConfig) (_ *responder, err error) {
 
 // loadResponderFor loads the responder's program and fills its maps with
 // the ground truth of cfg for prefix, without attaching it.
-func loadResponderFor(prefix netip.Prefix, cfg FleetConfig) (_ *responder, err error) {
+func loadResponderFor(prefix netip.Prefix, cfg Config) (_ *responder, err error) {
 	if !prefix.Addr().Is4() {
 		return nil, fmt.Errorf("XDP responder: prefix %s is not IPv4", prefix)
 	}

@@ -1,4 +1,4 @@
-package bench
+package fleet
 
 import (
 	"container/heap"
@@ -105,10 +105,10 @@ func (f *Fleet) startStage() error {
 
 // Impair sets what the impairment stage does from now on, replacing the
 // previous setting in one nftables transaction; Impair(Impairment{}) ends
-// every impairment. The fleet must have been made with FleetConfig.Impair.
+// every impairment. The fleet must have been made with Config.Impair.
 func (f *Fleet) Impair(im Impairment) error {
 	if f.stage == nil {
-		return errors.New("fleet: no impairment stage (FleetConfig.Impair)")
+		return errors.New("fleet: no impairment stage (Config.Impair)")
 	}
 	switch {
 	case im.Loss < 0 || im.Loss > 1:
@@ -123,7 +123,7 @@ func (f *Fleet) Impair(im Impairment) error {
 // duplicated, and how many frames it has delayed, since the fleet was made.
 func (f *Fleet) ImpairCounts() (lost, duplicated, delayed uint64, err error) {
 	if f.stage == nil {
-		return 0, 0, 0, errors.New("fleet: no impairment stage (FleetConfig.Impair)")
+		return 0, 0, 0, errors.New("fleet: no impairment stage (Config.Impair)")
 	}
 	out, err := netns.Command(f.ImpairNS, "nft", "list", "counters", "table", "netdev", "sonde_impair").CombinedOutput()
 	if err != nil {

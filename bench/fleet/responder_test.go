@@ -1,4 +1,4 @@
-package bench
+package fleet
 
 import (
 	"encoding/binary"
@@ -151,25 +151,51 @@ func runResponder(t *testing.T, r *responder, frame []byte) (uint32, []byte) {
 	return verdict, opts.DataOut
 }
 
-// TestResponderTruth runs the XDP responder on a SYN to every address of the
-// bench fleet and checks its answer against Truth, address by address: the
-// XDP fleet and the kernel fleet have one ground truth.
+// truthConfig is a fleet with every outcome, laid out as the bench fleet: a
+// /15 whose first /16 holds blocks of dropped, rejected and unreachable
+// addresses, and dropped and rejected addresses scattered over the rest of
+// it; the second /16 is clean. Ports 80 and 9001 listen, 8080 serves HTTP.
+func truthConfig() Config {
+	cfg := Config{
+		Prefix:      netip.MustParsePrefix("198.18.0.0/15"),
+		Listen:      []uint16{80, 9001},
+		HTTP:        []uint16{8080},
+		Drop:        []netip.Prefix{netip.MustParsePrefix("198.18.100.0/24")},
+		Reject:      []netip.Prefix{netip.MustParsePrefix("198.18.101.0/24")},
+		Unreachable: []netip.Prefix{netip.MustParsePrefix("198.18.102.0/28")},
+	}
+	for i := range 1 << 16 {
+		a := netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
+		switch {
+		case i%251 == 7:
+			cfg.Drop = append(cfg.Drop, netip.PrefixFrom(a, 32))
+		case i%241 == 9:
+			cfg.Reject = append(cfg.Reject, netip.PrefixFrom(a, 32))
+		}
+	}
+	return cfg
+}
+
+// TestResponderTruth runs the XDP responder on a SYN to every address of a
+// fleet with every outcome and checks its answer against [Config.Outcome],
+// address by address: the XDP fleet and the kernel fleet have one ground
+// truth.
 func TestResponderTruth(t *testing.T) {
 	testenv.RequirePrivileged(t, "eBPF")
-	cfg := benchFleetConfig(2)
-	r, err := loadResponderFor(BenchPrefix, cfg)
+	cfg := truthConfig()
+	r, err := loadResponderFor(cfg.Prefix, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.close() })
 	counts := map[probe.Outcome]int{}
-	for i := range fleetSize() {
-		a := addrAt(i)
+	for i := range 1 << 17 {
+		a := netip.AddrFrom4([4]byte{198, 18 + byte(i>>16), byte(i >> 8), byte(i)})
 		seq := uint32(i)*2654435761 + 7
 		sport := uint16(61000 + i%4000)
-		ports := []uint16{ScanPort}
-		if i%97 == 0 || Truth(a) != probe.Success {
-			ports = append(ports, ScanPort+1, FirstSteadyPort+1, HTTPPort) // closed, open, open
+		ports := []uint16{80}
+		if i%97 == 0 || cfg.Outcome(a, 80) != probe.Success {
+			ports = append(ports, 81, 9001, 8080) // closed, open, open
 		}
 		for _, port := range ports {
 			v, out := runResponder(t, r, testFrame(a, sport, port, 0x02, seq))
@@ -177,12 +203,8 @@ func TestResponderTruth(t *testing.T) {
 			if err != nil {
 				t.Fatalf("SYN to %s:%d: %v", a, port, err)
 			}
-			want := Truth(a)
-			if want == probe.Success && port == ScanPort+1 {
-				want = probe.Refused // no listener
-			}
-			if got != want {
-				t.Fatalf("SYN to %s:%d answered %s, Truth says %s", a, port, got, want)
+			if want := cfg.Outcome(a, port); got != want {
+				t.Fatalf("SYN to %s:%d answered %s, want %s", a, port, got, want)
 			}
 			counts[got]++
 		}
@@ -205,7 +227,8 @@ func TestResponderTruth(t *testing.T) {
 // its dynamic drop set.
 func TestResponderOthers(t *testing.T) {
 	testenv.RequirePrivileged(t, "eBPF")
-	r, err := loadResponderFor(BenchPrefix, benchFleetConfig(1))
+	cfg := truthConfig()
+	r, err := loadResponderFor(cfg.Prefix, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

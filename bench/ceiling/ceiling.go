@@ -1,4 +1,4 @@
-package bench
+package ceiling
 
 import (
 	"context"
@@ -22,9 +22,9 @@ import (
 	"github.com/sondeprobe/sonde/probe/syn"
 )
 
-// CeilingConfig configures [Ceiling]. Every field but Senders and Timeout is
+// Config configures [Sweep]. Every field but Senders and Timeout is
 // required.
-type CeilingConfig struct {
+type Config struct {
 	Interface  string           // interface to send on and capture from
 	Source     netip.Addr       // IPv4 source address of the probes
 	NextHopMAC net.HardwareAddr // MAC address every probe is sent to
@@ -41,8 +41,8 @@ type CeilingConfig struct {
 	KernelRST bool
 }
 
-// CeilingResult is what one [Ceiling] sweep did.
-type CeilingResult struct {
+// Result is what one [Sweep] sweep did.
+type Result struct {
 	Probes     int       // probes sent
 	Start, End time.Time // first and last send
 	SynAck     uint64    // valid SYN-ACKs
@@ -59,7 +59,7 @@ type CeilingResult struct {
 
 // Outcome returns the outcome of the probe of the target at index i of the
 // prefix: Timeout when nothing answered.
-func (r *CeilingResult) Outcome(i int) probe.Outcome {
+func (r *Result) Outcome(i int) probe.Outcome {
 	if r.outcome[i] == 0 {
 		return probe.Timeout
 	}
@@ -67,7 +67,7 @@ func (r *CeilingResult) Outcome(i int) probe.Outcome {
 }
 
 // Target returns the target at index i.
-func (r *CeilingResult) Target(i int) netip.AddrPort {
+func (r *Result) Target(i int) netip.AddrPort {
 	base := binary.BigEndian.Uint32(r.prefix.Addr().AsSlice())
 	var a [4]byte
 	binary.BigEndian.PutUint32(a[:], base+uint32(i))
@@ -78,7 +78,7 @@ func (r *CeilingResult) Target(i int) netip.AddrPort {
 // them from its TX ring.
 const ceilingBatch = 256
 
-// Ceiling sweeps cfg.Prefix once as fast as the machine allows, to measure
+// Sweep sweeps cfg.Prefix once as fast as the machine allows, to measure
 // the ceiling that sonde's sweeps are compared with in the same bench run:
 // no scheduler, no per-target state but the outcome, frames written straight
 // into PACKET_MMAP TX rings (one send(2) per 256 frames), replies read in
@@ -87,7 +87,7 @@ const ceilingBatch = 256
 // (id XOR SipHash-2-4 of the flow, verified on every reply) and its source
 // ports. It runs in the calling thread's network namespace and needs
 // CAP_NET_RAW, CAP_BPF and CAP_NET_ADMIN.
-func Ceiling(ctx context.Context, cfg CeilingConfig) (*CeilingResult, error) {
+func Sweep(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func Ceiling(ctx context.Context, cfg CeilingConfig) (*CeilingResult, error) {
 		return nil, fmt.Errorf("ceiling: %w", err)
 	}
 	n := 1 << (32 - cfg.Prefix.Bits())
-	res := &CeilingResult{outcome: make([]uint8, n), prefix: cfg.Prefix.Masked(), port: cfg.Port}
+	res := &Result{outcome: make([]uint8, n), prefix: cfg.Prefix.Masked(), port: cfg.Port}
 	c := &ceiling{cfg: cfg, ports: ports, key: [2]uint64{randUint64(), randUint64()}, res: res, n: n}
 	c.src = cfg.Source.As16()
 	c.base = binary.BigEndian.Uint32(res.prefix.Addr().AsSlice())
@@ -170,7 +170,7 @@ func Ceiling(ctx context.Context, cfg CeilingConfig) (*CeilingResult, error) {
 	return res, ctx.Err()
 }
 
-func (cfg *CeilingConfig) check() error {
+func (cfg *Config) check() error {
 	switch {
 	case cfg.Interface == "":
 		return errors.New("ceiling: no interface")
@@ -197,13 +197,13 @@ func (cfg *CeilingConfig) check() error {
 // ceiling is one sweep's shared state. The senders write only their own
 // frames; the reader alone writes res.outcome until the sweep ends.
 type ceiling struct {
-	cfg   CeilingConfig
+	cfg   Config
 	ports syn.PortRange
 	key   [2]uint64
 	src   [16]byte
 	base  uint32 // the first target, as a number
 	n     int
-	res   *CeilingResult
+	res   *Result
 
 	frame              [14 + 20 + 32]byte // the SYN frame with the per-probe fields zero
 	ipSum, tcpSum      uint32             // unfolded sums of their fixed words

@@ -1,4 +1,4 @@
-package bench
+package fleet
 
 import (
 	"context"
@@ -35,7 +35,7 @@ type dialCase struct {
 // the prober namespace, and that InNamespace puts the thread back.
 func TestFleet(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces")
-	f := testFleet(t, FleetConfig{
+	f := testFleet(t, Config{
 		Prefix6:     DefaultPrefix6,
 		Listen:      []uint16{80},
 		Drop:        []netip.Prefix{netip.MustParsePrefix("198.18.0.3/32"), netip.MustParsePrefix("2001:db8:5eed::3/128")},
@@ -65,7 +65,7 @@ func TestFleetXDP(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces, eBPF")
 	for _, mode := range []XDPMode{XDPGeneric, XDPNative} {
 		t.Run(mode.String(), func(t *testing.T) {
-			f := testFleet(t, FleetConfig{
+			f := testFleet(t, Config{
 				XDP:         mode,
 				Listen:      []uint16{80},
 				Drop:        []netip.Prefix{netip.MustParsePrefix("198.18.0.3/32")},
@@ -83,7 +83,7 @@ func TestFleetXDP(t *testing.T) {
 			}
 		})
 	}
-	if _, err := NewFleet(FleetConfig{XDP: XDPGeneric, Prefix6: DefaultPrefix6}); err == nil {
+	if _, err := New(Config{XDP: XDPGeneric, Prefix6: DefaultPrefix6}); err == nil {
 		t.Error("an XDP fleet with an IPv6 prefix was built")
 	}
 }
@@ -103,9 +103,9 @@ var fleetDials = []dialCase{
 
 // testFleet builds a fleet that the test removes, checking that its
 // namespaces go with it.
-func testFleet(t *testing.T, cfg FleetConfig) *Fleet {
+func testFleet(t *testing.T, cfg Config) *Fleet {
 	t.Helper()
-	f, err := NewFleet(cfg)
+	f, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestInNamespaceMissing(t *testing.T) {
 func TestFleetImpair(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces, nftables")
 	testenv.Tool(t, "nft", "nftables")
-	f := testFleet(t, FleetConfig{
+	f := testFleet(t, Config{
 		Impair:      true,
 		Listen:      []uint16{80},
 		Drop:        []netip.Prefix{netip.MustParsePrefix("198.18.0.3/32")},
