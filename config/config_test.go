@@ -148,7 +148,7 @@ func indent(s, prefix string) string {
 }
 
 // TestPresetWindows checks the detection windows of every preset's defaults,
-// as SEMANTICS.md computes them (W1, W2 with r = t, W3).
+// as docs/semantics.md computes them (W1, W2 with r = t, W3).
 func TestPresetWindows(t *testing.T) {
 	tests := []struct {
 		check      string

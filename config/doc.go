@@ -1,5 +1,5 @@
 // Package config loads sonde's YAML configuration: checks with presets of the
-// health-check systems sonde models (SEMANTICS.md), pools of targets, and the
+// health-check systems sonde models (docs/semantics.md), pools of targets, and the
 // validation, target expansion and deduplication that turn them into the flat
 // tables the scheduler runs. examples/sonde.yaml describes the format.
 //

@@ -7,7 +7,7 @@ import (
 )
 
 // Preset is the set of defaults and documented ranges of one health-check
-// system (SEMANTICS.md, "Presets"). A check names its preset with "preset:";
+// system (docs/semantics.md, "Presets"). A check names its preset with "preset:";
 // every value a preset gives can be overridden in the check, and a value
 // outside a range the system documents is a configuration error that names
 // the preset.
@@ -72,7 +72,7 @@ var defaultPreset = Preset{
 func LookupPreset(name string) (Preset, bool) {
 	switch name {
 	case PresetAppService:
-		// Swedish seed: one ping a minute ("10 failed pings = 10 minutes":
+		// Azure App Service: one ping a minute ("10 failed pings = 10 minutes":
 		// a fixed rate), a ping that takes longer than a minute fails,
 		// 200-299 healthy, removal after 10 failures
 		// (WEBSITE_HEALTHCHECK_MAXPINGFAILURES 2..10), at most 50 % removed
@@ -85,7 +85,7 @@ func LookupPreset(name string) (Preset, bool) {
 			fallRange: intRange{2, 10},
 		}, true
 	case PresetFrontDoor:
-		// Spanish and Chinese seeds: HEAD by default for new profiles, a
+		// Azure Front Door: HEAD by default for new profiles, a
 		// probe every 30 s (a fixed rate: "two requests per minute"), only
 		// 200 is healthy, UA "Edge Health Probe", SampleSize 4 and
 		// SuccessfulSamplesRequired 2 (classic defaults, E7); all origins
@@ -99,13 +99,13 @@ func LookupPreset(name string) (Preset, bool) {
 			UserAgent: "Edge Health Probe", FailOpen: true, MaxUnhealthyPercent: 100,
 		}, true
 	case PresetAppGateway:
-		// Korean seed: GET to "/", every 30 s with a 30 s timeout (a fixed
+		// Azure Application Gateway: GET to "/", every 30 s with a 30 s timeout (a fixed
 		// rate: "first detection 20 s + 2 failed probes × 20 s"), unhealthy
 		// threshold 3, healthy at once on one success, unhealthy until the
 		// first successful probe, 200-399 healthy. The default probe's URL
 		// is <protocol>://127.0.0.1:<port>/, so its Host header is
 		// 127.0.0.1; a custom probe's port, when defined, is used instead
-		// of the backend setting's. The seed documents no ranges for
+		// of the backend setting's. Its documentation gives no ranges for
 		// interval, timeout or threshold.
 		return Preset{
 			Name: name, Protocols: []Protocol{HTTP, HTTPS}, Method: "GET", Path: "/", Cadence: scheduler.FixedRate,
@@ -115,7 +115,7 @@ func LookupPreset(name string) (Preset, bool) {
 			FailOpen: false, MaxUnhealthyPercent: 100,
 		}, true
 	case PresetGlobalAccelerator:
-		// Chinese seed: TCP, HTTP or HTTPS; interval 1..50 s, default 2 s,
+		// Alibaba Cloud Global Accelerator: TCP, HTTP or HTTPS; interval 1..50 s, default 2 s,
 		// counted after each check completes (the windows t*k + i*(k-1));
 		// 3 s response timeout; one threshold for both directions 2..10,
 		// default 3; path rules H2; port 1..65535.

@@ -15,7 +15,7 @@ import (
 
 // Outcome is how one probe ended. Success is the only healthy outcome; every
 // other value names the reason a probe failed, so results and metrics can tell a
-// refused port from a silent one (SEMANTICS T1) or a bad status from a bad body.
+// refused port from a silent one (docs/semantics.md T1) or a bad status from a bad body.
 type Outcome uint8
 
 // The outcomes of a probe. Their String values are the reasons shown in JSON

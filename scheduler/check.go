@@ -59,7 +59,7 @@ const MaxDelay = 24 * time.Hour
 // MaxThreshold is the largest rise or fall threshold the evaluator counts to.
 const MaxThreshold = 1000
 
-// Cadence is when a check sends its next probe (SEMANTICS, "Cadence").
+// Cadence is when a check sends its next probe (docs/semantics.md, "Cadence").
 type Cadence uint8
 
 // The cadences. The zero Cadence is AfterCompletion.

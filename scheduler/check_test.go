@@ -16,7 +16,7 @@ func TestWindows(t *testing.T) {
 		onset            time.Duration // W3
 	}{
 		{
-			// SEMANTICS W1 and W2 examples: t=3 s, i=2 s, k=3.
+			// docs/semantics.md W1 and W2 examples: t=3 s, i=2 s, k=3.
 			name:    "globalaccelerator",
 			check:   Timing{Interval: 2 * s, Timeout: 3 * s, Rise: 3, Fall: 3},
 			failure: 13 * s, success: 13 * s, onset: 15 * s,
@@ -91,7 +91,7 @@ func TestWindows(t *testing.T) {
 func TestSuccessWindowMeasuredLatency(t *testing.T) {
 	t.Parallel()
 	c := Timing{Interval: 2 * time.Second, Timeout: 3 * time.Second, Rise: 3, Fall: 3}
-	// SEMANTICS W2 example: r=1 s, i=2 s, k=3 → 7 s.
+	// docs/semantics.md W2 example: r=1 s, i=2 s, k=3 → 7 s.
 	if got := c.SuccessWindow(time.Second); got != 7*time.Second {
 		t.Fatalf("SuccessWindow(1s) = %v, want 7s", got)
 	}

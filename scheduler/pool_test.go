@@ -16,7 +16,7 @@ func TestPolicyRemoved(t *testing.T) {
 		enabled, healthy, unhealthy int
 		want                        int
 	}{
-		// SEMANTICS P1: 4 instances, 3 unhealthy, 50 % → 2 removed.
+		// docs/semantics.md P1: 4 instances, 3 unhealthy, 50 % → 2 removed.
 		{"App Service example", PoolPolicy{MaxUnhealthyPercent: 50, FailOpen: true}, 4, 1, 3, 2},
 		{"higher percent removes more", PoolPolicy{MaxUnhealthyPercent: 75, FailOpen: true}, 4, 1, 3, 3},
 		{"100 percent removes every unhealthy one", PoolPolicy{MaxUnhealthyPercent: 100, FailOpen: true}, 4, 1, 3, 3},
@@ -62,7 +62,7 @@ func poolSim(t *testing.T, n int, sickFrom map[uint32]time.Duration, latency fun
 	return s
 }
 
-// TestPoolAppServiceExample is SEMANTICS P1's example end to end: four
+// TestPoolAppServiceExample is docs/semantics.md P1's example end to end: four
 // instances, three unhealthy, 50 % → two removed, and the two that keep
 // traffic are the healthy one and the sick one that failed last.
 func TestPoolAppServiceExample(t *testing.T) {

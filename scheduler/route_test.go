@@ -56,7 +56,7 @@ func routeLog(evs []RouteEvent) (log string, first int) {
 	return strings.Join(b, " "), first
 }
 
-// TestRouterEvents follows SEMANTICS P1 and P2 through their route events:
+// TestRouterEvents follows docs/semantics.md P1 and P2 through their route events:
 // removals under the 50 % cap, the oldest unhealthy first, a slot that frees
 // up when one recovers, fail-open entered and left.
 func TestRouterEvents(t *testing.T) {

@@ -374,7 +374,7 @@ func promtool(t *testing.T, what, text string) {
 	}
 }
 
-// TestPromtoolCheckMetrics is issue 13's done-when: promtool finds nothing
+// TestPromtoolCheckMetrics is an acceptance test: promtool finds nothing
 // to say about /probe (HTTP, HTTPS and TCP) and /metrics (with webhooks,
 // route changes and certificates in it).
 func TestPromtoolCheckMetrics(t *testing.T) {
@@ -409,7 +409,7 @@ webhooks:
 	promtool(t, "/metrics", text)
 }
 
-// TestPrometheusScrapesProbe is issue 13's done-when: Prometheus (the Debian
+// TestPrometheusScrapesProbe is an acceptance test: Prometheus (the Debian
 // package), running on loopback with a blackbox-style job that differs from
 // blackbox_exporter's documented one only in the address, records
 // probe_success 1 for a good target and 0 for a bad one.

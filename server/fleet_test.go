@@ -15,7 +15,7 @@ import (
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
-// TestDaemonDetectsDropping is issue 4's test (d): the daemon probes a fleet
+// TestDaemonDetectsDropping is the end-to-end detection test: the daemon probes a fleet
 // in a network namespace with a TCP check on the SYN prober; when some
 // addresses start dropping, they turn unhealthy within the failure window
 // counted from the onset (W3 = W1 + one interval), no sooner than k timeouts,

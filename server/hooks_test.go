@@ -106,7 +106,7 @@ func (r *receiver) seqs() ([]uint64, []api.HookBatch) {
 	return s, slices.Clone(r.batches)
 }
 
-// TestWebhookOrderAndRestart is issue 13's webhook done-when: a receiver on
+// TestWebhookOrderAndRestart is the acceptance test of webhooks: a receiver on
 // loopback gets signed batches in order, only the events it asked for, and
 // loses none while it is down: the batches wait and are retried until it is
 // back.

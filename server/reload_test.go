@@ -463,7 +463,7 @@ pools:
 	}
 }
 
-// TestReloadSpam is issue 10's reload spam: POST /-/reload every 0.3 s to
+// TestReloadSpam is reload spam: POST /-/reload every 0.3 s to
 // the daemon's own HTTP server (lifecycle endpoints on, as with
 // -web.enable-lifecycle), each with a changed file, while a backend hangs.
 // Reloads are coalesced and paced, probes in flight are kept, so the hung

@@ -118,7 +118,7 @@ func (m sseMessage) decode(t *testing.T) api.Event {
 	return e
 }
 
-// TestEventStreamStateAndRoute is issue 13's first done-when: a client of
+// TestEventStreamStateAndRoute is the acceptance test of the event stream: a client of
 // the stream sees a state change and the route change it causes within a
 // second of the probe that caused them.
 func TestEventStreamStateAndRoute(t *testing.T) {

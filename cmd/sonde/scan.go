@@ -193,7 +193,7 @@ func (sf scanFlags) sweepOptions(tab *probe.Table) (syn.SweepOptions, error) {
 	return syn.SweepOptions{Prober: cfg, Rate: sf.rate, Timeout: sf.timeout, Retries: sf.retries, RetryWait: sf.retryWait}, nil
 }
 
-// parsePorts parses "80,443,8000-8010" (SEMANTICS T4: ports 1–65535); ""
+// parsePorts parses "80,443,8000-8010" (docs/semantics.md T4: ports 1–65535); ""
 // gives no ports.
 func parsePorts(s string) ([]uint16, error) {
 	if s == "" {

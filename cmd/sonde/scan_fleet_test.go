@@ -153,7 +153,7 @@ func scanOnce(t *testing.T, f *fleet.Fleet, bin string, truth map[netip.Addr]pro
 }
 
 // TestScanCapabilities runs the scan as an unprivileged user holding exactly
-// the capabilities of each path (DESIGN "Privileges and fallbacks"):
+// the capabilities of each path (docs/operations.md, "Permissions"):
 // CAP_NET_RAW + CAP_BPF + CAP_NET_ADMIN → eBPF capture; CAP_NET_RAW alone →
 // AF_PACKET capture. Both must classify the fleet.
 func TestScanCapabilities(t *testing.T) {

@@ -1,5 +1,5 @@
 // Package http is sonde's HTTP and HTTPS prober. It checks an endpoint the
-// way cloud load balancers do (SEMANTICS H1–H11): one GET or HEAD over a new
+// way cloud load balancers do (docs/semantics.md H1–H11): one GET or HEAD over a new
 // TCP connection per probe, the status judged against a healthy set without
 // following redirects, an optional body substring, Host header and SNI per
 // check, and every failure named by a [probe.Outcome].

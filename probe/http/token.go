@@ -13,7 +13,7 @@ import (
 )
 
 // TokenHeader is the header that carries an App Service style probe token
-// (SEMANTICS H10), in canonical form; HTTP header names are case-insensitive
+// (docs/semantics.md H10), in canonical form; HTTP header names are case-insensitive
 // and App Service documents it as x-ms-auth-internal-token.
 const TokenHeader = "X-Ms-Auth-Internal-Token"
 

@@ -1,6 +1,6 @@
 // Package syn is sonde's TCP SYN prober: a raw-socket sender and a reply
 // reader that together probe very many endpoints without a connect() and a
-// socket per probe (SEMANTICS T1–T4).
+// socket per probe (docs/semantics.md T1–T4).
 //
 // # Sending
 //

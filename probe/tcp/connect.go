@@ -1,5 +1,5 @@
 // Package tcp is sonde's connect() prober, the TCP check for hosts where raw
-// sockets are not allowed (SEMANTICS T1–T4). A probe is one connect(): an
+// sockets are not allowed (docs/semantics.md T1–T4). A probe is one connect(): an
 // established connection is success, an RST is refused, silence until the
 // deadline is a timeout, and a missing route is unreachable. No data is
 // sent (T3); the connection is closed at once with an RST. A connect() that

@@ -37,7 +37,7 @@ func TestEventLogCopyRange(t *testing.T) {
 	}
 }
 
-// TestEventLogPage pins polling (issue 10): since returns the oldest events
+// TestEventLogPage pins polling: since returns the oldest events
 // after it, up to limit, and says how many fell out of the ring.
 func TestEventLogPage(t *testing.T) {
 	l := NewLog(4)

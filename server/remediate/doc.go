@@ -1,5 +1,5 @@
 // Package remediate fires sonde's remediation actions: App Service's
-// instance replacement (SEMANTICS R1, R2) as a command, a webhook or both,
+// instance replacement (docs/semantics.md R1, R2) as a command, a webhook or both,
 // for any pool.
 //
 // An instance is a target address. A remediation acts on an instance when
