@@ -35,6 +35,17 @@ func RequirePrivileged(tb testing.TB, needs string) {
 	tb.Skipf("test needs root (%s); run as root, or set SONDE_REQUIRE_PRIV=1 to make this a failure", needs)
 }
 
+// Unavailable skips tb because what it needs from this machine is
+// missing (err says why), or fails it when SONDE_REQUIRE_PRIV is 1, as CI
+// sets it: a test CI runs cannot skip silently.
+func Unavailable(tb testing.TB, what string, err error) {
+	tb.Helper()
+	if os.Getenv("SONDE_REQUIRE_PRIV") == "1" {
+		tb.Fatalf("%s: %v (SONDE_REQUIRE_PRIV=1 is set)", what, err)
+	}
+	tb.Skipf("%s: %v; set SONDE_REQUIRE_PRIV=1 to make this a failure", what, err)
+}
+
 // Tool returns the path of the program name, which the Debian package pkg
 // installs (.ci/run installs it for CI). It looks in PATH, then in the sbin
 // directories, which Debian leaves out of the PATH of users other than root
