@@ -3,7 +3,6 @@ package server
 import (
 	"bufio"
 	"fmt"
-	"github.com/sondeprobe/sonde/bench/testenv"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sondeprobe/sonde/bench/testenv"
 )
 
 // What a discovered target costs, against a target a configuration lists:
