@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/discovery/consul"
+
+	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
 // fakeConsul is a minimal Consul HTTP API on loopback: the catalog's
@@ -93,7 +95,7 @@ func TestConsulServices(t *testing.T) {
 	cfg.Datacenter = "dc1"
 	cfg.Services = []string{"web"}
 	cfg.RefreshInterval = model.Duration(100 * time.Millisecond)
-	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
+	run, changed := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 	run.Update([]Pool{{Name: "web", Sources: []Source{{Key: "consul_sd_configs", Config: cfg}},
 		Relabel: rules(t, `[{source_labels: [__meta_consul_node], target_label: node}]`)}})
 	f := waitFound(t, run, changed, "web", func(f Found) bool { return f.Len() == 2 })

@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/common/config"
 	"github.com/prometheus/prometheus/discovery/kubernetes"
+
+	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
 // fakeKube is a minimal Kubernetes API server on loopback: it lists and
@@ -210,7 +212,7 @@ func TestKubernetesEndpointSlices(t *testing.T) {
 - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
 - {source_labels: [__meta_kubernetes_service_name], target_label: service}
 `)
-	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
+	run, changed := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 	run.Update([]Pool{{Name: "web", Sources: []Source{{Key: "kubernetes_sd_configs", Config: cfg}}, Relabel: keep}})
 	f := waitFound(t, run, changed, "web", func(f Found) bool { return f.Len() == 2 })
 	want := []string{`10.1.0.1:8080 {namespace="default", service="web"}`, `10.1.0.2:8080 {namespace="default", service="web"}`}

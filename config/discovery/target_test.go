@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/relabel"
 	"go.yaml.in/yaml/v2"
+
+	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
 func TestParseAddress(t *testing.T) {
@@ -25,13 +27,18 @@ func TestParseAddress(t *testing.T) {
 		{"API-1.Internal.", "api-1.internal:0"},
 		{"api-1.internal:80", "api-1.internal:80"},
 		{"", "error: no __address__"},
-		{"http://10.0.0.7/", "error: is not host or host:port"},
-		{"10.0.0.7:0", "error: bad port"},
-		{"10.0.0.7:99999", "error: bad port"},
+		{"http://10.0.0.7/", "error: no URL scheme"},
+		{"[2001:db8::1]", "2001:db8::1:0"},
+		{"10.0.0.7:0", "error: out of range 1..65535"},
+		{"10.0.0.7:99999", "error: out of range 1..65535"},
+		{"10.0.0.7:http", "error: bad port"},
+		{"api.test:", "error: bad port"},
+		{"[10.0.0.7]:80", "error: is not an IP address"},
+		{"10.0.0.0/24", "error: is a CIDR block"},
 		{"fe80::1%eth0", "error: zone"},
 		{"[fe80::1%eth0]:80", "error: zone"},
-		{"-bad-.example", "error: is not an IP address or host name"},
-		{"a:b:c", "error: is not host or host:port"},
+		{"-bad-.example", "error: is not an IP address, CIDR block or host name"},
+		{"a:b:c", "error: [addr]:port"},
 	}
 	for _, tt := range tests {
 		ep, err := parseAddress(tt.in)
@@ -43,12 +50,12 @@ func TestParseAddress(t *testing.T) {
 				t.Errorf("parseAddress(%q): %s, want %s", tt.in, got, tt.want)
 			}
 			continue
-		case ep.host != "":
-			got = ep.host
+		case ep.Host != "":
+			got = ep.Host
 		default:
-			got = ep.addr.String()
+			got = ep.Addr.String()
 		}
-		got += ":" + strconv.Itoa(int(ep.port))
+		got += ":" + strconv.Itoa(int(ep.Port))
 		if got != tt.want {
 			t.Errorf("parseAddress(%q) = %s, want %s", tt.in, got, tt.want)
 		}
@@ -85,8 +92,8 @@ func TestRelabel(t *testing.T) {
 	if !ok || reason != "" {
 		t.Fatalf("kept target dropped: %q", reason)
 	}
-	if ep.addr.String() != "10.1.2.3" || ep.port != 8080 {
-		t.Errorf("endpoint %v:%d, want 10.1.2.3:8080", ep.addr, ep.port)
+	if ep.Addr.String() != "10.1.2.3" || ep.Port != 8080 {
+		t.Errorf("endpoint %v:%d, want 10.1.2.3:8080", ep.Addr, ep.Port)
 	}
 	if want := `{namespace="prod", team="edge", zone="target"}`; ls.String() != want {
 		t.Errorf("labels %s, want %s", ls, want)
@@ -113,7 +120,7 @@ func TestRelabel(t *testing.T) {
 
 // processSets relabels one target given as Prometheus's label sets, kept
 // in a chunk as a source keeps it.
-func processSets(rl *relabeler, group, target model.LabelSet) (ep endpoint, ls labels.Labels, kept bool, reason, detail string) {
+func processSets(rl *relabeler, group, target model.LabelSet) (ep endpoint.Entry, ls labels.Labels, kept bool, reason, detail string) {
 	c := chunkOf(&targetgroup.Group{Labels: group, Targets: []model.LabelSet{target}})
 	c.each(func(gl, tl []label) bool {
 		ep, ls, kept, reason, detail = rl.process(gl, c.over, tl)
