@@ -1,7 +1,10 @@
 package main
 
 import (
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -18,7 +21,10 @@ var forbidden = map[string][]string{
 	"scheduler": {"config", "server", "bench", "cmd"},
 	"config":    {"server", "bench", "cmd"},
 	"server":    {"cmd"},
-	"bench":     {"cmd"},
+	// Prober choice and one-shot probing, shared by the daemon, sonde
+	// probe and /probe: none of the daemon.
+	"server/prober": {"server", "bench", "cmd"},
+	"bench":         {"cmd"},
 	// Every layer reads its operator's files through it.
 	"internal/safefile": {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd"},
 }
@@ -77,6 +83,23 @@ func TestLayers(t *testing.T) {
 	}
 	if checked < 10 {
 		t.Fatalf("go list named only %d packages", checked)
+	}
+}
+
+// TestProbeCommandWithoutDaemon checks that the files of sonde probe reach
+// probers through server/prober, not through the daemon's package.
+func TestProbeCommandWithoutDaemon(t *testing.T) {
+	fset := token.NewFileSet()
+	for _, name := range []string{"probe.go", "probejob.go", "proberun.go"} {
+		f, err := parser.ParseFile(fset, name, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			if path, _ := strconv.Unquote(imp.Path.Value); path == module+"/server" {
+				t.Errorf("%s imports the daemon (%s); sonde probe uses server/prober", name, path)
+			}
+		}
 	}
 }
 

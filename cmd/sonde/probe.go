@@ -11,7 +11,8 @@ import (
 	"strings"
 
 	"github.com/sondeprobe/sonde/config"
-	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/endpoint"
+	"github.com/sondeprobe/sonde/server/prober"
 )
 
 const probeUsage = `Usage: sonde probe [flags] URL...
@@ -130,11 +131,11 @@ type flagValue struct {
 // flags, URLs or settings, silentExit(1) when a target is unhealthy, and nil
 // when every target is healthy.
 func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runProbeWith(ctx, args, stdout, stderr, probe.Resolver{})
+	return runProbeWith(ctx, args, stdout, stderr, &endpoint.DNSResolver{})
 }
 
 // runProbeWith is runProbe with the resolver of the URLs' host names.
-func runProbeWith(ctx context.Context, args []string, stdout, stderr io.Writer, res probe.Resolver) error {
+func runProbeWith(ctx context.Context, args []string, stdout, stderr io.Writer, res endpoint.Resolver) error {
 	settings, asJSON, urls, err := parseProbeFlags(args, stderr)
 	if err != nil {
 		return err
@@ -152,13 +153,16 @@ func runProbeWith(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		if j.check, err = j.newCheck(ctx, settings); err != nil {
 			return usageError(err)
 		}
+		if err := prober.CheckTarget(j.check, j.entry); err != nil {
+			return usageError(fmt.Errorf("probe: URL %q: %w", j.arg, err))
+		}
 	}
 	resolveJobs(ctx, jobs, res)
-	closeSyn, err := chooseProbers(ctx, jobs)
+	probers, err := chooseProbers(ctx, jobs)
 	if err != nil {
 		return err
 	}
-	defer closeSyn()
+	defer probers.Close()
 
 	out := newProbeWriter(stdout, asJSON)
 	healthy := true

@@ -17,6 +17,14 @@ type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
 }
 
+// ResolverFunc is a Resolver made of a function, such as a fake in a test.
+type ResolverFunc func(ctx context.Context, network, host string) ([]netip.Addr, error)
+
+// LookupNetIP implements Resolver.
+func (f ResolverFunc) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	return f(ctx, network, host)
+}
+
 // TTLResolver is a Resolver that also tells how long its answer holds.
 type TTLResolver interface {
 	Resolver
