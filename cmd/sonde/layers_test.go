@@ -30,7 +30,7 @@ var forbidden = map[string][]string{
 }
 
 // testOnly are packages that only tests may import.
-var testOnly = []string{"bench/testenv", "probe/probetest"}
+var testOnly = []string{"bench/testenv", "probe/probetest", "probe/endpoint/endpointtest"}
 
 // under reports whether package path pkg is layer or below it.
 func under(pkg, layer string) bool {

@@ -136,28 +136,10 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 // runProbeWith is runProbe with the resolver of the URLs' host names.
 func runProbeWith(ctx context.Context, args []string, stdout, stderr io.Writer, res endpoint.Resolver) error {
-	settings, asJSON, urls, err := parseProbeFlags(args, stderr)
+	jobs, asJSON, err := prepareProbes(ctx, args, stderr, res)
 	if err != nil {
 		return err
 	}
-	jobs := make([]*probeJob, len(urls))
-	for i, arg := range urls {
-		if jobs[i], err = parseProbeURL(arg); err != nil {
-			return usageError(err)
-		}
-	}
-	if err := checkApplicable(settings, jobs); err != nil {
-		return usageError(err)
-	}
-	for _, j := range jobs {
-		if j.check, err = j.newCheck(ctx, settings); err != nil {
-			return usageError(err)
-		}
-		if err := prober.CheckTarget(j.check, j.entry); err != nil {
-			return usageError(fmt.Errorf("probe: URL %q: %w", j.arg, err))
-		}
-	}
-	resolveJobs(ctx, jobs, res)
 	probers, err := chooseProbers(ctx, jobs)
 	if err != nil {
 		return err
@@ -183,6 +165,36 @@ func runProbeWith(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		return silentExit(exitFailure)
 	}
 	return nil
+}
+
+// prepareProbes parses the flags and URLs of args, builds every URL's
+// check and resolves its host with res: the jobs, each with its address or
+// the error that its probe fails with, and whether -json is set. Bad flags,
+// URLs or settings are usage errors.
+func prepareProbes(ctx context.Context, args []string, stderr io.Writer, res endpoint.Resolver) ([]*probeJob, bool, error) {
+	settings, asJSON, urls, err := parseProbeFlags(args, stderr)
+	if err != nil {
+		return nil, false, err
+	}
+	jobs := make([]*probeJob, len(urls))
+	for i, arg := range urls {
+		if jobs[i], err = parseProbeURL(arg); err != nil {
+			return nil, false, usageError(err)
+		}
+	}
+	if err := checkApplicable(settings, jobs); err != nil {
+		return nil, false, usageError(err)
+	}
+	for _, j := range jobs {
+		if j.check, err = j.newCheck(ctx, settings); err != nil {
+			return nil, false, usageError(err)
+		}
+		if err := prober.CheckTarget(j.check, j.entry); err != nil {
+			return nil, false, usageError(fmt.Errorf("probe: URL %q: %w", j.arg, err))
+		}
+	}
+	resolveJobs(ctx, jobs, res)
+	return jobs, asJSON, nil
 }
 
 // parseProbeFlags parses the flags and returns the settings given, in

@@ -80,7 +80,7 @@ func parseProbeURL(arg string) (*probeJob, error) {
 	// lookup or probe.
 	e, err := config.ParseTargetEntry(strings.TrimSuffix(u.Host, ":"))
 	if err != nil {
-		return nil, bad("%v", err)
+		return nil, fmt.Errorf("probe: URL %q: %w", arg, err)
 	}
 	j.entry, j.host = e, e.Host
 	if e.Addr.IsValid() {

@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v2"
 
 	"github.com/sondeprobe/sonde/probe/endpoint"
+	"github.com/sondeprobe/sonde/probe/endpoint/endpointtest"
 )
 
 func TestParseAddress(t *testing.T) {
@@ -127,4 +129,37 @@ func processSets(rl *relabeler, group, target model.LabelSet) (ep endpoint.Entry
 		return false
 	})
 	return ep, ls, kept, reason, detail
+}
+
+// TestEntryPointsAddress runs the shared table's entries through
+// parseAddress: a bad __address__ gives the error of a bad target in a
+// config file, a block is refused, an empty one is missing; the endpoints
+// of the others are tested through the runner and the config (package
+// config's TestEntryPointsDiscovery).
+func TestEntryPointsAddress(t *testing.T) {
+	for _, c := range endpointtest.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			e, err := parseAddress(c.Entry)
+			var ee *endpoint.EntryError
+			switch {
+			case c.Entry == "":
+				if err == nil || err.Error() != "no __address__" {
+					t.Fatalf("parseAddress(%q) = %v, want no __address__", c.Entry, err)
+				}
+			case c.Kind == endpointtest.EntryErr:
+				if !errors.As(err, &ee) || ee.Error() != c.Err || err.Error() != "__address__ "+c.Err {
+					t.Fatalf("parseAddress(%q) = %v, want __address__ %s", c.Entry, err, c.Err)
+				}
+			case c.Kind == endpointtest.BlockRefused:
+				if err == nil || !strings.Contains(err.Error(), "is a CIDR block") {
+					t.Fatalf("parseAddress(%q) = %v, want a CIDR block refused", c.Entry, err)
+				}
+			default:
+				want, _ := endpoint.ParseEntry(c.Entry)
+				if err != nil || e != want {
+					t.Fatalf("parseAddress(%q) = %+v, %v; want %+v", c.Entry, e, err, want)
+				}
+			}
+		})
+	}
 }

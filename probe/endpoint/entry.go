@@ -22,14 +22,15 @@ type Entry struct {
 // entry and says what is wrong with it; every caller prints it as it is,
 // after where the entry came from.
 type EntryError struct {
-	Entry string // the entry as given
-	msg   string
+	Entry  string // the entry as given
+	Reason string // what is wrong with it: "has port 0, out of range 1..65535"
 }
 
-func (e *EntryError) Error() string { return e.msg }
+// Error returns the quoted entry and the reason.
+func (e *EntryError) Error() string { return strconv.Quote(e.Entry) + " " + e.Reason }
 
 func entryErr(s, format string, args ...any) error {
-	return &EntryError{Entry: s, msg: fmt.Sprintf("%q ", s) + fmt.Sprintf(format, args...)}
+	return &EntryError{Entry: s, Reason: fmt.Sprintf(format, args...)}
 }
 
 // notEntry is the reason for text that is no target entry at all.
@@ -62,10 +63,14 @@ func ParseEntry(s string) (Entry, error) {
 		return Entry{Addr: a.Unmap()}, nil
 	}
 	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
-		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil && a.Is6() && a.Zone() == "" {
-			return Entry{Addr: a.Unmap()}, nil
+		a, err := netip.ParseAddr(s[1 : len(s)-1])
+		switch {
+		case err != nil || !a.Is6():
+			return Entry{}, entryErr(s, notEntry)
+		case a.Zone() != "":
+			return Entry{}, entryErr(s, "has an IPv6 zone; zones are not supported")
 		}
-		return Entry{}, entryErr(s, notEntry)
+		return Entry{Addr: a.Unmap()}, nil
 	}
 	host, portText, hasPort := s, "", false
 	if i := strings.LastIndexByte(s, ':'); i >= 0 {
