@@ -57,7 +57,7 @@ var probeSettings = []probeSetting{
 		set: func(s *config.CheckSpec, v string) (err error) { s.Timeout, err = parseDurationFlag(v); return err }},
 	{flag: "source", key: "source_address", usage: "source `IP` address of the probes",
 		set: func(s *config.CheckSpec, v string) error { s.SourceAddress = &v; return nil }},
-	{flag: "ip-family", key: "ip_family", usage: "address `family` of host names: ip4, ip6 or any (default any: IPv4 first)",
+	{flag: "ip-family", key: "ip_family", usage: "address `family` of host names: ip4, ip6 or any (default any: the lowest IPv4 address, else the lowest IPv6, as the daemon orders them; within -source's family)",
 		set: func(s *config.CheckSpec, v string) error { s.IPFamily = &v; return nil }},
 	{flag: "syn-retransmit", key: "syn_retransmit", only: config.TCP, usage: "send an unanswered SYN again after this `duration`, then twice as long again, within the timeout: kernel (1s, the default), off, or a duration such as 200ms (syn:// only)",
 		set: func(s *config.CheckSpec, v string) error { s.SynRetransmit = &v; return nil }},
