@@ -355,7 +355,7 @@ func (c *Check) resolveNetwork(s *CheckSpec) error {
 		if err != nil {
 			return fieldErr(c.field("source_address"), "%v", err)
 		}
-		if c.IPFamily == IP4 && !a.Is4() || c.IPFamily == IP6 && !a.Is6() {
+		if !c.IPFamily.Has(a) {
 			return fieldErr(c.field("source_address"), "%s does not match ip_family %s", a, c.IPFamily)
 		}
 		c.SourceAddress = a
