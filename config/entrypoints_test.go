@@ -3,6 +3,7 @@ package config
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -165,6 +166,23 @@ func waitDiscovered(t *testing.T, run *discovery.Runner, changed <-chan struct{}
 		case <-deadline:
 			t.Fatalf("discovery did not settle: %+v %+v", found["p"], st)
 		case <-time.After(10 * time.Millisecond): // the status changes without a signal
+		}
+	}
+}
+
+// TestSourceAddressFamily checks that a check's source_address must be of
+// a family its ip_family allows.
+func TestSourceAddressFamily(t *testing.T) {
+	for _, c := range []struct{ family, source, wantErr string }{
+		{"ip4", "::1", `checks.c.source_address: ::1 does not match ip_family ip4`},
+		{"ip6", "127.0.0.1", `checks.c.source_address: 127.0.0.1 does not match ip_family ip6`},
+		{"ip6", "::ffff:127.0.0.1", `checks.c.source_address: 127.0.0.1 does not match ip_family ip6`},
+		{"ip4", "127.0.0.1", ""},
+		{"any", "::1", ""},
+	} {
+		_, err := Parse([]byte("checks: {c: {protocol: http, ip_family: "+c.family+", source_address: \""+c.source+"\"}}\npools: [{name: p, check: c, targets: [v4.test]}]\n"), "", testOptions())
+		if got := fmt.Sprint(err); c.wantErr == "" && err != nil || c.wantErr != "" && got != c.wantErr {
+			t.Errorf("ip_family %s, source_address %s: %v, want %q", c.family, c.source, err, c.wantErr)
 		}
 	}
 }
