@@ -9,10 +9,11 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
 	httpprobe "github.com/sondeprobe/sonde/probe/http"
 	"github.com/sondeprobe/sonde/scheduler"
+
+	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
 // Protocol is how a check probes: a TCP handshake or an HTTP(S) request.
@@ -110,45 +111,21 @@ func ParseRetransmit(s string) (Retransmit, error) {
 }
 
 // IPFamily is the address families a target given as a host name is
-// probed over.
-type IPFamily uint8
+// probed over: "any", "ip4" or "ip6" ([endpoint.Family], the one family
+// type of sonde).
+type IPFamily = endpoint.Family
 
 // The address families.
 const (
-	IPAny IPFamily = iota // dual stack: IPv4 and IPv6, a target for each the name has
-	IP4                   // IPv4 only
-	IP6                   // IPv6 only
+	IPAny = endpoint.Any // dual stack: IPv4 and IPv6, a target for each the name has
+	IP4   = endpoint.IP4 // IPv4 only
+	IP6   = endpoint.IP6 // IPv6 only
 )
-
-var ipFamilyNames = [...]string{IPAny: "any", IP4: "ip4", IP6: "ip6"}
-
-// String returns "any", "ip4" or "ip6".
-func (f IPFamily) String() string {
-	if int(f) < len(ipFamilyNames) {
-		return ipFamilyNames[f]
-	}
-	return "ipfamily(" + strconv.Itoa(int(f)) + ")"
-}
-
-// MarshalText encodes the family as its name.
-func (f IPFamily) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
 
 // family returns the address families the check's host-name targets
 // resolve to: those of ip_family, and only the source address's when one is
-// set (probes leave from it, so only its family can reach a target).
-func (c *Check) family() discovery.Family {
-	switch {
-	case c.IPFamily == IP4:
-		return discovery.IP4
-	case c.IPFamily == IP6:
-		return discovery.IP6
-	case c.SourceAddress.IsValid() && c.SourceAddress.Is4():
-		return discovery.IP4
-	case c.SourceAddress.IsValid():
-		return discovery.IP6
-	}
-	return discovery.Dual
-}
+// set ([endpoint.Family.ForSource]).
+func (c *Check) family() endpoint.Family { return c.IPFamily.ForSource(c.SourceAddress) }
 
 // AuthToken says where the secret of the probe token is (H10): in a file or
 // in an environment variable, never in the config itself. The zero AuthToken

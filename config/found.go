@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/sondeprobe/sonde/config/discovery"
+
+	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
 // Static returns the configuration as its files give it: c without the
@@ -135,8 +137,8 @@ func probeable(t *discovery.Target, c *Check) string {
 		return fmt.Sprintf("%s is not an address to probe", t.Addr)
 	case c.TargetPort(t.Port) == 0:
 		return fmt.Sprintf("no port, and check %q has none (protocol tcp has no default port)", c.Name)
-	case c.SourceAddress.IsValid() && c.SourceAddress.Is4() != t.Addr.Is4():
-		return fmt.Sprintf("%s is %s but source_address %s of check %q is %s", t.Addr, family(t.Addr), c.SourceAddress, c.Name, family(c.SourceAddress))
+	case !endpoint.Reachable(c.SourceAddress, t.Addr):
+		return sourceMismatch(t.Addr.String(), t.Addr, c)
 	}
 	return ""
 }

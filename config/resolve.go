@@ -13,6 +13,8 @@ import (
 	"github.com/sondeprobe/sonde/probe"
 	httpprobe "github.com/sondeprobe/sonde/probe/http"
 	"github.com/sondeprobe/sonde/scheduler"
+
+	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
 // env looks up environment variables (os.LookupEnv unless a test injects one).
@@ -343,17 +345,17 @@ func (c *Check) resolveNetwork(s *CheckSpec) error {
 		return err
 	}
 	if s.IPFamily != nil {
-		if err := checkEnum(c.field("ip_family"), *s.IPFamily, ipFamilyNames[:], ""); err != nil {
+		if err := checkEnum(c.field("ip_family"), *s.IPFamily, endpoint.FamilyNames(), ""); err != nil {
 			return err
 		}
-		c.IPFamily = IPFamily(slices.Index(ipFamilyNames[:], *s.IPFamily))
+		c.IPFamily, _ = endpoint.ParseFamily(*s.IPFamily) // checked above
 	}
 	if s.SourceAddress != nil {
 		a, err := ParseSourceAddress(*s.SourceAddress)
 		if err != nil {
 			return fieldErr(c.field("source_address"), "%v", err)
 		}
-		if c.IPFamily == IP4 && !a.Is4() || c.IPFamily == IP6 && !a.Is6() {
+		if !c.IPFamily.Has(a) {
 			return fieldErr(c.field("source_address"), "%s does not match ip_family %s", a, c.IPFamily)
 		}
 		c.SourceAddress = a

@@ -13,103 +13,35 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/internal/safefile"
-	"github.com/sondeprobe/sonde/probe"
+
+	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
-// Resolver looks up the addresses of a host name. *net.Resolver implements
-// it, and [discovery.DNSResolver] also tells how long each answer holds;
-// tests inject a fake so that no test touches the network.
-type Resolver = discovery.Resolver
+// Resolver looks up the addresses of a host name ([endpoint.Resolver]).
+// *net.Resolver implements it, and [endpoint.DNSResolver] also tells how
+// long each answer holds; tests inject a fake so that no test touches the
+// network.
+type Resolver = endpoint.Resolver
 
 // TargetEntry is one parsed target entry, of a config's targets, targets_file
 // and disabled lists or of `sonde scan`'s arguments: exactly one of Addr,
 // Block and Host is set.
-type TargetEntry struct {
-	Addr  netip.Addr   // one IP address; IPv4-mapped IPv6 addresses are taken as IPv4
-	Block netip.Prefix // a CIDR block: every address in it
-	Host  string       // a host name, lower case and without a trailing dot
-	Port  uint16       // the entry's own port, 0 when it gives none
-}
+type TargetEntry = endpoint.Entry
 
 // ParseTargetEntry parses one target entry, the grammar of every target sonde
-// reads:
+// reads, config files and commands alike ([endpoint.ParseEntry]):
 //
-//	198.18.0.7          IPv4 or IPv6 address
+//	198.18.0.7          IPv4 or IPv6 address ("[2001:db8::1]" too)
 //	198.18.0.7:8080     address and port ("[2001:db8::1]:8080" for IPv6)
 //	198.18.0.0/24       CIDR block, every address in it (no host bits set)
 //	api-1.internal      host name
 //	api-1.internal:8080 host name and port
 //
-// The error text quotes the entry and says what is wrong with it; config
-// files and commands print it as it is, after the entry's location.
-func ParseTargetEntry(s string) (TargetEntry, error) {
-	if strings.Contains(s, "://") {
-		return TargetEntry{}, fmt.Errorf("%q is not an IP address, CIDR block or host name (targets take no URL scheme)", s)
-	}
-	if strings.Contains(s, "/") {
-		pfx, err := netip.ParsePrefix(s)
-		if err != nil || pfx.Addr().Zone() != "" {
-			return TargetEntry{}, fmt.Errorf("%q is not a valid CIDR block", s)
-		}
-		if pfx.Addr().Is4In6() {
-			if pfx.Bits() < 96 {
-				return TargetEntry{}, fmt.Errorf("%q is not a valid CIDR block", s)
-			}
-			pfx = netip.PrefixFrom(pfx.Addr().Unmap(), pfx.Bits()-96)
-		}
-		if m := pfx.Masked(); m != pfx {
-			return TargetEntry{}, fmt.Errorf("%q has host bits set; did you mean %s?", s, m)
-		}
-		return TargetEntry{Block: pfx}, nil
-	}
-	if a, err := netip.ParseAddr(s); err == nil {
-		if a.Zone() != "" {
-			return TargetEntry{}, fmt.Errorf("%q has an IPv6 zone; zones are not supported", s)
-		}
-		return TargetEntry{Addr: a.Unmap()}, nil
-	}
-	if strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") {
-		if a, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil && a.Is6() && a.Zone() == "" {
-			return TargetEntry{Addr: a.Unmap()}, nil
-		}
-		return TargetEntry{}, fmt.Errorf("%q is not an IP address, CIDR block or host name", s)
-	}
-	host, portText, hasPort := s, "", false
-	if i := strings.LastIndexByte(s, ':'); i >= 0 {
-		host, portText, hasPort = s[:i], s[i+1:], true
-		if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
-			host = host[1 : len(host)-1]
-		} else if strings.Contains(host, ":") {
-			return TargetEntry{}, fmt.Errorf("%q is not an IP address, CIDR block or host name (write an IPv6 address with a port as [addr]:port)", s)
-		}
-	}
-	var port uint16
-	if hasPort {
-		n, err := strconv.ParseUint(portText, 10, 64)
-		if err != nil {
-			return TargetEntry{}, fmt.Errorf("%q has a bad port %q", s, portText)
-		}
-		if n < 1 || n > 65535 {
-			return TargetEntry{}, fmt.Errorf("%q has port %d, out of range 1..65535", s, n)
-		}
-		port = uint16(n)
-	}
-	if a, err := netip.ParseAddr(host); err == nil {
-		if a.Zone() != "" {
-			return TargetEntry{}, fmt.Errorf("%q has an IPv6 zone; zones are not supported", s)
-		}
-		if a.Is4() && strings.HasPrefix(s, "[") {
-			return TargetEntry{}, fmt.Errorf("%q is not an IP address, CIDR block or host name", s)
-		}
-		return TargetEntry{Addr: a.Unmap(), Port: port}, nil
-	}
-	if !probe.ValidHostName(host) {
-		return TargetEntry{}, fmt.Errorf("%q is not an IP address, CIDR block or host name", s)
-	}
-	return TargetEntry{Host: strings.ToLower(strings.TrimSuffix(host, ".")), Port: port}, nil
-}
+// The error, an *endpoint.EntryError, quotes the entry and says what is
+// wrong with it; config files and commands print it as it is, after the
+// entry's location.
+func ParseTargetEntry(s string) (TargetEntry, error) { return endpoint.ParseEntry(s) }
 
 // blockSize returns the number of addresses in p and its text ("256",
 // "2^64"); n is only valid when the block has fewer than 2^62 addresses.
@@ -137,21 +69,21 @@ type resolver struct {
 	r       Resolver
 	ctx     context.Context
 	timeout time.Duration
-	cache   map[discovery.Family]map[string]discovery.Resolution
+	cache   map[endpoint.Family]map[string]endpoint.Resolution
 }
 
 // lookup returns the lookup of name for the families fam, made once per
 // load.
-func (r *resolver) lookup(name string, fam discovery.Family) discovery.Resolution {
+func (r *resolver) lookup(name string, fam endpoint.Family) endpoint.Resolution {
 	if res, ok := r.cache[fam][name]; ok {
 		return res
 	}
-	res := discovery.Lookup(r.ctx, r.r, name, fam, r.timeout)
+	res := endpoint.Lookup(r.ctx, r.r, name, fam, r.timeout)
 	if r.cache == nil {
-		r.cache = map[discovery.Family]map[string]discovery.Resolution{}
+		r.cache = map[endpoint.Family]map[string]endpoint.Resolution{}
 	}
 	if r.cache[fam] == nil {
-		r.cache[fam] = map[string]discovery.Resolution{}
+		r.cache[fam] = map[string]endpoint.Resolution{}
 	}
 	r.cache[fam][name] = res
 	return res
@@ -172,7 +104,7 @@ type nameFunc func(host string, port uint16) error
 func (x *expander) expandSpec(l loc, raw string, c *Check, fn endpointFunc, onName nameFunc) error {
 	ts, err := ParseTargetEntry(strings.TrimSpace(raw))
 	if err != nil {
-		return l.errorf("%s", err.Error())
+		return &FieldError{Field: l.field, Msg: l.prefix + err.Error(), Err: err}
 	}
 	port := c.TargetPort(ts.Port)
 	if port == 0 {
@@ -211,21 +143,21 @@ func (x *expander) expandSpec(l loc, raw string, c *Check, fn endpointFunc, onNa
 	return nil
 }
 
-// checkFamily rejects a target whose address family differs from the check's
-// source address.
+// checkFamily rejects a target whose address the check's source address
+// cannot reach ([endpoint.Reachable]); the error wraps the
+// *endpoint.SourceError.
 func checkFamily(l loc, what string, a netip.Addr, c *Check) error {
-	src := c.SourceAddress
-	if !src.IsValid() || src.Is4() == a.Is4() {
+	err := endpoint.CheckSource(c.SourceAddress, a)
+	if err == nil {
 		return nil
 	}
-	return l.errorf("%s is %s but source_address %s of check %q is %s", what, family(a), src, c.Name, family(src))
+	return &FieldError{Field: l.field, Msg: l.prefix + sourceMismatch(what, a, c), Err: err}
 }
 
-func family(a netip.Addr) string {
-	if a.Is4() {
-		return "IPv4"
-	}
-	return "IPv6"
+// sourceMismatch says that a, named what, is not of the family of c's
+// source address.
+func sourceMismatch(what string, a netip.Addr, c *Check) string {
+	return fmt.Sprintf("%s is %s but source_address %s of check %q is %s", what, endpoint.Of(a).Noun(), c.SourceAddress, c.Name, endpoint.Of(c.SourceAddress).Noun())
 }
 
 // expandFile calls expandSpec for every target line of a targets file, and

@@ -21,6 +21,8 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/endpoint"
+	"github.com/sondeprobe/sonde/server/prober"
 )
 
 // scrapeTimeoutOffset is kept free of a scrape's time limit, as
@@ -99,7 +101,7 @@ func (d *Daemon) handleProbe(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	res, err := g.runOneShot(ctx, &shot, timeout)
+	res, err := g.runOneShot(ctx, &shot, timeout, d.opt.Resolver)
 	release()
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusForbidden)
@@ -135,6 +137,9 @@ func (g *generation) newOneShot(module, target string) (oneShot, error) {
 	}
 	pt, err := config.ParseProbeTarget(target)
 	if err != nil {
+		return oneShot{}, fmt.Errorf("target: %w", err)
+	}
+	if err := prober.CheckTarget(c, pt.TargetEntry); err != nil {
 		return oneShot{}, fmt.Errorf("target: %w", err)
 	}
 	shot := oneShot{check: *c, target: pt}
@@ -178,11 +183,12 @@ func (g *generation) checkNames() string {
 	return strings.Join(names, ", ")
 }
 
-// runOneShot resolves the target and probes it once, all within timeout.
+// runOneShot resolves the target with r and probes it once, all within
+// timeout.
 // A target the check may not probe (see [generation.authorize]) is not
 // probed: the error, a probeRefusal, says why. A failure to resolve is a
 // failed probe.
-func (g *generation) runOneShot(ctx context.Context, shot *oneShot, timeout time.Duration) (oneShotResult, error) {
+func (g *generation) runOneShot(ctx context.Context, shot *oneShot, timeout time.Duration, r endpoint.Resolver) (oneShotResult, error) {
 	start := time.Now()
 	var res oneShotResult
 	fail := func(err error) oneShotResult {
@@ -192,7 +198,7 @@ func (g *generation) runOneShot(ctx context.Context, shot *oneShot, timeout time
 		return res
 	}
 	shot.log.Info("beginning probe", "module", shot.check.Name, "protocol", shot.check.Protocol, "target", shot.where(), "timeout", timeout)
-	addr, err := g.shotAddr(ctx, shot)
+	addr, err := g.shotAddr(ctx, shot, r)
 	if shot.target.Host != "" {
 		res.dns = time.Since(start)
 	}
@@ -207,7 +213,7 @@ func (g *generation) runOneShot(ctx context.Context, shot *oneShot, timeout time
 	if err != nil {
 		return fail(err), nil
 	}
-	res.rep = p.Report(ctx, probe.Target{Addr: addr, Port: shot.target.Port, Host: shot.target.Host})
+	res.rep = p.Report(ctx, prober.Target(shot.target.TargetEntry, addr, shot.target.Port))
 	res.duration = time.Since(start)
 	if res.rep.Outcome.Healthy() {
 		shot.log.Info("probe succeeded", "outcome", res.rep.Outcome, "status", res.rep.Status, "latency", res.rep.Latency, "duration", res.duration)
@@ -238,7 +244,7 @@ type oneShotProbers struct {
 	walk sync.Mutex
 }
 
-// oneShotProber returns the prober of shot's check, chosen by NewProber
+// oneShotProber returns the prober of shot's check, chosen by prober.New
 // without the SYN prober (a /probe connects); ctx bounds the reading of
 // its files.
 func (g *generation) oneShotProber(ctx context.Context, shot *oneShot) (probe.Reporter, error) {
@@ -251,7 +257,7 @@ func (g *generation) oneShotProber(ctx context.Context, shot *oneShot) (probe.Re
 			return p, nil
 		}
 	}
-	p, _, err := NewProber(ctx, &shot.check, false)
+	p, _, err := prober.New(ctx, &shot.check, false)
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/endpoint"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -228,7 +229,7 @@ pools:
 				t.Fatal(err)
 			}
 			shot.log = slog.New(slog.DiscardHandler)
-			res, err := g.runOneShot(t.Context(), &shot, 2*time.Second)
+			res, err := g.runOneShot(t.Context(), &shot, 2*time.Second, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/endpoint"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/scheduler"
 	"github.com/sondeprobe/sonde/server/events"
@@ -100,9 +101,10 @@ type Options struct {
 	// HistoryResults is how many results each keeps; default 240.
 	HistoryTargets, HistoryResults int
 	// Resolver looks up the host names of pools while the daemon runs (they
-	// are looked up again when their answers expire); default a
-	// discovery.DNSResolver. Load should resolve with the same.
-	Resolver discovery.Resolver
+	// are looked up again when their answers expire) and the targets of
+	// /probe; default an endpoint.DNSResolver. Load should resolve with the
+	// same.
+	Resolver endpoint.Resolver
 	// DiscoveryDebounce is how long discovery changes are gathered before
 	// they are applied; default 200 ms.
 	DiscoveryDebounce time.Duration
@@ -191,7 +193,7 @@ func New(opt Options) (*Daemon, error) {
 		opt.Events = 10000
 	}
 	if opt.Resolver == nil {
-		opt.Resolver = &discovery.DNSResolver{}
+		opt.Resolver = &endpoint.DNSResolver{}
 	}
 	if opt.Version == "" {
 		opt.Version = "devel"

@@ -5,7 +5,7 @@
 // sonde's own health endpoints.
 //
 // The daemon has one scheduler engine and one set of probers for its life:
-// one prober per check, chosen by [NewProber] (the same choice `sonde probe`
+// one prober per check, chosen by [prober.New] (the same choice `sonde probe`
 // makes), one SYN prober shared by the TCP checks that run on it, and a
 // probe.Workers pool per other check. Each loaded configuration is a
 // generation, the configuration as the engine runs it (its targets at their

@@ -8,7 +8,8 @@ import (
 	"strings"
 
 	"github.com/sondeprobe/sonde/config"
-	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/endpoint"
+	"github.com/sondeprobe/sonde/server/prober"
 )
 
 // The trust model of /probe. A check's probe_targets (config.ProbeAccess)
@@ -52,9 +53,11 @@ func (g *generation) checkIndex(name string) uint16 {
 }
 
 // shotAddr returns the address shot goes to: that of a host name the
-// configuration lists with the check and port, else what the name resolves
-// to, or the address the client gave.
-func (g *generation) shotAddr(ctx context.Context, shot *oneShot) (netip.Addr, error) {
+// configuration lists with the check and port, else the address the name
+// resolves to with r under the check's ip_family and source_address
+// (prober.Address, as `sonde probe` resolves it), or the address the client
+// gave.
+func (g *generation) shotAddr(ctx context.Context, shot *oneShot, r endpoint.Resolver) (netip.Addr, error) {
 	t := shot.target
 	if t.Host == "" {
 		return t.Addr, nil
@@ -64,7 +67,7 @@ func (g *generation) shotAddr(ctx context.Context, shot *oneShot) (netip.Addr, e
 		return a, nil
 	}
 	shot.log.Info("resolving target address", "host", t.Host, "ip_family", shot.check.IPFamily)
-	a, err := probe.Resolver{}.Resolve(ctx, t.Host, shot.check.IPFamily.String())
+	a, err := prober.Address(ctx, r, &shot.check, t.TargetEntry, 0)
 	if err != nil {
 		return netip.Addr{}, err
 	}
@@ -73,13 +76,13 @@ func (g *generation) shotAddr(ctx context.Context, shot *oneShot) (netip.Addr, e
 }
 
 // configuredAddr returns the address of a target of check ci listed (or
-// discovered) as host with port, as the configuration last resolved it: an
-// IPv4 one where the name has both, as a lookup for /probe would choose.
-// Like checkProbes it walks, one walk at a time.
+// discovered) as host with port, as the configuration last resolved it,
+// picked by endpoint.Pick as a lookup for /probe picks it: the IPv4 one
+// where the name has both. Like checkProbes it walks, one walk at a time.
 func (g *generation) configuredAddr(ci uint16, host string, port uint16) (netip.Addr, bool) {
 	g.oneShots.walk.Lock()
 	defer g.oneShots.walk.Unlock()
-	var best netip.Addr
+	var found []netip.Addr
 	for id, name := range g.cfg.Hostnames {
 		if name != host || int(id) >= len(g.cfg.Targets) {
 			continue
@@ -88,12 +91,12 @@ func (g *generation) configuredAddr(ci uint16, host string, port uint16) (netip.
 		if t.Check != ci || t.Port != port || !t.Valid() {
 			continue
 		}
-		a := t.Addr()
-		if !best.IsValid() || a.Is4() && !best.Is4() || a.Is4() == best.Is4() && a.Less(best) {
-			best = a
-		}
+		found = append(found, t.Addr())
 	}
-	return best, best.IsValid()
+	if picked := endpoint.Pick(found, endpoint.Any); len(picked) > 0 {
+		return picked[0], true
+	}
+	return netip.Addr{}, false
 }
 
 // checkProbes reports whether check ci probes ap for one of its pools. It

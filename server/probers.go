@@ -10,42 +10,10 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
-	httpprobe "github.com/sondeprobe/sonde/probe/http"
 	"github.com/sondeprobe/sonde/probe/syn"
-	"github.com/sondeprobe/sonde/probe/tcp"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/prober"
 )
-
-// ErrNoSyn is returned (wrapped) by [NewProber] for a check in tcp_mode syn
-// when the caller has no SYN prober.
-var ErrNoSyn = errors.New("tcp_mode syn needs the SYN prober")
-
-// NewProber picks the prober of check c, the one choice the daemon and
-// `sonde probe` share. A TCP check runs on the caller's SYN prober when the
-// caller has one (synReady) and c's tcp_mode is not connect: then NewProber
-// returns useSyn true and no prober. Otherwise it returns c's one-shot
-// prober: the HTTP prober for HTTP and HTTPS checks, connect() for TCP
-// checks; a TCP check in tcp_mode syn without a SYN prober is an error.
-// ctx bounds the reading of the check's files (secret, certificates).
-func NewProber(ctx context.Context, c *config.Check, synReady bool) (p probe.Reporter, useSyn bool, err error) {
-	switch {
-	case c.Protocol != config.TCP:
-		o, err := c.HTTPOptions(ctx)
-		if err != nil {
-			return nil, false, fmt.Errorf("check %s: %w", c.Name, err)
-		}
-		hp, err := httpprobe.New(ctx, o)
-		if err != nil {
-			return nil, false, fmt.Errorf("check %s: %w", c.Name, err)
-		}
-		return hp, false, nil
-	case synReady && c.TCPMode != config.TCPConnect:
-		return nil, true, nil
-	case c.TCPMode == config.TCPSyn:
-		return nil, false, fmt.Errorf("check %s: %w", c.Name, ErrNoSyn)
-	}
-	return tcp.New(c.TCPOptions()), false, nil
-}
 
 // launchers is what one generation runs its checks on: per check, the
 // launcher of its probes, with the SYN prober and the worker pools behind
@@ -134,7 +102,7 @@ func (ps *proberSet) prepare(ctx context.Context, cfg *config.Config) (*proberPl
 	streams := streamsPerCheck(cfg)
 	syn := make([]bool, len(cfg.Checks)) // the checks the SYN prober runs
 	for ci, c := range cfg.Checks {
-		p, useSyn, err := NewProber(ctx, c, sp != nil)
+		p, useSyn, err := prober.New(ctx, c, sp != nil)
 		if err != nil {
 			pp.abort()
 			return nil, err
@@ -384,7 +352,7 @@ const (
 // prober runs, shared by them in the engine (one pacer for the one
 // launcher): synFirstBurst at once, then synFirstRate, or the steady rate of
 // all their streams together when that is higher. syn tells the checks the
-// SYN prober runs (NewProber's choice). A wave of first probes
+// SYN prober runs (prober.New's choice). A wave of first probes
 // thus never runs faster than the prober's comfortable rate unless the
 // steady state needs more, and the last first probe leaves within an
 // interval: after completion, later probes keep the phases the first ones

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/discovery"
+	"github.com/sondeprobe/sonde/probe/endpoint"
 	"github.com/sondeprobe/sonde/server/remediate"
 )
 
@@ -61,7 +62,7 @@ func runConfigWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		return usageError(errors.New("config check: want exactly one FILE"))
 	}
 	file := fs.Arg(0)
-	cfg, err := loadOneShot(ctx, file, stdin, config.LoadOptions{Context: ctx, Shard: shard, Resolver: &discovery.DNSResolver{}})
+	cfg, err := loadOneShot(ctx, file, stdin, config.LoadOptions{Context: ctx, Shard: shard, Resolver: &endpoint.DNSResolver{}})
 	if err != nil {
 		if errors.Is(err, config.ErrInvalid) {
 			err = fmt.Errorf("%s: %w", file, err)

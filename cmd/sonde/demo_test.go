@@ -25,7 +25,7 @@ import (
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
-	"github.com/sondeprobe/sonde/server"
+	"github.com/sondeprobe/sonde/server/prober"
 )
 
 // startTestDemo starts a demo with timing tm and closes it at the end of the test.
@@ -170,7 +170,7 @@ func TestDemoBackends(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, p := range cfg.Pools {
 		c := cfg.Checks[p.CheckIndex]
-		pr, _, err := server.NewProber(t.Context(), c, false)
+		pr, _, err := prober.New(t.Context(), c, false)
 		if err != nil {
 			t.Fatalf("check %s: %v", c.Name, err)
 		}
@@ -243,7 +243,7 @@ func TestDemoFlapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pr, _, err := server.NewProber(t.Context(), cfg.CheckByName("gateway"), false)
+	pr, _, err := prober.New(t.Context(), cfg.CheckByName("gateway"), false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -33,6 +36,9 @@ var forbidden = map[string][]string{
 	// beside each other: probe and server tests build fleets.
 	"bench/fleet":   {"scheduler", "config", "server", "bench/ceiling", "cmd"},
 	"bench/ceiling": {"scheduler", "config", "server", "bench/fleet", "cmd"},
+	// Prober choice and one-shot probing, shared by the daemon, sonde
+	// probe and /probe: none of the daemon.
+	"server/prober": {"server", "bench", "cmd"},
 	// Every layer reads its operator's files through it.
 	"internal/safefile": {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd"},
 }
@@ -45,7 +51,7 @@ var allowed = map[string][]string{
 }
 
 // testOnly are packages that only tests may import.
-var testOnly = []string{"bench/testenv", "probe/probetest"}
+var testOnly = []string{"bench/testenv", "probe/probetest", "probe/endpoint/endpointtest"}
 
 // under reports whether package path pkg is layer or below it.
 func under(pkg, layer string) bool {
@@ -108,6 +114,23 @@ func TestLayers(t *testing.T) {
 	}
 	if checked < 10 {
 		t.Fatalf("go list named only %d packages", checked)
+	}
+}
+
+// TestProbeCommandWithoutDaemon checks that the files of sonde probe reach
+// probers through server/prober, not through the daemon's package.
+func TestProbeCommandWithoutDaemon(t *testing.T) {
+	fset := token.NewFileSet()
+	for _, name := range []string{"probe.go", "probejob.go", "proberun.go"} {
+		f, err := parser.ParseFile(fset, name, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			if path, _ := strconv.Unquote(imp.Path.Value); path == module+"/server" {
+				t.Errorf("%s imports the daemon (%s); sonde probe uses server/prober", name, path)
+			}
+		}
 	}
 }
 

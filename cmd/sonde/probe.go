@@ -11,7 +11,8 @@ import (
 	"strings"
 
 	"github.com/sondeprobe/sonde/config"
-	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/endpoint"
+	"github.com/sondeprobe/sonde/server/prober"
 )
 
 const probeUsage = `Usage: sonde probe [flags] URL...
@@ -56,7 +57,7 @@ var probeSettings = []probeSetting{
 		set: func(s *config.CheckSpec, v string) (err error) { s.Timeout, err = parseDurationFlag(v); return err }},
 	{flag: "source", key: "source_address", usage: "source `IP` address of the probes",
 		set: func(s *config.CheckSpec, v string) error { s.SourceAddress = &v; return nil }},
-	{flag: "ip-family", key: "ip_family", usage: "address `family` of host names: ip4, ip6 or any (default any: IPv4 first)",
+	{flag: "ip-family", key: "ip_family", usage: "address `family` of host names: ip4, ip6 or any (default any: the lowest IPv4 address, else the lowest IPv6, as the daemon orders them; within -source's family)",
 		set: func(s *config.CheckSpec, v string) error { s.IPFamily = &v; return nil }},
 	{flag: "syn-retransmit", key: "syn_retransmit", only: config.TCP, usage: "send an unanswered SYN again after this `duration`, then twice as long again, within the timeout: kernel (1s, the default), off, or a duration such as 200ms (syn:// only)",
 		set: func(s *config.CheckSpec, v string) error { s.SynRetransmit = &v; return nil }},
@@ -130,35 +131,20 @@ type flagValue struct {
 // flags, URLs or settings, silentExit(1) when a target is unhealthy, and nil
 // when every target is healthy.
 func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runProbeWith(ctx, args, stdout, stderr, probe.Resolver{})
+	return runProbeWith(ctx, args, stdout, stderr, &endpoint.DNSResolver{})
 }
 
 // runProbeWith is runProbe with the resolver of the URLs' host names.
-func runProbeWith(ctx context.Context, args []string, stdout, stderr io.Writer, res probe.Resolver) error {
-	settings, asJSON, urls, err := parseProbeFlags(args, stderr)
+func runProbeWith(ctx context.Context, args []string, stdout, stderr io.Writer, res endpoint.Resolver) error {
+	jobs, asJSON, err := prepareProbes(ctx, args, stderr, res)
 	if err != nil {
 		return err
 	}
-	jobs := make([]*probeJob, len(urls))
-	for i, arg := range urls {
-		if jobs[i], err = parseProbeURL(arg); err != nil {
-			return usageError(err)
-		}
-	}
-	if err := checkApplicable(settings, jobs); err != nil {
-		return usageError(err)
-	}
-	for _, j := range jobs {
-		if j.check, err = j.newCheck(ctx, settings); err != nil {
-			return usageError(err)
-		}
-	}
-	resolveJobs(ctx, jobs, res)
-	closeSyn, err := chooseProbers(ctx, jobs)
+	probers, err := chooseProbers(ctx, jobs)
 	if err != nil {
 		return err
 	}
-	defer closeSyn()
+	defer probers.Close()
 
 	out := newProbeWriter(stdout, asJSON)
 	healthy := true
@@ -179,6 +165,36 @@ func runProbeWith(ctx context.Context, args []string, stdout, stderr io.Writer, 
 		return silentExit(exitFailure)
 	}
 	return nil
+}
+
+// prepareProbes parses the flags and URLs of args, builds every URL's
+// check and resolves its host with res: the jobs, each with its address or
+// the error that its probe fails with, and whether -json is set. Bad flags,
+// URLs or settings are usage errors.
+func prepareProbes(ctx context.Context, args []string, stderr io.Writer, res endpoint.Resolver) ([]*probeJob, bool, error) {
+	settings, asJSON, urls, err := parseProbeFlags(args, stderr)
+	if err != nil {
+		return nil, false, err
+	}
+	jobs := make([]*probeJob, len(urls))
+	for i, arg := range urls {
+		if jobs[i], err = parseProbeURL(arg); err != nil {
+			return nil, false, usageError(err)
+		}
+	}
+	if err := checkApplicable(settings, jobs); err != nil {
+		return nil, false, usageError(err)
+	}
+	for _, j := range jobs {
+		if j.check, err = j.newCheck(ctx, settings); err != nil {
+			return nil, false, usageError(err)
+		}
+		if err := prober.CheckTarget(j.check, j.entry); err != nil {
+			return nil, false, usageError(fmt.Errorf("probe: URL %q: %w", j.arg, err))
+		}
+	}
+	resolveJobs(ctx, jobs, res)
+	return jobs, asJSON, nil
 }
 
 // parseProbeFlags parses the flags and returns the settings given, in

@@ -21,7 +21,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
 // probeRun is what one "sonde probe" run printed and its exit code.
@@ -49,12 +49,12 @@ func (r probeRun) lines(t *testing.T) []map[string]any {
 // the names in hosts.
 func runProbeTest(t *testing.T, hosts map[string]netip.Addr, args ...string) probeRun {
 	t.Helper()
-	res := probe.Resolver{Lookup: func(_ context.Context, _, host string) ([]netip.Addr, error) {
+	res := endpoint.ResolverFunc(func(_ context.Context, _, host string) ([]netip.Addr, error) {
 		if a, ok := hosts[host]; ok {
 			return []netip.Addr{a}, nil
 		}
 		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-	}}
+	})
 	var out, errOut bytes.Buffer
 	err := runProbeWith(context.Background(), args, &out, &errOut, res)
 	code := report(err, &errOut)
@@ -320,8 +320,8 @@ func TestProbeHostName(t *testing.T) {
 	if r.code != exitFailure {
 		t.Fatalf("exit %d, want 1; stderr %s", r.code, r.stderr)
 	}
-	if l := r.lines(t)[0]; l["outcome"] != "error" || !strings.Contains(l["error"].(string), "resolve api.sonde.test") {
-		t.Errorf("got %v, want outcome error from resolving", l)
+	if l := r.lines(t)[0]; l["outcome"] != "error" || l["error"] != `"api.sonde.test" has no IPv6 address` {
+		t.Errorf("got %v, want outcome error from resolving, worded as the daemon words it", l)
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/sondeprobe/sonde/config"
-	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
 func TestProbeUsageErrors(t *testing.T) {
@@ -92,10 +92,10 @@ func TestProbeURLHost(t *testing.T) {
 			if !tc.named {
 				return // an address would be probed at once: parsing it is the test
 			}
-			res := probe.Resolver{Lookup: func(_ context.Context, _, host string) ([]netip.Addr, error) {
+			res := endpoint.ResolverFunc(func(_ context.Context, _, host string) ([]netip.Addr, error) {
 				t.Errorf("%q looked up", host)
 				return nil, errors.New("no lookups in this test")
-			}}
+			})
 			var out, errOut bytes.Buffer
 			err := runProbeWith(context.Background(), []string{tc.url}, &out, &errOut, res)
 			if code := report(err, &errOut); code != exitUsage || errOut.String() != "sonde: "+wantMsg+"\n" {

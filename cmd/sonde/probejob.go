@@ -10,16 +10,18 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/endpoint"
 	"github.com/sondeprobe/sonde/probe/syn"
-	"github.com/sondeprobe/sonde/server"
+	"github.com/sondeprobe/sonde/server/prober"
 )
 
 // probeJob is one URL of the command line and what probing it takes.
 type probeJob struct {
-	arg     string          // the URL as given
-	proto   config.Protocol // from the scheme
-	tcpMode string          // tcp_mode from the scheme, TCP only
-	host    string          // the URL's host without brackets
+	arg     string             // the URL as given
+	proto   config.Protocol    // from the scheme
+	tcpMode string             // tcp_mode from the scheme, TCP only
+	entry   config.TargetEntry // the URL's host: an address or a host name
+	host    string             // the URL's host without brackets
 	port    uint16
 	path    string // request path and query, HTTP only
 
@@ -78,9 +80,9 @@ func parseProbeURL(arg string) (*probeJob, error) {
 	// lookup or probe.
 	e, err := config.ParseTargetEntry(strings.TrimSuffix(u.Host, ":"))
 	if err != nil {
-		return nil, bad("%v", err)
+		return nil, fmt.Errorf("probe: URL %q: %w", arg, err)
 	}
-	j.host = e.Host
+	j.entry, j.host = e, e.Host
 	if e.Addr.IsValid() {
 		j.host = e.Addr.String()
 	}
@@ -150,23 +152,25 @@ type settingError struct {
 func (e *settingError) Error() string { return "probe: " + e.where + ": " + e.err.Msg }
 func (e *settingError) Unwrap() error { return e.err }
 
-// resolveJobs resolves the host of every job, each name once, within its
-// check's timeout. A job whose host does not resolve gets its error as an
-// Error outcome and is not probed.
-func resolveJobs(ctx context.Context, jobs []*probeJob, res probe.Resolver) {
-	type key struct{ host, family string }
+// resolveJobs resolves the host of every job with res, each name once per
+// family, within its check's timeout, as prober.Address resolves it for
+// /probe. A job whose host does not resolve gets its error as an Error
+// outcome and is not probed.
+func resolveJobs(ctx context.Context, jobs []*probeJob, res endpoint.Resolver) {
+	type key struct {
+		host   string
+		family endpoint.Family
+	}
 	type answer struct {
 		addr netip.Addr
 		err  error
 	}
 	seen := map[key]answer{}
 	for _, j := range jobs {
-		k := key{j.host, j.check.IPFamily.String()}
+		k := key{j.host, j.check.IPFamily.ForSource(j.check.SourceAddress)}
 		a, ok := seen[k]
 		if !ok {
-			rctx, cancel := context.WithTimeout(ctx, j.check.Timeout)
-			a.addr, a.err = res.Resolve(rctx, k.host, k.family)
-			cancel()
+			a.addr, a.err = prober.Address(ctx, res, j.check, j.entry, j.check.Timeout)
 			seen[k] = a
 		}
 		if a.err != nil {
@@ -178,49 +182,31 @@ func resolveJobs(ctx context.Context, jobs []*probeJob, res probe.Resolver) {
 }
 
 // chooseProbers gives every resolved job its prober, chosen by
-// [server.NewProber] as the daemon chooses: one per distinct probe, and one
-// SYN prober for the syn:// URLs, started here for their endpoints. It
-// returns a function that closes the SYN prober. ctx bounds the reading of
-// the checks' files.
-func chooseProbers(ctx context.Context, jobs []*probeJob) (func(), error) {
+// prober.Probers as the daemon chooses: one per distinct probe, and one SYN
+// prober for the syn:// URLs, started here for their endpoints. The caller
+// closes the Probers. ctx bounds the reading of the checks' files.
+func chooseProbers(ctx context.Context, jobs []*probeJob) (*prober.Probers, error) {
 	var eps []netip.AddrPort
 	for _, j := range jobs {
 		if j.addr.IsValid() && j.check.TCPMode == config.TCPSyn {
 			eps = append(eps, j.addr)
 		}
 	}
-	var synProber *syn.OneShot
-	closeSyn := func() {}
-	if len(eps) > 0 {
-		var err error
-		if synProber, err = syn.NewOneShot(eps, syn.Config{}); err != nil {
-			if errors.Is(err, syn.ErrNoRawSocket) {
-				return nil, fmt.Errorf("probe: syn:// sends raw SYNs and needs CAP_NET_RAW (root, or setcap cap_net_raw,cap_bpf,cap_net_admin+ep on sonde); tcp:// probes with connect() without privileges: %w", err)
-			}
-			return nil, fmt.Errorf("probe: start the SYN prober: %w", err)
+	ps, err := prober.NewProbers(eps)
+	if err != nil {
+		if errors.Is(err, syn.ErrNoRawSocket) {
+			return nil, fmt.Errorf("probe: syn:// sends raw SYNs and needs CAP_NET_RAW (root, or setcap cap_net_raw,cap_bpf,cap_net_admin+ep on sonde); tcp:// probes with connect() without privileges: %w", err)
 		}
-		closeSyn = func() { _ = synProber.Close() }
+		return nil, fmt.Errorf("probe: %w", err)
 	}
-	byKey := map[string]probe.Reporter{}
 	for _, j := range jobs {
 		if !j.addr.IsValid() {
 			continue
 		}
-		key := j.check.ProbeKey()
-		p, ok := byKey[key]
-		if !ok {
-			var useSyn bool
-			var err error
-			if p, useSyn, err = server.NewProber(ctx, j.check, synProber != nil); err != nil {
-				closeSyn()
-				return nil, fmt.Errorf("probe: %s: %w", j.arg, err)
-			}
-			if useSyn {
-				p = synProber.Retransmitting(j.check.SynRetransmit.D())
-			}
-			byKey[key] = p
+		if j.prober, err = ps.For(ctx, j.check); err != nil {
+			_ = ps.Close()
+			return nil, fmt.Errorf("probe: %s: %w", j.arg, err)
 		}
-		j.prober = p
 	}
-	return closeSyn, nil
+	return ps, nil
 }

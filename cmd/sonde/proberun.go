@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net/netip"
 	"strconv"
 	"sync"
 	"text/tabwriter"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/server/prober"
 )
 
 // probeConcurrency bounds the probes "sonde probe" runs at once.
@@ -138,13 +138,7 @@ func (r *oneShotRun) Deliver(res probe.Result) {
 
 // target is where the job's probe goes; a host name is the Host header and
 // SNI default.
-func (j *probeJob) target() probe.Target {
-	t := probe.Target{Addr: j.addr.Addr(), Port: j.addr.Port()}
-	if _, err := netip.ParseAddr(j.host); err != nil {
-		t.Host = j.host
-	}
-	return t
-}
+func (j *probeJob) target() probe.Target { return prober.Target(j.entry, j.addr.Addr(), j.addr.Port()) }
 
 // failureText says why a probe failed, with what was expected where the
 // prober's error does not say it.

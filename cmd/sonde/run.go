@@ -17,11 +17,11 @@ import (
 
 	"github.com/sondeprobe/sonde/cmd/sonde/earlysignal"
 	"github.com/sondeprobe/sonde/config"
-	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/config/fleet"
 	"github.com/sondeprobe/sonde/config/watch"
 	"github.com/sondeprobe/sonde/internal/safefile"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/endpoint"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/server"
 	"github.com/sondeprobe/sonde/server/privilege"
@@ -115,7 +115,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	// One resolver for the loads and for the daemon, which looks host
 	// names up again as their answers expire.
-	res := &discovery.DNSResolver{}
+	res := &endpoint.DNSResolver{}
 	opt := server.Options{Logger: log, Shards: f.shards, NoSyn: !f.syn, Version: buildVersion(), Revision: buildRevision(), Shard: f.shard, Web: f.web,
 		StateFile: f.stateFile, StateInterval: f.stateGap, HistoryTargets: f.history, Resolver: res}
 	if opt.Syn, err = synFlags(f); err != nil {

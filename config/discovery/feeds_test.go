@@ -21,6 +21,8 @@ import (
 	"github.com/prometheus/common/config"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
+
+	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
 // TestReadJSON reads SD documents as a stream: what Prometheus accepts is
@@ -122,7 +124,7 @@ func TestFileSD(t *testing.T) {
 	}
 	write(a, `[{"targets": ["192.0.2.1:80"], "labels": {"zone": "a"}}]`)
 	write(b, "- targets: ['192.0.2.2:80']\n")
-	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
+	run, changed := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 	run.Update([]Pool{{Name: "p", Sources: []Source{fileSource(filepath.Join(dir, "*.json"), filepath.Join(dir, "*.yml"))},
 		Relabel: rules(t, `[{source_labels: [__meta_filepath], regex: ".*/(.*)", target_label: file}]`)}})
 	waitFound(t, run, changed, "p", func(f Found) bool {
@@ -260,7 +262,7 @@ func (s *sdServer) source(every time.Duration) Source {
 func TestHTTPSD(t *testing.T) {
 	s := newSDServer(t)
 	s.json(`[{"targets": ["192.0.2.1:80"], "labels": {"zone": "a"}}]`)
-	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
+	run, changed := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 	run.Update([]Pool{{Name: "p", Sources: []Source{s.source(50 * time.Millisecond)},
 		Relabel: rules(t, `[{source_labels: [__meta_url], regex: ".*/(sd)", target_label: path}]`)}})
 	waitFound(t, run, changed, "p", func(f Found) bool {
@@ -325,7 +327,7 @@ func TestHTTPSDAnswerCap(t *testing.T) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	allocated := ms.TotalAlloc
-	run, _ := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
+	run, _ := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 	run.Update([]Pool{{Name: "p", Sources: []Source{s.source(time.Minute)}}})
 	st := waitStatus(t, run, func(st SourceStatus) bool { return st.Failures > 0 })
 	runtime.ReadMemStats(&ms)
@@ -403,7 +405,7 @@ func TestRelabelBudget(t *testing.T) {
 func TestRelabelSuperseded(t *testing.T) {
 	sd := filepath.Join(t.TempDir(), "sd.json")
 	writeBig(t, sd, 1000, 16<<10)
-	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
+	run, changed := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 	start := time.Now()
 	run.Update([]Pool{{Name: "p", Sources: []Source{fileSource(sd)}, Relabel: rules(t, slowRules)}})
 	waitStatus(t, run, func(s SourceStatus) bool { return s.Updates == 1 })
@@ -440,7 +442,7 @@ func TestRunnerCloseDuringRelabel(t *testing.T) {
 func TestSameAnswerAgain(t *testing.T) {
 	s := newSDServer(t)
 	s.json(`[{"targets": ["192.0.2.1:80"], "labels": {"b": "2", "a": "1"}}]`)
-	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
+	run, changed := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 	run.Update([]Pool{{Name: "p", Sources: []Source{s.source(20 * time.Millisecond)}}})
 	waitFound(t, run, changed, "p", func(f Found) bool { return f.Len() == 1 })
 	run.mu.Lock()

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
 // How host names are looked up again. An answer holds for its TTL, kept
@@ -27,7 +29,7 @@ const (
 // nameKey is one host name looked up for some address families.
 type nameKey struct {
 	host string
-	fam  Family
+	fam  endpoint.Family
 }
 
 // nameEntry is what is known of one name. Its fields are guarded by the
@@ -86,7 +88,7 @@ func newNames(changed func(pools []string)) *names {
 // seed records a lookup made before the table knew the name (when the
 // configuration was loaded), so that the name is not looked up again before
 // its answer expires.
-func (n *names) seed(host string, fam Family, res Resolution) {
+func (n *names) seed(host string, fam endpoint.Family, res endpoint.Resolution) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := nameKey{host, fam}
@@ -185,7 +187,7 @@ func (n *names) due(now time.Time, most int) ([]nameKey, time.Time) {
 
 // finish records the lookup of k that ended at now, schedules the next one
 // and reports the pools whose targets it changed.
-func (n *names) finish(k nameKey, res Resolution, now time.Time) []string {
+func (n *names) finish(k nameKey, res endpoint.Resolution, now time.Time) []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	e, ok := n.m[k]
@@ -214,7 +216,7 @@ func (n *names) finish(k nameKey, res Resolution, now time.Time) []string {
 // record stores a lookup's result in e and sets its next lookup: after the
 // answer's TTL, or after a backoff when it failed. A failure keeps the last
 // good addresses.
-func (n *names) record(e *nameEntry, res Resolution, now time.Time) {
+func (n *names) record(e *nameEntry, res endpoint.Resolution, now time.Time) {
 	e.looked = true
 	if res.Err != nil {
 		e.err = res.Err
@@ -244,7 +246,7 @@ func retryAfter(fails int) time.Duration {
 }
 
 // run looks names up as they fall due until ctx ends.
-func (n *names) run(ctx context.Context, r Resolver) {
+func (n *names) run(ctx context.Context, r endpoint.Resolver) {
 	slots := make(chan struct{}, lookupsAtOnce)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -256,7 +258,7 @@ func (n *names) run(ctx context.Context, r Resolver) {
 			slots <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-slots }()
-				res := Lookup(ctx, r, k.host, k.fam, LookupTimeout)
+				res := endpoint.Lookup(ctx, r, k.host, k.fam, LookupTimeout)
 				if ctx.Err() != nil {
 					return
 				}

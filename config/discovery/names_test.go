@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
 var t0 = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
@@ -24,14 +26,14 @@ func addrs(s ...string) []netip.Addr {
 func TestNamesSchedule(t *testing.T) {
 	var changed [][]string
 	n := newNames(func(pools []string) { changed = append(changed, pools) })
-	k := nameKey{"api.test", Dual}
+	k := nameKey{"api.test", endpoint.Any}
 	n.use("p", map[nameKey]bool{k: true}, t0)
 	n.use("q", map[nameKey]bool{k: true}, t0)
 	due, _ := n.due(t0, 8)
 	if !slices.Equal(due, []nameKey{k}) {
 		t.Fatalf("due at start = %v, want the new name", due)
 	}
-	if pools := n.finish(k, Resolution{Addrs: addrs("192.0.2.1"), TTL: time.Second}, t0); !slices.Equal(pools, []string{"p", "q"}) {
+	if pools := n.finish(k, endpoint.Resolution{Addrs: addrs("192.0.2.1"), TTL: time.Second}, t0); !slices.Equal(pools, []string{"p", "q"}) {
 		t.Errorf("first answer changed pools %v, want p and q", pools)
 	}
 	// A TTL under MinRefresh is raised to it.
@@ -43,7 +45,7 @@ func TestNamesSchedule(t *testing.T) {
 		t.Fatalf("at MinRefresh: due %v, want the name", due)
 	}
 	// The same answer changes nothing.
-	if pools := n.finish(k, Resolution{Addrs: addrs("192.0.2.1"), TTL: 2 * time.Hour}, now); pools != nil {
+	if pools := n.finish(k, endpoint.Resolution{Addrs: addrs("192.0.2.1"), TTL: 2 * time.Hour}, now); pools != nil {
 		t.Errorf("an unchanged answer changed pools %v", pools)
 	}
 	// A TTL over MaxRefresh is cut to it.
@@ -52,7 +54,7 @@ func TestNamesSchedule(t *testing.T) {
 	}
 	// Failures: the addresses stay, retries back off 1, 2, 4 ... 30 s.
 	now = now.Add(MaxRefresh)
-	fail := Resolution{Err: errors.New("cannot resolve")}
+	fail := endpoint.Resolution{Err: errors.New("cannot resolve")}
 	var waits []time.Duration
 	for range 7 {
 		due, _ := n.due(now, 8)
@@ -90,8 +92,8 @@ func TestNamesSchedule(t *testing.T) {
 // its answer expires.
 func TestNamesSeed(t *testing.T) {
 	n := newNames(func([]string) {})
-	k := nameKey{"api.test", IP4}
-	n.seed(k.host, k.fam, Resolution{Addrs: addrs("192.0.2.7"), TTL: time.Minute, At: t0})
+	k := nameKey{"api.test", endpoint.IP4}
+	n.seed(k.host, k.fam, endpoint.Resolution{Addrs: addrs("192.0.2.7"), TTL: time.Minute, At: t0})
 	n.use("p", map[nameKey]bool{k: true}, t0.Add(time.Second))
 	if due, next := n.due(t0.Add(time.Second), 8); len(due) != 0 || !next.Equal(t0.Add(time.Minute)) {
 		t.Errorf("seeded name: due %v next %v, want none before %v", due, next, t0.Add(time.Minute))
@@ -110,7 +112,7 @@ func TestNamesSeedWakes(t *testing.T) {
 	case <-n.wake:
 	default:
 	}
-	n.seed("late.test", Dual, Resolution{Err: errors.New("no such host"), At: t0})
+	n.seed("late.test", endpoint.Any, endpoint.Resolution{Err: errors.New("no such host"), At: t0})
 	select {
 	case <-n.wake:
 	default:
@@ -123,7 +125,7 @@ func TestNamesDueBounded(t *testing.T) {
 	n := newNames(func([]string) {})
 	keys := map[nameKey]bool{}
 	for _, h := range []string{"a.test", "b.test", "c.test"} {
-		keys[nameKey{h, Dual}] = true
+		keys[nameKey{h, endpoint.Any}] = true
 	}
 	n.use("p", keys, t0)
 	if due, _ := n.due(t0, 2); len(due) != 2 {

@@ -132,10 +132,10 @@ func relabelSource(ctx context.Context, s *source, rl *relabeler, budget func(in
 					out.example = detail
 				}
 				out.invalid++
-			case ep.host != "":
-				out.hosts = append(out.hosts, hostTarget{ep.host, ep.port, in.sets[in.intern(ls)]})
+			case ep.Host != "":
+				out.hosts = append(out.hosts, hostTarget{ep.Host, ep.Port, in.sets[in.intern(ls)]})
 			default:
-				out.targets.targets = append(out.targets.targets, newAddrTarget(ep.addr, ep.port, in.intern(ls)))
+				out.targets.targets = append(out.targets.targets, newAddrTarget(ep.Addr, ep.Port, in.intern(ls)))
 			}
 			return true
 		})

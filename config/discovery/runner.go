@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/relabel"
+
+	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
 // Pool is what the runner follows for one pool.
@@ -24,7 +26,7 @@ type Pool struct {
 	Relabel []*relabel.Config // applied to every discovered target
 	Labels  labels.Labels     // the pool's own labels, under every target's
 	Names   []Name            // host names the pool's files list
-	Family  Family            // the address families host names resolve to
+	Family  endpoint.Family   // the address families host names resolve to
 }
 
 // Name is a target a configuration file lists by host name.
@@ -33,15 +35,15 @@ type Name struct {
 	Port uint16 // 0: the check chooses
 	// Seed is the lookup made when the configuration was loaded, if any:
 	// the name is looked up again when its answer expires.
-	Seed *Resolution
+	Seed *endpoint.Resolution
 }
 
 // Options configure a [Runner].
 type Options struct {
 	// Logger receives the sources' and discoverers' messages.
 	Logger *slog.Logger
-	// Resolver looks host names up; default a [DNSResolver].
-	Resolver Resolver
+	// Resolver looks host names up; default a [endpoint.DNSResolver].
+	Resolver endpoint.Resolver
 	// Changed is called, from a goroutine of the runner's and never twice
 	// at once, when some pool's targets changed; its owner then calls
 	// [Runner.Found] and applies them. ctx ends when the runner closes, and
@@ -128,7 +130,7 @@ func NewRunner(opt Options) *Runner {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opt.Resolver == nil {
-		opt.Resolver = &DNSResolver{}
+		opt.Resolver = &endpoint.DNSResolver{}
 	}
 	if opt.Changed == nil {
 		opt.Changed = func(context.Context) {}

@@ -16,11 +16,13 @@ import (
 	"github.com/prometheus/prometheus/discovery/targetgroup"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/sondeprobe/sonde/bench/testenv"
+
+	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
 // newTestRunner returns a runner whose changes are signalled on the
 // returned channel.
-func newTestRunner(t *testing.T, r Resolver) (*Runner, chan struct{}) {
+func newTestRunner(t *testing.T, r endpoint.Resolver) (*Runner, chan struct{}) {
 	t.Helper()
 	changed := make(chan struct{}, 16)
 	run := NewRunner(Options{Logger: testLogger, Resolver: r, Debounce: time.Millisecond, Changed: func(context.Context) { changed <- struct{}{} }})
@@ -78,11 +80,11 @@ func staticSource(i int, targets []string, ls map[string]string) Source {
 // resolve are listed as unresolved.
 func TestRunnerStaticAndNames(t *testing.T) {
 	srv := testenv.NewDNSServer(t, "127.0.0.1:0", "api.test. 300 IN A 192.0.2.10")
-	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{srv.Addr}})
+	run, changed := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{srv.Addr}})
 	found, _ := run.Update([]Pool{{
 		Name:    "p",
 		Labels:  labels.FromStrings("team", "edge"),
-		Family:  IP4,
+		Family:  endpoint.IP4,
 		Sources: []Source{staticSource(0, []string{"192.0.2.1:80", "api.test:81", "192.0.2.2:80"}, map[string]string{"zone": "a"})},
 		Names:   []Name{{Host: "api.test", Port: 80}, {Host: "missing.test", Port: 80}},
 	}})
@@ -118,7 +120,7 @@ func TestRunnerKeepsSources(t *testing.T) {
 	if err := os.WriteFile(sd, []byte(`[{"targets": ["192.0.2.1:80"]}]`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run, changed := newTestRunner(t, &DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
+	run, changed := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 	fileSrc := func(i int) Source {
 		return Source{Key: "file_sd_configs", Index: i, Config: &FileSD{Files: []string{sd}, RefreshInterval: time.Minute}}
 	}
@@ -233,7 +235,7 @@ func TestStatusFailingSourceAndRetries(t *testing.T) {
 	}
 	res := failingResolver{calls: make(chan string, 16)}
 	run, _ := newTestRunner(t, res)
-	run.Update([]Pool{{Name: "p", Family: IP4,
+	run.Update([]Pool{{Name: "p", Family: endpoint.IP4,
 		Sources: []Source{{Key: "file_sd_configs", Config: &FileSD{Files: []string{sd}, RefreshInterval: time.Minute}}},
 		Names:   []Name{{Host: "missing.test", Port: 80}}}})
 	deadline := time.After(20 * time.Second)

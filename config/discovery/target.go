@@ -3,9 +3,7 @@ package discovery
 import (
 	"fmt"
 	"iter"
-	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,7 +11,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/relabel"
 
-	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
 // Target is one target found for a pool: an address, the port it gave (0:
@@ -112,55 +110,22 @@ const (
 	MaxLabelValueBytes = 4096
 )
 
-// endpoint is a parsed "__address__": an address or a host name, and a port
-// (0 when none is given).
-type endpoint struct {
-	addr netip.Addr
-	host string
-	port uint16
-}
-
-// parseAddress reads an "__address__" value: "10.0.0.7", "10.0.0.7:8080",
-// "[2001:db8::1]:8080", "2001:db8::1", "api-1.internal" or
-// "api-1.internal:8080". A scheme, path, zone or bad port is refused.
-func parseAddress(s string) (endpoint, error) {
+// parseAddress reads an "__address__" value with the grammar of every
+// target sonde reads ([endpoint.ParseEntry]): an address or a host name,
+// with an optional port; a CIDR block is refused. The error wraps the
+// *endpoint.EntryError that says what is wrong.
+func parseAddress(s string) (endpoint.Entry, error) {
 	if s == "" {
-		return endpoint{}, fmt.Errorf("no __address__")
+		return endpoint.Entry{}, fmt.Errorf("no __address__")
 	}
-	if strings.ContainsAny(s, "/?#@ ") {
-		return endpoint{}, fmt.Errorf("__address__ %q is not host or host:port", s)
+	e, err := endpoint.ParseEntry(s)
+	switch {
+	case err != nil:
+		return endpoint.Entry{}, fmt.Errorf("__address__ %w", err)
+	case e.Block.IsValid():
+		return endpoint.Entry{}, fmt.Errorf("__address__ %q is a CIDR block; want host or host:port", s)
 	}
-	if a, err := netip.ParseAddr(s); err == nil {
-		if a.Zone() != "" {
-			return endpoint{}, fmt.Errorf("__address__ %q has an IPv6 zone", s)
-		}
-		return endpoint{addr: a.Unmap()}, nil
-	}
-	host, portText, err := net.SplitHostPort(s)
-	if err != nil {
-		host, portText = s, ""
-		if strings.Contains(s, ":") {
-			return endpoint{}, fmt.Errorf("__address__ %q is not host or host:port", s)
-		}
-	}
-	var port uint16
-	if portText != "" {
-		n, err := strconv.ParseUint(portText, 10, 16)
-		if err != nil || n == 0 {
-			return endpoint{}, fmt.Errorf("__address__ %q has a bad port %q", s, portText)
-		}
-		port = uint16(n)
-	}
-	if a, err := netip.ParseAddr(host); err == nil {
-		if a.Zone() != "" {
-			return endpoint{}, fmt.Errorf("__address__ %q has an IPv6 zone", s)
-		}
-		return endpoint{addr: a.Unmap(), port: port}, nil
-	}
-	if !probe.ValidHostName(host) {
-		return endpoint{}, fmt.Errorf("__address__ %q is not an IP address or host name", s)
-	}
-	return endpoint{host: strings.ToLower(strings.TrimSuffix(host, ".")), port: port}, nil
+	return e, nil
 }
 
 // relabeler turns discovered label sets into targets with one pool's labels
@@ -191,7 +156,7 @@ const (
 // false, with reason "" for a drop by the rules, else one of the reasons
 // above and detail saying what exactly. Target labels win over group
 // labels, which win over the pool's.
-func (r *relabeler) process(gl []label, over labels.Labels, tl []label) (ep endpoint, ls labels.Labels, kept bool, reason, detail string) {
+func (r *relabeler) process(gl []label, over labels.Labels, tl []label) (ep endpoint.Entry, ls labels.Labels, kept bool, reason, detail string) {
 	b := r.b
 	b.Reset(r.base)
 	for _, l := range gl {
@@ -202,11 +167,11 @@ func (r *relabeler) process(gl []label, over labels.Labels, tl []label) (ep endp
 		b.Set(l.name, l.value)
 	}
 	if !relabel.ProcessBuilder(b, r.rules...) {
-		return endpoint{}, labels.EmptyLabels(), false, "", ""
+		return endpoint.Entry{}, labels.EmptyLabels(), false, "", ""
 	}
 	ep, err := parseAddress(b.Get(model.AddressLabel))
 	if err != nil {
-		return endpoint{}, labels.EmptyLabels(), false, reasonAddress, err.Error()
+		return endpoint.Entry{}, labels.EmptyLabels(), false, reasonAddress, err.Error()
 	}
 	n := 0
 	b.Range(func(l labels.Label) {
@@ -227,7 +192,7 @@ func (r *relabeler) process(gl []label, over labels.Labels, tl []label) (ep endp
 		reason, detail = reasonLabelCount, fmt.Sprintf("%d labels, more than %d", n, MaxLabels)
 	}
 	if reason != "" {
-		return endpoint{}, labels.EmptyLabels(), false, reason, detail
+		return endpoint.Entry{}, labels.EmptyLabels(), false, reason, detail
 	}
 	return ep, b.Labels(), true, "", ""
 }

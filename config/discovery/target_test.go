@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +11,9 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/relabel"
 	"go.yaml.in/yaml/v2"
+
+	"github.com/sondeprobe/sonde/probe/endpoint"
+	"github.com/sondeprobe/sonde/probe/endpoint/endpointtest"
 )
 
 func TestParseAddress(t *testing.T) {
@@ -25,13 +29,18 @@ func TestParseAddress(t *testing.T) {
 		{"API-1.Internal.", "api-1.internal:0"},
 		{"api-1.internal:80", "api-1.internal:80"},
 		{"", "error: no __address__"},
-		{"http://10.0.0.7/", "error: is not host or host:port"},
-		{"10.0.0.7:0", "error: bad port"},
-		{"10.0.0.7:99999", "error: bad port"},
+		{"http://10.0.0.7/", "error: no URL scheme"},
+		{"[2001:db8::1]", "2001:db8::1:0"},
+		{"10.0.0.7:0", "error: out of range 1..65535"},
+		{"10.0.0.7:99999", "error: out of range 1..65535"},
+		{"10.0.0.7:http", "error: bad port"},
+		{"api.test:", "error: bad port"},
+		{"[10.0.0.7]:80", "error: is not an IP address"},
+		{"10.0.0.0/24", "error: is a CIDR block"},
 		{"fe80::1%eth0", "error: zone"},
 		{"[fe80::1%eth0]:80", "error: zone"},
-		{"-bad-.example", "error: is not an IP address or host name"},
-		{"a:b:c", "error: is not host or host:port"},
+		{"-bad-.example", "error: is not an IP address, CIDR block or host name"},
+		{"a:b:c", "error: [addr]:port"},
 	}
 	for _, tt := range tests {
 		ep, err := parseAddress(tt.in)
@@ -43,12 +52,12 @@ func TestParseAddress(t *testing.T) {
 				t.Errorf("parseAddress(%q): %s, want %s", tt.in, got, tt.want)
 			}
 			continue
-		case ep.host != "":
-			got = ep.host
+		case ep.Host != "":
+			got = ep.Host
 		default:
-			got = ep.addr.String()
+			got = ep.Addr.String()
 		}
-		got += ":" + strconv.Itoa(int(ep.port))
+		got += ":" + strconv.Itoa(int(ep.Port))
 		if got != tt.want {
 			t.Errorf("parseAddress(%q) = %s, want %s", tt.in, got, tt.want)
 		}
@@ -85,8 +94,8 @@ func TestRelabel(t *testing.T) {
 	if !ok || reason != "" {
 		t.Fatalf("kept target dropped: %q", reason)
 	}
-	if ep.addr.String() != "10.1.2.3" || ep.port != 8080 {
-		t.Errorf("endpoint %v:%d, want 10.1.2.3:8080", ep.addr, ep.port)
+	if ep.Addr.String() != "10.1.2.3" || ep.Port != 8080 {
+		t.Errorf("endpoint %v:%d, want 10.1.2.3:8080", ep.Addr, ep.Port)
 	}
 	if want := `{namespace="prod", team="edge", zone="target"}`; ls.String() != want {
 		t.Errorf("labels %s, want %s", ls, want)
@@ -113,11 +122,44 @@ func TestRelabel(t *testing.T) {
 
 // processSets relabels one target given as Prometheus's label sets, kept
 // in a chunk as a source keeps it.
-func processSets(rl *relabeler, group, target model.LabelSet) (ep endpoint, ls labels.Labels, kept bool, reason, detail string) {
+func processSets(rl *relabeler, group, target model.LabelSet) (ep endpoint.Entry, ls labels.Labels, kept bool, reason, detail string) {
 	c := chunkOf(&targetgroup.Group{Labels: group, Targets: []model.LabelSet{target}})
 	c.each(func(gl, tl []label) bool {
 		ep, ls, kept, reason, detail = rl.process(gl, c.over, tl)
 		return false
 	})
 	return ep, ls, kept, reason, detail
+}
+
+// TestEntryPointsAddress runs the shared table's entries through
+// parseAddress: a bad __address__ gives the error of a bad target in a
+// config file, a block is refused, an empty one is missing; the endpoints
+// of the others are tested through the runner and the config (package
+// config's TestEntryPointsDiscovery).
+func TestEntryPointsAddress(t *testing.T) {
+	for _, c := range endpointtest.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			e, err := parseAddress(c.Entry)
+			var ee *endpoint.EntryError
+			switch {
+			case c.Entry == "":
+				if err == nil || err.Error() != "no __address__" {
+					t.Fatalf("parseAddress(%q) = %v, want no __address__", c.Entry, err)
+				}
+			case c.Kind == endpointtest.EntryErr:
+				if !errors.As(err, &ee) || ee.Error() != c.Err || err.Error() != "__address__ "+c.Err {
+					t.Fatalf("parseAddress(%q) = %v, want __address__ %s", c.Entry, err, c.Err)
+				}
+			case c.Kind == endpointtest.BlockRefused:
+				if err == nil || !strings.Contains(err.Error(), "is a CIDR block") {
+					t.Fatalf("parseAddress(%q) = %v, want a CIDR block refused", c.Entry, err)
+				}
+			default:
+				want, _ := endpoint.ParseEntry(c.Entry)
+				if err != nil || e != want {
+					t.Fatalf("parseAddress(%q) = %+v, %v; want %+v", c.Entry, e, err, want)
+				}
+			}
+		})
+	}
 }

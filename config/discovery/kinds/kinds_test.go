@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v2"
 
 	"github.com/sondeprobe/sonde/config/discovery"
+	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
 var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -24,7 +25,7 @@ func newTestRunner(t *testing.T) (*discovery.Runner, chan struct{}) {
 	t.Helper()
 	changed := make(chan struct{}, 16)
 	run := discovery.NewRunner(discovery.Options{Logger: testLogger, Debounce: time.Millisecond,
-		Resolver: &discovery.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}},
+		Resolver: &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}},
 		Changed:  func(context.Context) { changed <- struct{}{} }})
 	t.Cleanup(func() {
 		if err := run.Close(); err != nil {

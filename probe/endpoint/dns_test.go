@@ -1,4 +1,4 @@
-package discovery
+package endpoint
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func TestDNSResolver(t *testing.T) {
 	r := &DNSResolver{ResolvConf: conf, Hosts: hosts, Servers: []string{srv.Addr}}
 	ctx := context.Background()
 
-	res := Lookup(ctx, r, "api", Dual, 5*time.Second)
+	res := Lookup(ctx, r, "api", Any, 5*time.Second)
 	if res.Err != nil || !slices.Equal(res.Addrs, addrs("192.0.2.10", "2001:db8::10")) || res.TTL != 30*time.Second {
 		t.Errorf("api (search corp.test): %+v, want the lowest of each family with TTL 30s", res)
 	}
@@ -44,10 +44,10 @@ func TestDNSResolver(t *testing.T) {
 	if res := Lookup(ctx, r, "only6.test", IP4, 5*time.Second); res.Err == nil || !strings.Contains(res.Err.Error(), "no IPv4 address") {
 		t.Errorf("only6.test over IPv4: %+v, want no IPv4 address", res)
 	}
-	if res := Lookup(ctx, r, "nowhere.test", Dual, 5*time.Second); res.Err == nil || res.Err.Error() != `cannot resolve "nowhere.test": no such host` {
+	if res := Lookup(ctx, r, "nowhere.test", Any, 5*time.Second); res.Err == nil || res.Err.Error() != `cannot resolve "nowhere.test": no such host` {
 		t.Errorf("nowhere.test: %+v, want no such host", res)
 	}
-	if res := Lookup(ctx, r, "alias.test", Dual, 5*time.Second); res.Err != nil || !slices.Equal(res.Addrs, addrs("127.0.0.9")) || res.TTL != HostsTTL {
+	if res := Lookup(ctx, r, "alias.test", Any, 5*time.Second); res.Err != nil || !slices.Equal(res.Addrs, addrs("127.0.0.9")) || res.TTL != HostsTTL {
 		t.Errorf("alias.test from the hosts file: %+v", res)
 	}
 	if n := srv.Asked("alias.test."); n != 0 {
@@ -61,7 +61,7 @@ func TestDNSResolver(t *testing.T) {
 	}
 	defer dead.Close()
 	r = &DNSResolver{ResolvConf: conf, Hosts: "-", Servers: []string{dead.LocalAddr().String()}}
-	if res := Lookup(ctx, r, "api.corp.test", Dual, 3*time.Second); res.Err == nil || !strings.Contains(res.Err.Error(), "timed out") {
+	if res := Lookup(ctx, r, "api.corp.test", Any, 3*time.Second); res.Err == nil || !strings.Contains(res.Err.Error(), "timed out") {
 		t.Errorf("silent server: %+v, want a timeout", res)
 	}
 }
