@@ -14,13 +14,14 @@ import (
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
 	"github.com/sondeprobe/sonde/server/events"
+	"github.com/sondeprobe/sonde/server/status"
 	"github.com/sondeprobe/sonde/server/web"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // Handler returns the daemon's HTTP endpoints:
 //
-//	GET  /                 status page: overview; /pool, /target, /events and /discovery pages (see status.go)
+//	GET  /                 status page: overview; /pool, /target, /events and /discovery pages (see server/status)
 //	GET  /api/v1/history   a target's recent results (pool=, target=)
 //	GET  /metrics          Prometheus metrics
 //	GET  /api/v1/pools     pools with counts and policy (paging limit=, after=)
@@ -57,7 +58,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux.Handle("GET /-/healthy", web.Vital(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })))
 	mux.Handle("GET /-/ready", web.Vital(http.HandlerFunc(d.handleReady)))
 	mux.Handle("POST /-/reload", web.Vital(web.Lifecycle(d.opt.Web.EnableLifecycle, d.handleReload)))
-	d.statusRoutes(mux)
+	status.New(d.snapshot, d.adm.List.Enter).Routes(mux)
 	if d.opt.Web.RoutePrefix != "" {
 		return web.WithHeaders(web.WithPrefix(d.opt.Web.RoutePrefix, mux))
 	}
@@ -142,7 +143,7 @@ func (g *generation) unresolvedJSON(pi, i int) api.TargetJSON {
 	u := cp.Unresolved[i]
 	c := g.cfg.Checks[cp.CheckIndex]
 	return api.TargetJSON{
-		ID: unresolvedBase + uint32(i), Target: unresolvedTarget(&u), Host: u.Host, Pool: cp.Name, Check: c.Name, Protocol: c.Protocol.String(),
+		ID: unresolvedBase + uint32(i), Target: status.UnresolvedTarget(&u), Host: u.Host, Pool: cp.Name, Check: c.Name, Protocol: c.Protocol.String(),
 		State: "unknown", Route: scheduler.Excluded.String(), LastOutcome: "unresolved", LastError: u.Err, StateSince: u.Since,
 		FailureWindowSeconds: c.FailureWindow().Seconds(), SuccessWindowSeconds: c.SuccessWindow(c.Timeout).Seconds(),
 		Labels: labelMap(u.Labels), Unresolved: true,

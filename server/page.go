@@ -14,10 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/prometheus/model/labels"
-
-	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/status"
 )
 
 // Paging of the list endpoints. A page costs O(page): members are listed in
@@ -199,44 +197,9 @@ func streamList(w http.ResponseWriter, name string, each func(emit func(v any) e
 type targetFilter struct {
 	pool   int // -1: every pool
 	state  string
-	labels labelMatches
+	labels status.LabelMatches
 	limit  int
 	from   cursor
-}
-
-// labelMatch is one label= filter: the label equals (or not) a value; a
-// missing label is the empty value.
-type labelMatch struct {
-	name, value string
-	equal       bool
-}
-
-// labelMatches are the label= filters of a request, all of which a target
-// must pass: the API's and the pool view's.
-type labelMatches []labelMatch
-
-// parseLabelMatches reads label= values, each NAME=VALUE or NAME!=VALUE
-// (see config.ParseLabelMatch).
-func parseLabelMatches(vs []string) (labelMatches, error) {
-	var out labelMatches
-	for _, l := range vs {
-		name, value, equal, err := config.ParseLabelMatch(l)
-		if err != nil {
-			return nil, fmt.Errorf("label=%w", err)
-		}
-		out = append(out, labelMatch{name, value, equal})
-	}
-	return out, nil
-}
-
-// matches reports whether ls passes every filter.
-func (ms labelMatches) matches(ls labels.Labels) bool {
-	for _, m := range ms {
-		if (ls.Get(m.name) == m.value) != m.equal {
-			return false
-		}
-	}
-	return true
 }
 
 func (g *generation) parseTargetFilter(r *http.Request) (targetFilter, error) {
@@ -261,7 +224,7 @@ func (g *generation) parseTargetFilter(r *http.Request) (targetFilter, error) {
 		return f, fmt.Errorf("state=%q: want healthy, unhealthy, unknown, disabled or unprobed", f.state)
 	}
 	var err error
-	if f.labels, err = parseLabelMatches(q["label"]); err != nil {
+	if f.labels, err = status.ParseLabelMatches(q["label"]); err != nil {
 		return f, err
 	}
 	if f.limit, err = pageLimit(q.Get("limit")); err != nil {
@@ -335,7 +298,7 @@ func (g *generation) listTargets(f *targetFilter, emit func(v any) error) (curso
 		p.EachFrom(pos, func(pos int, id uint32, disabled bool) bool {
 			at = cursor{layout: g.layout, pool: pi, id: id + 1}
 			scanned++
-			if len(f.labels) > 0 && !f.labels.matches(cp.MemberLabels(pos)) {
+			if len(f.labels) > 0 && !f.labels.Matches(cp.MemberLabels(pos)) {
 				stop = scanned >= scanBudget
 				return !stop
 			}
@@ -376,7 +339,7 @@ func (g *generation) listTargets(f *targetFilter, emit func(v any) error) (curso
 			}
 			for i := first; i < len(cp.Unresolved); i++ {
 				at = cursor{layout: g.layout, pool: pi, id: unresolvedBase + uint32(i) + 1}
-				if len(f.labels) > 0 && !f.labels.matches(cp.Unresolved[i].Labels) {
+				if len(f.labels) > 0 && !f.labels.Matches(cp.Unresolved[i].Labels) {
 					continue
 				}
 				if err := emit(g.unresolvedJSON(pi, i)); err != nil {

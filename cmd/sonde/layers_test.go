@@ -28,6 +28,11 @@ var forbidden = map[string][]string{
 	"server/statefile": {"server", "bench", "cmd"},
 	"server/events":    {"server", "bench", "cmd"},
 	"server/history":   {"server", "bench", "cmd"},
+	// The status page reads the daemon through its Snapshot interface
+	// alone, so it is tested without one; its templates and assets know
+	// nothing of sonde.
+	"server/status": {"server", "bench", "cmd"},
+	"server/ui":     {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd", "internal"},
 	// HTTP plumbing knows nothing of the daemon.
 	"server/web": {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd"},
 	// The API's wire types: clients import them without the daemon.
@@ -48,6 +53,7 @@ var forbidden = map[string][]string{
 var allowed = map[string][]string{
 	"server/events":  {"server/web", "server/webhook"},
 	"server/history": {"server/web/api"},
+	"server/status":  {"server/ui", "server/web/api"},
 }
 
 // testOnly are packages that only tests may import.
