@@ -6,21 +6,23 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/history"
 	"github.com/sondeprobe/sonde/server/status"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
-// snapshot is the daemon's state as the status page reads it
-// (status.Snapshot): the running generation, and the daemon around it.
+// snapshot is the daemon's state as the status page (status.Snapshot) and
+// the API's lists (apiv1.Snapshot) read it: the running generation, and
+// the daemon around it.
 type snapshot struct {
 	d *Daemon
 	g *generation
 }
 
-// snapshot returns the daemon's state for one status page request; nil
-// when no configuration runs.
-func (d *Daemon) snapshot() status.Snapshot {
+// statusSnapshot returns the daemon's state for one status page request;
+// nil when no configuration runs.
+func (d *Daemon) statusSnapshot() status.Snapshot {
 	g := d.cur.Load()
 	if g == nil {
 		return nil
@@ -28,9 +30,25 @@ func (d *Daemon) snapshot() status.Snapshot {
 	return &snapshot{d: d, g: g}
 }
 
+// apiSnapshot returns the daemon's state for one list request; nil when no
+// configuration runs.
+func (d *Daemon) apiSnapshot() apiv1.Snapshot {
+	g := d.cur.Load()
+	if g == nil {
+		return nil
+	}
+	return &snapshot{d: d, g: g}
+}
+
+func (s *snapshot) Layout() uint32                       { return s.g.layout }
+func (s *snapshot) Summary(pi int) scheduler.PoolSummary { return s.g.router.Summary(pi) }
+func (s *snapshot) Ranks(pi int) []uint32 {
+	return s.g.rankCache[pi].Ranks(func() []uint32 { return s.g.router.Ranks(pi) })
+}
+
 func (s *snapshot) Config() *config.Config                  { return s.g.cfg }
 func (s *snapshot) Pools() []*scheduler.Pool                { return s.g.pools }
-func (s *snapshot) PoolSummary(pi int) api.PoolJSON         { return s.g.poolJSON(pi) }
+func (s *snapshot) PoolSummary(pi int) api.PoolJSON         { return apiv1.PoolJSON(s, pi) }
 func (s *snapshot) Route(pi, m int) (scheduler.Route, bool) { return s.g.router.Route(pi, m) }
 func (s *snapshot) PoolsOf(id uint32, fn func(pi int))      { s.g.poolsOf(id, fn) }
 func (s *snapshot) Status(id uint32) scheduler.TargetStatus { return s.g.engine.Status(id) }

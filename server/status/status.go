@@ -11,7 +11,6 @@
 package status
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -28,6 +27,7 @@ import (
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/server/ui"
+	"github.com/sondeprobe/sonde/server/web"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -111,13 +111,6 @@ func (h *Handler) running(w http.ResponseWriter) *view {
 
 // view is a snapshot with what the pages make of it.
 type view struct{ Snapshot }
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v) // the client went away; nothing to do
-}
 
 // pageError answers a page request that cannot be served with a page that
 // says why, and a link back.
@@ -695,7 +688,7 @@ func (h *Handler) handleHistory(w http.ResponseWriter, r *http.Request) {
 	id := p.Members[m]
 	route, _ := g.Route(pi, m)
 	results, recorded := g.History(id)
-	writeJSON(w, api.HistoryJSON{
+	web.WriteJSON(w, api.HistoryJSON{
 		Target: g.Config().Targets[id].AddrPort().String(), Pool: p.Name, Check: g.Config().Checks[g.Config().Targets[id].Check].Name,
 		Recorded: recorded, Capacity: g.HistoryCapacity(), State: memberState(p, route, g.Status(id)),
 		Results: results,
