@@ -84,9 +84,9 @@ func (f *fake) get(t *testing.T, path string, v any) int {
 	return rec.Code
 }
 
-// TestListsFromSnapshot answers /api/v1/pools and /api/v1/targets from a
+// TestAPIListsFromSnapshot answers /api/v1/pools and /api/v1/targets from a
 // fake snapshot: states, errors, filters and cursors.
-func TestListsFromSnapshot(t *testing.T) {
+func TestAPIListsFromSnapshot(t *testing.T) {
 	f := newFake(t, `
 checks:
   web: {protocol: http, path: /, interval: 1s, timeout: 1s}

@@ -187,8 +187,8 @@ func TestPagesFromSnapshot(t *testing.T) {
 	}
 }
 
-// TestHistoryFromSnapshot answers /api/v1/history from a fake snapshot.
-func TestHistoryFromSnapshot(t *testing.T) {
+// TestStatusHistoryFromSnapshot answers /api/v1/history from a fake snapshot.
+func TestStatusHistoryFromSnapshot(t *testing.T) {
 	f := probedFake(t)
 	rec := f.serve("/api/v1/history?pool=api&target=198.18.0.1:80")
 	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/json" {
@@ -212,9 +212,9 @@ func TestHistoryFromSnapshot(t *testing.T) {
 	}
 }
 
-// TestNoSnapshot checks that every page answers 503 while no
+// TestStatusWithoutSnapshot checks that every page answers 503 while no
 // configuration runs.
-func TestNoSnapshot(t *testing.T) {
+func TestStatusWithoutSnapshot(t *testing.T) {
 	mux := http.NewServeMux()
 	New(func() Snapshot { return nil }, func(w http.ResponseWriter) (http.ResponseWriter, func()) { return w, func() {} }).Routes(mux)
 	for _, path := range []string{"/", "/pool?name=api", "/target?pool=api&target=198.18.0.1:80", "/events", "/discovery", "/api/v1/history?pool=api&target=198.18.0.1:80"} {
