@@ -1,26 +1,23 @@
 package server
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/prometheus/prometheus/model/labels"
 
 	"github.com/sondeprobe/sonde/config/discovery"
-	"github.com/sondeprobe/sonde/probe"
-	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/events"
+	"github.com/sondeprobe/sonde/server/status"
 	"github.com/sondeprobe/sonde/server/web"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // Handler returns the daemon's HTTP endpoints:
 //
-//	GET  /                 status page: overview; /pool, /target, /events and /discovery pages (see status.go)
+//	GET  /                 status page: overview; /pool, /target, /events and /discovery pages (see server/status)
 //	GET  /api/v1/history   a target's recent results (pool=, target=)
 //	GET  /metrics          Prometheus metrics
 //	GET  /api/v1/pools     pools with counts and policy (paging limit=, after=)
@@ -48,8 +45,7 @@ import (
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", web.Vital(d.adm.Scrape.Admit(promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{Registry: d.metrics.reg}))))
-	mux.HandleFunc("GET /api/v1/pools", d.handlePools)
-	mux.HandleFunc("GET /api/v1/targets", d.handleTargets)
+	apiv1.New(d.apiSnapshot, d.adm.List.Enter).Routes(mux)
 	mux.HandleFunc("GET /api/v1/discovery", d.handleDiscovery)
 	mux.HandleFunc("GET /api/v1/events", d.handleEvents)
 	mux.Handle("GET /probe", d.probeEndpoint())
@@ -57,7 +53,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux.Handle("GET /-/healthy", web.Vital(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "OK") })))
 	mux.Handle("GET /-/ready", web.Vital(http.HandlerFunc(d.handleReady)))
 	mux.Handle("POST /-/reload", web.Vital(web.Lifecycle(d.opt.Web.EnableLifecycle, d.handleReload)))
-	d.statusRoutes(mux)
+	status.New(d.statusSnapshot, d.adm.List.Enter).Routes(mux)
 	if d.opt.Web.RoutePrefix != "" {
 		return web.WithHeaders(web.WithPrefix(d.opt.Web.RoutePrefix, mux))
 	}
@@ -96,99 +92,6 @@ func (d *Daemon) running(w http.ResponseWriter) *generation {
 		http.Error(w, "no configuration running", http.StatusServiceUnavailable)
 	}
 	return g
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v) // the client went away; nothing to do
-}
-
-// poolJSON describes pool pi, with its counts as of the router's latest
-// decisions.
-func (g *generation) poolJSON(pi int) api.PoolJSON {
-	s := g.router.Summary(pi)
-	cp := g.cfg.Pools[pi]
-	c := g.cfg.Checks[cp.CheckIndex]
-	return api.PoolJSON{
-		Name: cp.Name, Check: c.Name, Protocol: c.Protocol.String(),
-		Targets: s.Members, Disabled: s.Disabled, Healthy: s.Healthy, Unhealthy: s.Unhealthy,
-		Unknown: s.Unknown, Unprobed: s.Unprobed, Unresolved: len(cp.Unresolved), Removed: s.Removed, Routable: s.Routable, Preferred: s.Preferred, FailingOpen: s.FailingOpen,
-		HealthChecks: cp.HealthChecks, MaxUnhealthyPercent: cp.MaxUnhealthyPercent, FailOpen: cp.FailOpen,
-		LatencyMarginSeconds: cp.LatencyMargin.Seconds(),
-		Cadence:              c.Cadence.String(),
-		FailureWindowSeconds: c.FailureWindow().Seconds(),
-		SuccessWindowSeconds: c.SuccessWindow(c.Timeout).Seconds(),
-		OnsetWindowSeconds:   c.FailureWindowFromOnset().Seconds(),
-	}
-}
-
-// labelMap returns ls as a map, nil when empty.
-func labelMap(ls labels.Labels) map[string]string {
-	if ls.IsEmpty() {
-		return nil
-	}
-	return ls.Map()
-}
-
-// unresolvedBase is the first id of the listing's unresolved entries: they
-// follow a pool's members, unresolvedBase + their index.
-const unresolvedBase = 1 << 31
-
-// unresolvedJSON describes the i-th unresolved target of pool pi.
-func (g *generation) unresolvedJSON(pi, i int) api.TargetJSON {
-	cp := g.cfg.Pools[pi]
-	u := cp.Unresolved[i]
-	c := g.cfg.Checks[cp.CheckIndex]
-	return api.TargetJSON{
-		ID: unresolvedBase + uint32(i), Target: unresolvedTarget(&u), Host: u.Host, Pool: cp.Name, Check: c.Name, Protocol: c.Protocol.String(),
-		State: "unknown", Route: scheduler.Excluded.String(), LastOutcome: "unresolved", LastError: u.Err, StateSince: u.Since,
-		FailureWindowSeconds: c.FailureWindow().Seconds(), SuccessWindowSeconds: c.SuccessWindow(c.Timeout).Seconds(),
-		Labels: labelMap(u.Labels), Unresolved: true,
-	}
-}
-
-func (g *generation) targetJSON(pi, pos int, m scheduler.MemberRoute, state string, clock scheduler.Clock) api.TargetJSON {
-	t := g.cfg.Targets[m.ID]
-	c := g.cfg.Checks[t.Check]
-	st := m.Status
-	r := c.Timeout
-	if st.Smoothed > 0 {
-		r = st.Smoothed
-	}
-	j := api.TargetJSON{
-		ID: m.ID, Target: t.AddrPort().String(), Host: g.cfg.Hostnames[m.ID],
-		Pool: g.pools[pi].Name, Check: c.Name, Protocol: c.Protocol.String(),
-		State: state, Route: m.Route.String(), Preferred: m.Preferred, LatencyRank: m.Rank,
-		Consecutive:          st.Streak,
-		StateSince:           scheduler.WallTime(clock, st.Since),
-		FailureWindowSeconds: c.FailureWindow().Seconds(),
-		SuccessWindowSeconds: c.SuccessWindow(r).Seconds(),
-		Labels:               labelMap(g.cfg.Pools[pi].MemberLabels(pos)),
-	}
-	if st.Probed {
-		j.LastOutcome = st.LastOutcome.String()
-		j.LastStatus = int(st.LastStatus)
-		j.LastRetransmits = st.LastRetransmits
-		if st.LastOutcome == probe.LocalError {
-			j.LastCause = st.LastCause.String()
-		}
-		if !st.LastOutcome.Healthy() {
-			j.LastError = g.lastError(m.ID)
-		}
-		lp := scheduler.WallTime(clock, st.LastProbe)
-		j.LastProbe = &lp
-	}
-	if exp := g.certExpiry(m.ID); exp != 0 {
-		t := time.Unix(exp, 0).UTC()
-		j.CertExpiry = &t
-	}
-	if st.Latency > 0 {
-		l, s := st.Latency.Seconds(), st.Smoothed.Seconds()
-		j.LatencySeconds, j.SmoothedLatencySeconds = &l, &s
-	}
-	return j
 }
 
 // maxEventsPage is the most events one poll of /api/v1/events returns.
@@ -238,7 +141,7 @@ func (d *Daemon) handleEvents(w http.ResponseWriter, r *http.Request) {
 	from, end, lost := d.events.Window(since, limit)
 	next := from - 1
 	buf := make([]api.Event, 0, eventsChunk)
-	streamList(w, "events", func(emit func(any) error) error {
+	web.StreamList(w, "events", func(emit func(any) error) error {
 		for s := from; s < end; {
 			evs, ok := d.events.CopyRange(s, end, buf)
 			if !ok {
@@ -271,7 +174,7 @@ func (d *Daemon) handleDiscovery(w http.ResponseWriter, _ *http.Request) {
 	if st == nil {
 		st = []discovery.PoolStatus{}
 	}
-	writeJSON(w, struct {
+	web.WriteJSON(w, struct {
 		Pools []discovery.PoolStatus `json:"pools"`
 	}{st})
 }
@@ -279,5 +182,5 @@ func (d *Daemon) handleDiscovery(w http.ResponseWriter, _ *http.Request) {
 // handleRemediations lists the remediations with their budgets and the
 // instances they watch, and the recent firings and withheld firings.
 func (d *Daemon) handleRemediations(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, d.rem.Status(d.opt.Clock.Nanotime()))
+	web.WriteJSON(w, d.rem.Status(d.opt.Clock.Nanotime()))
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/sondeprobe/sonde/probe/endpoint"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/events"
 	"github.com/sondeprobe/sonde/server/history"
 	"github.com/sondeprobe/sonde/server/remediate"
@@ -395,7 +396,7 @@ func (d *Daemon) newGeneration(cfg *config.Config, e *scheduler.Engine, ls *laun
 		hist: history.NewIndex(d.hist.Rings())}
 	g.indexPools()
 	g.targetDescs = newTargetDescs(cfg.Pools)
-	g.rankCache = make([]rankCache, len(g.pools))
+	g.rankCache = make([]apiv1.RankCache, len(g.pools))
 	g.layout = d.layoutOf(g)
 	for _, p := range cfg.Pools {
 		proto := cfg.Checks[p.CheckIndex].Protocol.String()

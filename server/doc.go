@@ -32,9 +32,10 @@
 // both are counted. /probe answers one-off probes the way blackbox_exporter
 // does, with probers of their own and bounded concurrency.
 //
-// The status page (status.go, its assets in server/ui) reads the same state
-// as the API and renders it on the server; its pool view lists members a
-// page at a time in one pass (statuspool.go), with cursors that name the row
+// The status page (server/status, its assets in server/ui) reads the same
+// state as the API, through a snapshot of the running generation
+// (snapshot.go), and renders it on the server; its pool view lists members a
+// page at a time in one pass, with cursors that name the row
 // a page ends at (not an id), and its timelines come from a fixed budget of
 // per-target result rings (server/history) that the probe path fills
 // without locks. Rings are kept by engine id: an edit keeps those of the

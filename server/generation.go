@@ -10,6 +10,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/history"
 	"github.com/sondeprobe/sonde/server/remediate"
 	"github.com/sondeprobe/sonde/server/web/api"
@@ -45,8 +46,8 @@ type generation struct {
 	// pools' metric_labels.
 	targetDescs *targetDescs
 
-	layout    uint32      // the pools' layout: the same while their names and order are (see cursor)
-	rankCache []rankCache // per pool, the latest latency ranking for the API
+	layout    uint32            // the pools' layout: the same while their names and order are (see cursor)
+	rankCache []apiv1.RankCache // per pool, the latest latency ranking for the API
 
 	cancel context.CancelFunc // stops the router
 	done   chan struct{}      // closed when the router stopped

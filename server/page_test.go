@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -28,7 +29,7 @@ pools:
 }
 
 // TestTargetsPaging checks the page size cap (limit=0 and huge limits give
-// maxPage), and that following next lists every target once, in order.
+// apiv1.MaxPage), and that following next lists every target once, in order.
 func TestTargetsPaging(t *testing.T) {
 	td := startDaemon(t, bigPoolConfig(18)) // 16384 targets, and one more in pool small
 	const all = 1<<14 + 1
@@ -36,9 +37,9 @@ func TestTargetsPaging(t *testing.T) {
 		query string
 		want  int
 	}{
-		{"", defaultPage},
-		{"limit=0", maxPage},
-		{"limit=1000000", maxPage},
+		{"", apiv1.DefaultPage},
+		{"limit=0", apiv1.MaxPage},
+		{"limit=1000000", apiv1.MaxPage},
 		{"limit=7", 7},
 	} {
 		var p api.TargetsPage

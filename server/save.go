@@ -10,6 +10,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/scheduler"
 	"github.com/sondeprobe/sonde/server/statefile"
+	"github.com/sondeprobe/sonde/server/ui"
 )
 
 // The daemon's side of the state file (package statefile): it restores the
@@ -32,10 +33,10 @@ func saveAlert(h *statefile.Health, file string, now time.Time) string {
 	}
 	last := "none has succeeded since sonde started"
 	if !lastOK.IsZero() {
-		last = "the last success was at " + wallClock(lastOK, now)
+		last = "the last success was at " + ui.WallClock(lastOK, now)
 	}
 	return fmt.Sprintf("State file %s not saved: %s failed since %s, %s; a restart now would lose the states since. Last error: %v.",
-		file, count(n, "1 save", "%d saves"), wallClock(since, now), last, err)
+		file, ui.Count(n, "1 save", "%d saves"), ui.WallClock(since, now), last, err)
 }
 
 // saveState writes the running generation's states, and the saved states

@@ -258,68 +258,6 @@ func TestPoolPageUnresolved(t *testing.T) {
 			t.Errorf("%s: rows %v, want %v", c.query, got, c.rows)
 		}
 	}
-
-	// Paging: every row once, in order, forwards and backwards.
-	g := td.d.cur.Load()
-	pi, err := g.poolIndex("web")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sort := range sortColumns {
-		for _, desc := range []bool{false, true} {
-			q := poolQuery{Sort: sort, Desc: desc, Limit: 2}
-			one := q
-			one.Limit = maxPoolPage
-			want := rowTargets(g.listPool(pi, &one))
-			var fwd []string
-			for page := 0; ; page++ {
-				l := g.listPool(pi, &q)
-				if page > 5 {
-					t.Fatalf("sort %s desc %v: more than 5 pages", sort, desc)
-				}
-				if l.Total != 5 || l.First != len(fwd)+1 || page > 5 {
-					t.Fatalf("sort %s desc %v, page %d: total %d, first %d after %d rows", sort, desc, page, l.Total, l.First, len(fwd))
-				}
-				fwd = append(fwd, rowTargets(l)...)
-				if l.Next == nil {
-					break
-				}
-				// The cursor goes through its text, as a link carries it.
-				k, err := parseRowKey(l.Next.String())
-				if err != nil {
-					t.Fatal(err)
-				}
-				q.After = &k
-			}
-			if !slices.Equal(fwd, want) || len(fwd) != 5 {
-				t.Errorf("sort %s desc %v: paged %v, want %v", sort, desc, fwd, want)
-			}
-			// From the last page back to the first.
-			q = poolQuery{Sort: sort, Desc: desc, Limit: 2}
-			l := g.listPool(pi, &q)
-			for l.Next != nil {
-				q.After = l.Next
-				l = g.listPool(pi, &q)
-			}
-			back := rowTargets(l)
-			for i := 0; l.Prev != nil && i < 5; i++ {
-				q.After, q.Before = nil, l.Prev
-				l = g.listPool(pi, &q)
-				back = append(rowTargets(l), back...)
-			}
-			if !slices.Equal(back, want) {
-				t.Errorf("sort %s desc %v: paged backwards %v, want %v", sort, desc, back, want)
-			}
-		}
-	}
-}
-
-func rowTargets(l poolListing) []string {
-	var out []string
-	for _, r := range l.Rows {
-		out = append(out, r.Target)
-	}
-	return out
 }
 
 // TestTargetPageUnresolved checks the view of a target without an address:

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -276,7 +277,7 @@ pools:
 		return m["127.0.0.1:"+port].State == "healthy" && m["late.test:"+port].Unresolved
 	})
 	u := got["late.test:"+port]
-	if u.State != "unknown" || !strings.Contains(u.LastError, `cannot resolve "late.test"`) || u.ID < unresolvedBase {
+	if u.State != "unknown" || !strings.Contains(u.LastError, `cannot resolve "late.test"`) || u.ID < apiv1.UnresolvedBase {
 		t.Errorf("unresolved target: %+v, want unknown with the lookup's error", u)
 	}
 	if p := td.pool(t, "web"); p.Unresolved != 1 || p.Targets != 1 {

@@ -28,6 +28,13 @@ var forbidden = map[string][]string{
 	"server/statefile": {"server", "bench", "cmd"},
 	"server/events":    {"server", "bench", "cmd"},
 	"server/history":   {"server", "bench", "cmd"},
+	// The status page reads the daemon through its Snapshot interface
+	// alone, so it is tested without one; its templates and assets know
+	// nothing of sonde.
+	"server/status": {"server", "bench", "cmd"},
+	// So do the API's list endpoints.
+	"server/apiv1": {"server", "bench", "cmd"},
+	"server/ui":    {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd", "internal"},
 	// HTTP plumbing knows nothing of the daemon.
 	"server/web": {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd"},
 	// The API's wire types: clients import them without the daemon.
@@ -48,6 +55,10 @@ var forbidden = map[string][]string{
 var allowed = map[string][]string{
 	"server/events":  {"server/web", "server/webhook"},
 	"server/history": {"server/web/api"},
+	"server/status":  {"server/ui", "server/web", "server/web/api"},
+	// The lists share the pool view's label filters and target names, so
+	// they reach server/ui through server/status.
+	"server/apiv1": {"server/status", "server/ui", "server/web", "server/web/api"},
 }
 
 // testOnly are packages that only tests may import.

@@ -1,9 +1,9 @@
 // Package ui holds sonde's status page: the HTML templates, the stylesheet,
 // the script and the icon, embedded in the binary, and the HTTP headers
-// that go with them. The pages are rendered by package server, which owns
-// their data; the templates escape everything they show (html/template), and
-// the script builds what it adds with textContent, so names and error texts
-// from outside stay text. Nothing is loaded from elsewhere: the Content
+// that go with them. The pages are rendered by package server/status, which
+// makes their data; the templates escape everything they show
+// (html/template), and the script builds what it adds with textContent, so
+// names and error texts from outside stay text. Nothing is loaded from elsewhere: the Content
 // Security Policy allows the page's own origin only.
 package ui
 
@@ -203,4 +203,23 @@ func Ago(t, now time.Time) string {
 		return fmt.Sprintf("%dh%dm", h, m)
 	}
 	return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+}
+
+// WallClock says when t was, in UTC, as the pages do: its time of day, with
+// the date when it is not today's, and how long ago.
+func WallClock(t, now time.Time) string {
+	t, now = t.UTC(), now.UTC()
+	f := "15:04:05 UTC"
+	if t.YearDay() != now.YearDay() || t.Year() != now.Year() {
+		f = "2006-01-02 15:04:05 UTC"
+	}
+	return t.Format(f) + " (" + Ago(t, now) + " ago)"
+}
+
+// Count says n things: one when n is 1, else many with n for its %d.
+func Count(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return fmt.Sprintf(many, n)
 }

@@ -1,11 +1,8 @@
-package server
+package apiv1
 
 import (
-	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -14,10 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/prometheus/model/labels"
-
-	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/status"
+	"github.com/sondeprobe/sonde/server/web"
 )
 
 // Paging of the list endpoints. A page costs O(page): members are listed in
@@ -27,10 +23,10 @@ import (
 // its cost allows (see rankCache), and the page is encoded as it is read,
 // straight to the client.
 const (
-	// defaultPage is the page size without limit=.
-	defaultPage = 1000
-	// maxPage is the largest page; limit=0 and larger limits get it.
-	maxPage = 10000
+	// DefaultPage is the page size without limit=.
+	DefaultPage = 1000
+	// MaxPage is the largest page; limit=0 and larger limits get it.
+	MaxPage = 10000
 	// scanBudget bounds the members one request looks at, so a filter
 	// matching few of a million members ends a page early (with a cursor)
 	// instead of walking them all.
@@ -65,8 +61,8 @@ type cursor struct {
 func (c cursor) String() string { return fmt.Sprintf("%d.%d.%d", c.layout, c.pool, c.id) }
 
 // parseCursor reads after= for generation g; "" is the start.
-func (g *generation) parseCursor(s string) (cursor, error) {
-	c := cursor{layout: g.layout}
+func (g *view) parseCursor(s string) (cursor, error) {
+	c := cursor{layout: g.Layout()}
 	if s == "" {
 		return c, nil
 	}
@@ -80,74 +76,37 @@ func (g *generation) parseCursor(s string) (cursor, error) {
 	if !ok {
 		return c, fmt.Errorf("after=%q: want the next value of an earlier page", s)
 	}
-	if uint32(n[0]) != g.layout {
+	if uint32(n[0]) != g.Layout() {
 		return c, errGone
 	}
-	if n[1] > uint64(len(g.pools)) {
+	if n[1] > uint64(len(g.Pools())) {
 		return c, fmt.Errorf("after=%q: want the next value of an earlier page (no pool %d)", s, n[1])
 	}
 	c.pool, c.id = int(n[1]), uint32(n[2])
 	return c, nil
 }
 
-// pageLimit reads limit=: absent is defaultPage, 0 or more than maxPage is
-// maxPage.
+// pageLimit reads limit=: absent is DefaultPage, 0 or more than MaxPage is
+// MaxPage.
 func pageLimit(s string) (int, error) {
 	if s == "" {
-		return defaultPage, nil
+		return DefaultPage, nil
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("limit=%q: want a whole number ≥ 0 (0 or more than %d: %d)", s, maxPage, maxPage)
+		return 0, fmt.Errorf("limit=%q: want a whole number ≥ 0 (0 or more than %d: %d)", s, MaxPage, MaxPage)
 	}
-	if n == 0 || n > maxPage {
-		n = maxPage
+	if n == 0 || n > MaxPage {
+		n = MaxPage
 	}
 	return n, nil
-}
-
-// rankCache holds a pool's latest latency ranking.
-type rankCache struct {
-	mu  sync.Mutex // held while one request ranks
-	cur atomic.Pointer[ranking]
-}
-
-type ranking struct {
-	ranks []uint32 // by member position, see scheduler.Router.Ranks
-	at    time.Time
-	took  time.Duration
-}
-
-// ranks returns pool pi's latency ranks (see rankCache for their age).
-// While one request ranks the pool again, others use the previous ranking.
-func (g *generation) ranks(pi int) []uint32 {
-	rc := &g.rankCache[pi]
-	b := rc.cur.Load()
-	if b != nil && time.Since(b.at) < max(rankMaxAge, rankCostFactor*b.took) {
-		return b.ranks
-	}
-	if b != nil && !rc.mu.TryLock() {
-		return b.ranks // someone is ranking it
-	}
-	if b == nil {
-		rc.mu.Lock()
-		if b = rc.cur.Load(); b != nil {
-			rc.mu.Unlock()
-			return b.ranks
-		}
-	}
-	defer rc.mu.Unlock()
-	start := time.Now()
-	ranks := g.router.Ranks(pi)
-	rc.cur.Store(&ranking{ranks: ranks, at: start, took: time.Since(start)})
-	return ranks
 }
 
 // admitList answers a list request whose parameters are wrong (err: 410 for
 // a cursor of another pool layout, 400 otherwise), or admits it among the
 // list requests (see server/web, admission.go). It returns the release function, or
 // nil when the request was answered.
-func (d *Daemon) admitList(w http.ResponseWriter, err error) (http.ResponseWriter, func()) {
+func (h *Handler) admitList(w http.ResponseWriter, err error) (http.ResponseWriter, func()) {
 	switch {
 	case errors.Is(err, errGone):
 		http.Error(w, err.Error(), http.StatusGone)
@@ -156,97 +115,26 @@ func (d *Daemon) admitList(w http.ResponseWriter, err error) (http.ResponseWrite
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return w, nil
 	}
-	return d.adm.List.Enter(w)
-}
-
-// streamList writes {"NAME":[items...],tail...} to w, encoding each item as
-// each calls emit, through a buffer: memory stays O(buffer) whatever the
-// list's length. tail is called after the list with the encoder of the
-// object's other fields.
-func streamList(w http.ResponseWriter, name string, each func(emit func(v any) error) error, tail func(field func(name string, v any) error) error) {
-	w.Header().Set("Content-Type", "application/json")
-	bw := bufio.NewWriterSize(w, 32<<10)
-	enc := json.NewEncoder(bw)
-	fmt.Fprintf(bw, "{%q:[", name)
-	n := 0
-	emit := func(v any) error {
-		sep := "\n"
-		if n > 0 {
-			sep = ","
-		}
-		n++
-		if _, err := io.WriteString(bw, sep); err != nil {
-			return err
-		}
-		return enc.Encode(v)
-	}
-	if each(emit) != nil {
-		return // the client went away; nothing to do
-	}
-	bw.WriteString("]")
-	field := func(name string, v any) error {
-		fmt.Fprintf(bw, ",%q:", name)
-		return enc.Encode(v)
-	}
-	if tail(field) != nil {
-		return
-	}
-	bw.WriteString("}\n")
-	_ = bw.Flush()
+	return h.enter(w)
 }
 
 // targetFilter selects targets for the API.
 type targetFilter struct {
 	pool   int // -1: every pool
 	state  string
-	labels labelMatches
+	labels status.LabelMatches
 	limit  int
 	from   cursor
 }
 
-// labelMatch is one label= filter: the label equals (or not) a value; a
-// missing label is the empty value.
-type labelMatch struct {
-	name, value string
-	equal       bool
-}
-
-// labelMatches are the label= filters of a request, all of which a target
-// must pass: the API's and the pool view's.
-type labelMatches []labelMatch
-
-// parseLabelMatches reads label= values, each NAME=VALUE or NAME!=VALUE
-// (see config.ParseLabelMatch).
-func parseLabelMatches(vs []string) (labelMatches, error) {
-	var out labelMatches
-	for _, l := range vs {
-		name, value, equal, err := config.ParseLabelMatch(l)
-		if err != nil {
-			return nil, fmt.Errorf("label=%w", err)
-		}
-		out = append(out, labelMatch{name, value, equal})
-	}
-	return out, nil
-}
-
-// matches reports whether ls passes every filter.
-func (ms labelMatches) matches(ls labels.Labels) bool {
-	for _, m := range ms {
-		if (ls.Get(m.name) == m.value) != m.equal {
-			return false
-		}
-	}
-	return true
-}
-
-func (g *generation) parseTargetFilter(r *http.Request) (targetFilter, error) {
+func (g *view) parseTargetFilter(r *http.Request) (targetFilter, error) {
 	f := targetFilter{pool: -1}
 	q := r.URL.Query()
 	if q.Has("offset") {
 		return f, errors.New("offset= is not supported: follow the next value of each page with after=")
 	}
 	if name := q.Get("pool"); name != "" {
-		for pi, p := range g.pools {
+		for pi, p := range g.Pools() {
 			if p.Name == name {
 				f.pool = pi
 			}
@@ -261,7 +149,7 @@ func (g *generation) parseTargetFilter(r *http.Request) (targetFilter, error) {
 		return f, fmt.Errorf("state=%q: want healthy, unhealthy, unknown, disabled or unprobed", f.state)
 	}
 	var err error
-	if f.labels, err = parseLabelMatches(q["label"]); err != nil {
+	if f.labels, err = status.ParseLabelMatches(q["label"]); err != nil {
 		return f, err
 	}
 	if f.limit, err = pageLimit(q.Get("limit")); err != nil {
@@ -277,25 +165,25 @@ func (g *generation) parseTargetFilter(r *http.Request) (targetFilter, error) {
 }
 
 // pools returns the pool indexes f lists.
-func (f *targetFilter) pools(g *generation) (first, end int) {
+func (f *targetFilter) pools(g *view) (first, end int) {
 	if f.pool >= 0 {
 		return f.pool, f.pool + 1
 	}
-	return 0, len(g.pools)
+	return 0, len(g.Pools())
 }
 
 // total counts the targets f selects, from the pools' snapshots; -1 with
 // label filters, which only a walk of the pools could count.
-func (f *targetFilter) total(g *generation) int {
+func (f *targetFilter) total(g *view) int {
 	if len(f.labels) > 0 {
 		return -1
 	}
 	n := 0
 	first, end := f.pools(g)
 	for pi := first; pi < end; pi++ {
-		s := g.router.Summary(pi)
+		s := g.Summary(pi)
 		if f.state == "" || f.state == "unknown" {
-			n += len(g.cfg.Pools[pi].Unresolved)
+			n += len(g.Config().Pools[pi].Unresolved)
 		}
 		switch f.state {
 		case "":
@@ -317,29 +205,29 @@ func (f *targetFilter) total(g *generation) int {
 
 // listTargets calls emit for the targets of one page and returns where the
 // next page starts, or false when the listing is complete.
-func (g *generation) listTargets(f *targetFilter, emit func(v any) error) (cursor, bool, error) {
-	clock := g.engine.Clock()
+func (g *view) listTargets(f *targetFilter, emit func(v any) error) (cursor, bool, error) {
+	clock := g.Clock()
 	first, end := f.pools(g)
 	n, scanned := 0, 0
 	at := f.from
 	var err error
 	for pi := max(first, at.pool); pi < end; pi++ {
-		p := g.pools[pi]
+		p := g.Pools()[pi]
 		pos := 0
 		if pi == at.pool {
 			pos, _ = slices.BinarySearch(p.Members, at.id)
 		}
-		ranks := g.ranks(pi)
+		ranks := g.Ranks(pi)
 		stop := false
-		cp := g.cfg.Pools[pi]
+		cp := g.Config().Pools[pi]
 		p.EachFrom(pos, func(pos int, id uint32, disabled bool) bool {
-			at = cursor{layout: g.layout, pool: pi, id: id + 1}
+			at = cursor{layout: g.Layout(), pool: pi, id: id + 1}
 			scanned++
-			if len(f.labels) > 0 && !f.labels.matches(cp.MemberLabels(pos)) {
+			if len(f.labels) > 0 && !f.labels.Matches(cp.MemberLabels(pos)) {
 				stop = scanned >= scanBudget
 				return !stop
 			}
-			st := g.engine.Status(id)
+			st := g.Status(id)
 			state := st.State.String()
 			switch {
 			case disabled:
@@ -349,11 +237,11 @@ func (g *generation) listTargets(f *targetFilter, emit func(v any) error) (curso
 			}
 			if f.state == "" || f.state == state {
 				m := scheduler.MemberRoute{ID: id, Status: st}
-				m.Route, m.Preferred = g.router.Route(pi, pos)
+				m.Route, m.Preferred = g.Route(pi, pos)
 				if m.Route == scheduler.Routed && st.State == scheduler.Healthy {
 					m.Rank = int(ranks[pos])
 				}
-				if err = emit(g.targetJSON(pi, pos, m, state, clock)); err != nil {
+				if err = emit(targetJSON(g, pi, pos, m, state, clock)); err != nil {
 					stop = true
 					return false
 				}
@@ -371,15 +259,15 @@ func (g *generation) listTargets(f *targetFilter, emit func(v any) error) (curso
 		// The pool's unresolved targets follow its members.
 		if f.state == "" || f.state == "unknown" {
 			first := 0
-			if pi == f.from.pool && f.from.id >= unresolvedBase {
-				first = int(f.from.id - unresolvedBase)
+			if pi == f.from.pool && f.from.id >= UnresolvedBase {
+				first = int(f.from.id - UnresolvedBase)
 			}
 			for i := first; i < len(cp.Unresolved); i++ {
-				at = cursor{layout: g.layout, pool: pi, id: unresolvedBase + uint32(i) + 1}
-				if len(f.labels) > 0 && !f.labels.matches(cp.Unresolved[i].Labels) {
+				at = cursor{layout: g.Layout(), pool: pi, id: UnresolvedBase + uint32(i) + 1}
+				if len(f.labels) > 0 && !f.labels.Matches(cp.Unresolved[i].Labels) {
 					continue
 				}
-				if err := emit(g.unresolvedJSON(pi, i)); err != nil {
+				if err := emit(unresolvedJSON(g, pi, i)); err != nil {
 					return at, false, err
 				}
 				if n++; n >= f.limit {
@@ -393,35 +281,35 @@ func (g *generation) listTargets(f *targetFilter, emit func(v any) error) (curso
 
 // more reports whether any member or unresolved target lies at or after c
 // in the pools before end.
-func (g *generation) more(c cursor, end int) bool {
+func (g *view) more(c cursor, end int) bool {
 	for pi := c.pool; pi < end; pi++ {
-		m, u := g.pools[pi].Members, len(g.cfg.Pools[pi].Unresolved)
+		m, u := g.Pools()[pi].Members, len(g.Config().Pools[pi].Unresolved)
 		switch {
 		case pi > c.pool && (len(m) > 0 || u > 0):
 			return true
-		case pi == c.pool && c.id < unresolvedBase && (len(m) > 0 && m[len(m)-1] >= c.id || u > 0):
+		case pi == c.pool && c.id < UnresolvedBase && (len(m) > 0 && m[len(m)-1] >= c.id || u > 0):
 			return true
-		case pi == c.pool && c.id >= unresolvedBase && int(c.id-unresolvedBase) < u:
+		case pi == c.pool && c.id >= UnresolvedBase && int(c.id-UnresolvedBase) < u:
 			return true
 		}
 	}
 	return false
 }
 
-func (d *Daemon) handleTargets(w http.ResponseWriter, r *http.Request) {
-	g := d.running(w)
+func (h *Handler) handleTargets(w http.ResponseWriter, r *http.Request) {
+	g := h.running(w)
 	if g == nil {
 		return
 	}
 	f, err := g.parseTargetFilter(r)
-	w, release := d.admitList(w, err)
+	w, release := h.admitList(w, err)
 	if release == nil {
 		return
 	}
 	defer release()
 	var next cursor
 	var more bool
-	streamList(w, "targets", func(emit func(any) error) (err error) {
+	web.StreamList(w, "targets", func(emit func(any) error) (err error) {
 		next, more, err = g.listTargets(&f, emit)
 		return err
 	}, func(field func(string, any) error) error {
@@ -438,8 +326,8 @@ func (d *Daemon) handleTargets(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-func (d *Daemon) handlePools(w http.ResponseWriter, r *http.Request) {
-	g := d.running(w)
+func (h *Handler) handlePools(w http.ResponseWriter, r *http.Request) {
+	g := h.running(w)
 	if g == nil {
 		return
 	}
@@ -449,29 +337,68 @@ func (d *Daemon) handlePools(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		from, err = g.parseCursor(q.Get("after"))
 	}
-	w, release := d.admitList(w, err)
+	w, release := h.admitList(w, err)
 	if release == nil {
 		return
 	}
 	defer release()
-	end := min(from.pool+limit, len(g.pools))
-	streamList(w, "pools", func(emit func(any) error) error {
+	end := min(from.pool+limit, len(g.Pools()))
+	web.StreamList(w, "pools", func(emit func(any) error) error {
 		for pi := from.pool; pi < end; pi++ {
-			if err := emit(g.poolJSON(pi)); err != nil {
+			if err := emit(PoolJSON(g, pi)); err != nil {
 				return err
 			}
 		}
 		return nil
 	}, func(field func(string, any) error) error {
-		if err := field("shard", g.cfg.Shard.Index); err != nil { // this process's shard i (sonde run -shard i/N)
+		if err := field("shard", g.Config().Shard.Index); err != nil { // this process's shard i (sonde run -shard i/N)
 			return err
 		}
-		if err := field("shards", g.cfg.Shard.Shards()); err != nil { // N; each pool's numbers are those of this shard's slice
+		if err := field("shards", g.Config().Shard.Shards()); err != nil { // N; each pool's numbers are those of this shard's slice
 			return err
 		}
-		if end < len(g.pools) {
-			return field("next", cursor{layout: g.layout, pool: end}.String())
+		if end < len(g.Pools()) {
+			return field("next", cursor{layout: g.Layout(), pool: end}.String())
 		}
 		return nil
 	})
+}
+
+// RankCache holds a pool's latest latency ranking, for Snapshot.Ranks:
+// at most a second old, but never rebuilt more often than its cost allows.
+// The zero RankCache is empty.
+type RankCache struct {
+	mu  sync.Mutex // held while one request ranks
+	cur atomic.Pointer[ranking]
+}
+
+type ranking struct {
+	ranks []uint32 // by member position, see scheduler.Router.Ranks
+	at    time.Time
+	took  time.Duration
+}
+
+// Ranks returns the pool's latency ranks, ranking it with rank (see
+// scheduler.Router.Ranks) when the latest ranking is too old. While one
+// request ranks the pool again, others use the previous ranking.
+func (rc *RankCache) Ranks(rank func() []uint32) []uint32 {
+	b := rc.cur.Load()
+	if b != nil && time.Since(b.at) < max(rankMaxAge, rankCostFactor*b.took) {
+		return b.ranks
+	}
+	if b != nil && !rc.mu.TryLock() {
+		return b.ranks // someone is ranking it
+	}
+	if b == nil {
+		rc.mu.Lock()
+		if b = rc.cur.Load(); b != nil {
+			rc.mu.Unlock()
+			return b.ranks
+		}
+	}
+	defer rc.mu.Unlock()
+	start := time.Now()
+	ranks := rank()
+	rc.cur.Store(&ranking{ranks: ranks, at: start, took: time.Since(start)})
+	return ranks
 }

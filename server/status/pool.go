@@ -1,4 +1,4 @@
-package server
+package status
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/prometheus/model/labels"
 
+	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
@@ -91,7 +92,7 @@ type poolQuery struct {
 	State, Outcome, Route string       // "" for any
 	Text                  string       // in the address, host name or error text, ignoring case
 	Labels                []string     // label= filters as given, as the API takes them
-	labels                labelMatches // Labels, parsed
+	labels                LabelMatches // Labels, parsed
 	Sort                  string       // one of sortColumns
 	Desc                  bool
 	After, Before         *rowKey // a page after or before this row; nil for the first
@@ -121,7 +122,7 @@ func parsePoolQuery(v url.Values) (poolQuery, error) {
 		}
 	}
 	var err error
-	if q.labels, err = parseLabelMatches(q.Labels); err != nil {
+	if q.labels, err = ParseLabelMatches(q.Labels); err != nil {
 		return q, err
 	}
 	if q.Sort == "" {
@@ -310,9 +311,9 @@ type poolListing struct {
 
 // listPool returns the page of pool pi's rows that q asks for: its members,
 // then its unresolved targets, filtered, in q's order.
-func (g *generation) listPool(pi int, q *poolQuery) poolListing {
-	p := g.pools[pi]
-	cp := g.cfg.Pools[pi]
+func (g *view) listPool(pi int, q *poolQuery) poolListing {
+	p := g.Pools()[pi]
+	cp := g.Config().Pools[pi]
 	out := poolListing{States: map[string]int{}, Routes: map[string]int{}, Outcomes: map[string]int{}}
 	state, route, outcome := -1, -1, -1 // the filters, as indexes; -1 for any
 	if q.State != "" {
@@ -357,8 +358,8 @@ func (g *generation) listPool(pi int, q *poolQuery) poolListing {
 		best.offer(&row, q.Limit)
 	}
 	for m, id := range p.Members {
-		rt, pref := g.router.Route(pi, m)
-		mb := member{m: m, id: id, route: rt, pref: pref, st: g.engine.Status(id)}
+		rt, pref := g.Route(pi, m)
+		mb := member{m: m, id: id, route: rt, pref: pref, st: g.Status(id)}
 		mb.state = stateIndex(p, rt, mb.st)
 		o := outcomeNone
 		if mb.st.Probed {
@@ -370,16 +371,16 @@ func (g *generation) listPool(pi int, q *poolQuery) poolListing {
 		if state >= 0 && state != mb.state || route >= 0 && route != int(rt) || outcome >= 0 && outcome != o {
 			continue
 		}
-		if len(q.labels) > 0 && !q.labels.matches(cp.MemberLabels(m)) {
+		if len(q.labels) > 0 && !q.labels.Matches(cp.MemberLabels(m)) {
 			continue
 		}
-		ap := g.cfg.Targets[id].AddrPort()
+		ap := g.Config().Targets[id].AddrPort()
 		var host string
-		if len(g.cfg.Hostnames) > 0 {
-			host = g.cfg.Hostnames[id]
+		if len(g.Config().Hostnames) > 0 {
+			host = g.Config().Hostnames[id]
 		}
 		if needErr && mb.st.Probed && !mb.st.LastOutcome.Healthy() {
-			mb.err = g.lastError(id)
+			mb.err = g.LastError(id)
 		}
 		if text != "" {
 			buf = ap.AppendTo(buf[:0])
@@ -390,7 +391,7 @@ func (g *generation) listPool(pi int, q *poolQuery) poolListing {
 		row.key, row.mb = mb.key(q.Sort, addrKey(ap), host), mb
 		offer()
 	}
-	clock := g.engine.Clock()
+	clock := g.Clock()
 	off := wallOffset(clock) // wall = Unix(0, ns) + off
 	// The unresolved targets: unknown, excluded, never probed.
 	for i := range cp.Unresolved {
@@ -401,7 +402,7 @@ func (g *generation) listPool(pi int, q *poolQuery) poolListing {
 		if state >= 0 && state != 1 || route >= 0 && route != int(scheduler.Excluded) || outcome >= 0 && outcome != outcomeUnresolved {
 			continue
 		}
-		if len(q.labels) > 0 && !q.labels.matches(u.Labels) {
+		if len(q.labels) > 0 && !q.labels.Matches(u.Labels) {
 			continue
 		}
 		if text != "" {
@@ -593,17 +594,17 @@ func labelViews(ls labels.Labels) []labelView {
 
 // memberView fills the view of mb, a row of pool pi; off turns the
 // engine's Nanotime into wall time.
-func (g *generation) memberView(pi int, mb *member, off time.Duration) memberView {
+func (g *view) memberView(pi int, mb *member, off time.Duration) memberView {
 	if mb.u > 0 {
 		return g.unresolvedView(pi, mb.u-1)
 	}
-	t := g.cfg.Targets[mb.id]
+	t := g.Config().Targets[mb.id]
 	v := memberView{
-		Target: t.AddrPort().String(), Host: g.cfg.Hostnames[mb.id], Pool: g.pools[pi].Name,
+		Target: t.AddrPort().String(), Host: g.Config().Hostnames[mb.id], Pool: g.Pools()[pi].Name,
 		State: memberStates[mb.state], Route: mb.route.String(), Preferred: mb.pref, Probed: mb.st.Probed,
 		Streak: mb.st.Streak, Latency: mb.st.Latency, Smoothed: mb.st.Smoothed,
 		Since:  time.Unix(0, mb.st.Since).Add(off),
-		Labels: labelViews(g.cfg.Pools[pi].MemberLabels(mb.m)),
+		Labels: labelViews(g.Config().Pools[pi].MemberLabels(mb.m)),
 	}
 	v.URL = targetURL(v.Pool, v.Target, v.Host)
 	if mb.st.Probed {
@@ -613,7 +614,7 @@ func (g *generation) memberView(pi int, mb *member, off time.Duration) memberVie
 		if !mb.st.LastOutcome.Healthy() {
 			v.Error = mb.err
 			if v.Error == "" {
-				v.Error = g.lastError(mb.id)
+				v.Error = g.LastError(mb.id)
 			}
 		}
 	}
@@ -621,19 +622,19 @@ func (g *generation) memberView(pi int, mb *member, off time.Duration) memberVie
 }
 
 // unresolvedView is the view of the i-th unresolved target of pool pi.
-func (g *generation) unresolvedView(pi, i int) memberView {
-	u := &g.cfg.Pools[pi].Unresolved[i]
+func (g *view) unresolvedView(pi, i int) memberView {
+	u := &g.Config().Pools[pi].Unresolved[i]
 	v := memberView{
-		Target: unresolvedTarget(u), Pool: g.pools[pi].Name, State: memberStates[1], Route: scheduler.Excluded.String(),
+		Target: UnresolvedTarget(u), Pool: g.Pools()[pi].Name, State: memberStates[1], Route: scheduler.Excluded.String(),
 		Outcome: unresolvedOutcome, Error: u.Err, Since: u.Since, Labels: labelViews(u.Labels), Unresolved: true,
 	}
 	v.URL = targetURL(v.Pool, v.Target, "")
 	return v
 }
 
-// unresolvedTarget names an unresolved target as the API and the pages do:
+// UnresolvedTarget names an unresolved target as the API and the pages do:
 // "host:port", or the host alone when it has no port.
-func unresolvedTarget(u *discovery.Unresolved) string {
+func UnresolvedTarget(u *discovery.Unresolved) string {
 	return string(appendHostPort(nil, u.Host, u.Port))
 }
 
@@ -646,4 +647,39 @@ func targetURL(pool, target, host string) string {
 		v.Set("host", host)
 	}
 	return "target?" + v.Encode()
+}
+
+// labelMatch is one label= filter: the label equals (or not) a value; a
+// missing label is the empty value.
+type labelMatch struct {
+	name, value string
+	equal       bool
+}
+
+// LabelMatches are the label= filters of a request, all of which a target
+// must pass: the API's and the pool view's.
+type LabelMatches []labelMatch
+
+// ParseLabelMatches reads label= values, each NAME=VALUE or NAME!=VALUE
+// (see config.ParseLabelMatch).
+func ParseLabelMatches(vs []string) (LabelMatches, error) {
+	var out LabelMatches
+	for _, l := range vs {
+		name, value, equal, err := config.ParseLabelMatch(l)
+		if err != nil {
+			return nil, fmt.Errorf("label=%w", err)
+		}
+		out = append(out, labelMatch{name, value, equal})
+	}
+	return out, nil
+}
+
+// Matches reports whether ls passes every filter.
+func (ms LabelMatches) Matches(ls labels.Labels) bool {
+	for _, m := range ms {
+		if (ls.Get(m.name) == m.value) != m.equal {
+			return false
+		}
+	}
+	return true
 }

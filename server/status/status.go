@@ -1,4 +1,14 @@
-package server
+// Package status serves sonde's status page: an overview of every pool
+// (served at /, rendered on the server so it works without JavaScript), a
+// pool's members and unresolved targets, one target's recent results and
+// events, the event list, and the pools' discovery sources, and
+// /api/v1/history, the target view's results. It reads the daemon only
+// through a Snapshot, which the daemon implements, so it is tested without
+// one. Every page links to the others with relative addresses, so it works
+// under any path a reverse proxy puts it (the daemon's route prefix). The
+// script in server/ui keeps the pages live: it re-reads them, and follows
+// the event stream.
+package status
 
 import (
 	"errors"
@@ -16,18 +26,10 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
-	"github.com/sondeprobe/sonde/server/history"
 	"github.com/sondeprobe/sonde/server/ui"
+	"github.com/sondeprobe/sonde/server/web"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
-
-// The status page: an overview of every pool (served at /, rendered on the
-// server so it works without JavaScript), a pool's members and unresolved
-// targets, one target's recent results and events, the event list, and
-// the pools' discovery sources. Every page links to the
-// others with relative addresses, so it works under any path a reverse
-// proxy puts it (see Options.Web.RoutePrefix). The script in server/ui keeps the
-// pages live: it re-reads them, and follows the event stream.
 
 // Numbers of events the pages show.
 const (
@@ -57,39 +59,66 @@ type pageBase struct {
 	Alerts []string
 }
 
-func (d *Daemon) pageBase(g *generation, page, title string) pageBase {
-	tcp, _ := d.TCPPath()
-	b := pageBase{Page: page, Title: title, Version: d.opt.Version, Revision: d.opt.Revision, Shard: g.cfg.Shard.String(), TCPPath: string(tcp),
-		Loaded: g.loaded, Now: d.opt.Clock.Now(), EventSeq: d.events.Last()}
-	if d.saves != nil {
-		if a := saveAlert(d.saves, d.opt.StateFile, time.Now()); a != "" {
-			b.Alerts = append(b.Alerts, a)
-		}
+func (h *Handler) pageBase(g *view, page, title string) pageBase {
+	version, revision := g.Build()
+	b := pageBase{Page: page, Title: title, Version: version, Revision: revision, Shard: g.Config().Shard.String(), TCPPath: g.TCPPath(),
+		Loaded: g.Loaded(), Now: g.Now(), EventSeq: g.LastEvent()}
+	if a := g.StateAlert(); a != "" {
+		b.Alerts = append(b.Alerts, a)
 	}
-	for _, w := range g.cfg.Warnings {
+	for _, w := range g.Config().Warnings {
 		b.Alerts = append(b.Alerts, "Configuration: "+w.String()+".")
 	}
 	return b
 }
 
-// statusRoutes adds the status page's routes to mux.
-func (d *Daemon) statusRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /{$}", d.handleOverview)
-	mux.HandleFunc("GET /pool", d.handlePoolPage)
-	mux.HandleFunc("GET /target", d.handleTargetPage)
-	mux.HandleFunc("GET /events", d.handleEventsPage)
-	mux.HandleFunc("GET /discovery", d.handleDiscoveryPage)
-	mux.HandleFunc("GET /static/{name}", ui.Static)
-	mux.HandleFunc("GET /api/v1/history", d.handleHistory)
+// Handler serves the status page from the daemon's snapshots.
+type Handler struct {
+	snapshot  func() Snapshot
+	admitList func(http.ResponseWriter) (http.ResponseWriter, func())
 }
+
+// New returns the status page's handler. snapshot returns the daemon's
+// state for one request, nil when no configuration runs (the pages answer
+// 503); admitList admits a request that walks a pool, as a list request of
+// the API does: it returns the writer to use and a release, or a nil
+// release when it answered the request itself.
+func New(snapshot func() Snapshot, admitList func(http.ResponseWriter) (http.ResponseWriter, func())) *Handler {
+	return &Handler{snapshot: snapshot, admitList: admitList}
+}
+
+// Routes adds the status page's routes to mux: the pages, their assets and
+// GET /api/v1/history, the target view's results.
+func (h *Handler) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /{$}", h.handleOverview)
+	mux.HandleFunc("GET /pool", h.handlePoolPage)
+	mux.HandleFunc("GET /target", h.handleTargetPage)
+	mux.HandleFunc("GET /events", h.handleEventsPage)
+	mux.HandleFunc("GET /discovery", h.handleDiscoveryPage)
+	mux.HandleFunc("GET /static/{name}", ui.Static)
+	mux.HandleFunc("GET /api/v1/history", h.handleHistory)
+}
+
+// running returns a view of the daemon's state now, or answers 503.
+func (h *Handler) running(w http.ResponseWriter) *view {
+	s := h.snapshot()
+	if s == nil {
+		http.Error(w, "no configuration running", http.StatusServiceUnavailable)
+		return nil
+	}
+	return &view{s}
+}
+
+// view is a snapshot with what the pages make of it.
+type view struct{ Snapshot }
 
 // pageError answers a page request that cannot be served with a page that
 // says why, and a link back.
-func (d *Daemon) pageError(w http.ResponseWriter, g *generation, status int, err error) {
+func (h *Handler) pageError(w http.ResponseWriter, g *view, status int, err error) {
 	data := struct {
 		pageBase
 		Error string
-	}{d.pageBase(g, "error", http.StatusText(status)), err.Error()}
+	}{h.pageBase(g, "error", http.StatusText(status)), err.Error()}
 	ui.Render(w, status, "error", data)
 }
 
@@ -116,13 +145,13 @@ type poolCard struct {
 
 // poolCard describes pool pi with its counts j and its discovery's status
 // ds (nil when it has none).
-func (g *generation) poolCard(pi int, j api.PoolJSON, ds *discovery.PoolStatus) poolCard {
-	c := g.cfg.Checks[g.cfg.Pools[pi].CheckIndex]
+func (g *view) poolCard(pi int, j api.PoolJSON, ds *discovery.PoolStatus) poolCard {
+	c := g.Config().Checks[g.Config().Pools[pi].CheckIndex]
 	pc := poolCard{PoolJSON: j, URL: "pool?" + url.Values{"name": {j.Name}}.Encode(),
 		UnresolvedURL: "pool?" + url.Values{"name": {j.Name}, "outcome": {unresolvedOutcome}}.Encode(),
 		Interval:      c.Interval.Seconds(), Timeout: c.Timeout.Seconds()}
-	if g.cfg.Shard.Shards() > 1 {
-		pc.Shard = g.cfg.Shard.String()
+	if g.Config().Shard.Shards() > 1 {
+		pc.Shard = g.Config().Shard.String()
 	}
 	pc.InRot = j.Unhealthy - j.Removed
 	if j.HealthChecks {
@@ -151,10 +180,10 @@ func (g *generation) poolCard(pi int, j api.PoolJSON, ds *discovery.PoolStatus) 
 	switch {
 	case j.FailingOpen:
 		pc.Warnings = append(pc.Warnings, fmt.Sprintf("Failing open: no target is healthy, so %s stay in rotation (fail_open).",
-			count(j.Unhealthy, "the unhealthy target", "all %d unhealthy targets")))
+			ui.Count(j.Unhealthy, "the unhealthy target", "all %d unhealthy targets")))
 	case pc.InRot > 0:
 		pc.Warnings = append(pc.Warnings, fmt.Sprintf("Removal cap: %s in rotation; at most %d%% of the pool may be removed (max_unhealthy_percent).",
-			count(pc.InRot, "1 unhealthy target stays", "%d unhealthy targets stay"), j.MaxUnhealthyPercent))
+			ui.Count(pc.InRot, "1 unhealthy target stays", "%d unhealthy targets stay"), j.MaxUnhealthyPercent))
 	}
 	if j.Routable == 0 && j.Targets > j.Disabled {
 		pc.Warnings = append(pc.Warnings, "No target is routable: this pool receives no traffic.")
@@ -175,7 +204,7 @@ func discoveryWarnings(ds *discovery.PoolStatus, now time.Time) []string {
 		}
 		w := s.Source + " failing"
 		if s.FailingSince != nil {
-			w += " since " + wallClock(*s.FailingSince, now)
+			w += " since " + ui.WallClock(*s.FailingSince, now)
 		}
 		if s.LastError != "" {
 			w += ": " + s.LastError
@@ -183,7 +212,7 @@ func discoveryWarnings(ds *discovery.PoolStatus, now time.Time) []string {
 		if s.LastUpdate == nil {
 			w += " — it has given no targets yet."
 		} else {
-			w += fmt.Sprintf(" — keeping %s it gave last.", count(s.Targets, "the 1 target", "the %d targets"))
+			w += fmt.Sprintf(" — keeping %s it gave last.", ui.Count(s.Targets, "the 1 target", "the %d targets"))
 		}
 		out = append(out, w)
 	}
@@ -193,21 +222,10 @@ func discoveryWarnings(ds *discovery.PoolStatus, now time.Time) []string {
 	return out
 }
 
-// wallClock says when t was, in UTC, as the pages do: its time of day, with
-// the date when it is not today's, and how long ago.
-func wallClock(t, now time.Time) string {
-	t, now = t.UTC(), now.UTC()
-	f := "15:04:05 UTC"
-	if t.YearDay() != now.YearDay() || t.Year() != now.Year() {
-		f = "2006-01-02 15:04:05 UTC"
-	}
-	return t.Format(f) + " (" + ui.Ago(t, now) + " ago)"
-}
-
 // poolDiscovery returns the discovery status of the pool called name; nil
 // when it discovers nothing.
-func (d *Daemon) poolDiscovery(name string) *discovery.PoolStatus {
-	for _, ps := range d.discoveryStatus() {
+func (g *view) poolDiscovery(name string) *discovery.PoolStatus {
+	for _, ps := range g.Discovery() {
 		if ps.Pool == name {
 			return &ps
 		}
@@ -215,23 +233,15 @@ func (d *Daemon) poolDiscovery(name string) *discovery.PoolStatus {
 	return nil
 }
 
-// count says n things: one when n is 1, else many with n for its %d.
-func count(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return fmt.Sprintf(many, n)
-}
-
 // poolCards describes every pool, with the discovery status ds.
-func (g *generation) poolCards(ds []discovery.PoolStatus) []poolCard {
+func (g *view) poolCards(ds []discovery.PoolStatus) []poolCard {
 	byName := make(map[string]*discovery.PoolStatus, len(ds))
 	for i := range ds {
 		byName[ds[i].Pool] = &ds[i]
 	}
-	cards := make([]poolCard, len(g.pools))
+	cards := make([]poolCard, len(g.Pools()))
 	for pi := range cards {
-		cards[pi] = g.poolCard(pi, g.poolJSON(pi), byName[g.pools[pi].Name])
+		cards[pi] = g.poolCard(pi, g.PoolSummary(pi), byName[g.Pools()[pi].Name])
 	}
 	return cards
 }
@@ -266,16 +276,16 @@ type recentList struct {
 
 // recentEvents returns the newest events that keep selects, at most n,
 // newest first.
-func (d *Daemon) recentEvents(n int, keep func(*api.Event) bool) recentList {
-	return recentList{List: eventViews(d.events.Newest(n, keep)), Keep: n}
+func (g *view) recentEvents(n int, keep func(*api.Event) bool) recentList {
+	return recentList{List: eventViews(g.Events(n, keep)), Keep: n}
 }
 
-func (d *Daemon) handleOverview(w http.ResponseWriter, r *http.Request) {
-	g := d.running(w)
+func (h *Handler) handleOverview(w http.ResponseWriter, r *http.Request) {
+	g := h.running(w)
 	if g == nil {
 		return
 	}
-	w, release := d.adm.List.Enter(w) // a list of every pool, as /api/v1/pools
+	w, release := h.admitList(w) // a list of every pool, as /api/v1/pools
 	if release == nil {
 		return
 	}
@@ -284,12 +294,12 @@ func (d *Daemon) handleOverview(w http.ResponseWriter, r *http.Request) {
 		pageBase
 		Pools  []poolCard
 		Events recentList
-	}{d.pageBase(g, "overview", "Overview"), g.poolCards(d.discoveryStatus()), d.recentEvents(overviewEvents, nil)})
+	}{h.pageBase(g, "overview", "Overview"), g.poolCards(g.Discovery()), g.recentEvents(overviewEvents, nil)})
 }
 
 // poolIndex returns the index of the pool called name.
-func (g *generation) poolIndex(name string) (int, error) {
-	for pi, p := range g.pools {
+func (g *view) poolIndex(name string) (int, error) {
+	for pi, p := range g.Pools() {
 		if p.Name == name {
 			return pi, nil
 		}
@@ -318,23 +328,23 @@ type filterChoice struct {
 	Selected     bool
 }
 
-func (d *Daemon) handlePoolPage(w http.ResponseWriter, r *http.Request) {
-	g := d.running(w)
+func (h *Handler) handlePoolPage(w http.ResponseWriter, r *http.Request) {
+	g := h.running(w)
 	if g == nil {
 		return
 	}
 	name := r.URL.Query().Get("name")
 	pi, err := g.poolIndex(name)
 	if err != nil {
-		d.pageError(w, g, http.StatusNotFound, err)
+		h.pageError(w, g, http.StatusNotFound, err)
 		return
 	}
 	q, err := parsePoolQuery(r.URL.Query())
 	if err != nil {
-		d.pageError(w, g, http.StatusBadRequest, err)
+		h.pageError(w, g, http.StatusBadRequest, err)
 		return
 	}
-	w, release := d.adm.List.Enter(w) // a pass over the pool, as a list request
+	w, release := h.admitList(w) // a pass over the pool, as a list request
 	if release == nil {
 		return
 	}
@@ -385,13 +395,13 @@ func (d *Daemon) handlePoolPage(w http.ResponseWriter, r *http.Request) {
 	for i := range list.Rows {
 		q.labelLinks(name, list.Rows[i].Labels)
 	}
-	names := g.cfg.Pools[pi].LabelNames()
+	names := g.Config().Pools[pi].LabelNames()
 	hint := "NAME=VALUE"
 	if len(names) > 0 {
 		hint = names[0] + "=…"
 	}
-	pj := g.poolJSON(pi)
-	base := d.pageBase(g, "pool", "Pool "+name)
+	pj := g.PoolSummary(pi)
+	base := h.pageBase(g, "pool", "Pool "+name)
 	base.Pool = name
 	last := list.First + len(list.Rows) - 1
 	ui.Render(w, http.StatusOK, "pool", struct {
@@ -414,7 +424,7 @@ func (d *Daemon) handlePoolPage(w http.ResponseWriter, r *http.Request) {
 		LabelHint  string
 		LabelsKey  string // the label filters, for the script to tell when they changed
 	}{
-		pageBase: base, Card: g.poolCard(pi, pj, d.poolDiscovery(name)), Query: q, Rows: list.Rows, First: list.First, Last: last, Total: list.Total,
+		pageBase: base, Card: g.poolCard(pi, pj, g.poolDiscovery(name)), Query: q, Rows: list.Rows, First: list.First, Last: last, Total: list.Total,
 		PrevURL: page("before", list.Prev), NextURL: page("after", list.Next), FirstURL: page("", nil), Heads: heads,
 		States:     choices(memberStates, list.States, q.State),
 		Outcomes:   choices(outcomes, list.Outcomes, q.Outcome),
@@ -455,21 +465,21 @@ type targetRef struct{ pi, m, u int }
 // target by its "host:port" (or host), else the member that a name, given
 // as "host:port" or host, resolved to since — so a link to an unresolved
 // target leads to it once it resolves.
-func (g *generation) findTarget(pi int, target, host string) (targetRef, error) {
+func (g *view) findTarget(pi int, target, host string) (targetRef, error) {
 	ref := targetRef{pi: pi, m: -1, u: -1}
-	p := g.pools[pi]
+	p := g.Pools()[pi]
 	if target == "" {
 		return ref, errors.New("target=: want the address:port of a target, or the host:port of one listed by name")
 	}
 	if ap, err := netip.ParseAddrPort(target); err == nil {
 		for m, id := range p.Members {
-			if g.cfg.Targets[id].AddrPort() != ap {
+			if g.Config().Targets[id].AddrPort() != ap {
 				continue
 			}
 			if ref.m < 0 {
 				ref.m = m
 			}
-			if host == "" || g.cfg.Hostnames[id] == host {
+			if host == "" || g.Config().Hostnames[id] == host {
 				ref.m = m
 				break
 			}
@@ -478,9 +488,9 @@ func (g *generation) findTarget(pi int, target, host string) (targetRef, error) 
 			return ref, nil
 		}
 	}
-	cp := g.cfg.Pools[pi]
+	cp := g.Config().Pools[pi]
 	for i := range cp.Unresolved {
-		if unresolvedTarget(&cp.Unresolved[i]) == target {
+		if UnresolvedTarget(&cp.Unresolved[i]) == target {
 			ref.u = i
 			return ref, nil
 		}
@@ -489,9 +499,9 @@ func (g *generation) findTarget(pi int, target, host string) (targetRef, error) 
 	if h, pt, err := net.SplitHostPort(target); err == nil {
 		name, port = h, pt
 	}
-	if len(g.cfg.Hostnames) > 0 {
+	if len(g.Config().Hostnames) > 0 {
 		for m, id := range p.Members {
-			if g.cfg.Hostnames[id] == name && (port == "" || strconv.Itoa(int(g.cfg.Targets[id].Port)) == port) {
+			if g.Config().Hostnames[id] == name && (port == "" || strconv.Itoa(int(g.Config().Targets[id].Port)) == port) {
 				ref.m = m
 				return ref, nil
 			}
@@ -501,7 +511,7 @@ func (g *generation) findTarget(pi int, target, host string) (targetRef, error) 
 }
 
 // lookupTarget reads pool=, target= and host= of r.
-func (g *generation) lookupTarget(r *http.Request) (targetRef, error) {
+func (g *view) lookupTarget(r *http.Request) (targetRef, error) {
 	q := r.URL.Query()
 	pi, err := g.poolIndex(q.Get("pool"))
 	if err != nil {
@@ -547,56 +557,55 @@ type poolRoute struct {
 	Current          bool
 }
 
-func (d *Daemon) handleTargetPage(w http.ResponseWriter, r *http.Request) {
-	g := d.running(w)
+func (h *Handler) handleTargetPage(w http.ResponseWriter, r *http.Request) {
+	g := h.running(w)
 	if g == nil {
 		return
 	}
 	ref, err := g.lookupTarget(r)
 	if err != nil {
-		d.pageError(w, g, http.StatusNotFound, err)
+		h.pageError(w, g, http.StatusNotFound, err)
 		return
 	}
 	if ref.m < 0 {
-		d.unresolvedPage(w, g, ref)
+		h.unresolvedPage(w, g, ref)
 		return
 	}
 	pi, m := ref.pi, ref.m
-	p := g.pools[pi]
+	p := g.Pools()[pi]
 	id := p.Members[m]
-	route, pref := g.router.Route(pi, m)
-	mb := member{m: m, id: id, route: route, pref: pref, st: g.engine.Status(id)}
+	route, pref := g.Route(pi, m)
+	mb := member{m: m, id: id, route: route, pref: pref, st: g.Status(id)}
 	mb.state = stateIndex(p, route, mb.st)
-	clock := g.engine.Clock()
+	clock := g.Clock()
 	off := wallOffset(clock)
 	view := g.memberView(pi, &mb, off)
 	(&poolQuery{Sort: sortColumns[0], Limit: defaultPoolPage}).labelLinks(p.Name, view.Labels)
 
-	recorded := d.hist.View(g.hist, id, clock.Nanotime())
-	results := d.history(g, id)
+	results, recorded := g.History(id)
 	slices.Reverse(results)
 	results = results[:min(len(results), targetResults)]
 
 	var pools []poolRoute
-	g.poolsOf(id, func(pj int) {
-		mj, _ := slices.BinarySearch(g.pools[pj].Members, id)
-		rt, _ := g.router.Route(pj, mj)
-		pools = append(pools, poolRoute{Name: g.pools[pj].Name, URL: "pool?" + url.Values{"name": {g.pools[pj].Name}}.Encode(),
+	g.PoolsOf(id, func(pj int) {
+		mj, _ := slices.BinarySearch(g.Pools()[pj].Members, id)
+		rt, _ := g.Route(pj, mj)
+		pools = append(pools, poolRoute{Name: g.Pools()[pj].Name, URL: "pool?" + url.Values{"name": {g.Pools()[pj].Name}}.Encode(),
 			Route: rt.String(), Current: pj == pi})
 	})
-	c := g.cfg.Checks[g.cfg.Targets[id].Check]
+	c := g.Config().Checks[g.Config().Targets[id].Check]
 	rtt := c.Timeout
 	if mb.st.Smoothed > 0 {
 		rtt = mb.st.Smoothed
 	}
 	var certExpiry time.Time
-	if exp := g.certExpiry(id); exp != 0 {
+	if exp := g.CertExpiry(id); exp != 0 {
 		certExpiry = time.Unix(exp, 0).UTC()
 	}
-	events := d.recentEvents(targetEvents, func(e *api.Event) bool {
+	events := g.recentEvents(targetEvents, func(e *api.Event) bool {
 		return e.Target == view.Target && slices.Contains(e.Pools, p.Name)
 	})
-	base := d.pageBase(g, "target", view.Target)
+	base := h.pageBase(g, "target", view.Target)
 	base.Pool, base.Target = p.Name, view.Target
 	ui.Render(w, http.StatusOK, "target", struct {
 		pageBase
@@ -615,7 +624,7 @@ func (d *Daemon) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 	}{
 		pageBase: base, M: view, PoolURL: "pool?" + url.Values{"name": {p.Name}}.Encode(), Pools: pools,
 		Settings: checkSettings(c), W1: c.FailureWindow().Seconds(), W2: c.SuccessWindow(rtt).Seconds(),
-		CertExpiry: certExpiry, Results: results, Recorded: recorded, Capacity: d.hist.Results(), Events: events,
+		CertExpiry: certExpiry, Results: results, Recorded: recorded, Capacity: g.HistoryCapacity(), Events: events,
 		IntervalSec: c.Interval.Seconds(),
 		HistoryURL:  "api/v1/history?" + strings.TrimPrefix(view.URL, "target?"),
 	})
@@ -623,26 +632,26 @@ func (d *Daemon) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 
 // unresolvedPage shows a target that cannot be probed yet: why, since
 // when, when its name is looked up again, its labels and its check.
-func (d *Daemon) unresolvedPage(w http.ResponseWriter, g *generation, ref targetRef) {
-	cp := g.cfg.Pools[ref.pi]
+func (h *Handler) unresolvedPage(w http.ResponseWriter, g *view, ref targetRef) {
+	cp := g.Config().Pools[ref.pi]
 	u := cp.Unresolved[ref.u]
 	view := g.unresolvedView(ref.pi, ref.u)
 	(&poolQuery{Sort: sortColumns[0], Limit: defaultPoolPage}).labelLinks(cp.Name, view.Labels)
 	// The names table knows the next lookup: the pool's copy keeps the
 	// schedule of the lookup that made it.
-	if ds := d.poolDiscovery(cp.Name); ds != nil {
+	if ds := g.poolDiscovery(cp.Name); ds != nil {
 		if f, ok := lookupsOf(ds.Unresolved)[unresolvedKey{u.Host, u.Port}]; ok {
 			u.Since, u.Next, view.Error = f.Since, f.Next, f.Err
 		}
 	}
 	view.Since = u.Since
-	now := d.opt.Clock.Now()
+	now := g.Now()
 	nextIn := ""
 	if u.Next.After(now) {
 		nextIn = ui.Ago(now, u.Next.Add(time.Second-1)) // whole seconds, rounded up
 	}
-	c := g.cfg.Checks[cp.CheckIndex]
-	base := d.pageBase(g, "target", view.Target)
+	c := g.Config().Checks[cp.CheckIndex]
+	base := h.pageBase(g, "target", view.Target)
 	base.Pool, base.Target = cp.Name, view.Target
 	ui.Render(w, http.StatusOK, "target", struct {
 		pageBase
@@ -659,46 +668,35 @@ func (d *Daemon) unresolvedPage(w http.ResponseWriter, g *generation, ref target
 	})
 }
 
-// history returns target id's kept results, oldest first.
-func (d *Daemon) history(g *generation, id uint32) []api.HistoryResult {
-	raw := d.hist.Read(g.hist, id, make([]history.Sample, 0, d.hist.Results()))
-	clock := g.engine.Clock()
-	out := make([]api.HistoryResult, len(raw))
-	for i, r := range raw {
-		out[i] = r.Result(clock)
-	}
-	return out
-}
-
 // handleHistory answers GET /api/v1/history?pool=&target=: the target's
 // recent results. Asking for them keeps them (see server/history).
-func (d *Daemon) handleHistory(w http.ResponseWriter, r *http.Request) {
-	g := d.running(w)
+func (h *Handler) handleHistory(w http.ResponseWriter, r *http.Request) {
+	g := h.running(w)
 	if g == nil {
 		return
 	}
 	ref, err := g.lookupTarget(r)
 	if err == nil && ref.m < 0 {
-		err = fmt.Errorf("target %s of pool %q has no address to probe yet, so no results", r.URL.Query().Get("target"), g.pools[ref.pi].Name)
+		err = fmt.Errorf("target %s of pool %q has no address to probe yet, so no results", r.URL.Query().Get("target"), g.Pools()[ref.pi].Name)
 	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
 	}
 	pi, m := ref.pi, ref.m
-	p := g.pools[pi]
+	p := g.Pools()[pi]
 	id := p.Members[m]
-	route, _ := g.router.Route(pi, m)
-	recorded := d.hist.View(g.hist, id, g.engine.Clock().Nanotime())
-	writeJSON(w, api.HistoryJSON{
-		Target: g.cfg.Targets[id].AddrPort().String(), Pool: p.Name, Check: g.checkName(id),
-		Recorded: recorded, Capacity: d.hist.Results(), State: memberState(p, route, g.engine.Status(id)),
-		Results: d.history(g, id),
+	route, _ := g.Route(pi, m)
+	results, recorded := g.History(id)
+	web.WriteJSON(w, api.HistoryJSON{
+		Target: g.Config().Targets[id].AddrPort().String(), Pool: p.Name, Check: g.Config().Checks[g.Config().Targets[id].Check].Name,
+		Recorded: recorded, Capacity: g.HistoryCapacity(), State: memberState(p, route, g.Status(id)),
+		Results: results,
 	})
 }
 
-func (d *Daemon) handleEventsPage(w http.ResponseWriter, _ *http.Request) {
-	g := d.running(w)
+func (h *Handler) handleEventsPage(w http.ResponseWriter, _ *http.Request) {
+	g := h.running(w)
 	if g == nil {
 		return
 	}
@@ -707,7 +705,7 @@ func (d *Daemon) handleEventsPage(w http.ResponseWriter, _ *http.Request) {
 		Events recentList
 		Kinds  []string
 		Pools  []string
-	}{d.pageBase(g, "events", "Events"), d.recentEvents(eventsPage, nil), api.EventKinds, poolNames(g)})
+	}{h.pageBase(g, "events", "Events"), g.recentEvents(eventsPage, nil), api.EventKinds, poolNames(g)})
 }
 
 // sourceView is a discovery source as the discovery page lists it.
@@ -738,14 +736,14 @@ type discoveryView struct {
 // handleDiscoveryPage lists every pool's discovery sources and host names:
 // how each source is doing, what it gives, and the names that do not
 // resolve, as /api/v1/discovery does.
-func (d *Daemon) handleDiscoveryPage(w http.ResponseWriter, _ *http.Request) {
-	g := d.running(w)
+func (h *Handler) handleDiscoveryPage(w http.ResponseWriter, _ *http.Request) {
+	g := h.running(w)
 	if g == nil {
 		return
 	}
 	var pools []discoveryView
 	var static []string
-	for _, ps := range d.discoveryStatus() {
+	for _, ps := range g.Discovery() {
 		if len(ps.Sources) == 0 && ps.Names == 0 {
 			static = append(static, ps.Pool)
 			continue
@@ -759,7 +757,7 @@ func (d *Daemon) handleDiscoveryPage(w http.ResponseWriter, _ *http.Request) {
 		// the names' lookups as the runner has them now.
 		var unresolved []discovery.Unresolved
 		if pi, err := g.poolIndex(ps.Pool); err == nil {
-			unresolved = g.cfg.Pools[pi].Unresolved
+			unresolved = g.Config().Pools[pi].Unresolved
 		}
 		now := lookupsOf(ps.Unresolved)
 		for i := range unresolved {
@@ -767,7 +765,7 @@ func (d *Daemon) handleDiscoveryPage(w http.ResponseWriter, _ *http.Request) {
 			if f, ok := now[unresolvedKey{u.Host, u.Port}]; ok {
 				u.Err, u.Since, u.Next = f.Err, f.Since, f.Next
 			}
-			t := unresolvedTarget(&u)
+			t := UnresolvedTarget(&u)
 			v.Unresolved = append(v.Unresolved, unresolvedRow{Target: t, URL: targetURL(ps.Pool, t, ""), Error: u.Err, Since: u.Since, Next: u.Next})
 		}
 		pools = append(pools, v)
@@ -779,7 +777,7 @@ func (d *Daemon) handleDiscoveryPage(w http.ResponseWriter, _ *http.Request) {
 		pageBase
 		Pools  []discoveryView
 		Static []string
-	}{d.pageBase(g, "discovery", "Discovery"), pools, static})
+	}{h.pageBase(g, "discovery", "Discovery"), pools, static})
 }
 
 // unresolvedKey names an unresolved target: its host and port.
@@ -816,9 +814,9 @@ func droppedText(dropped map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-func poolNames(g *generation) []string {
-	out := make([]string, len(g.pools))
-	for i, p := range g.pools {
+func poolNames(g *view) []string {
+	out := make([]string, len(g.Pools()))
+	for i, p := range g.Pools() {
 		out[i] = p.Name
 	}
 	return out

@@ -1,0 +1,78 @@
+// Package apiv1 answers the API's list endpoints, GET /api/v1/pools and
+// GET /api/v1/targets: paged with cursors, encoded as they are read. It
+// reads the daemon only through a Snapshot, which the daemon implements,
+// so it is tested without one. The wire types are package server/web/api's.
+package apiv1
+
+import (
+	"net/http"
+
+	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/scheduler"
+)
+
+// Snapshot is what the list endpoints read of the daemon while they answer
+// one request: the configuration it runs and the engine's view of it. Its
+// configuration stays the same for the request; states and routes are
+// read as they are at each call.
+type Snapshot interface {
+	// Config is the configuration as the engine runs it: Targets and
+	// Hostnames indexed by target id, pool members are target ids.
+	Config() *config.Config
+	// Pools are the engine's pools, in the configuration's order.
+	Pools() []*scheduler.Pool
+	// Layout identifies the pools' names and order: a cursor of another
+	// layout is gone.
+	Layout() uint32
+	// Summary returns pool pi's counts, as of the latest decisions.
+	Summary(pi int) scheduler.PoolSummary
+	// Route returns the route of member m of pool pi, and whether it is
+	// preferred.
+	Route(pi, m int) (scheduler.Route, bool)
+	// Ranks returns pool pi's latency ranks by member position (see
+	// scheduler.Router.Ranks), at most a little old (see RankCache).
+	Ranks(pi int) []uint32
+	// Status returns target id's health state.
+	Status(id uint32) scheduler.TargetStatus
+	// Clock is the engine's clock, whose Nanotime the states' times are in.
+	Clock() scheduler.Clock
+	// LastError returns why target id's last probe failed; "" when it did
+	// not or nobody said.
+	LastError(id uint32) string
+	// CertExpiry returns the Unix time at which the earliest certificate
+	// target id last presented expires; 0 when none was seen.
+	CertExpiry(id uint32) int64
+}
+
+// Handler serves the list endpoints from the daemon's snapshots.
+type Handler struct {
+	snapshot func() Snapshot
+	enter    func(http.ResponseWriter) (http.ResponseWriter, func())
+}
+
+// New returns the list endpoints' handler. snapshot returns the daemon's
+// state for one request, nil when no configuration runs (503); enter
+// admits a list request: it returns the writer to use and a release, or a
+// nil release when it answered the request itself.
+func New(snapshot func() Snapshot, enter func(http.ResponseWriter) (http.ResponseWriter, func())) *Handler {
+	return &Handler{snapshot: snapshot, enter: enter}
+}
+
+// Routes adds GET /api/v1/pools and GET /api/v1/targets to mux.
+func (h *Handler) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /api/v1/pools", h.handlePools)
+	mux.HandleFunc("GET /api/v1/targets", h.handleTargets)
+}
+
+// view is a snapshot being listed.
+type view struct{ Snapshot }
+
+// running returns a view of the daemon's state now, or answers 503.
+func (h *Handler) running(w http.ResponseWriter) *view {
+	s := h.snapshot()
+	if s == nil {
+		http.Error(w, "no configuration running", http.StatusServiceUnavailable)
+		return nil
+	}
+	return &view{s}
+}
