@@ -123,6 +123,19 @@ func ownerGone(tok uint64) (bool, error) {
 // filters of sonde processes that are gone. The returned function removes
 // the filter, and the qdisc when this process added it (or took it over)
 // and no filter is left on it.
+//
+// It speaks rtnetlink itself rather than through a netlink library
+// (vishvananda/netlink, florianl/go-tc), for reasons that hold only while
+// it stays this small: it is the fallback for kernels before 6.6 (TCX
+// links, through cilium/ebpf, are the path otherwise); it sends four kinds
+// of message (new/delete qdisc, new/delete filter) and reads one (a filter
+// dump), about 150 lines of encoding (tcRequest, tcAttrs, parseFilter);
+// and what is sonde's own — owner tokens held by abstract sockets, stale
+// filters of dead processes, a shared clsact removed only when no one's
+// filter is left — a library would not do, it would only encode the same
+// messages. It keeps package bpf on cilium/ebpf and x/sys alone. Should
+// it need more of tc (other qdiscs, actions, egress chains), a library
+// is the better choice.
 func attachClsact(ifindex int, prog *ebpf.Program) (_ func() error, err error) {
 	fd, err := openNetlink()
 	if err != nil {
