@@ -6,7 +6,7 @@ BIN       := bin/sonde
 # Not server/ui: its code is templates and assets, read-only after start and
 # raced through server's tests, and its own tests drive a sonde built
 # without -race in Chromium, which a second pass would only repeat (~25 s).
-RACE_PKGS = $(filter-out %/server/ui,$(shell $(GO) list ./scheduler/... ./probe/... ./server/... ./bench/... ./config/watch/... ./config/discovery/...))
+RACE_PKGS = $(filter-out %/server/ui,$(shell $(GO) list ./scheduler/... ./probe/... ./server/... ./bench/... ./config/watch/... ./config/discovery/... ./internal/...))
 # Where `make run` serves metrics and the API.
 RUN_LISTEN ?= 127.0.0.1:9123
 
@@ -46,7 +46,7 @@ RELEASE_FLAGS = -version '$(VERSION)' -revision '$(REVISION)' -epoch '$(SOURCE_D
 .PHONY: build run test test-race bench generate lint clean version release-bin release-tool image deb release test-release
 
 # CGO_ENABLED=0: a static binary, and one that can drop the capabilities of
-# all its threads after start (see server/privilege).
+# all its threads after start (see internal/privilege).
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/sonde
 

@@ -8,8 +8,8 @@ import (
 
 	"github.com/sondeprobe/sonde/bench/ceiling"
 	"github.com/sondeprobe/sonde/bench/fleet"
-	"github.com/sondeprobe/sonde/bench/netns"
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/netns"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // TestCeilingSweep sweeps a slice of an XDP fleet that holds every outcome

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sondeprobe/sonde/bench/netns"
+	"github.com/sondeprobe/sonde/internal/netns"
 )
 
 // nsClient returns an HTTP client whose connections are made inside network

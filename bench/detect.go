@@ -9,7 +9,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sondeprobe/sonde/bench/netns"
+	"github.com/sondeprobe/sonde/internal/netns"
 )
 
 // detectPort is where the detect scenario's daemon serves (prober namespace).

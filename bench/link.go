@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sondeprobe/sonde/bench/netns"
+	"github.com/sondeprobe/sonde/internal/netns"
 	"golang.org/x/sys/unix"
 )
 

@@ -14,9 +14,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/sondeprobe/sonde/bench/netns"
-	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/bpf"
+	"github.com/sondeprobe/sonde/internal/netns"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 func encodeEvent(ev bpf.Event) []byte {

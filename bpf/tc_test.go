@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sondeprobe/sonde/bench/netns"
-	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/bpf"
+	"github.com/sondeprobe/sonde/internal/netns"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // tcHelperEnv makes the test binary a helper that attaches a capture with

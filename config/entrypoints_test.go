@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config/discovery"
+	"github.com/sondeprobe/sonde/internal/endpointtest"
 	"github.com/sondeprobe/sonde/probe/endpoint"
-	"github.com/sondeprobe/sonde/probe/endpoint/endpointtest"
 )
 
 // entryConfig is a config whose pool p has the case's entry listed in

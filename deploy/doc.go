@@ -8,5 +8,5 @@
 // It is a module of its own so that the Kubernetes and Prometheus libraries
 // these tests need never enter the dependency graph of sonde itself; it
 // takes sonde's own module from the tree above (a replace directive), for
-// the test support of package bench/testenv.
+// the test support of package internal/testenv.
 package deploy

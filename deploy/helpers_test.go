@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

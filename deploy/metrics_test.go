@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // metricsDoc is the metrics reference, whose tables this test keeps equal

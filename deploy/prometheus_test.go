@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/yaml"
 
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 var ruleFiles = []string{"prometheus/sonde-recording.rules.yaml", "prometheus/sonde-alerts.rules.yaml"}

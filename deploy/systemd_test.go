@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 const unitFile = "systemd/sonde.service"

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // What a discovered target costs, against a target a configuration lists:

@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/endpointtest"
 	"github.com/sondeprobe/sonde/probe/endpoint"
-	"github.com/sondeprobe/sonde/probe/endpoint/endpointtest"
 )
 
 // TestEntryPointsProbe runs the shared table through /probe, up to the

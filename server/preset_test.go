@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/scheduler"
 	"github.com/sondeprobe/sonde/server/web/api"
 )

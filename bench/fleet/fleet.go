@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sondeprobe/sonde/bench/netns"
+	"github.com/sondeprobe/sonde/internal/netns"
 	"github.com/sondeprobe/sonde/probe"
 )
 

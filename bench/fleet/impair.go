@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sondeprobe/sonde/bench/netns"
+	"github.com/sondeprobe/sonde/internal/netns"
 )
 
 // The impairment stage is a namespace between the prober's veth and the

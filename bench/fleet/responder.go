@@ -10,7 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
-	"github.com/sondeprobe/sonde/bench/netns"
+	"github.com/sondeprobe/sonde/internal/netns"
 )
 
 // XDPMode says whether and how a fleet answers SYN probes in XDP.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/bench"
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 func TestBenchUsage(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // daemonProc is a `sonde run` process started by a test, with its log.
@@ -171,7 +171,7 @@ func TestRunSignalsDuringStart(t *testing.T) {
 func TestRunHangupAtStart(t *testing.T) {
 	t.Parallel()
 	file := writeConfig(t, "checks:\n  web: {protocol: tcp, tcp_mode: connect, port: 9}\npools:\n  - {name: p, check: web, targets: [127.0.0.1], disabled: [127.0.0.1]}\n")
-	early := "init " + module + "/cmd/sonde/earlysignal "
+	early := "init " + module + "/internal/earlysignal "
 	for try := range 5 {
 		cmd := exec.Command(testenv.Sonde(t), "run", "-config", file, "-listen", "127.0.0.1:0", "-syn=false", "-watch=false", "-log-level", "debug")
 		cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1")

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // dnsTestAddr is where the test's DNS server listens: a loopback address of

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sondeprobe/sonde/internal/endpointtest"
 	"github.com/sondeprobe/sonde/probe/endpoint"
-	"github.com/sondeprobe/sonde/probe/endpoint/endpointtest"
 )
 
 // urlHost writes a target entry as the host of a URL: an IPv6 address in

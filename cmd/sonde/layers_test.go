@@ -48,6 +48,11 @@ var forbidden = map[string][]string{
 	"server/prober": {"server", "bench", "cmd"},
 	// Every layer reads its operator's files through it.
 	"internal/safefile": {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd"},
+	// What is not an API, below everything that uses it: entering a
+	// namespace, dropping capabilities, catching signals before init.
+	"internal/netns":       {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd"},
+	"internal/privilege":   {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd"},
+	"internal/earlysignal": {"bpf", "probe", "scheduler", "config", "server", "bench", "cmd"},
 }
 
 // allowed are, per layer, the packages it may use although forbidden
@@ -62,7 +67,7 @@ var allowed = map[string][]string{
 }
 
 // testOnly are packages that only tests may import.
-var testOnly = []string{"bench/testenv", "probe/probetest", "probe/endpoint/endpointtest"}
+var testOnly = []string{"internal/testenv", "internal/probetest", "internal/endpointtest"}
 
 // under reports whether package path pkg is layer or below it.
 func under(pkg, layer string) bool {
@@ -154,7 +159,7 @@ func TestUnder(t *testing.T) {
 		{module + "/probe", "probe", true},
 		{module + "/probe/syn", "probe", true},
 		{module + "/probetest", "probe", false},
-		{module + "/bench/testenv", "bench", true},
+		{module + "/internal/testenv", "bench", true},
 		{"github.com/other/probe", "probe", false},
 	} {
 		if got := under(c.pkg, c.layer); got != c.want {

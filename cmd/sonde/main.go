@@ -17,7 +17,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/sondeprobe/sonde/cmd/sonde/earlysignal"
+	"github.com/sondeprobe/sonde/internal/earlysignal"
 )
 
 // Exit codes shared by every subcommand.

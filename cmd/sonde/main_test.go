@@ -6,7 +6,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 func TestMain(m *testing.M) {

@@ -15,16 +15,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sondeprobe/sonde/cmd/sonde/earlysignal"
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/fleet"
 	"github.com/sondeprobe/sonde/config/watch"
+	"github.com/sondeprobe/sonde/internal/earlysignal"
+	"github.com/sondeprobe/sonde/internal/privilege"
 	"github.com/sondeprobe/sonde/internal/safefile"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/probe/endpoint"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/server"
-	"github.com/sondeprobe/sonde/server/privilege"
 )
 
 // defaultListen is where the daemon serves metrics and the API unless told

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/bench/fleet"
-	"github.com/sondeprobe/sonde/bench/netns"
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/netns"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/probe"
 )
 

@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/prometheus/model/relabel"
 	"go.yaml.in/yaml/v2"
 
+	"github.com/sondeprobe/sonde/internal/endpointtest"
 	"github.com/sondeprobe/sonde/probe/endpoint"
-	"github.com/sondeprobe/sonde/probe/endpoint/endpointtest"
 )
 
 func TestParseAddress(t *testing.T) {

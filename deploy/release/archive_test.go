@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // TestFileCapabilities: the xattr value for cap_net_raw,cap_net_admin,cap_bpf+ep,

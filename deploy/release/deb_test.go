@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // TestDeb reads each .deb with dpkg-deb: its fields, version and

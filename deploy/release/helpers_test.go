@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // tinyStatic builds a small static Go program for amd64 into a directory

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // TestDNSResolver resolves names against a DNS server on loopback, with

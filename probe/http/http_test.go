@@ -19,8 +19,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/sondeprobe/sonde/internal/probetest"
 	"github.com/sondeprobe/sonde/probe"
-	"github.com/sondeprobe/sonde/probe/probetest"
 )
 
 // codes is a StatusSet of single codes, as the config package builds for

@@ -15,10 +15,10 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/sondeprobe/sonde/bench/fleet"
-	"github.com/sondeprobe/sonde/bench/netns"
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/netns"
+	"github.com/sondeprobe/sonde/internal/probetest"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/probe"
-	"github.com/sondeprobe/sonde/probe/probetest"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"golang.org/x/sys/unix"
 )

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/sondeprobe/sonde/bpf"
+	"github.com/sondeprobe/sonde/internal/probetest"
 	"github.com/sondeprobe/sonde/probe"
-	"github.com/sondeprobe/sonde/probe/probetest"
 )
 
 // BenchmarkLaunch measures the send path without the system call: building,

@@ -19,11 +19,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sondeprobe/sonde/bench/fleet"
-	"github.com/sondeprobe/sonde/bench/netns"
-	"github.com/sondeprobe/sonde/bench/testenv"
 	"github.com/sondeprobe/sonde/bpf"
+	"github.com/sondeprobe/sonde/internal/netns"
+	"github.com/sondeprobe/sonde/internal/probetest"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/probe"
-	"github.com/sondeprobe/sonde/probe/probetest"
 	"github.com/sondeprobe/sonde/probe/syn"
 )
 

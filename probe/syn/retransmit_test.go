@@ -9,8 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sondeprobe/sonde/bpf"
+	"github.com/sondeprobe/sonde/internal/probetest"
 	"github.com/sondeprobe/sonde/probe"
-	"github.com/sondeprobe/sonde/probe/probetest"
 )
 
 // A retransmission is the same SYN again, and the answer to either send

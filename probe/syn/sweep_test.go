@@ -13,8 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sondeprobe/sonde/bpf"
+	"github.com/sondeprobe/sonde/internal/probetest"
 	"github.com/sondeprobe/sonde/probe"
-	"github.com/sondeprobe/sonde/probe/probetest"
 )
 
 // answerWriter is a batchWriter that answers every SYN at once through the

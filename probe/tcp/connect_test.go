@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sondeprobe/sonde/internal/probetest"
 	"github.com/sondeprobe/sonde/probe"
-	"github.com/sondeprobe/sonde/probe/probetest"
 )
 
 var loopback = netip.MustParseAddr("127.0.0.1")

@@ -159,7 +159,7 @@ var sonde struct {
 func Sonde(tb testing.TB) string {
 	tb.Helper()
 	sonde.once.Do(func() {
-		_, file, _, _ := runtime.Caller(0) // .../bench/testenv/testenv.go
+		_, file, _, _ := runtime.Caller(0) // .../internal/testenv/testenv.go
 		root := filepath.Join(filepath.Dir(file), "..", "..")
 		if sonde.dir, sonde.err = os.MkdirTemp("", "sonde-test-bin-"); sonde.err != nil {
 			return

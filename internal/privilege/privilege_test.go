@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/sondeprobe/sonde/bench/testenv"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 func TestSetString(t *testing.T) {
@@ -93,7 +93,7 @@ var helper struct {
 // the helper), and returns what it printed. The helper is built again with
 // CGO_ENABLED=0: Drop returns ErrCgo in a binary that links cgo, as this one
 // does under -race or wherever a C compiler makes package net (which
-// bench/testenv imports) use it.
+// internal/testenv imports) use it.
 func runDrop(t *testing.T, keep Set, prefix ...string) string {
 	t.Helper()
 	helper.once.Do(func() {
