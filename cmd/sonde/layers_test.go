@@ -159,7 +159,8 @@ func TestUnder(t *testing.T) {
 		{module + "/probe", "probe", true},
 		{module + "/probe/syn", "probe", true},
 		{module + "/probetest", "probe", false},
-		{module + "/internal/testenv", "bench", true},
+		{module + "/bench/fleet", "bench", true},
+		{module + "/internal/testenv", "bench", false},
 		{"github.com/other/probe", "probe", false},
 	} {
 		if got := under(c.pkg, c.layer); got != c.want {
