@@ -654,8 +654,8 @@ func TestSource(t *testing.T) {
 
 // TestLocalError checks that a probe that cannot open its socket is a
 // LocalError with its cause, no verdict on the target.
+// Not parallel: it lowers the whole process's descriptor limit.
 func TestLocalError(t *testing.T) {
-	t.Parallel()
 	srv := newServer(t, func(http.ResponseWriter, *http.Request) {}, nil)
 	p := mustNew(t, Options{})
 	var rep probe.Report

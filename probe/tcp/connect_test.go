@@ -152,8 +152,8 @@ func TestConnect(t *testing.T) {
 
 // TestLocalErrors checks that a probe this host cannot run is a LocalError
 // with its cause, not a failure of the target.
+// Not parallel: it lowers the whole process's descriptor limit.
 func TestLocalErrors(t *testing.T) {
-	t.Parallel()
 	open := listen(t, func(*net.TCPConn) {})
 	probeIt := func(o Options) probe.Report {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
