@@ -104,7 +104,9 @@ pools:
 		// opens: an idle kept-alive one may be among those the server
 		// evicts, and a POST sent on it as it closes is reset and not
 		// retried by the client.
-		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		// A reload waits its turn (one a second) and, under the race
+		// detector on a busy machine, took over 10 s: the client waits 30.
+		c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 		for round := 1; rctx.Err() == nil; round++ {
 			tmp := td.path + ".new"
 			if err := os.WriteFile(tmp, []byte(config(round)), 0o644); err != nil {
@@ -195,7 +197,7 @@ pools:
 	}
 	// Reloads are one a second at most (DefaultReloadGap) and slow under
 	// the race detector: give them time to reach three.
-	for end := time.Now().Add(20 * time.Second); reloads.Load() < 3 && reloadErrs.Load() == 0 && time.Now().Before(end); {
+	for end := time.Now().Add(40 * time.Second); reloads.Load() < 3 && reloadErrs.Load() == 0 && time.Now().Before(end); {
 		time.Sleep(100 * time.Millisecond)
 	}
 	stopReloads()
