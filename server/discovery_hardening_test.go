@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -176,7 +177,7 @@ func TestDiscoveryRefusesInvalidAnswer(t *testing.T) {
 		io.WriteString(w, answer)
 	}))
 	t.Cleanup(srv.Close)
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	td := startDaemonWith(t, fmt.Sprintf(`
 checks:
   web: {protocol: tcp, port: 9, tcp_mode: connect, interval: 1h, timeout: 1s}

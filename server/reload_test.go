@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -602,11 +603,11 @@ webhooks:
 	swap.Store(true)
 	td.rewrite(t, yaml("2s")) // a new webhook: its secret is read
 	var err error
-	returnsWithin(t, "a reload reading a FIFO", func() { err = td.d.Reload() })
+	testenv.ReturnsWithin(t, "a reload reading a FIFO", func() { err = td.d.Reload() })
 	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Fatalf("reload with the secret file a FIFO: %v, want not a regular file", err)
 	}
-	returnsWithin(t, "Stop after that reload", func() {
+	testenv.ReturnsWithin(t, "Stop after that reload", func() {
 		if err := td.d.Stop(); err != nil {
 			t.Error(err)
 		}

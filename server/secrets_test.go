@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // TestSecretFileExposed: a secret file other users can read is used, and
@@ -31,7 +33,7 @@ webhooks:
   - {url: "http://127.0.0.1:1/", secret_file: %q}
 `, interval, secret)
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	td := startDaemonWith(t, yaml("1h"), func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
 	if v := metricValue(t, td.d.metrics.reg, "sonde_config_warnings", nil); v != 1 {
 		t.Errorf("sonde_config_warnings = %v, want 1", v)

@@ -1,12 +1,10 @@
 package server
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/fleet"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -30,26 +29,8 @@ func backendIn(t *testing.T, shard, n int) *backend {
 	return nil
 }
 
-// syncBuffer is a log destination safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // startShard runs a daemon over the config text as one shard.
-func startShard(t *testing.T, yaml string, shard config.Shard, log *syncBuffer) *testDaemon {
+func startShard(t *testing.T, yaml string, shard config.Shard, log *testenv.SyncBuffer) *testDaemon {
 	t.Helper()
 	return startDaemonWith(t, yaml, func(o *Options) {
 		o.Load = func() (*config.Config, error) {
@@ -94,7 +75,7 @@ pools:
   - {name: down, check: web, targets: [%s]}
 `, list(append([]*backend{healthy0}, sick1...)...), list(down...))
 
-	var logs [2]syncBuffer
+	var logs [2]testenv.SyncBuffer
 	var shards [2]*testDaemon
 	for i := range shards {
 		shards[i] = startShard(t, cfg, config.Shard{Index: i, Count: 2}, &logs[i])

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/server/statefile"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
@@ -47,7 +48,7 @@ pools:
 	if err := os.WriteFile(state, []byte(statefile.Magic+"but corrupt"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	td3 := startDaemonWith(t, yaml, func(o *Options) {
 		withState(o)
 		o.Logger = slog.New(slog.NewTextHandler(logs, nil))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/server/statefile"
 )
 
@@ -150,7 +151,7 @@ func TestStopWhileSaving(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Duration(i%5) * time.Millisecond) // a few saves, and Stop at another point of the period
-		returnsWithin(t, fmt.Sprintf("Stop %d", i), func() {
+		testenv.ReturnsWithin(t, fmt.Sprintf("Stop %d", i), func() {
 			if err := d.Stop(); err != nil {
 				t.Error(err)
 			}

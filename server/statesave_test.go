@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // move renames from to to: at once, so that no save in progress sees half
@@ -29,7 +31,7 @@ func TestStateSaveFailureReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := filepath.Join(dir, "state")
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	td := startDaemonWith(t, stateTestConfig, func(o *Options) {
 		o.StateFile, o.StateInterval = state, 5*time.Millisecond
 		o.Logger = slog.New(slog.NewTextHandler(logs, nil))

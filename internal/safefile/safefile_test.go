@@ -14,26 +14,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
-
-// hang bounds the wait for something that must not block; reaching it is
-// the failure the tests look for, never the normal path.
-const hang = 10 * time.Second
-
-// within runs fn and fails the test when it has not returned after hang.
-func within(t *testing.T, what string, fn func()) {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fn()
-	}()
-	select {
-	case <-done:
-	case <-time.After(hang):
-		t.Fatalf("%s still blocks after %v", what, hang)
-	}
-}
 
 func write(t *testing.T, name, content string, mode os.FileMode) string {
 	t.Helper()
@@ -95,7 +78,7 @@ func TestRefused(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var err error
-			within(t, "ReadFile", func() { _, err = ReadFile(t.Context(), c.path, MaxSecret) })
+			testenv.ReturnsWithin(t, "ReadFile", func() { _, err = ReadFile(t.Context(), c.path, MaxSecret) })
 			var pe *fs.PathError
 			if !errors.Is(err, c.want) || !errors.As(err, &pe) || pe.Path != c.path {
 				t.Fatalf("ReadFile(%s) = %v, want %v in a PathError naming the file", c.path, err, c.want)
@@ -164,14 +147,14 @@ func TestCancelledRead(t *testing.T) {
 		readErr <- err
 	}()
 	cancel()
-	within(t, "a read after its context ended", func() { err = <-readErr })
+	testenv.ReturnsWithin(t, "a read after its context ended", func() { err = <-readErr })
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("read = %v, want context.Canceled", err)
 	}
 	r.Close()
 	pw.Write([]byte("late")) // the read returns: the pump sees the closed reader and closes the file
 	pw.Close()
-	within(t, "closing the file", func() { <-f.closed })
+	testenv.ReturnsWithin(t, "closing the file", func() { <-f.closed })
 }
 
 // TestCancelledOpen: an open that the file system does not answer ends when
@@ -193,12 +176,12 @@ func TestCancelledOpen(t *testing.T) {
 	<-entered
 	cancel()
 	var err error
-	within(t, "an open after its context ended", func() { err = <-errc })
+	testenv.ReturnsWithin(t, "an open after its context ended", func() { err = <-errc })
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("open = %v, want context.Canceled", err)
 	}
 	close(release)
-	within(t, "closing the late file", func() { <-f.closed })
+	testenv.ReturnsWithin(t, "closing the late file", func() { <-f.closed })
 }
 
 func TestReadSecret(t *testing.T) {

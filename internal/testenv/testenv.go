@@ -4,6 +4,7 @@
 package testenv
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -275,4 +276,44 @@ func Eventually[T any](tb testing.TB, what string, poll func() (T, bool)) T {
 		time.Sleep(min(pause, time.Until(limit)))
 		pause = min(2*pause, 100*time.Millisecond)
 	}
+}
+
+// Hang bounds the wait for a call that must not block: reaching it is the
+// failure a test looks for, never its normal path.
+const Hang = 10 * time.Second
+
+// ReturnsWithin runs fn and fails tb when it has not returned after Hang
+// (fn is left running).
+func ReturnsWithin(tb testing.TB, what string, fn func()) {
+	tb.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	select {
+	case <-done:
+	case <-time.After(Hang):
+		tb.Fatalf("%s still blocks after %v", what, Hang)
+	}
+}
+
+// SyncBuffer is a log destination safe for concurrent writes.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -1,7 +1,6 @@
 package events
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/internal/safefile"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -182,7 +182,7 @@ func TestHookRefusalsLogged(t *testing.T) {
 		http.Error(w, "gone", http.StatusGone)
 	}))
 	defer srv.Close()
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	opt := &HookOptions{UserAgent: "sonde/test", MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond}
 	h, err := newHook(t.Context(), &config.EventWebhook{Name: "x", URL: srv.URL, Timeout: time.Second}, opt, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
@@ -211,22 +211,4 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// syncBuffer is a log destination safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
