@@ -15,21 +15,26 @@ import (
 // handler is one of the daemon's own endpoints (vital: /metrics, /-/healthy,
 // /-/ready). At the cap, a new connection takes the place of
 //
-//  1. the connection out of a handler the longest: idle between requests,
-//     new, or still sending its request (a client that trickles its
-//     headers holds no more than an idle one); else
-//  2. the connection in a handler of anything but the vital endpoints the
+//  1. the connection idle between requests the longest; else
+//  2. the connection accepted at least [NewConnGrace] ago whose request
+//     is still unread the longest (a client that trickles its headers
+//     holds no more than an idle one); else
+//  3. the connection in a handler of anything but the vital endpoints the
 //     longest: a request that hangs (a /probe of a silent target, an event
 //     stream, a client that does not read) loses its connection, and its
-//     client asks again;
+//     client asks again; else
+//  4. the connection accepted the longest ago among those younger than
+//     [NewConnGrace] whose request is unread;
 //
 // and is closed at once only when every connection serves a vital
 // endpoint. A flood of connections that send nothing thus takes only
-// connections that wait, never a request in progress; accept never stops;
-// the connections cost the daemon at most max descriptors; and a
-// connection for /-/healthy or /metrics always gets in: the slots of each
-// class (admission.go) bound what hangs in handlers, and what hangs can
-// be taken.
+// connections that wait, never a request in progress while older ones
+// wait; accept never stops; the connections cost the daemon at most max
+// descriptors; and a connection for /-/healthy or /metrics gets in and is
+// read: the slots of each class (admission.go) bound what hangs in
+// handlers, what hangs can be taken, and a new connection keeps its place
+// for [NewConnGrace] — time for a daemon busy with a burst to read its
+// request — while anything older or hanging is left to take.
 type ConnLimiter struct {
 	net.Listener
 	max int
@@ -44,11 +49,16 @@ type ConnLimiter struct {
 // limitedConn is a connection counted by a ConnLimiter.
 type limitedConn struct {
 	net.Conn
-	l     *ConnLimiter
-	busy  bool      // guarded by l.mu: a handler serves it
-	vital bool      // guarded by l.mu: that handler is a vital endpoint's
-	since time.Time // guarded by l.mu: when it last entered or left a handler, or went idle
+	l      *ConnLimiter
+	busy   bool      // guarded by l.mu: a handler serves it
+	vital  bool      // guarded by l.mu: that handler is a vital endpoint's
+	served bool      // guarded by l.mu: a request of it was served
+	since  time.Time // guarded by l.mu: when it was accepted, last entered or left a handler, or went idle
 }
+
+// NewConnGrace is how long a new connection whose request is still unread
+// is taken only after idle, older and hanging ones (see [ConnLimiter]).
+const NewConnGrace = time.Second
 
 // ConnContext is the server's ConnContext hook: it keeps c in the
 // requests' context, for [Vital], [ConnLimiter.Tracked] and [TCPConnOf].
@@ -97,7 +107,7 @@ func (l *ConnLimiter) admit(c *limitedConn) (victim *limitedConn, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.conns) >= l.max {
-		if victim = l.victim(); victim == nil {
+		if victim = l.victim(c.since); victim == nil {
 			l.refused++
 			return nil, false
 		}
@@ -112,26 +122,37 @@ func (l *ConnLimiter) admit(c *limitedConn) (victim *limitedConn, ok bool) {
 	return victim, true
 }
 
-// victim returns the connection to close for a new one (see [ConnLimiter]),
-// or nil. l.mu is held.
-func (l *ConnLimiter) victim() *limitedConn {
-	var waiting, busy *limitedConn
+// victim returns the connection to close for a new one accepted at now
+// (see [ConnLimiter]), or nil. l.mu is held.
+func (l *ConnLimiter) victim(now time.Time) *limitedConn {
+	var idle, stale, busy, fresh *limitedConn
+	older := func(x, than *limitedConn) bool { return than == nil || x.since.Before(than.since) }
 	for x := range l.conns {
 		switch {
-		case !x.busy:
-			if waiting == nil || x.since.Before(waiting.since) {
-				waiting = x
-			}
-		case !x.vital:
-			if busy == nil || x.since.Before(busy.since) {
+		case x.busy:
+			if !x.vital && older(x, busy) {
 				busy = x
+			}
+		case x.served:
+			if older(x, idle) {
+				idle = x
+			}
+		case now.Sub(x.since) >= NewConnGrace:
+			if older(x, stale) {
+				stale = x
+			}
+		default:
+			if older(x, fresh) {
+				fresh = x
 			}
 		}
 	}
-	if waiting != nil {
-		return waiting
+	for _, v := range [...]*limitedConn{idle, stale, busy, fresh} {
+		if v != nil {
+			return v
+		}
 	}
-	return busy
+	return nil
 }
 
 // Track is the server's ConnState hook.
@@ -144,7 +165,7 @@ func (l *ConnLimiter) Track(c net.Conn, s http.ConnState) {
 	defer l.mu.Unlock()
 	switch s {
 	case http.StateIdle:
-		lc.busy, lc.vital, lc.since = false, false, time.Now()
+		lc.busy, lc.vital, lc.served, lc.since = false, false, true, time.Now()
 	case http.StateHijacked, http.StateClosed:
 		delete(l.conns, lc)
 	}
@@ -167,6 +188,9 @@ func (l *ConnLimiter) setBusy(lc *limitedConn, busy bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lc.busy, lc.vital, lc.since = busy, false, time.Now()
+	if !busy {
+		lc.served = true
+	}
 }
 
 // setVital marks lc, busy, as serving a vital endpoint.

@@ -48,28 +48,44 @@ func TestSlotsFreedFromNonReaders(t *testing.T) {
 }
 
 // TestConnLimiterVictim checks the order in which the connection limit
-// makes room: a connection out of a handler (idle, new or still sending
-// its request), longest first; then one busy in a handler that is not
-// vital, longest first; never one serving a vital endpoint.
+// makes room: a connection idle between requests, longest first; then one
+// whose request is unread since at least NewConnGrace, longest first; then
+// one busy in a handler that is not vital, longest first; then a new one
+// younger than NewConnGrace, longest first; never one serving a vital
+// endpoint. A new connection's request may wait unread while a loaded
+// daemon works through a burst: it is taken only when nothing older or
+// hanging is left.
 func TestConnLimiterVictim(t *testing.T) {
 	now := time.Now()
-	conn := func(name string, busy, vital bool, age time.Duration) *limitedConn {
-		return &limitedConn{Conn: namedConn{name: name}, busy: busy, vital: vital, since: now.Add(-age)}
+	type kind int
+	const (
+		unread kind = iota
+		idle
+		busy
+		vital
+	)
+	conn := func(name string, k kind, age time.Duration) *limitedConn {
+		return &limitedConn{Conn: namedConn{name: name}, busy: k >= busy, vital: k == vital, served: k == idle, since: now.Add(-age)}
 	}
+	grace := NewConnGrace
 	for _, tt := range []struct {
 		name  string
 		conns []*limitedConn
 		want  string // "" for none
 	}{
-		{"waiting the longest first", []*limitedConn{
-			conn("new", false, false, 10*time.Millisecond), conn("idle", false, false, 5*time.Second),
-			conn("trickling", false, false, 9*time.Second), conn("probe", true, false, time.Minute)}, "trickling"},
-		{"a new one before a request in progress", []*limitedConn{
-			conn("new", false, false, time.Millisecond), conn("reload", true, false, time.Minute)}, "new"},
-		{"then the longest busy in a handler that is not vital", []*limitedConn{
-			conn("probe", true, false, 2*time.Second), conn("stream", true, false, time.Hour),
-			conn("metrics", true, true, 2*time.Hour)}, "stream"},
-		{"never a vital one", []*limitedConn{conn("metrics", true, true, time.Hour), conn("healthy", true, true, time.Minute)}, ""},
+		{"idle the longest first", []*limitedConn{
+			conn("new", unread, 10*time.Millisecond), conn("idle", idle, 5*time.Second), conn("idle-older", idle, 6*time.Second),
+			conn("trickling", unread, 9*time.Second), conn("probe", busy, time.Minute)}, "idle-older"},
+		{"then unread for the grace, the longest first", []*limitedConn{
+			conn("new", unread, 10*time.Millisecond), conn("trickling", unread, 9*time.Second),
+			conn("trickling-just", unread, grace), conn("probe", busy, time.Minute)}, "trickling"},
+		{"a request in progress before a new one", []*limitedConn{
+			conn("new", unread, time.Millisecond), conn("probe", busy, 2*time.Second), conn("stream", busy, time.Hour),
+			conn("metrics", vital, 2*time.Hour)}, "stream"},
+		{"the oldest new one when nothing else is left", []*limitedConn{
+			conn("healthy", unread, 20*time.Millisecond), conn("newer", unread, time.Millisecond),
+			conn("metrics", vital, time.Hour)}, "healthy"},
+		{"never a vital one", []*limitedConn{conn("metrics", vital, time.Hour), conn("healthy", vital, time.Minute)}, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			l := NewConnLimiter(nil, len(tt.conns))
@@ -78,7 +94,7 @@ func TestConnLimiterVictim(t *testing.T) {
 				l.conns[c] = struct{}{}
 			}
 			got := ""
-			if v := l.victim(); v != nil {
+			if v := l.victim(now); v != nil {
 				got = v.Conn.(namedConn).name
 			}
 			if got != tt.want {
