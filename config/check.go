@@ -12,6 +12,7 @@ import (
 	"github.com/sondeprobe/sonde/probe"
 	httpprobe "github.com/sondeprobe/sonde/probe/http"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/scheduler/passive"
 
 	"github.com/sondeprobe/sonde/probe/endpoint"
 )
@@ -174,6 +175,11 @@ type Check struct {
 	// ProbeAccess is what the /probe endpoint may do with the check: which
 	// targets it probes, and which receive the check's credentials.
 	ProbeAccess ProbeAccess
+
+	// Passive is the rule of the check's passive evidence: what the TCP
+	// connections other processes on this host open to its targets may do.
+	// nil: they are not watched.
+	Passive *passive.Rule
 
 	// Class is the check's probe class: checks with the same Class have the
 	// same [Check.ProbeKey], so they send the same probe and judge it the

@@ -73,6 +73,9 @@ func resolveCheck(name string, s *CheckSpec, files *fileReader, lookupEnv env) (
 	if err := c.resolveProbeAccess(s); err != nil {
 		return nil, err
 	}
+	if err := c.resolvePassive(s); err != nil {
+		return nil, err
+	}
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}

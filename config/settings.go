@@ -41,6 +41,8 @@ type CheckSettings struct {
 	// check (see [ProbeAccess]).
 	ProbeTargets        ProbeTargets   `json:"probe_targets"`
 	ProbeAllowAddresses []netip.Prefix `json:"probe_allow_addresses,omitempty"`
+	// Passive is the check's passive rule, null without one.
+	Passive *PassiveSettings `json:"passive"`
 }
 
 // Settings returns the check's effective settings and windows.
@@ -65,6 +67,7 @@ func (c *Check) Settings() CheckSettings {
 		ProbeClass:               c.Class,
 		ProbeTargets:             c.ProbeAccess.Targets,
 		ProbeAllowAddresses:      c.ProbeAccess.AllowAddresses,
+		Passive:                  c.passiveSettings(),
 	}
 	if c.Preset != "" {
 		s.Preset = &c.Preset

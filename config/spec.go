@@ -52,6 +52,7 @@ type CheckSpec struct {
 	IPFamily            *string           `yaml:"ip_family"`
 	ProbeTargets        *string           `yaml:"probe_targets"`         // what /probe may probe with the check
 	ProbeAllowAddresses []string          `yaml:"probe_allow_addresses"` // link-local and metadata blocks /probe may probe
+	Passive             *PassiveSpec      `yaml:"passive"`               // evidence from this host's own connections to the targets
 }
 
 // WindowSpec is a sliding-window evaluation as written (E2).
