@@ -99,6 +99,11 @@ type Result struct {
 	// Retransmits is how many times the probe's SYN was sent again before
 	// it ended (T5); 0 for probes whose transport retransmits by itself.
 	Retransmits uint8
+	// Passive marks a failure seen in other traffic to the target, not in
+	// a probe: passive evidence, which the scheduler counts as a failed
+	// probe. Gen, Retransmits and Latency are zero then, and Done is when
+	// the failure was seen.
+	Passive bool
 	// Latency is the round-trip time (SYN) or the request-to-last-byte time
 	// (HTTP). For a probe that was retransmitted, the time from its first
 	// send to its end, as a kernel's connect() would take it; such a

@@ -176,3 +176,24 @@ func BenchmarkEdit100k(b *testing.B) {
 	b.ReportMetric(float64(add.Milliseconds())/float64(b.N), "add-cpu-ms/100k")
 	b.ReportMetric(float64(remove.Milliseconds())/float64(b.N), "remove-cpu-ms/100k")
 }
+
+// BenchmarkDeliver measures the delivery path of a probe's answer alone:
+// Deliver on the prober's side (lookup, push into the shard's ring) and the
+// shard's drain of it (pop, the record's check). The answers are of probes
+// no longer in flight, so the shard's work ends at that check and the
+// benchmark sees the ring's trip, not evaluation. One op is one answer.
+func BenchmarkDeliver(b *testing.B) {
+	const n = 1 << 14
+	e, clock := newBenchEngine(b, n, 1, silentLauncher{})
+	e.Step(clock.Nanotime())
+	s := e.shards[0]
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		e.Deliver(probe.Result{ID: uint32(i % n), Gen: 1 << 31, Outcome: probe.Success, Done: clock.Nanotime()})
+		if i++; i%1024 == 0 {
+			s.drain()
+		}
+	}
+	s.drain()
+}

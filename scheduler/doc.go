@@ -38,6 +38,24 @@
 // take them all at once. Every first probe, at start or of a target added
 // later, is filed the same way.
 //
+// Passive evidence is what the host's other traffic to a target (its
+// clients' connections, seen by eBPF) says about it. Two lock-free entry
+// points take it, through the same ring as probe results, so probes' results
+// travel as before and nothing is allocated. [Engine.Recheck] pulls the
+// target's next probe forward (a fast re-check): it leaves at once, but not
+// sooner than a gap after its stream's previous send, not while a probe is
+// out, and not for a target already unhealthy; repeated rechecks coalesce, and
+// a recheck of a target that shares a probe stream pulls the whole stream.
+// [Engine.Evidence] counts a failure seen in that traffic as a failed probe of
+// that one target: toward fall (E1) or in the window (E2), with the fast
+// re-check gap (E4) for its next probe. Evidence never makes a target
+// healthy, and what the probes say stays the verdict: evidence older than the
+// latest probe result is ignored. The [Observer] sees evidence as a Result,
+// and a state change it causes as an [Event], with Passive set. The bound
+// this gives depends on traffic and is [Timing.RecheckWindow]: about fall ×
+// max(recheck gap, probe time) after the evidence; without traffic W1–W3
+// remain the guarantees.
+//
 // A [Router] applies the pool policy ([PoolPolicy]: P1 cap, P2 fail-open, E7
 // preferred set) as states change: the observer notifies it of each change
 // through a lock-free ring, and its own goroutine updates the pools'

@@ -200,7 +200,8 @@ func (ed *Edit) assign(id uint32, sh int, t TargetSpec) {
 }
 
 // queueAdd publishes the new target's starting state, so readers see it at
-// once, and queues its addition for its shard.
+// once, and queues its addition for its shard. The state is marked off until
+// the shard applies the addition: rechecks and passive evidence wait for that.
 func (ed *Edit) queueAdd(id, leader uint32, t TargetSpec) {
 	e := ed.e
 	s, i, _ := e.locate(id)
@@ -211,7 +212,7 @@ func (ed *Edit) queueAdd(id, leader uint32, t TargetSpec) {
 		ev = resumed(&c.Timing, t.Resume)
 		rec.publishResumed(t.Resume, &ev, t.Disabled)
 	} else {
-		rec.word.Store(packWord(&ev, t.Disabled, false, 0, 0))
+		rec.word.Store(packWord(&ev, t.Disabled, false, 0, 0) | wordOff)
 		rec.latency.Store(0)
 		rec.last.Store(0)
 		rec.since.Store(e.clock.Nanotime())
@@ -364,9 +365,10 @@ func resumed(c *Timing, st *TargetStatus) evalState {
 	return ev
 }
 
-// publishResumed stores a resumed target's published fields.
+// publishResumed stores a resumed target's published fields, marked off
+// until its shard applies its addition.
 func (r *record) publishResumed(st *TargetStatus, ev *evalState, disabled bool) {
-	r.word.Store(packWord(ev, disabled, st.Probed, st.LastOutcome, st.LastStatus))
+	r.word.Store(packWord(ev, disabled, st.Probed, st.LastOutcome, st.LastStatus) | wordOff)
 	lat := func(d time.Duration) uint64 { return uint64(min(max(d/time.Microsecond, 0), 1<<32-1)) }
 	r.latency.Store(lat(st.Latency)<<32 | lat(st.Smoothed))
 	r.last.Store(st.LastProbe)

@@ -38,10 +38,13 @@ type Event struct {
 	Target  uint32        // target id
 	From    State         // state before
 	To      State         // state after
-	Outcome probe.Outcome // outcome of the probe that caused the change
+	Outcome probe.Outcome // outcome of the probe (or passive evidence) that caused the change
 	Status  uint16        // its HTTP status, if any
 	Streak  int           // consecutive results of that kind, the change's included
-	At      int64         // Nanotime at which the probe completed
+	At      int64         // Nanotime at which the probe completed, or the passive evidence was seen
+	// Passive says that passive evidence ([Engine.Evidence]), not a probe,
+	// caused the change. It only ever makes a target unhealthy.
+	Passive bool
 }
 
 // Observer is told about results and state changes. Its methods are called on
@@ -49,7 +52,8 @@ type Event struct {
 // must not call back into the engine's Step or Run.
 type Observer interface {
 	// Result is called for every applied probe outcome, once for each
-	// enabled target that shares the probe.
+	// enabled target that shares the probe, and for every applied piece
+	// of passive evidence ([Engine.Evidence]), which has r.Passive set.
 	Result(id uint32, r probe.Result)
 	// Transition is called when a target's state changes.
 	Transition(e Event)
@@ -377,6 +381,9 @@ func (e *Engine) Stats() Stats {
 		st.Late += ss.late.Load()
 		st.Transitions += ss.transition.Load()
 		st.Retransmits += ss.retransmit.Load()
+		st.Rechecks += ss.rechecks.Load()
+		st.Evidence += ss.evidence.Load()
+		st.PassiveIgnored += ss.ignored.Load()
 		st.LatenessSum += time.Duration(ss.lateSum.Load())
 		st.LatenessMax = max(st.LatenessMax, time.Duration(ss.lateMax.Load()))
 		for b := range ss.lateCount {

@@ -81,6 +81,7 @@ func (s *shard) command(c *command) {
 func (s *shard) add(c *command) {
 	rec := s.rec(c.idx)
 	rec.id, rec.check, rec.ev, rec.flags = c.id, c.check, c.ev, 0
+	rec.word.Store(rec.word.Load() &^ wordOff)
 	if c.disabled {
 		rec.flags |= flagDisabled
 	}
@@ -103,7 +104,8 @@ func (s *shard) remove(i uint32) {
 	if rec.flags&flagInFlight != 0 {
 		s.deadlines[s.tab.queueOf[rec.check]].strike(rec.dq, i, rec.gen)
 	}
-	flags, at := rec.flags, rec.at
+	rec.word.Store(rec.word.Load() | wordOff)
+	flags, at, dq, tries := rec.flags, rec.at, rec.dq, rec.tries
 	if flags&flagShared == 0 {
 		rec.flags = 0
 		return
@@ -128,8 +130,10 @@ func (s *shard) remove(i uint32) {
 	h := s.rec(heir)
 	h.flags |= flagLeader
 	if flags&(flagActive|flagInFlight) == flagActive {
-		// Waiting for its next send: the heir sends it, on time.
-		h.flags |= flagActive
+		// Waiting for its next send: the heir sends it, on time, and
+		// takes the mark of the stream's last send with it for rechecks.
+		h.flags |= flagActive | flags&flagSent
+		h.dq, h.tries = dq, tries
 		s.schedule(heir, h, at)
 	}
 	s.refreshStream(heir)

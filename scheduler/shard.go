@@ -16,14 +16,26 @@ const (
 	flagInFlight             // a probe is out; its deadline queue holds it
 	flagDisabled             // excluded from evaluation (E6)
 	flagShared               // member of a shared stream: shard.members holds its successor
+	flagSent                 // leader whose stream has completed a probe since its first was filed: with none out, dq and tries hold the send mark
+)
+
+// The kinds of arrival: a probe's result, or one of the passive entry points
+// ([Engine.Recheck], [Engine.Evidence]), which share the ring so that a
+// shard has one queue to drain and one thing to wake for.
+const (
+	arriveResult   uint8 = iota // a probe's result
+	arriveEvidence              // passive evidence: r is the failure, r.Done when it was seen
+	arriveRecheck               // a recheck: r.Latency is the gap after the stream's previous send
 )
 
 // arrival is a probe result on its way to its shard, with the shard-local
 // index of its target that Deliver looked up, so the shard does not look it
-// up again.
+// up again. kind fits in the struct's padding: a probe result travels in 40
+// bytes either way.
 type arrival struct {
-	r   probe.Result
-	idx uint32
+	r    probe.Result
+	idx  uint32
+	kind uint8 // arriveResult, arriveEvidence or arriveRecheck
 }
 
 // maxBatch is the most requests handed to a launcher in one call.
@@ -38,7 +50,7 @@ const maxBatch = 256
 // for one of a later target's.
 type record struct {
 	id      uint32        // global target id
-	dq      uint32        // position (low 32 bits) of the probe in flight in its deadline queue
+	dq      uint32        // position (low 32 bits) of the probe in flight in its deadline queue; with none out, the low bits of the stream's send mark (flagSent)
 	at      int64         // due time of the next probe, or send time while in flight
 	word    atomic.Uint64 // published state, see packWord
 	latency atomic.Uint64 // published latency: last success in µs << 32 | smoothed µs
@@ -48,7 +60,7 @@ type record struct {
 	ev      evalState     // evaluator state
 	check   uint16        // index into the check table
 	flags   uint8         // flag* bits
-	tries   uint8         // retransmissions of the probe in flight so far
+	tries   uint8         // retransmissions of the probe in flight so far; with none out, the high bits of the send mark
 }
 
 // shard owns a subset of the targets: their records, their timers in its own
@@ -314,8 +326,13 @@ func (s *shard) drain() {
 	}
 }
 
-// receive applies one result if it answers the target's probe in flight.
+// receive applies one result if it answers the target's probe in flight,
+// or hands a recheck or passive evidence to [shard.passive].
 func (s *shard) receive(a *arrival) {
+	if a.kind != arriveResult {
+		s.passive(a)
+		return
+	}
 	i, r := a.idx, &a.r
 	rec := s.rec(i)
 	if rec.flags&flagInFlight == 0 || rec.gen != r.Gen {
@@ -407,6 +424,7 @@ func (s *shard) schedule(i uint32, rec *record, at int64) {
 // here, at the engine's start and for a target added later, so none waits
 // for a slot inside its interval.
 func (s *shard) fileFirst(i uint32, rec *record) {
+	rec.flags &^= flagSent // nothing to recheck from until it is sent
 	at := s.now
 	if li := s.tab.launcherOf[rec.check]; li >= 0 {
 		at = s.first[li].slot(s.now)
@@ -439,12 +457,13 @@ func (s *shard) dispatch(i uint32, rec *record) {
 // idle while the probe was out: the earliest any member wants, each counting
 // its gap from the probe's completion or, at a fixed rate, from its send.
 func (s *shard) complete(i uint32, lead *record, r *probe.Result) {
-	lead.flags &^= flagInFlight
+	sent := lead.at
+	lead.flags = lead.flags&^flagInFlight | flagSent
+	s.setSendMark(lead, sent)
 	s.count.results++
 	if lead.flags&flagActive == 0 {
 		return
 	}
-	sent := lead.at
 	var due int64
 	var jitter time.Duration
 	if lead.flags&(flagShared|flagDisabled) == 0 {
@@ -501,7 +520,9 @@ func (s *shard) next(m uint32) uint32 {
 // apply evaluates one member's result, publishes it to readers and reports a
 // state change. A result without a verdict on the target (a LocalError) is
 // published and observed but not evaluated: state and streak stay, and the
-// next probe follows the current state's gap.
+// next probe follows the current state's gap. Passive evidence is applied as
+// a failed probe, but leaves the time of the latest probe (record.last)
+// alone: evidence older than it is stale.
 func (s *shard) apply(rec *record, c *Check, r *probe.Result) {
 	if !r.Outcome.Verdict() {
 		rec.last.Store(r.Done)
@@ -519,7 +540,9 @@ func (s *shard) apply(rec *record, c *Check, r *probe.Result) {
 		// send was answered is unknown (Karn's rule).
 		rec.recordLatency(r.Latency, r.Retransmits == 0)
 	}
-	rec.last.Store(r.Done)
+	if !r.Passive {
+		rec.last.Store(r.Done)
+	}
 	if changed {
 		rec.since.Store(r.Done)
 	}
@@ -541,6 +564,7 @@ func (s *shard) apply(rec *record, c *Check, r *probe.Result) {
 			Status:  r.Status,
 			Streak:  int(rec.ev.streak),
 			At:      r.Done,
+			Passive: r.Passive,
 		})
 	}
 }
@@ -651,9 +675,14 @@ func (s *shard) run(ctx context.Context) {
 // wakes the shard. It reports whether the result overflowed the ring.
 func (s *shard) deliver(r *probe.Result, i uint32) (overflowed bool) {
 	a := arrival{r: *r, idx: i}
-	if !s.ring.push(&a) {
+	return s.enqueue(&a)
+}
+
+// enqueue is [shard.deliver] for any arrival.
+func (s *shard) enqueue(a *arrival) (overflowed bool) {
+	if !s.ring.push(a) {
 		s.overflowMu.Lock()
-		s.overflow = append(s.overflow, a)
+		s.overflow = append(s.overflow, *a)
 		s.overflowed.Store(true)
 		s.overflowMu.Unlock()
 		s.wakeUp()

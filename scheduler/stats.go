@@ -18,6 +18,7 @@ var LatenessBuckets = [...]time.Duration{
 // shardCounts are a shard's tallies, kept in plain fields on the hot path.
 type shardCounts struct {
 	dispatched, results, timeouts, stale, late, transitions, retransmits uint64
+	rechecks, evidence, passiveIgnored                                   uint64
 	lateSum, lateMax                                                     int64
 	lateCount                                                            [len(LatenessBuckets) + 1]uint64
 }
@@ -33,7 +34,10 @@ type shardStats struct {
 	late       atomic.Uint64 // answers that came after their deadline
 	transition atomic.Uint64
 	retransmit atomic.Uint64
-	lateSum    atomic.Int64 // nanoseconds
+	rechecks   atomic.Uint64
+	evidence   atomic.Uint64
+	ignored    atomic.Uint64 // rechecks and evidence that changed nothing
+	lateSum    atomic.Int64  // nanoseconds
 	lateMax    atomic.Int64
 	lateCount  [len(LatenessBuckets) + 1]atomic.Uint64 // not cumulative; last is +Inf
 	_          cacheLine
@@ -64,6 +68,9 @@ func (s *shard) publish() {
 	p.late.Store(c.late)
 	p.transition.Store(c.transitions)
 	p.retransmit.Store(c.retransmits)
+	p.rechecks.Store(c.rechecks)
+	p.evidence.Store(c.evidence)
+	p.ignored.Store(c.passiveIgnored)
 	p.lateSum.Store(c.lateSum)
 	p.lateMax.Store(c.lateMax)
 	for i := range c.lateCount {
@@ -84,6 +91,13 @@ type Stats struct {
 	Overflows   uint64 // answers that found their shard's result ring full and took the slower overflow path
 	Transitions uint64 // state changes
 	Retransmits uint64 // probes sent again after their retransmission timeout (T5)
+	Rechecks    uint64 // probes that [Engine.Recheck] pulled forward
+	Evidence    uint64 // passive failures ([Engine.Evidence]) applied as failed probes
+	// PassiveIgnored counts the rechecks and passive evidence that changed
+	// nothing: their target was gone, disabled or (a recheck) unhealthy,
+	// its stream had a probe out or one due as soon, or the evidence was
+	// older than the target's latest probe result.
+	PassiveIgnored uint64
 
 	// Lateness is the histogram of how late probes were dispatched:
 	// LatenessCounts[i] counts probes with lateness ≤ LatenessBuckets[i] (and

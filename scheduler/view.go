@@ -15,14 +15,21 @@ const (
 	wordStreakShft  = 8  // 16 bits
 	wordStatusShft  = 24 // 16 bits
 	wordStreakOK    = 1 << 40
-	wordRetransShft = 41 // 8 bits
-	wordCauseShft   = 49 // 4 bits
+	wordRetransShft = 41      // 8 bits
+	wordCauseShft   = 49      // 4 bits
+	wordPassive     = 1 << 53 // the most recent result was passive evidence
+	wordOff         = 1 << 54 // the shard does not run the target: it has not applied its addition yet, or has applied its removal
 )
 
 // wordDetail packs the detail of the most recent result into word bits:
-// its retransmissions and, for a local error, its cause.
+// its retransmissions, for a local error its cause, and whether it was
+// passive evidence.
 func wordDetail(r *probe.Result) uint64 {
-	return uint64(r.Retransmits)<<wordRetransShft | uint64(r.Cause&0xf)<<wordCauseShft
+	w := uint64(r.Retransmits)<<wordRetransShft | uint64(r.Cause&0xf)<<wordCauseShft
+	if r.Passive {
+		w |= wordPassive
+	}
+	return w
 }
 
 func packWord(st *evalState, disabled, hasResult bool, o probe.Outcome, status uint16) uint64 {
@@ -44,20 +51,24 @@ type TargetStatus struct {
 	State       State         // current health state
 	Disabled    bool          // excluded from probing, evaluation and pool decisions (E6)
 	Probed      bool          // at least one result has been applied
-	LastOutcome probe.Outcome // outcome of the most recent probe
-	LastStatus  uint16        // HTTP status of the most recent probe, 0 if none
+	LastOutcome probe.Outcome // outcome of the most recent result: a probe's, or passive evidence's (LastPassive)
+	LastStatus  uint16        // HTTP status of the most recent result, 0 if none
 	// LastRetransmits is how often the most recent probe's SYN was sent
 	// again (T5).
 	LastRetransmits int
 	// LastCause is why the most recent probe could not run, when its
 	// outcome is a LocalError.
 	LastCause probe.LocalCause
-	Streak    int           // consecutive results with the most recent verdict's kind (a LocalError is no verdict)
-	StreakOK  bool          // the streak is a run of successes, else of failures (LastOutcome may be no verdict)
-	Latency   time.Duration // latency of the most recent successful probe (µs resolution)
-	Smoothed  time.Duration // exponentially smoothed latency of successful probes (E7)
-	Since     int64         // Nanotime when the target entered its state
-	LastProbe int64         // Nanotime of the most recent result, 0 before the first
+	// LastPassive says the most recent result was passive evidence
+	// ([Engine.Evidence]), not a probe: LastOutcome is the failure seen,
+	// and LastProbe still dates the most recent probe.
+	LastPassive bool
+	Streak      int           // consecutive results with the most recent verdict's kind (a LocalError is no verdict; passive evidence counts as a failure)
+	StreakOK    bool          // the streak is a run of successes, else of failures (LastOutcome may be no verdict)
+	Latency     time.Duration // latency of the most recent successful probe (µs resolution)
+	Smoothed    time.Duration // exponentially smoothed latency of successful probes (E7)
+	Since       int64         // Nanotime when the target entered its state
+	LastProbe   int64         // Nanotime of the most recent probe result, 0 before the first
 }
 
 func (r *record) load() TargetStatus {
@@ -73,6 +84,7 @@ func (r *record) load() TargetStatus {
 		LastStatus:      uint16(w >> wordStatusShft),
 		LastRetransmits: int(uint8(w >> wordRetransShft)),
 		LastCause:       probe.LocalCause(w >> wordCauseShft & 0xf),
+		LastPassive:     w&wordPassive != 0,
 		Latency:         time.Duration(l>>32) * time.Microsecond,
 		Smoothed:        time.Duration(uint32(l)) * time.Microsecond,
 		Since:           r.since.Load(),
