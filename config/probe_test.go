@@ -18,7 +18,7 @@ func keyTestCheck() *Check {
 		Name: "c", Port: 80,
 		Probe: Probe{
 			Protocol: HTTPS, IPFamily: IP4, SourceAddress: netip.MustParseAddr("192.0.2.1"), TCPMode: TCPAuto,
-			Method: "GET", Path: "/health", HealthyStatus: MustParseStatusSet("200-299"), BodyContains: "ok",
+			Method: "GET", Path: "/health", HealthyStatus: httpprobe.MustParseStatusCodes("200-299"), BodyContains: "ok",
 			MaxBodyBytes: 1024, Host: "api.internal", DefaultHost: "127.0.0.1", SNI: "api.internal", UserAgent: "sonde",
 			Headers:   map[string]string{"X-Probe": "1"},
 			AuthToken: AuthToken{SecretFile: "/etc/secret", SecretEnv: "SECRET"},
@@ -34,8 +34,8 @@ func others(v reflect.Value) []reflect.Value {
 	switch x := v.Interface().(type) {
 	case netip.Addr:
 		return []reflect.Value{reflect.ValueOf(x.Next()), reflect.ValueOf(netip.Addr{})}
-	case StatusSet:
-		return []reflect.Value{reflect.ValueOf(MustParseStatusSet("200-300")), reflect.ValueOf(StatusSet{})}
+	case httpprobe.StatusCodes:
+		return []reflect.Value{reflect.ValueOf(httpprobe.MustParseStatusCodes("200-300")), reflect.ValueOf(httpprobe.StatusCodes{})}
 	case map[string]string:
 		added, changed := maps.Clone(x), maps.Clone(x)
 		added["X-Other"] = ""
