@@ -37,9 +37,6 @@ pools:
 			t.Errorf("%s: ProbeAccess (-want +got):\n%s", name, diff)
 		}
 	}
-	if s := cfg.CheckByName("trusted").Settings(); s.ProbeTargets != ProbeTargetsAnyWithCredentials || len(s.ProbeAllowAddresses) != 3 {
-		t.Errorf("settings of trusted: probe_targets %v, allow %v", s.ProbeTargets, s.ProbeAllowAddresses)
-	}
 }
 
 // TestProbeAccessAllows checks the restricted blocks (link-local and cloud
