@@ -1,7 +1,6 @@
 package config
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/internal/endpointtest"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
@@ -101,17 +101,10 @@ func TestEntryPointsDiscovery(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			changed := make(chan struct{}, 1)
-			run := discovery.NewRunner(discovery.Options{Resolver: endpointtest.Resolver, Debounce: time.Millisecond,
-				Changed: func(context.Context) {
-					select {
-					case changed <- struct{}{}:
-					default:
-					}
-				}})
+			run := discovery.NewRunner(discovery.Options{Resolver: endpointtest.Resolver, Debounce: time.Millisecond})
 			t.Cleanup(func() { _ = run.Close() })
 			run.Update(cfg.DiscoveryPools())
-			found := waitDiscovered(t, run, changed)
+			found := waitDiscovered(t, run)
 			n, err := cfg.WithFound(found)
 			if err != nil {
 				t.Fatal(err)
@@ -146,10 +139,13 @@ func TestEntryPointsDiscovery(t *testing.T) {
 // waitDiscovered waits until pool p's source has given its target (or
 // dropped it) and every name it found was looked up, and returns what was
 // found.
-func waitDiscovered(t *testing.T, run *discovery.Runner, changed <-chan struct{}) map[string]discovery.Found {
+func waitDiscovered(t *testing.T, run *discovery.Runner) map[string]discovery.Found {
 	t.Helper()
-	deadline := time.After(20 * time.Second)
-	for {
+	type seen struct {
+		Found  map[string]discovery.Found
+		Status []discovery.PoolStatus
+	}
+	return testenv.Eventually(t, "discovery to settle", func() (seen, bool) {
 		found, _ := run.Found()
 		st := run.Status()
 		f := found["p"]
@@ -158,16 +154,8 @@ func waitDiscovered(t *testing.T, run *discovery.Runner, changed <-chan struct{}
 		for _, u := range f.Unresolved {
 			settled = settled && u.Err != "not looked up yet"
 		}
-		if settled {
-			return found
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("discovery did not settle: %+v %+v", found["p"], st)
-		case <-time.After(10 * time.Millisecond): // the status changes without a signal
-		}
-	}
+		return seen{found, st}, settled
+	}).Found
 }
 
 // TestSourceAddressFamily checks that a check's source_address must be of

@@ -1,7 +1,6 @@
 package discovery
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +21,7 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
@@ -93,17 +93,13 @@ func fileSource(patterns ...string) Source {
 // waitStatus waits until the status of pool's first source satisfies ok.
 func waitStatus(t *testing.T, run *Runner, ok func(SourceStatus) bool) SourceStatus {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	return testenv.Eventually(t, "the source's status", func() (SourceStatus, bool) {
 		st := run.Status()
-		if len(st) > 0 && len(st[0].Sources) > 0 && ok(st[0].Sources[0]) {
-			return st[0].Sources[0]
+		if len(st) == 0 || len(st[0].Sources) == 0 {
+			return SourceStatus{}, false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status %+v", st)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return st[0].Sources[0], ok(st[0].Sources[0])
+	})
 }
 
 // TestFileSD reads JSON and YAML files of a glob, each group with the
@@ -124,17 +120,17 @@ func TestFileSD(t *testing.T) {
 	}
 	write(a, `[{"targets": ["192.0.2.1:80"], "labels": {"zone": "a"}}]`)
 	write(b, "- targets: ['192.0.2.2:80']\n")
-	run, changed := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
+	run, _ := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 	run.Update([]Pool{{Name: "p", Sources: []Source{fileSource(filepath.Join(dir, "*.json"), filepath.Join(dir, "*.yml"))},
 		Relabel: rules(t, `[{source_labels: [__meta_filepath], regex: ".*/(.*)", target_label: file}]`)}})
-	waitFound(t, run, changed, "p", func(f Found) bool {
+	waitFound(t, run, "p", func(f Found) bool {
 		return slices.Equal(endpointsOf(f), []string{`192.0.2.1:80 {file="a.json", zone="a"}`, `192.0.2.2:80 {file="b.yml"}`})
 	})
 	// a.json breaks: it keeps what it gave, and the source fails; b.yml
 	// changes and is followed.
 	write(a, `[{"targets": ["192.0.2.1:80"]`)
 	write(b, "- targets: ['192.0.2.3:80']\n")
-	waitFound(t, run, changed, "p", func(f Found) bool {
+	waitFound(t, run, "p", func(f Found) bool {
 		return slices.Equal(endpointsOf(f), []string{`192.0.2.1:80 {file="a.json", zone="a"}`, `192.0.2.3:80 {file="b.yml"}`})
 	})
 	waitStatus(t, run, func(s SourceStatus) bool {
@@ -144,7 +140,7 @@ func TestFileSD(t *testing.T) {
 	if err := os.Remove(b); err != nil {
 		t.Fatal(err)
 	}
-	waitFound(t, run, changed, "p", func(f Found) bool {
+	waitFound(t, run, "p", func(f Found) bool {
 		return slices.Equal(endpointsOf(f), []string{`192.0.2.1:80 {file="a.json", zone="a"}`})
 	})
 }
@@ -177,12 +173,10 @@ func TestFileSDNotRegular(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := &lockedBuffer{}
-	changed := make(chan struct{}, 16)
-	run := NewRunner(Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Debounce: time.Millisecond,
-		Changed: func(context.Context) { changed <- struct{}{} }})
+	run := NewRunner(Options{Logger: slog.New(slog.NewTextHandler(logs, nil)), Debounce: time.Millisecond})
 	t.Cleanup(func() { run.Close() })
 	run.Update([]Pool{{Name: "p", Sources: []Source{fileSource(filepath.Join(dir, "*.json"), filepath.Join(dir, "*.yml"))}}})
-	waitFound(t, run, changed, "p", func(f Found) bool { return f.Len() == 1 })
+	waitFound(t, run, "p", func(f Found) bool { return f.Len() == 1 })
 	waitStatus(t, run, func(s SourceStatus) bool { return s.State == "failing" && s.Failures >= 3 })
 	for _, want := range []string{"b.json: not a regular file", "c.json: file too large: 134217729 bytes, at most 134217728 allowed",
 		"e.yml: file too large: 8388609 bytes, at most 8388608 allowed"} {
@@ -194,7 +188,7 @@ func TestFileSDNotRegular(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "d.json"), []byte(`[{"targets": ["192.0.2.4:80"]}]`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFound(t, run, changed, "p", func(f Found) bool { return f.Len() == 2 })
+	waitFound(t, run, "p", func(f Found) bool { return f.Len() == 2 })
 }
 
 // lockedBuffer is a log destination safe for concurrent writes.
@@ -262,10 +256,10 @@ func (s *sdServer) source(every time.Duration) Source {
 func TestHTTPSD(t *testing.T) {
 	s := newSDServer(t)
 	s.json(`[{"targets": ["192.0.2.1:80"], "labels": {"zone": "a"}}]`)
-	run, changed := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
+	run, _ := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 	run.Update([]Pool{{Name: "p", Sources: []Source{s.source(50 * time.Millisecond)},
 		Relabel: rules(t, `[{source_labels: [__meta_url], regex: ".*/(sd)", target_label: path}]`)}})
-	waitFound(t, run, changed, "p", func(f Found) bool {
+	waitFound(t, run, "p", func(f Found) bool {
 		return slices.Equal(endpointsOf(f), []string{`192.0.2.1:80 {path="sd", zone="a"}`})
 	})
 	s.mu.Lock()
@@ -379,12 +373,11 @@ func TestRelabelBudget(t *testing.T) {
 	writeBig(t, sd, 1, 10)
 	var budget atomic.Int64
 	budget.Store(int64(time.Minute))
-	changed := make(chan struct{}, 16)
-	run := NewRunner(Options{Logger: testLogger, Debounce: time.Millisecond, Changed: func(context.Context) { changed <- struct{}{} },
+	run := NewRunner(Options{Logger: testLogger, Debounce: time.Millisecond,
 		RelabelBudget: func(int) time.Duration { return time.Duration(budget.Load()) }})
 	t.Cleanup(func() { run.Close() })
 	run.Update([]Pool{{Name: "p", Sources: []Source{fileSource(sd)}, Relabel: rules(t, slowRules)}})
-	waitFound(t, run, changed, "p", func(f Found) bool { return f.Len() == 1 })
+	waitFound(t, run, "p", func(f Found) bool { return f.Len() == 1 })
 
 	budget.Store(int64(time.Millisecond))
 	writeBig(t, sd, 200, 16<<10)
@@ -405,12 +398,12 @@ func TestRelabelBudget(t *testing.T) {
 func TestRelabelSuperseded(t *testing.T) {
 	sd := filepath.Join(t.TempDir(), "sd.json")
 	writeBig(t, sd, 1000, 16<<10)
-	run, changed := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
+	run, _ := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 	start := time.Now()
 	run.Update([]Pool{{Name: "p", Sources: []Source{fileSource(sd)}, Relabel: rules(t, slowRules)}})
 	waitStatus(t, run, func(s SourceStatus) bool { return s.Updates == 1 })
 	writeBig(t, sd, 1, 10)
-	f := waitFound(t, run, changed, "p", func(f Found) bool { return f.Len() == 1 })
+	f := waitFound(t, run, "p", func(f Found) bool { return f.Len() == 1 })
 	if got := endpointsOf(f); !slices.Equal(got, []string{`192.0.2.0:80 {big="aaaaaaaaaa"}`}) {
 		t.Errorf("targets %v, want the small file's", got)
 	}
@@ -442,9 +435,9 @@ func TestRunnerCloseDuringRelabel(t *testing.T) {
 func TestSameAnswerAgain(t *testing.T) {
 	s := newSDServer(t)
 	s.json(`[{"targets": ["192.0.2.1:80"], "labels": {"b": "2", "a": "1"}}]`)
-	run, changed := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
+	run, _ := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 	run.Update([]Pool{{Name: "p", Sources: []Source{s.source(20 * time.Millisecond)}}})
-	waitFound(t, run, changed, "p", func(f Found) bool { return f.Len() == 1 })
+	waitFound(t, run, "p", func(f Found) bool { return f.Len() == 1 })
 	run.mu.Lock()
 	src := run.pools["p"].sources[0]
 	run.mu.Unlock()
