@@ -48,6 +48,7 @@ func sorted(s []string) []string {
 // the daemon's endpoints, or the error a load gives (an unresolved name is
 // no load error: the pool lists it with why).
 func TestEntryPointsConfig(t *testing.T) {
+	t.Parallel()
 	for _, c := range endpointtest.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			cfg, err := Parse([]byte(entryConfig(&c, false)), "", LoadOptions{Resolver: endpointtest.Resolver})
@@ -95,6 +96,7 @@ func checkLoad(t *testing.T, c *endpointtest.Case, cfg *Config, err error) {
 // __address__ is counted by its source, an address the source address
 // cannot reach is listed as unresolved with the message a listed one gets.
 func TestEntryPointsDiscovery(t *testing.T) {
+	t.Parallel()
 	for _, c := range endpointtest.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			cfg, err := Parse([]byte(entryConfig(&c, true)), "", LoadOptions{Resolver: endpointtest.Resolver})
@@ -161,6 +163,7 @@ func waitDiscovered(t *testing.T, run *discovery.Runner) map[string]discovery.Fo
 // TestSourceAddressFamily checks that a check's source_address must be of
 // a family its ip_family allows.
 func TestSourceAddressFamily(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ family, source, wantErr string }{
 		{"ip4", "::1", `checks.c.source_address: ::1 does not match ip_family ip4`},
 		{"ip6", "127.0.0.1", `checks.c.source_address: 127.0.0.1 does not match ip_family ip6`},

@@ -23,6 +23,7 @@ import (
 // twice per load), an empty one, a FIFO (refused without waiting for a
 // writer).
 func TestSecretFileRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	big := filepath.Join(dir, "big")
 	f, err := os.Create(big)
@@ -68,6 +69,7 @@ func TestSecretFileRefused(t *testing.T) {
 // its owner and group can read is used, with a warning naming the field; a
 // CA file or certificate may be public.
 func TestSecretFileWarnings(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeCertFiles(t, dir, "client.pem", "client.key")
 	writeCertFiles(t, dir, "ca.pem", "ca.key")

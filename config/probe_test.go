@@ -82,6 +82,7 @@ func eachSetting(t *testing.T, path string, v reflect.Value, fn func(path string
 // Probe is part of the key without anyone listing it. It walks the struct
 // with reflect, so the new setting is also part of this test.
 func TestProbeKeyCoversEveryField(t *testing.T) {
+	t.Parallel()
 	c := keyTestCheck()
 	key := c.ProbeKey()
 	n := 0
@@ -113,6 +114,7 @@ func TestProbeKeyCoversEveryField(t *testing.T) {
 // the check's name and default port are not part of the probe, so checks
 // that differ only in them share probe streams (P4).
 func TestProbeKeyIgnoresTiming(t *testing.T) {
+	t.Parallel()
 	c := keyTestCheck()
 	key := c.ProbeKey()
 	eachSetting(t, "Timing", reflect.ValueOf(&c.Timing).Elem(), func(path string, v reflect.Value) {
@@ -135,6 +137,7 @@ func TestProbeKeyIgnoresTiming(t *testing.T) {
 
 // TestProbeKeyNoAmbiguity checks that strings cannot run into each other.
 func TestProbeKeyNoAmbiguity(t *testing.T) {
+	t.Parallel()
 	a, b := keyTestCheck(), keyTestCheck()
 	a.Method, a.Path = "GET", "/x"
 	b.Method, b.Path = "GET/", "x"

@@ -28,6 +28,7 @@ import (
 // TestReadJSON reads SD documents as a stream: what Prometheus accepts is
 // accepted, what it refuses is refused.
 func TestReadJSON(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name, doc string
 		want      []string // targets with their labels, or the error's text
@@ -106,6 +107,7 @@ func waitStatus(t *testing.T, run *Runner, ok func(SourceStatus) bool) SourceSta
 // file's path as __meta_filepath, follows their changes, and keeps what a
 // file gave while it cannot be read.
 func TestFileSD(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.yml")
 	write := func(path, text string) {
@@ -151,6 +153,7 @@ func TestFileSD(t *testing.T) {
 // MaxDocumentBytes is refused from its size, unread; the other files are
 // read.
 func TestFileSDNotRegular(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "a.json"), []byte(`[{"targets": ["192.0.2.1:80"]}]`), 0o644); err != nil {
 		t.Fatal(err)
@@ -254,6 +257,7 @@ func (s *sdServer) source(every time.Duration) Source {
 // interval in a header, __meta_url on every group, a failed answer (status,
 // content type, document) keeps the targets of the last good one.
 func TestHTTPSD(t *testing.T) {
+	t.Parallel()
 	s := newSDServer(t)
 	s.json(`[{"targets": ["192.0.2.1:80"], "labels": {"zone": "a"}}]`)
 	run, _ := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
@@ -300,6 +304,7 @@ func TestHTTPSD(t *testing.T) {
 // reader may take that long; the server stops writing when the client
 // goes.
 func TestHTTPSDAnswerCap(t *testing.T) {
+	// Not parallel: it counts what the whole process allocates.
 	if raceEnabled {
 		t.Skip("measures allocations, which the race detector changes")
 	}
@@ -369,6 +374,7 @@ func writeBig(t *testing.T, path string, n, size int) {
 // than its budget keeps the targets it gave before, is reported failing
 // with why, and counts a refused update.
 func TestRelabelBudget(t *testing.T) {
+	t.Parallel()
 	sd := filepath.Join(t.TempDir(), "sd.json")
 	writeBig(t, sd, 1, 10)
 	var budget atomic.Int64
@@ -396,6 +402,7 @@ func TestRelabelBudget(t *testing.T) {
 // once the pass over the old file is done, and the status answers
 // meanwhile.
 func TestRelabelSuperseded(t *testing.T) {
+	t.Parallel()
 	sd := filepath.Join(t.TempDir(), "sd.json")
 	writeBig(t, sd, 1000, 16<<10)
 	run, _ := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
@@ -415,6 +422,7 @@ func TestRelabelSuperseded(t *testing.T) {
 // TestRunnerCloseDuringRelabel checks that closing the runner ends a pass
 // in progress at once.
 func TestRunnerCloseDuringRelabel(t *testing.T) {
+	t.Parallel()
 	sd := filepath.Join(t.TempDir(), "sd.json")
 	writeBig(t, sd, 1000, 16<<10)
 	run := NewRunner(Options{Logger: testLogger, Debounce: time.Millisecond})
@@ -433,6 +441,7 @@ func TestRunnerCloseDuringRelabel(t *testing.T) {
 // relabeled again, and that one whose targets were refused stays refused:
 // counted again, its source still failing.
 func TestSameAnswerAgain(t *testing.T) {
+	t.Parallel()
 	s := newSDServer(t)
 	s.json(`[{"targets": ["192.0.2.1:80"], "labels": {"b": "2", "a": "1"}}]`)
 	run, _ := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})

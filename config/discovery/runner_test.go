@@ -73,6 +73,7 @@ func staticSource(i int, targets []string, ls map[string]string) Source {
 // from host names, with the pool's labels, and that names which do not
 // resolve are listed as unresolved.
 func TestRunnerStaticAndNames(t *testing.T) {
+	t.Parallel()
 	srv := testenv.NewDNSServer(t, "127.0.0.1:0", "api.test. 300 IN A 192.0.2.10")
 	run, changed := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{srv.Addr}})
 	found, _ := run.Update([]Pool{{
@@ -112,6 +113,7 @@ func TestRunnerStaticAndNames(t *testing.T) {
 // TestRunnerKeepsSources checks that an update keeps a source whose
 // configuration is unchanged, with what it found, and stops one that went.
 func TestRunnerKeepsSources(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	sd := filepath.Join(dir, "a.json")
 	if err := os.WriteFile(sd, []byte(`[{"targets": ["192.0.2.1:80"]}]`), 0o644); err != nil {
@@ -159,6 +161,7 @@ func TestRunnerKeepsSources(t *testing.T) {
 // TestRunnerLimit checks that a pool whose sources give more targets than
 // the limit keeps the targets it had.
 func TestRunnerLimit(t *testing.T) {
+	t.Parallel()
 	run := NewRunner(Options{MaxTargets: 2, Debounce: time.Millisecond})
 	defer run.Close()
 	run.Update([]Pool{{Name: "p", Sources: []Source{staticSource(0, []string{"192.0.2.1:80"}, nil)}}})
@@ -180,6 +183,7 @@ var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Le
 // its first failure since it last worked, for a source that refreshes and
 // for a watch whose failures count for watchFailureWindow.
 func TestSourceFailingSince(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		mech string
 		// at is when each failure is noted (offsets from t0); update, when
@@ -217,6 +221,7 @@ func (r failingResolver) LookupNetIP(_ context.Context, _, host string) ([]netip
 // fails (since when) and of a name whose lookups keep failing: its next
 // lookup is the one scheduled now, not the one of the first failure.
 func TestStatusFailingSourceAndRetries(t *testing.T) {
+	t.Parallel()
 	sd := filepath.Join(t.TempDir(), "bad.json")
 	if err := os.WriteFile(sd, []byte("{not json"), 0o644); err != nil {
 		t.Fatal(err)

@@ -89,6 +89,7 @@ func (c *fakeConsul) serve(w http.ResponseWriter, r *http.Request) {
 // TestConsulServices follows a fake Consul's instances of a service
 // through Prometheus's consul discovery.
 func TestConsulServices(t *testing.T) {
+	t.Parallel()
 	c := newFakeConsul(t)
 	c.set("n1 10.3.0.1 8080", "n2 10.3.0.2 8080")
 	cfg := &consul.SDConfig{}

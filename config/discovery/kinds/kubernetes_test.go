@@ -200,6 +200,7 @@ func (k *fakeKube) watch(w http.ResponseWriter, r *http.Request, kind string) {
 // EndpointSlices through Prometheus's kubernetes discovery, with the
 // relabeling a scrape job would use.
 func TestKubernetesEndpointSlices(t *testing.T) {
+	t.Parallel()
 	k := newFakeKube(t)
 	k.put(endpointSlice("web-a", "web", 8080, "10.1.0.1", "10.1.0.2"))
 	u, _ := url.Parse(k.srv.URL)
