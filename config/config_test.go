@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sondeprobe/sonde/internal/safefile"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	httpprobe "github.com/sondeprobe/sonde/probe/http"
 	"github.com/sondeprobe/sonde/scheduler"
 )
@@ -50,6 +51,7 @@ func effectiveOf(cfg *Config) effective {
 }
 
 func TestPresetsDefaultsAndOverrides(t *testing.T) {
+	t.Parallel()
 	appService := effective{Protocol: HTTP, Port: 80, Method: "GET", Path: "/health", Healthy: "200-299", Cadence: scheduler.FixedRate,
 		Interval: time.Minute, Timeout: time.Minute, Rise: 1, Fall: 10, FailOpen: true, MaxUnhealthy: 50}
 	frontDoor := effective{Protocol: HTTP, Port: 80, Method: "HEAD", Path: "/", Healthy: "200", UserAgent: "Edge Health Probe",
@@ -150,6 +152,7 @@ func indent(s, prefix string) string {
 // TestPresetWindows checks the detection windows of every preset's defaults,
 // as docs/semantics.md computes them (W1, W2 with r = t, W3).
 func TestPresetWindows(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		check      string
 		w1, w2, w3 time.Duration
@@ -171,6 +174,7 @@ func TestPresetWindows(t *testing.T) {
 }
 
 func TestLoadExample(t *testing.T) {
+	t.Parallel()
 	cfg, err := Load("testdata/example.yaml", testOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -203,6 +207,7 @@ func TestLoadExample(t *testing.T) {
 }
 
 func TestMetricsDefault(t *testing.T) {
+	t.Parallel()
 	cfg := mustParse(t, "checks: {c: {protocol: http}}\npools: [{name: p, check: c, targets: [127.0.0.1]}]\n", "")
 	if !cfg.Metrics.PerTarget {
 		t.Error("metrics.per_target defaults to false, want true")
@@ -210,6 +215,7 @@ func TestMetricsDefault(t *testing.T) {
 }
 
 func TestFilesRelativeToConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write := func(name, data string) {
 		t.Helper()
@@ -264,6 +270,7 @@ pools:
 }
 
 func TestAuthTokenEmptyEnv(t *testing.T) {
+	t.Parallel()
 	_, err := Parse([]byte("checks: {c: {protocol: http, auth_token: {secret_env: SONDE_TEST_EMPTY}}}\npools: [{name: p, check: c, targets: [127.0.0.1]}]\n"), "", testOptions())
 	want := "checks.c.auth_token.secret_env: environment variable SONDE_TEST_EMPTY is empty"
 	if err == nil || err.Error() != want {
@@ -272,6 +279,7 @@ func TestAuthTokenEmptyEnv(t *testing.T) {
 }
 
 func TestLoadErrors(t *testing.T) {
+	t.Parallel()
 	_, err := Load(filepath.Join(t.TempDir(), "missing.yaml"), testOptions())
 	if !errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrInvalid) {
 		t.Errorf("Load(missing) = %v, want a not-exist error that is not ErrInvalid", err)
@@ -290,6 +298,7 @@ func TestLoadErrors(t *testing.T) {
 // targets_file is refused at once: reading a FIFO nobody writes would hang
 // the load.
 func TestTargetsFileNotRegular(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o600); err != nil {
 		t.Fatal(err)
@@ -299,19 +308,13 @@ func TestTargetsFileNotRegular(t *testing.T) {
 	}
 	for _, name := range []string{"fifo", "dir", "/dev/null"} {
 		t.Run(name, func(t *testing.T) {
-			done := make(chan error, 1)
-			go func() {
-				_, err := Parse([]byte("checks: {c: {protocol: http}}\npools: [{name: p, check: c, targets_file: "+name+"}]\n"), dir, testOptions())
-				done <- err
-			}()
-			select {
-			case err := <-done:
-				want := fmt.Sprintf("pools[0].targets_file: %q is not a regular file", name)
-				if err == nil || err.Error() != want {
-					t.Fatalf("error %v, want %q", err, want)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("the load hangs on a FIFO")
+			var err error
+			testenv.ReturnsWithin(t, "the load of targets_file "+name, func() {
+				_, err = Parse([]byte("checks: {c: {protocol: http}}\npools: [{name: p, check: c, targets_file: "+name+"}]\n"), dir, testOptions())
+			})
+			want := fmt.Sprintf("pools[0].targets_file: %q is not a regular file", name)
+			if err == nil || err.Error() != want {
+				t.Fatalf("error %v, want %q", err, want)
 			}
 		})
 	}
@@ -320,25 +323,21 @@ func TestTargetsFileNotRegular(t *testing.T) {
 // TestLoadNotRegular checks that Load refuses a FIFO as the config file at
 // once, naming it, where reading it would wait for a writer.
 func TestLoadNotRegular(t *testing.T) {
+	t.Parallel()
 	fifo := filepath.Join(t.TempDir(), "sonde.yaml")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := Load(fifo, testOptions())
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if want := "read config: " + fifo + ": not a regular file"; err == nil || err.Error() != want || !errors.Is(err, safefile.ErrNotRegular) {
-			t.Fatalf("error %v, want %q", err, want)
-		}
-	case <-time.After(10 * time.Second):
+	// A load that hangs is released when the test ends, by a writer.
+	t.Cleanup(func() {
 		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
 			f.Close()
 		}
-		t.Fatal("Load hangs on a FIFO")
+	})
+	var err error
+	testenv.ReturnsWithin(t, "Load of a FIFO", func() { _, err = Load(fifo, testOptions()) })
+	if want := "read config: " + fifo + ": not a regular file"; err == nil || err.Error() != want || !errors.Is(err, safefile.ErrNotRegular) {
+		t.Fatalf("error %v, want %q", err, want)
 	}
 }
 
@@ -346,6 +345,7 @@ func TestLoadNotRegular(t *testing.T) {
 // of the config file and of a targets file that two pools name, and that a
 // file whose two reads differ gets the zero sum.
 func TestLoadSums(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	path, targets := filepath.Join(dir, "sonde.yaml"), filepath.Join(dir, "targets.txt")
 	yaml := "checks: {c: {protocol: http}}\npools:\n  - {name: a, check: c, targets_file: targets.txt}\n  - {name: b, check: c, targets_file: targets.txt}\n"
@@ -376,6 +376,7 @@ func TestLoadSums(t *testing.T) {
 // TestRemediation parses the issue's remediation contract and the defaults
 // App Service has (R1).
 func TestRemediation(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "hook.key"), []byte("k3y\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -424,6 +425,7 @@ remediation:
 // Global Accelerator's health checks off: the pool keeps its members, none
 // is disabled in it, and a target no other pool probes is not probed.
 func TestHealthChecksOff(t *testing.T) {
+	t.Parallel()
 	cfg := mustParse(t, `checks:
   edge: {preset: frontdoor}
 pools:

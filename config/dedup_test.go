@@ -28,6 +28,7 @@ func rows(cfg *Config) []row {
 }
 
 func TestDedup(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		yaml     string
@@ -151,6 +152,7 @@ pools:
 }
 
 func TestDedupHostnames(t *testing.T) {
+	t.Parallel()
 	cfg := mustParse(t, `checks:
   plain: {protocol: http}
   tcp: {protocol: tcp, port: 80}
@@ -219,6 +221,7 @@ func checkInvariants(t *testing.T, cfg *Config) {
 }
 
 func TestProbeRates(t *testing.T) {
+	t.Parallel()
 	cfg := mustParse(t, `checks:
   fast: {protocol: tcp, port: 22, interval: 500ms}
   slow: {protocol: tcp, port: 22, interval: 10s, unhealthy_interval: 4s}
@@ -249,6 +252,7 @@ pools:
 
 // TestDedupIDsFollowFileOrder checks ids on a larger mix of pools.
 func TestDedupIDsFollowFileOrder(t *testing.T) {
+	t.Parallel()
 	yaml := "checks:\n  a: {protocol: tcp, port: 1}\n  b: {protocol: tcp, port: 1, interval: 3s}\npools:\n"
 	for i := range 8 {
 		check := "ab"[i%2 : i%2+1]

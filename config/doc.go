@@ -20,7 +20,9 @@
 // [Probe.TCPOptions]), the probe stream key ([Check.ProbeKey], every field
 // of Probe and the timeout, walked by reflection so that no setting can be
 // forgotten), the detection windows (methods of the Timing). [NewCheck]
-// resolves one check without a file, as `sonde probe` does.
+// resolves one check without a file, as `sonde probe` does. How a check is
+// shown to people (`sonde config check`, the status page) is package
+// settings' view of it; the healthy codes are probe/http's StatusCodes.
 //
 // Presets. A check's preset ([LookupPreset]) gives its defaults, its
 // system's cadence among them (fixed rate or after completion) and, for

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/internal/endpointtest"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
@@ -48,6 +48,7 @@ func sorted(s []string) []string {
 // the daemon's endpoints, or the error a load gives (an unresolved name is
 // no load error: the pool lists it with why).
 func TestEntryPointsConfig(t *testing.T) {
+	t.Parallel()
 	for _, c := range endpointtest.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			cfg, err := Parse([]byte(entryConfig(&c, false)), "", LoadOptions{Resolver: endpointtest.Resolver})
@@ -95,23 +96,17 @@ func checkLoad(t *testing.T, c *endpointtest.Case, cfg *Config, err error) {
 // __address__ is counted by its source, an address the source address
 // cannot reach is listed as unresolved with the message a listed one gets.
 func TestEntryPointsDiscovery(t *testing.T) {
+	t.Parallel()
 	for _, c := range endpointtest.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			cfg, err := Parse([]byte(entryConfig(&c, true)), "", LoadOptions{Resolver: endpointtest.Resolver})
 			if err != nil {
 				t.Fatal(err)
 			}
-			changed := make(chan struct{}, 1)
-			run := discovery.NewRunner(discovery.Options{Resolver: endpointtest.Resolver, Debounce: time.Millisecond,
-				Changed: func(context.Context) {
-					select {
-					case changed <- struct{}{}:
-					default:
-					}
-				}})
+			run := discovery.NewRunner(discovery.Options{Resolver: endpointtest.Resolver, Debounce: time.Millisecond})
 			t.Cleanup(func() { _ = run.Close() })
 			run.Update(cfg.DiscoveryPools())
-			found := waitDiscovered(t, run, changed)
+			found := waitDiscovered(t, run)
 			n, err := cfg.WithFound(found)
 			if err != nil {
 				t.Fatal(err)
@@ -146,10 +141,13 @@ func TestEntryPointsDiscovery(t *testing.T) {
 // waitDiscovered waits until pool p's source has given its target (or
 // dropped it) and every name it found was looked up, and returns what was
 // found.
-func waitDiscovered(t *testing.T, run *discovery.Runner, changed <-chan struct{}) map[string]discovery.Found {
+func waitDiscovered(t *testing.T, run *discovery.Runner) map[string]discovery.Found {
 	t.Helper()
-	deadline := time.After(20 * time.Second)
-	for {
+	type seen struct {
+		Found  map[string]discovery.Found
+		Status []discovery.PoolStatus
+	}
+	return testenv.Eventually(t, "discovery to settle", func() (seen, bool) {
 		found, _ := run.Found()
 		st := run.Status()
 		f := found["p"]
@@ -158,21 +156,14 @@ func waitDiscovered(t *testing.T, run *discovery.Runner, changed <-chan struct{}
 		for _, u := range f.Unresolved {
 			settled = settled && u.Err != "not looked up yet"
 		}
-		if settled {
-			return found
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("discovery did not settle: %+v %+v", found["p"], st)
-		case <-time.After(10 * time.Millisecond): // the status changes without a signal
-		}
-	}
+		return seen{found, st}, settled
+	}).Found
 }
 
 // TestSourceAddressFamily checks that a check's source_address must be of
 // a family its ip_family allows.
 func TestSourceAddressFamily(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ family, source, wantErr string }{
 		{"ip4", "::1", `checks.c.source_address: ::1 does not match ip_family ip4`},
 		{"ip6", "127.0.0.1", `checks.c.source_address: 127.0.0.1 does not match ip_family ip6`},

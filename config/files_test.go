@@ -8,11 +8,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sondeprobe/sonde/internal/safefile"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // TestSecretFileRefused: every secret file of a configuration (an auth
@@ -23,6 +23,7 @@ import (
 // twice per load), an empty one, a FIFO (refused without waiting for a
 // writer).
 func TestSecretFileRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	big := filepath.Join(dir, "big")
 	f, err := os.Create(big)
@@ -54,18 +55,10 @@ func TestSecretFileRefused(t *testing.T) {
 	for _, p := range places {
 		for _, f := range files {
 			t.Run(p.field+"/"+f.name, func(t *testing.T) {
-				done := make(chan error, 1)
-				go func() {
-					_, err := Parse([]byte(fmt.Sprintf(p.yaml, f.name)), dir, testOptions())
-					done <- err
-				}()
-				select {
-				case err := <-done:
-					if want := p.field + ": " + f.msg; err == nil || err.Error() != want || f.want != nil && !errors.Is(err, f.want) {
-						t.Fatalf("error %v, want %q", err, want)
-					}
-				case <-time.After(10 * time.Second):
-					t.Fatal("the load hangs")
+				var err error
+				testenv.ReturnsWithin(t, "the load", func() { _, err = Parse([]byte(fmt.Sprintf(p.yaml, f.name)), dir, testOptions()) })
+				if want := p.field + ": " + f.msg; err == nil || err.Error() != want || f.want != nil && !errors.Is(err, f.want) {
+					t.Fatalf("error %v, want %q", err, want)
 				}
 			})
 		}
@@ -76,6 +69,7 @@ func TestSecretFileRefused(t *testing.T) {
 // its owner and group can read is used, with a warning naming the field; a
 // CA file or certificate may be public.
 func TestSecretFileWarnings(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeCertFiles(t, dir, "client.pem", "client.key")
 	writeCertFiles(t, dir, "ca.pem", "ca.key")

@@ -16,6 +16,7 @@ import (
 // configuration valid: the pool probes the rest, and lists the name with
 // why.
 func TestUnresolvedNames(t *testing.T) {
+	t.Parallel()
 	cfg := mustParse(t, `checks:
   web: {protocol: http}
   six: {protocol: http, ip_family: ip6}
@@ -62,6 +63,7 @@ pools:
 // TestLowestAddress checks that a name's target is the lowest address of
 // its family, whatever order the server answers in.
 func TestLowestAddress(t *testing.T) {
+	t.Parallel()
 	opt := testOptions()
 	opt.Resolver = fakeResolver{"rr.internal": {"198.18.1.31", "198.18.1.30", "2001:db8::31", "2001:db8::30"}}
 	cfg, err := Parse([]byte("checks: {c: {protocol: http}}\npools: [{name: p, check: c, targets: [rr.internal]}]\n"), "", opt)
@@ -79,6 +81,7 @@ func lbls(kv ...string) labels.Labels { return labels.FromStrings(kv...) }
 // port rules, disabled entries, the shard, targets the check cannot probe,
 // and that targets found earlier are replaced.
 func TestWithFound(t *testing.T) {
+	t.Parallel()
 	cfg := mustParse(t, `checks:
   web: {protocol: http, port: 8080}
   tcp: {protocol: tcp}
@@ -162,6 +165,7 @@ pools:
 // TestWithFoundShardAndLimit checks that found targets are filtered by the
 // shard and counted against the limit.
 func TestWithFoundShardAndLimit(t *testing.T) {
+	t.Parallel()
 	opt := testOptions()
 	opt.MaxTargets = 3
 	opt.Shard = Shard{Index: 1, Count: 2}

@@ -156,6 +156,7 @@ var invalidConfigs = map[string]string{
 }
 
 func TestInvalidConfigs(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob("testdata/invalid-*.yaml")
 	if err != nil {
 		t.Fatal(err)

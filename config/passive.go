@@ -68,20 +68,3 @@ func (c *Check) resolvePassive(s *CheckSpec) error {
 	c.Passive = &r
 	return nil
 }
-
-// PassiveSettings is a check's passive rule in the API's check settings.
-type PassiveSettings struct {
-	Failures          int     `json:"failures"`
-	WindowSeconds     float64 `json:"window_seconds"`
-	Action            string  `json:"action"`
-	RecheckGapSeconds float64 `json:"recheck_gap_seconds"`
-}
-
-// passiveSettings returns c's passive rule for the API, nil without one.
-func (c *Check) passiveSettings() *PassiveSettings {
-	if c.Passive == nil {
-		return nil
-	}
-	return &PassiveSettings{Failures: c.Passive.Failures, WindowSeconds: c.Passive.Window.Seconds(),
-		Action: c.Passive.Action.String(), RecheckGapSeconds: c.Passive.Gap.Seconds()}
-}

@@ -3,6 +3,7 @@ package config
 import (
 	"time"
 
+	httpprobe "github.com/sondeprobe/sonde/probe/http"
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
@@ -28,12 +29,12 @@ type Preset struct {
 	Rise, Fall          int              // consecutive thresholds (E1), used when Window is zero
 	Window              scheduler.Window // sliding window (E2) when Size > 0
 	Initial             scheduler.State
-	Healthy             StatusSet // healthy status codes of HTTP checks (H3)
-	UserAgent           string    // "" lets the prober choose its own
-	DefaultHost         string    // Host header of HTTP(S) checks without a host setting; "" means the target's name or address
-	CheckPortWins       bool      // the check's port, when set, overrides the targets' own ports
-	FailOpen            bool      // pool default for fail_open (P2)
-	MaxUnhealthyPercent int       // pool default for max_unhealthy_percent (P1)
+	Healthy             httpprobe.StatusCodes // healthy status codes of HTTP checks (H3)
+	UserAgent           string                // "" lets the prober choose its own
+	DefaultHost         string                // Host header of HTTP(S) checks without a host setting; "" means the target's name or address
+	CheckPortWins       bool                  // the check's port, when set, overrides the targets' own ports
+	FailOpen            bool                  // pool default for fail_open (P2)
+	MaxUnhealthyPercent int                   // pool default for max_unhealthy_percent (P1)
 
 	// Ranges the system documents; a zero range means only the global one applies.
 	intervalRange  durRange
@@ -63,7 +64,7 @@ var defaultPreset = Preset{
 	Rise:                2,
 	Fall:                3,
 	Initial:             scheduler.Unknown,
-	Healthy:             MustParseStatusSet("200-299"),
+	Healthy:             httpprobe.MustParseStatusCodes("200-299"),
 	FailOpen:            true,
 	MaxUnhealthyPercent: 100,
 }
@@ -80,7 +81,7 @@ func LookupPreset(name string) (Preset, bool) {
 		return Preset{
 			Name: name, Protocols: []Protocol{HTTP, HTTPS}, Method: "GET", Cadence: scheduler.FixedRate,
 			Interval: time.Minute, Timeout: time.Minute, Rise: 1, Fall: 10,
-			Initial: scheduler.Unknown, Healthy: MustParseStatusSet("200-299"),
+			Initial: scheduler.Unknown, Healthy: httpprobe.MustParseStatusCodes("200-299"),
 			FailOpen: true, MaxUnhealthyPercent: 50,
 			fallRange: intRange{2, 10},
 		}, true
@@ -95,7 +96,7 @@ func LookupPreset(name string) (Preset, bool) {
 			Name: name, Protocols: []Protocol{HTTP, HTTPS}, Method: "HEAD", Path: "/", Cadence: scheduler.FixedRate,
 			Interval: 30 * time.Second, Timeout: 30 * time.Second,
 			Window:  scheduler.Window{Size: 4, Required: 2},
-			Initial: scheduler.Unknown, Healthy: MustParseStatusSet("200"),
+			Initial: scheduler.Unknown, Healthy: httpprobe.MustParseStatusCodes("200"),
 			UserAgent: "Edge Health Probe", FailOpen: true, MaxUnhealthyPercent: 100,
 		}, true
 	case PresetAppGateway:
@@ -110,7 +111,7 @@ func LookupPreset(name string) (Preset, bool) {
 		return Preset{
 			Name: name, Protocols: []Protocol{HTTP, HTTPS}, Method: "GET", Path: "/", Cadence: scheduler.FixedRate,
 			Interval: 30 * time.Second, Timeout: 30 * time.Second, Rise: 1, Fall: 3,
-			Initial: scheduler.Unhealthy, Healthy: MustParseStatusSet("200-399"),
+			Initial: scheduler.Unhealthy, Healthy: httpprobe.MustParseStatusCodes("200-399"),
 			DefaultHost: "127.0.0.1", CheckPortWins: true,
 			FailOpen: false, MaxUnhealthyPercent: 100,
 		}, true
@@ -122,7 +123,7 @@ func LookupPreset(name string) (Preset, bool) {
 		return Preset{
 			Name: name, Protocols: []Protocol{TCP, HTTP, HTTPS}, Method: "GET", Path: "/", Cadence: scheduler.AfterCompletion,
 			Interval: 2 * time.Second, Timeout: 3 * time.Second, Rise: 3, Fall: 3,
-			Initial: scheduler.Unknown, Healthy: MustParseStatusSet("200-399"),
+			Initial: scheduler.Unknown, Healthy: httpprobe.MustParseStatusCodes("200-399"),
 			FailOpen: false, MaxUnhealthyPercent: 100,
 			intervalRange:  durRange{time.Second, 50 * time.Second},
 			thresholdRange: intRange{2, 10},

@@ -28,18 +28,18 @@ type Probe struct {
 	SynRetransmit Retransmit `json:"syn_retransmit,omitzero"` // TCP checks on the SYN prober only: when an unanswered SYN is sent again (T5)
 
 	// HTTP and HTTPS checks only (zero for TCP).
-	Method        string               `json:"method,omitempty"`         // "GET" or "HEAD"
-	Path          string               `json:"path,omitempty"`           // request path, starting with "/"
-	HealthyStatus StatusSet            `json:"healthy_status,omitzero"`  // status codes that count as success (H3)
-	BodyContains  string               `json:"body_contains,omitempty"`  // substring the body must contain (H4); "" for no body check
-	MaxBodyBytes  int                  `json:"max_body_bytes,omitempty"` // body bytes read when looking for BodyContains
-	Host          string               `json:"host,omitempty"`           // Host header; "" means DefaultHost, else the target's host name or address
-	DefaultHost   string               `json:"default_host,omitempty"`   // host of the Host header when Host is "", with the target's port (App Gateway's 127.0.0.1)
-	SNI           string               `json:"sni,omitempty"`            // TLS server name sent (HTTPS); "" means the target's host name
-	UserAgent     string               `json:"user_agent,omitempty"`     // User-Agent header; "" lets the prober choose
-	Headers       map[string]string    `json:"headers,omitempty"`        // extra request headers, canonical names
-	AuthToken     AuthToken            `json:"auth_token,omitzero"`      // signed probe token (H10), zero for none
-	TLS           httpprobe.TLSOptions `json:"tls,omitzero"`             // HTTPS settings; its server name is SNI
+	Method        string                `json:"method,omitempty"`         // "GET" or "HEAD"
+	Path          string                `json:"path,omitempty"`           // request path, starting with "/"
+	HealthyStatus httpprobe.StatusCodes `json:"healthy_status,omitzero"`  // status codes that count as success (H3)
+	BodyContains  string                `json:"body_contains,omitempty"`  // substring the body must contain (H4); "" for no body check
+	MaxBodyBytes  int                   `json:"max_body_bytes,omitempty"` // body bytes read when looking for BodyContains
+	Host          string                `json:"host,omitempty"`           // Host header; "" means DefaultHost, else the target's host name or address
+	DefaultHost   string                `json:"default_host,omitempty"`   // host of the Host header when Host is "", with the target's port (App Gateway's 127.0.0.1)
+	SNI           string                `json:"sni,omitempty"`            // TLS server name sent (HTTPS); "" means the target's host name
+	UserAgent     string                `json:"user_agent,omitempty"`     // User-Agent header; "" lets the prober choose
+	Headers       map[string]string     `json:"headers,omitempty"`        // extra request headers, canonical names
+	AuthToken     AuthToken             `json:"auth_token,omitzero"`      // signed probe token (H10), zero for none
+	TLS           httpprobe.TLSOptions  `json:"tls,omitzero"`             // HTTPS settings; its server name is SNI
 }
 
 // HTTPOptions returns the HTTP prober's options for an HTTP or HTTPS probe,
@@ -97,8 +97,8 @@ var textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
 
 // appendKey appends an encoding of v to b that differs whenever v differs:
 // the fields of a struct in order, a struct that marshals itself as text
-// (netip.Addr, StatusSet) by its text, strings with their length, map
-// entries sorted. It panics on a kind it cannot encode (pointer, slice,
+// (netip.Addr, httpprobe.StatusCodes) by its text, strings with their
+// length, map entries sorted. It panics on a kind it cannot encode (pointer, slice,
 // interface, func, channel, float): a Probe field of such a type is a bug
 // that the first check resolved in any test shows.
 func appendKey(b []byte, v reflect.Value) []byte {

@@ -18,7 +18,7 @@ func keyTestCheck() *Check {
 		Name: "c", Port: 80,
 		Probe: Probe{
 			Protocol: HTTPS, IPFamily: IP4, SourceAddress: netip.MustParseAddr("192.0.2.1"), TCPMode: TCPAuto,
-			Method: "GET", Path: "/health", HealthyStatus: MustParseStatusSet("200-299"), BodyContains: "ok",
+			Method: "GET", Path: "/health", HealthyStatus: httpprobe.MustParseStatusCodes("200-299"), BodyContains: "ok",
 			MaxBodyBytes: 1024, Host: "api.internal", DefaultHost: "127.0.0.1", SNI: "api.internal", UserAgent: "sonde",
 			Headers:   map[string]string{"X-Probe": "1"},
 			AuthToken: AuthToken{SecretFile: "/etc/secret", SecretEnv: "SECRET"},
@@ -34,8 +34,8 @@ func others(v reflect.Value) []reflect.Value {
 	switch x := v.Interface().(type) {
 	case netip.Addr:
 		return []reflect.Value{reflect.ValueOf(x.Next()), reflect.ValueOf(netip.Addr{})}
-	case StatusSet:
-		return []reflect.Value{reflect.ValueOf(MustParseStatusSet("200-300")), reflect.ValueOf(StatusSet{})}
+	case httpprobe.StatusCodes:
+		return []reflect.Value{reflect.ValueOf(httpprobe.MustParseStatusCodes("200-300")), reflect.ValueOf(httpprobe.StatusCodes{})}
 	case map[string]string:
 		added, changed := maps.Clone(x), maps.Clone(x)
 		added["X-Other"] = ""
@@ -82,6 +82,7 @@ func eachSetting(t *testing.T, path string, v reflect.Value, fn func(path string
 // Probe is part of the key without anyone listing it. It walks the struct
 // with reflect, so the new setting is also part of this test.
 func TestProbeKeyCoversEveryField(t *testing.T) {
+	t.Parallel()
 	c := keyTestCheck()
 	key := c.ProbeKey()
 	n := 0
@@ -113,6 +114,7 @@ func TestProbeKeyCoversEveryField(t *testing.T) {
 // the check's name and default port are not part of the probe, so checks
 // that differ only in them share probe streams (P4).
 func TestProbeKeyIgnoresTiming(t *testing.T) {
+	t.Parallel()
 	c := keyTestCheck()
 	key := c.ProbeKey()
 	eachSetting(t, "Timing", reflect.ValueOf(&c.Timing).Elem(), func(path string, v reflect.Value) {
@@ -135,6 +137,7 @@ func TestProbeKeyIgnoresTiming(t *testing.T) {
 
 // TestProbeKeyNoAmbiguity checks that strings cannot run into each other.
 func TestProbeKeyNoAmbiguity(t *testing.T) {
+	t.Parallel()
 	a, b := keyTestCheck(), keyTestCheck()
 	a.Method, a.Path = "GET", "/x"
 	b.Method, b.Path = "GET/", "x"

@@ -134,8 +134,8 @@ func (c *Check) resolveHTTP(s *CheckSpec, p Preset, files *fileReader, lookupEnv
 	c.Path = pick(s.Path, p.Path)
 	c.HealthyStatus = p.Healthy
 	if s.HealthyStatus != nil {
-		set, err := ParseStatusSet(*s.HealthyStatus)
-		var se *StatusSetError
+		set, err := httpprobe.ParseStatusCodes(*s.HealthyStatus)
+		var se *httpprobe.StatusCodesError
 		if errors.As(err, &se) {
 			return fieldErr(c.field("healthy_status"), "%q: %s", *s.HealthyStatus, se.Reason)
 		}

@@ -6,6 +6,7 @@ import (
 )
 
 func TestSynRetransmit(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, check string
 		want        time.Duration
@@ -30,6 +31,7 @@ func TestSynRetransmit(t *testing.T) {
 
 // Two checks that differ only in their retransmission are two probes.
 func TestSynRetransmitInProbeKey(t *testing.T) {
+	t.Parallel()
 	cfg := mustParse(t, `checks:
   a: {protocol: tcp, port: 80}
   b: {protocol: tcp, port: 80, syn_retransmit: off}

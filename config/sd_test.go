@@ -19,6 +19,7 @@ import (
 // to the config file's directory. Package kinds checks Prometheus's
 // defaults.
 func TestDecodeSources(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := mustParse(t, `checks: {web: {protocol: http}}
 pools:
@@ -82,6 +83,7 @@ pools:
 // TestDecodeSourcesAliases checks that a YAML alias is expanded into a
 // discovery block, within the decoder's budget.
 func TestDecodeSourcesAliases(t *testing.T) {
+	t.Parallel()
 	cfg := mustParse(t, `checks: {web: {protocol: http}}
 pools:
   - name: p
@@ -100,6 +102,7 @@ pools:
 // does not have (a build without it, or a program that does not link
 // package kinds) is refused, naming the kind and those it has.
 func TestDecodeSourcesNotBuiltIn(t *testing.T) {
+	t.Parallel()
 	spec := `checks: {web: {protocol: http}}
 pools:
   - name: p

@@ -64,6 +64,7 @@ func membersOf(cfg *Config) []member {
 // probe stream and an endpoint are never split; streams and probe rates add
 // up.
 func TestShardsPartitionConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeFile(t, dir, "targets.txt", "198.18.4.0/28\n198.18.4.100:8080 # one more\n")
 	opt := testOptions()
@@ -126,6 +127,7 @@ func cmpMember(a, b member) int {
 // TestShardEmptySlice: a shard that owns none of a pool's targets keeps the
 // pool, empty; a shard may own no target at all.
 func TestShardEmptySlice(t *testing.T) {
+	t.Parallel()
 	const yaml = `
 checks:
   c: {protocol: tcp, port: 80}
@@ -149,6 +151,7 @@ pools:
 
 // TestLoadFiles lists the files a configuration reads, for the watcher.
 func TestLoadFiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeFile(t, dir, "targets.txt", "198.18.4.1\n")
 	writeFile(t, dir, "secret.txt", "s\n")

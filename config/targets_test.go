@@ -12,6 +12,7 @@ import (
 )
 
 func TestParseTargetEntry(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in      string
 		want    TargetEntry
@@ -76,6 +77,7 @@ func endpoints(cfg *Config, pool int) []string {
 }
 
 func TestTargetExpansion(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		check   string
@@ -112,6 +114,7 @@ func TestTargetExpansion(t *testing.T) {
 }
 
 func TestMaxTargets(t *testing.T) {
+	t.Parallel()
 	yaml := "checks: {c: {protocol: tcp, port: 22}}\npools: [{name: p, check: c, targets: [127.0.0.0/29, 127.0.1.0/29, 127.0.2.1]}]\n"
 	opt := testOptions()
 	opt.MaxTargets = 17
@@ -133,6 +136,7 @@ func TestMaxTargets(t *testing.T) {
 }
 
 func TestDisabledEntries(t *testing.T) {
+	t.Parallel()
 	cfg := mustParse(t, `checks: {c: {protocol: http}}
 pools:
   - name: p
@@ -151,6 +155,7 @@ pools:
 }
 
 func TestTargetsFileLimits(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	long := strings.Repeat("a", 70000)
 	writeFile(t, dir, "t.txt", "127.0.0.1\n"+long+"\n")
@@ -171,6 +176,7 @@ func TestTargetsFileLimits(t *testing.T) {
 // over the check's, for every preset but App Gateway, whose probe port wins
 // over the backend's when the check sets one.
 func TestPortPrecedence(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		check string
 		want  []string
@@ -201,6 +207,7 @@ func TestPortPrecedence(t *testing.T) {
 // every error placed as a config file places it (FILE:LINE for a file's
 // lines, fn's own errors included).
 func TestParseTargetArgs(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeFile(t, dir, "fleet.txt", "# fleet\n198.18.0.0/30\n\n  [2001:db8::1]:443  # with a port\n")
 	fleet := filepath.Join(dir, "fleet.txt")

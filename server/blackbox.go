@@ -50,7 +50,7 @@ func probeTimeout(r *http.Request, check time.Duration) (time.Duration, error) {
 // oneShot is one /probe request: what to probe and with which check.
 type oneShot struct {
 	check    config.Check // the module's check, with a URL target's scheme and path
-	target   config.ProbeTarget
+	target   prober.ProbeTarget
 	log      *slog.Logger // the debug view's log, or a discarding one
 	withheld bool         // the check's credentials were taken out (see generation.authorize)
 }
@@ -135,7 +135,7 @@ func (g *generation) newOneShot(module, target string) (oneShot, error) {
 	if c == nil {
 		return oneShot{}, fmt.Errorf("module=%q: no such check; want one of %s", module, g.checkNames())
 	}
-	pt, err := config.ParseProbeTarget(target)
+	pt, err := prober.ParseProbeTarget(target)
 	if err != nil {
 		return oneShot{}, fmt.Errorf("target: %w", err)
 	}

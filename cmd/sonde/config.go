@@ -15,6 +15,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/discovery"
+	"github.com/sondeprobe/sonde/config/settings"
 	"github.com/sondeprobe/sonde/probe/endpoint"
 	"github.com/sondeprobe/sonde/server/remediate"
 )
@@ -152,17 +153,17 @@ func (o *openOnRead) close() {
 // configReport is the output of "sonde config check"; its JSON form is the
 // -json output.
 type configReport struct {
-	Shard        int                    `json:"shard"`  // the shard shown, i of…
-	Shards       int                    `json:"shards"` // …N: targets, streams and rates are the shard's
-	Checks       []config.CheckSettings `json:"checks"`
-	Pools        []poolReport           `json:"pools"`
-	Remediations []remediationReport    `json:"remediations"`
-	Targets      int                    `json:"targets"`       // unique (address, port, check)
-	ProbeStreams int                    `json:"probe_streams"` // streams after deduplication
-	ProbeRate    rateReport             `json:"probe_rate"`
-	Endpoints    []endpointReport       `json:"endpoints,omitempty"` // with -endpoints
-	Metrics      metricsReport          `json:"metrics"`
-	Webhooks     []webhookReport        `json:"webhooks,omitempty"`
+	Shard        int                 `json:"shard"`  // the shard shown, i of…
+	Shards       int                 `json:"shards"` // …N: targets, streams and rates are the shard's
+	Checks       []settings.Check    `json:"checks"`
+	Pools        []poolReport        `json:"pools"`
+	Remediations []remediationReport `json:"remediations"`
+	Targets      int                 `json:"targets"`       // unique (address, port, check)
+	ProbeStreams int                 `json:"probe_streams"` // streams after deduplication
+	ProbeRate    rateReport          `json:"probe_rate"`
+	Endpoints    []endpointReport    `json:"endpoints,omitempty"` // with -endpoints
+	Metrics      metricsReport       `json:"metrics"`
+	Webhooks     []webhookReport     `json:"webhooks,omitempty"`
 }
 
 // webhookReport is one webhook: where events go and which.
@@ -227,12 +228,12 @@ func newConfigReport(cfg *config.Config, endpoints bool) *configReport {
 		Targets:      len(cfg.Targets),
 		ProbeStreams: cfg.Streams(),
 		Metrics:      metricsReport{PerTarget: cfg.Metrics.PerTarget},
-		Checks:       make([]config.CheckSettings, 0, len(cfg.Checks)),
+		Checks:       make([]settings.Check, 0, len(cfg.Checks)),
 		Pools:        make([]poolReport, 0, len(cfg.Pools)),
 		Remediations: make([]remediationReport, 0, len(cfg.Remediations)),
 	}
 	for _, c := range cfg.Checks {
-		rep.Checks = append(rep.Checks, c.Settings())
+		rep.Checks = append(rep.Checks, settings.Of(c))
 	}
 	for _, p := range cfg.Pools {
 		pr := poolReport{
@@ -351,7 +352,7 @@ func orAll(names []string) string {
 	return strings.Join(names, ",")
 }
 
-func secs(s float64) string { return config.Seconds(s) }
+func secs(s float64) string { return settings.Seconds(s) }
 
 func rate(r float64) string {
 	return strconv.FormatFloat(r, 'g', 4, 64)

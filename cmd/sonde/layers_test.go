@@ -173,7 +173,7 @@ func TestUnder(t *testing.T) {
 // must not compile the Kubernetes client, Consul's API or Prometheus's
 // discovery, which only package config/discovery/kinds links (behind
 // build tags for Kubernetes and Consul).
-var light = []string{"config", "config/discovery", "config/watch"}
+var light = []string{"config", "config/discovery", "config/watch", "config/settings"}
 
 // heavy are what the light packages must not depend on: a path ending in
 // "/" is a prefix, the others are packages.

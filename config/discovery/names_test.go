@@ -24,6 +24,7 @@ func addrs(s ...string) []netip.Addr {
 // by the test: after their TTL (bounded), after a backoff that doubles when
 // lookups fail, and that a failure keeps the last good addresses.
 func TestNamesSchedule(t *testing.T) {
+	t.Parallel()
 	var changed [][]string
 	n := newNames(func(pools []string) { changed = append(changed, pools) })
 	k := nameKey{"api.test", endpoint.Any}
@@ -91,6 +92,7 @@ func TestNamesSchedule(t *testing.T) {
 // TestNamesSeed checks that a lookup made at load is not made again before
 // its answer expires.
 func TestNamesSeed(t *testing.T) {
+	t.Parallel()
 	n := newNames(func([]string) {})
 	k := nameKey{"api.test", endpoint.IP4}
 	n.seed(k.host, k.fam, endpoint.Resolution{Addrs: addrs("192.0.2.7"), TTL: time.Minute, At: t0})
@@ -107,6 +109,7 @@ func TestNamesSeed(t *testing.T) {
 // may already wait with an empty table (for an hour) when a configuration
 // seeds its names, and would then never look a failed one up again.
 func TestNamesSeedWakes(t *testing.T) {
+	t.Parallel()
 	n := newNames(func([]string) {})
 	select { // as run, waiting, has taken any earlier wake
 	case <-n.wake:
@@ -122,6 +125,7 @@ func TestNamesSeedWakes(t *testing.T) {
 
 // TestNamesDueBounded checks that at most the free lookup slots are taken.
 func TestNamesDueBounded(t *testing.T) {
+	t.Parallel()
 	n := newNames(func([]string) {})
 	keys := map[nameKey]bool{}
 	for _, h := range []string{"a.test", "b.test", "c.test"} {

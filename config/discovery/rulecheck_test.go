@@ -10,6 +10,7 @@ import (
 // through the check: the usual ones pass, those that keep many states alive
 // over long labels are refused with the number they keep and the limit.
 func TestCheckRegex(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		re   string
@@ -48,6 +49,7 @@ func TestCheckRegex(t *testing.T) {
 // TestLiveStatesDepth checks that a long alternation, wide only at its
 // start, is judged by the states it keeps once past its first bytes.
 func TestLiveStatesDepth(t *testing.T) {
+	t.Parallel()
 	const first = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 	var names []string
 	for i := range 200 {
@@ -72,6 +74,7 @@ func TestLiveStatesDepth(t *testing.T) {
 
 // TestRefs counts the references to the match in replacements.
 func TestRefs(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]int{"$1": 1, "${1}x": 1, "$$1": 0, "a$1b$2$name": 3, "$": 0, "cost: $$": 0} {
 		if got := refs(in); got != want {
 			t.Errorf("refs(%q) = %d, want %d", in, got, want)

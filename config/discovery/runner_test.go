@@ -3,12 +3,14 @@ package discovery
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,12 +22,12 @@ import (
 	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
-// newTestRunner returns a runner whose changes are signalled on the
-// returned channel.
-func newTestRunner(t *testing.T, r endpoint.Resolver) (*Runner, chan struct{}) {
+// newTestRunner returns a runner and the number of times it has called
+// Options.Changed.
+func newTestRunner(t *testing.T, r endpoint.Resolver) (*Runner, *atomic.Int64) {
 	t.Helper()
-	changed := make(chan struct{}, 16)
-	run := NewRunner(Options{Logger: testLogger, Resolver: r, Debounce: time.Millisecond, Changed: func(context.Context) { changed <- struct{}{} }})
+	changed := new(atomic.Int64)
+	run := NewRunner(Options{Logger: testLogger, Resolver: r, Debounce: time.Millisecond, Changed: func(context.Context) { changed.Add(1) }})
 	t.Cleanup(func() {
 		if err := run.Close(); err != nil {
 			t.Error(err)
@@ -34,21 +36,13 @@ func newTestRunner(t *testing.T, r endpoint.Resolver) (*Runner, chan struct{}) {
 	return run, changed
 }
 
-// waitFound waits for changes until pool's targets satisfy ok.
-func waitFound(t *testing.T, run *Runner, changed chan struct{}, pool string, ok func(Found) bool) Found {
+// waitFound waits until pool's targets satisfy ok.
+func waitFound(t *testing.T, run *Runner, pool string, ok func(Found) bool) Found {
 	t.Helper()
-	deadline := time.After(20 * time.Second)
-	for {
+	return testenv.Eventually(t, "pool "+pool+"'s targets", func() (Found, bool) {
 		found, _ := run.Found()
-		if ok(found[pool]) {
-			return found[pool]
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("pool %s: %+v", pool, found[pool])
-		}
-	}
+		return found[pool], ok(found[pool])
+	})
 }
 
 func endpointsOf(f Found) []string {
@@ -79,6 +73,7 @@ func staticSource(i int, targets []string, ls map[string]string) Source {
 // from host names, with the pool's labels, and that names which do not
 // resolve are listed as unresolved.
 func TestRunnerStaticAndNames(t *testing.T) {
+	t.Parallel()
 	srv := testenv.NewDNSServer(t, "127.0.0.1:0", "api.test. 300 IN A 192.0.2.10")
 	run, changed := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{srv.Addr}})
 	found, _ := run.Update([]Pool{{
@@ -91,7 +86,7 @@ func TestRunnerStaticAndNames(t *testing.T) {
 	if found["p"].Len() != 0 || len(found["p"].Unresolved) != 2 {
 		t.Errorf("at once: %+v, want the names not looked up yet and no groups", found["p"])
 	}
-	f := waitFound(t, run, changed, "p", func(f Found) bool {
+	f := waitFound(t, run, "p", func(f Found) bool {
 		return f.Len() == 4 && len(f.Unresolved) == 1 && f.Unresolved[0].Err != "not looked up yet"
 	})
 	want := []string{
@@ -102,6 +97,9 @@ func TestRunnerStaticAndNames(t *testing.T) {
 	}
 	if got := endpointsOf(f); !slices.Equal(got, want) {
 		t.Errorf("targets\n got %v\nwant %v", got, want)
+	}
+	if changed.Load() == 0 {
+		t.Error("the targets changed without a call of Options.Changed")
 	}
 	if u := f.Unresolved[0]; u.Host != "missing.test" || u.Err != `cannot resolve "missing.test": no such host` {
 		t.Errorf("unresolved %+v", u)
@@ -115,17 +113,18 @@ func TestRunnerStaticAndNames(t *testing.T) {
 // TestRunnerKeepsSources checks that an update keeps a source whose
 // configuration is unchanged, with what it found, and stops one that went.
 func TestRunnerKeepsSources(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	sd := filepath.Join(dir, "a.json")
 	if err := os.WriteFile(sd, []byte(`[{"targets": ["192.0.2.1:80"]}]`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run, changed := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
+	run, _ := newTestRunner(t, &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}})
 	fileSrc := func(i int) Source {
 		return Source{Key: "file_sd_configs", Index: i, Config: &FileSD{Files: []string{sd}, RefreshInterval: time.Minute}}
 	}
 	run.Update([]Pool{{Name: "p", Sources: []Source{fileSrc(0)}}})
-	waitFound(t, run, changed, "p", func(f Found) bool { return f.Len() == 1 })
+	waitFound(t, run, "p", func(f Found) bool { return f.Len() == 1 })
 	run.mu.Lock()
 	before := run.pools["p"].sources[0]
 	run.mu.Unlock()
@@ -143,14 +142,17 @@ func TestRunnerKeepsSources(t *testing.T) {
 	if got := endpointsOf(found["p"]); !slices.Equal(got, []string{`192.0.2.1:80 {}`}) {
 		t.Errorf("targets at the update %v, want the kept source's as they were", got)
 	}
-	waitFound(t, run, changed, "p", func(f Found) bool { return slices.Contains(endpointsOf(f), `192.0.2.1:80 {pool="p2"}`) })
+	waitFound(t, run, "p", func(f Found) bool { return slices.Contains(endpointsOf(f), `192.0.2.1:80 {pool="p2"}`) })
 	// The pool goes: its sources stop.
 	run.Update(nil)
-	select {
-	case <-before.done:
-	case <-time.After(10 * time.Second):
-		t.Error("the source of a removed pool still runs")
-	}
+	testenv.Eventually(t, "the source of the removed pool to stop", func() (bool, bool) {
+		select {
+		case <-before.done:
+			return true, true
+		default:
+			return false, false
+		}
+	})
 	if f, _ := run.Found(); len(f) != 0 {
 		t.Errorf("found %v for no pools", f)
 	}
@@ -159,29 +161,18 @@ func TestRunnerKeepsSources(t *testing.T) {
 // TestRunnerLimit checks that a pool whose sources give more targets than
 // the limit keeps the targets it had.
 func TestRunnerLimit(t *testing.T) {
+	t.Parallel()
 	run := NewRunner(Options{MaxTargets: 2, Debounce: time.Millisecond})
 	defer run.Close()
 	run.Update([]Pool{{Name: "p", Sources: []Source{staticSource(0, []string{"192.0.2.1:80"}, nil)}}})
-	deadline := time.Now().Add(10 * time.Second)
-	for f, _ := run.Found(); f["p"].Len() != 1; f, _ = run.Found() {
-		if time.Now().After(deadline) {
-			t.Fatal("the static group never arrived")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFound(t, run, "p", func(f Found) bool { return f.Len() == 1 })
 	run.Update([]Pool{{Name: "p", Sources: []Source{staticSource(0, []string{"192.0.2.1:80"}, nil), staticSource(1, []string{"192.0.2.2:80", "192.0.2.3:80"}, nil)}}})
-	for {
+	testenv.Eventually(t, "the pool's update refused", func() ([]PoolStatus, bool) {
 		st := run.Status()
-		if st[0].Refused != "" {
-			if f, _ := run.Found(); f["p"].Len() != 1 {
-				t.Errorf("over the limit: %d targets, want the 1 it had", f["p"].Len())
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status %+v, want the pool's update refused", st)
-		}
-		time.Sleep(time.Millisecond)
+		return st, st[0].Refused != ""
+	})
+	if f, _ := run.Found(); f["p"].Len() != 1 {
+		t.Errorf("over the limit: %d targets, want the 1 it had", f["p"].Len())
 	}
 }
 
@@ -192,6 +183,7 @@ var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Le
 // its first failure since it last worked, for a source that refreshes and
 // for a watch whose failures count for watchFailureWindow.
 func TestSourceFailingSince(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		mech string
 		// at is when each failure is noted (offsets from t0); update, when
@@ -229,6 +221,7 @@ func (r failingResolver) LookupNetIP(_ context.Context, _, host string) ([]netip
 // fails (since when) and of a name whose lookups keep failing: its next
 // lookup is the one scheduled now, not the one of the first failure.
 func TestStatusFailingSourceAndRetries(t *testing.T) {
+	t.Parallel()
 	sd := filepath.Join(t.TempDir(), "bad.json")
 	if err := os.WriteFile(sd, []byte("{not json"), 0o644); err != nil {
 		t.Fatal(err)
@@ -238,28 +231,23 @@ func TestStatusFailingSourceAndRetries(t *testing.T) {
 	run.Update([]Pool{{Name: "p", Family: endpoint.IP4,
 		Sources: []Source{{Key: "file_sd_configs", Config: &FileSD{Files: []string{sd}, RefreshInterval: time.Minute}}},
 		Names:   []Name{{Host: "missing.test", Port: 80}}}})
-	deadline := time.After(20 * time.Second)
-	for lookups := 0; lookups < 2; {
-		select {
-		case <-res.calls:
-			lookups++
-		case <-deadline:
-			t.Fatalf("%d lookups of the failing name, want 2", lookups)
+	lookups := 0
+	testenv.Eventually(t, "two lookups of the failing name", func() (int, bool) {
+		for {
+			select {
+			case <-res.calls:
+				lookups++
+			default:
+				return lookups, lookups >= 2
+			}
 		}
-	}
-	for {
+	})
+	testenv.Eventually(t, "the source failing since its first failure, and the name's next lookup after the first retry", func() (string, bool) {
 		st := run.Status()[0]
 		src, un := st.Sources[0], st.Unresolved
 		found, _ := run.Found()
 		first := found["p"].Unresolved
-		if src.State == "failing" && src.FailingSince != nil && !src.FailingSince.After(*src.LastFailure) &&
-			len(un) == 1 && len(first) == 1 && un[0].Next.After(first[0].Next) && un[0].Err == first[0].Err {
-			break
-		}
-		select {
-		case <-deadline:
-			t.Fatalf("status %+v, found %+v: want the source failing since its first failure, and the name's next lookup after the first retry", st, first)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+		return fmt.Sprintf("status %+v, found %+v", st, first), src.State == "failing" && src.FailingSince != nil && !src.FailingSince.After(*src.LastFailure) &&
+			len(un) == 1 && len(first) == 1 && un[0].Next.After(first[0].Next) && un[0].Err == first[0].Err
+	})
 }

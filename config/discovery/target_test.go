@@ -17,6 +17,7 @@ import (
 )
 
 func TestParseAddress(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in   string
 		want string // addr|host:port, or "error: ..." part of the error
@@ -82,6 +83,7 @@ func rules(t *testing.T, text string) []*relabel.Config {
 // labels under the group's under the target's, the rules, "__" labels
 // removed, and drops with their reasons.
 func TestRelabel(t *testing.T) {
+	t.Parallel()
 	rl := newRelabeler(labels.FromStrings("team", "edge", "zone", "pool"), rules(t, `
 - {source_labels: [__meta_kubernetes_pod_label_app], regex: web, action: keep}
 - {source_labels: [__meta_kubernetes_pod_ip], target_label: __address__, replacement: "$1:8080"}
@@ -137,6 +139,7 @@ func processSets(rl *relabeler, group, target model.LabelSet) (ep endpoint.Entry
 // of the others are tested through the runner and the config (package
 // config's TestEntryPointsDiscovery).
 func TestEntryPointsAddress(t *testing.T) {
+	t.Parallel()
 	for _, c := range endpointtest.Cases {
 		t.Run(c.Name, func(t *testing.T) {
 			e, err := parseAddress(c.Entry)

@@ -6,6 +6,7 @@ import (
 )
 
 func TestParseShard(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in      string
 		want    Shard
@@ -49,6 +50,7 @@ func TestParseShard(t *testing.T) {
 // TestShardOfStable pins the hash: a change moves targets between shards
 // when a fleet upgrades, which must be a decision, not an accident.
 func TestShardOfStable(t *testing.T) {
+	t.Parallel()
 	want := map[string][5]int{ // shards of 2, 3, 4, 10 and 1024
 		"198.18.0.1:80":     {1, 1, 3, 3, 616},
 		"198.18.0.2:80":     {1, 1, 1, 1, 873},
@@ -77,6 +79,7 @@ func TestShardOfStable(t *testing.T) {
 // endpoints: shards get even slices, and going from N to N+1 shards moves
 // about 1/(N+1) of the endpoints, every one of them to the new shard.
 func TestShardBalanceAndMovement(t *testing.T) {
+	t.Parallel()
 	const endpoints = 20000
 	eps := make([]netip.AddrPort, 0, endpoints)
 	a := netip.MustParseAddr("10.0.0.0")

@@ -14,6 +14,7 @@ func lbls(kv ...string) labels.Labels { return labels.FromStrings(kv...) }
 // TestRenumbered checks that a pool's members keep their labels when their
 // ids change, as a daemon renumbers them to its engine's.
 func TestRenumbered(t *testing.T) {
+	t.Parallel()
 	p := &Membership{Members: []uint32{1, 2, 3}, Disabled: []uint32{2},
 		labelOf: []uint32{1, 2, 0}, labelSets: []labels.Labels{labels.EmptyLabels(), lbls("a", "1"), lbls("a", "2")}}
 	q := p.Renumbered(func(id uint32) uint32 { return 10 - id })
@@ -35,6 +36,7 @@ func TestRenumbered(t *testing.T) {
 // TestTargetSize keeps Target small and free of pointers: the configuration
 // holds one per target, ten million in a large fleet.
 func TestTargetSize(t *testing.T) {
+	t.Parallel()
 	if n := unsafe.Sizeof(Target{}); n > 24 {
 		t.Errorf("Target is %d bytes, want at most 24", n)
 	}

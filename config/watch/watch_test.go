@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sondeprobe/sonde/internal/safefile"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // named returns paths as files of a configuration's cap.
@@ -56,20 +57,23 @@ func watch(t *testing.T, files ...string) *watched {
 // change; a change must also be on Changes.
 func (x *watched) next(t *testing.T) bool {
 	t.Helper()
-	select {
-	case changed := <-x.looks:
-		if changed {
-			select {
-			case <-x.w.Changes():
-			default:
-				t.Fatal("a look found a change, Changes has none")
-			}
+	var changed bool
+	testenv.Eventually(t, "a look at the files", func() (bool, bool) {
+		select {
+		case changed = <-x.looks:
+			return true, true
+		default:
+			return false, false
 		}
-		return changed
-	case <-time.After(30 * time.Second):
-		t.Fatal("no look at the files within 30 s of a change")
+	})
+	if changed {
+		select {
+		case <-x.w.Changes():
+		default:
+			t.Fatal("a look found a change, Changes has none")
+		}
 	}
-	return false
+	return changed
 }
 
 // quiet asserts that no change is pending.
@@ -104,6 +108,7 @@ func rewrite(t *testing.T, path, data string) {
 }
 
 func TestWatchEdits(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "sonde.yaml")
 	write(t, cfg, "a: 1\n")
@@ -156,6 +161,7 @@ func TestWatchEdits(t *testing.T) {
 // the watcher reports the change (the file can no longer be read) and goes
 // on watching, where reading the FIFO would wait for a writer for ever.
 func TestWatchFIFO(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "sonde.yaml")
 	write(t, cfg, "a: 1\n")
@@ -188,6 +194,7 @@ func TestWatchFIFO(t *testing.T) {
 // links to it and each file name links through "..data"; an update writes
 // a new directory and renames a new "..data" link over the old one.
 func TestWatchConfigMap(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	version := 0
 	swap := func(files map[string]string) {
@@ -246,6 +253,7 @@ func TestWatchConfigMap(t *testing.T) {
 // TestWatchSetFiles: files added to the set are watched from their content
 // at that time; files left out are no longer.
 func TestWatchSetFiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cfg, a, b := filepath.Join(dir, "sonde.yaml"), filepath.Join(dir, "a.txt"), filepath.Join(t.TempDir(), "b.txt")
 	write(t, cfg, "x")
@@ -271,6 +279,7 @@ func TestWatchSetFiles(t *testing.T) {
 // TestWatchDebounce: a burst of writes is looked at once or a few times,
 // not once per write.
 func TestWatchDebounce(t *testing.T) {
+	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "sonde.yaml")
 	write(t, cfg, "0")
 	looks := make(chan bool, 1000)
@@ -287,12 +296,16 @@ func TestWatchDebounce(t *testing.T) {
 	for i := range writes {
 		write(t, cfg, string(rune('a'+i%26)))
 	}
-	select {
-	case <-w.Changes():
-	case <-time.After(30 * time.Second):
-		t.Fatal("no change reported for 50 writes")
-	}
-	// Count the looks until the watcher has been quiet for two seconds.
+	testenv.Eventually(t, "a change reported for 50 writes", func() (bool, bool) {
+		select {
+		case <-w.Changes():
+			return true, true
+		default:
+			return false, false
+		}
+	})
+	// Count the looks until the watcher has been quiet for two seconds:
+	// time must pass to show that no further look comes.
 	n := 0
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
 		select {
@@ -309,6 +322,7 @@ func TestWatchDebounce(t *testing.T) {
 }
 
 func TestPathPoints(t *testing.T) {
+	t.Parallel()
 	dir, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -348,6 +362,7 @@ func TestPathPoints(t *testing.T) {
 // that directory is watched, and its own move is a change (the file is
 // gone), as is a new directory put in its place.
 func TestWatchDirectoryMoved(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	sub := filepath.Join(dir, "conf")
 	if err := os.Mkdir(sub, 0o755); err != nil {

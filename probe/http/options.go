@@ -23,7 +23,7 @@ const (
 var ErrInvalidOptions = errors.New("invalid http probe options")
 
 // StatusSet is the set of status codes that count as healthy (docs/semantics.md H3).
-// The config package parses lists such as "200-399" or "200,204,403" into one.
+// [ParseStatusCodes] reads lists such as "200-399" or "200,204,403" into one.
 type StatusSet interface {
 	Contains(code int) bool
 }

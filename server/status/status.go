@@ -25,6 +25,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/discovery"
+	"github.com/sondeprobe/sonde/config/settings"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/server/ui"
 	"github.com/sondeprobe/sonde/server/web"
@@ -525,7 +526,7 @@ type setting struct{ Name, Value string }
 
 // checkSettings lists what the target view shows of check c.
 func checkSettings(c *config.Check) []setting {
-	s := c.Settings()
+	s := settings.Of(c)
 	rows := []setting{
 		{"check", s.Name},
 		{"protocol", s.Protocol.String()},

@@ -89,6 +89,7 @@ func (c *fakeConsul) serve(w http.ResponseWriter, r *http.Request) {
 // TestConsulServices follows a fake Consul's instances of a service
 // through Prometheus's consul discovery.
 func TestConsulServices(t *testing.T) {
+	t.Parallel()
 	c := newFakeConsul(t)
 	c.set("n1 10.3.0.1 8080", "n2 10.3.0.2 8080")
 	cfg := &consul.SDConfig{}
@@ -97,16 +98,16 @@ func TestConsulServices(t *testing.T) {
 	cfg.Datacenter = "dc1"
 	cfg.Services = []string{"web"}
 	cfg.RefreshInterval = model.Duration(100 * time.Millisecond)
-	run, changed := newTestRunner(t)
+	run := newTestRunner(t)
 	run.Update([]discovery.Pool{{Name: "web", Sources: []discovery.Source{{Key: "consul_sd_configs", Config: promConfig{cfg}}},
 		Relabel: rules(t, `[{source_labels: [__meta_consul_node], target_label: node}]`)}})
-	f := waitFound(t, run, changed, "web", func(f discovery.Found) bool { return f.Len() == 2 })
+	f := waitFound(t, run, "web", func(f discovery.Found) bool { return f.Len() == 2 })
 	want := []string{`10.3.0.1:8080 {node="n1"}`, `10.3.0.2:8080 {node="n2"}`}
 	if got := endpointsOf(f); !slices.Equal(got, want) {
 		t.Errorf("targets %v, want %v", got, want)
 	}
 	c.set("n2 10.3.0.2 8080", "n3 10.3.0.3 9090")
-	waitFound(t, run, changed, "web", func(f discovery.Found) bool {
+	waitFound(t, run, "web", func(f discovery.Found) bool {
 		return slices.Equal(endpointsOf(f), []string{`10.3.0.2:8080 {node="n2"}`, `10.3.0.3:9090 {node="n3"}`})
 	})
 	if st := run.Status()[0].Sources[0]; st.Mechanism != "consul" || st.State != "ok" {

@@ -15,6 +15,7 @@ import (
 
 // TestNames: a default build has every kind a pool may list.
 func TestNames(t *testing.T) {
+	t.Parallel()
 	want := []string{"consul", "dns", "file", "http", "kubernetes", "static"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Errorf("kinds %v, want %v", got, want)
@@ -25,6 +26,7 @@ func TestNames(t *testing.T) {
 // are read by Prometheus's own types, with its defaults, through a config
 // file.
 func TestDecodeKinds(t *testing.T) {
+	t.Parallel()
 	cfg, err := config.Parse([]byte(`checks: {web: {protocol: http}}
 pools:
   - name: p

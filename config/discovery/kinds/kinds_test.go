@@ -1,7 +1,6 @@
 package kinds
 
 import (
-	"context"
 	"log/slog"
 	"os"
 	"slices"
@@ -14,42 +13,32 @@ import (
 	"go.yaml.in/yaml/v2"
 
 	"github.com/sondeprobe/sonde/config/discovery"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/probe/endpoint"
 )
 
 var testLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-// newTestRunner returns a runner, which resolves no names, whose changes
-// are signalled on the returned channel.
-func newTestRunner(t *testing.T) (*discovery.Runner, chan struct{}) {
+// newTestRunner returns a runner, which resolves no names.
+func newTestRunner(t *testing.T) *discovery.Runner {
 	t.Helper()
-	changed := make(chan struct{}, 16)
 	run := discovery.NewRunner(discovery.Options{Logger: testLogger, Debounce: time.Millisecond,
-		Resolver: &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}},
-		Changed:  func(context.Context) { changed <- struct{}{} }})
+		Resolver: &endpoint.DNSResolver{Hosts: "-", Servers: []string{"127.0.0.1:1"}}})
 	t.Cleanup(func() {
 		if err := run.Close(); err != nil {
 			t.Error(err)
 		}
 	})
-	return run, changed
+	return run
 }
 
-// waitFound waits for changes until pool's targets satisfy ok.
-func waitFound(t *testing.T, run *discovery.Runner, changed chan struct{}, pool string, ok func(discovery.Found) bool) discovery.Found {
+// waitFound waits until pool's targets satisfy ok.
+func waitFound(t *testing.T, run *discovery.Runner, pool string, ok func(discovery.Found) bool) discovery.Found {
 	t.Helper()
-	deadline := time.After(20 * time.Second)
-	for {
+	return testenv.Eventually(t, "pool "+pool+"'s targets", func() (discovery.Found, bool) {
 		found, _ := run.Found()
-		if ok(found[pool]) {
-			return found[pool]
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("pool %s: %+v", pool, found[pool])
-		}
-	}
+		return found[pool], ok(found[pool])
+	})
 }
 
 // endpointsOf lists a pool's targets as "ADDR:PORT LABELS", sorted.

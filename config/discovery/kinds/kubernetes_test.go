@@ -200,6 +200,7 @@ func (k *fakeKube) watch(w http.ResponseWriter, r *http.Request, kind string) {
 // EndpointSlices through Prometheus's kubernetes discovery, with the
 // relabeling a scrape job would use.
 func TestKubernetesEndpointSlices(t *testing.T) {
+	t.Parallel()
 	k := newFakeKube(t)
 	k.put(endpointSlice("web-a", "web", 8080, "10.1.0.1", "10.1.0.2"))
 	u, _ := url.Parse(k.srv.URL)
@@ -214,9 +215,9 @@ func TestKubernetesEndpointSlices(t *testing.T) {
 - {source_labels: [__meta_kubernetes_namespace], target_label: namespace}
 - {source_labels: [__meta_kubernetes_service_name], target_label: service}
 `)
-	run, changed := newTestRunner(t)
+	run := newTestRunner(t)
 	run.Update([]discovery.Pool{{Name: "web", Sources: []discovery.Source{{Key: "kubernetes_sd_configs", Config: kubernetesConfig{promConfig{cfg}}}}, Relabel: keep}})
-	f := waitFound(t, run, changed, "web", func(f discovery.Found) bool { return f.Len() == 2 })
+	f := waitFound(t, run, "web", func(f discovery.Found) bool { return f.Len() == 2 })
 	want := []string{`10.1.0.1:8080 {namespace="default", service="web"}`, `10.1.0.2:8080 {namespace="default", service="web"}`}
 	if got := endpointsOf(f); !slices.Equal(got, want) {
 		t.Errorf("targets %v, want %v", got, want)
@@ -226,12 +227,12 @@ func TestKubernetesEndpointSlices(t *testing.T) {
 	// dropped by the rules.
 	k.put(endpointSlice("web-a", "web", 8080, "10.1.0.2", "10.1.0.3"))
 	k.put(endpointSlice("db-a", "db", 5432, "10.2.0.1"))
-	waitFound(t, run, changed, "web", func(f discovery.Found) bool {
+	waitFound(t, run, "web", func(f discovery.Found) bool {
 		got := endpointsOf(f)
 		return len(got) == 2 && strings.HasPrefix(got[1], "10.1.0.3:8080")
 	})
 	k.remove("web-a")
-	waitFound(t, run, changed, "web", func(f discovery.Found) bool { return f.Len() == 0 })
+	waitFound(t, run, "web", func(f discovery.Found) bool { return f.Len() == 0 })
 	st := run.Status()[0].Sources[0]
 	if st.State != "ok" || st.Mechanism != "kubernetes" || st.Dropped["relabel"] != 1 {
 		t.Errorf("status %+v, want ok with the db slice dropped by relabeling", st)

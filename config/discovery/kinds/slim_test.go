@@ -14,6 +14,7 @@ import (
 // sonde has the other kinds, and a config naming one left out is refused
 // with the kind named.
 func TestSlimBuild(t *testing.T) {
+	t.Parallel()
 	if got, want := Names(), []string{"dns", "file", "http", "static"}; !slices.Equal(got, want) {
 		t.Errorf("kinds %v, want %v", got, want)
 	}

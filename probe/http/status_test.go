@@ -1,10 +1,10 @@
-package config
+package http
 
 import (
 	"testing"
 )
 
-func TestParseStatusSet(t *testing.T) {
+func TestParseStatusCodes(t *testing.T) {
 	tests := []struct {
 		name    string
 		in      string
@@ -32,15 +32,15 @@ func TestParseStatusSet(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			set, err := ParseStatusSet(tt.in)
+			set, err := ParseStatusCodes(tt.in)
 			if tt.wantErr != "" {
 				if err == nil || err.Error() != tt.wantErr {
-					t.Fatalf("ParseStatusSet(%q) error = %v, want %q", tt.in, err, tt.wantErr)
+					t.Fatalf("ParseStatusCodes(%q) error = %v, want %q", tt.in, err, tt.wantErr)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("ParseStatusSet(%q): %v", tt.in, err)
+				t.Fatalf("ParseStatusCodes(%q): %v", tt.in, err)
 			}
 			if got := set.String(); got != tt.want {
 				t.Errorf("String() = %q, want %q", got, tt.want)
@@ -59,19 +59,19 @@ func TestParseStatusSet(t *testing.T) {
 	}
 }
 
-func TestStatusSetZero(t *testing.T) {
-	var s StatusSet
+func TestStatusCodesZero(t *testing.T) {
+	var s StatusCodes
 	if !s.IsEmpty() || s.Len() != 0 || s.String() != "" || s.Contains(200) {
-		t.Errorf("zero StatusSet = %q (len %d), want empty", s.String(), s.Len())
+		t.Errorf("zero StatusCodes = %q (len %d), want empty", s.String(), s.Len())
 	}
-	s = MustParseStatusSet("200-299,404")
+	s = MustParseStatusCodes("200-299,404")
 	if s.Len() != 101 {
 		t.Errorf("Len() = %d, want 101", s.Len())
 	}
 }
 
-func TestStatusSetContainsDoesNotAllocate(t *testing.T) {
-	s := MustParseStatusSet("200-399,403")
+func TestStatusCodesContainsDoesNotAllocate(t *testing.T) {
+	s := MustParseStatusCodes("200-399,403")
 	allocs := testing.AllocsPerRun(100, func() {
 		for c := 0; c < 700; c++ {
 			_ = s.Contains(c)
@@ -82,8 +82,8 @@ func TestStatusSetContainsDoesNotAllocate(t *testing.T) {
 	}
 }
 
-func BenchmarkStatusSetContains(b *testing.B) {
-	s := MustParseStatusSet("200-399,403")
+func BenchmarkStatusCodesContains(b *testing.B) {
+	s := MustParseStatusCodes("200-399,403")
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
@@ -94,25 +94,25 @@ func BenchmarkStatusSetContains(b *testing.B) {
 	}
 }
 
-// FuzzParseStatusSet checks that the parser never panics and that String
+// FuzzParseStatusCodes checks that the parser never panics and that String
 // round-trips: it re-parses to the same set, and is a fixed point.
-func FuzzParseStatusSet(f *testing.F) {
+func FuzzParseStatusCodes(f *testing.F) {
 	for _, s := range []string{"200-299", "200-399,403", "200", "100-599", "200,,", "299-200", "0", "2xx", " 204 , 301-302 "} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
-		set, err := ParseStatusSet(in)
+		set, err := ParseStatusCodes(in)
 		if err != nil {
-			if _, ok := err.(*StatusSetError); !ok {
-				t.Fatalf("error %v is %T, want *StatusSetError", err, err)
+			if _, ok := err.(*StatusCodesError); !ok {
+				t.Fatalf("error %v is %T, want *StatusCodesError", err, err)
 			}
 			return
 		}
 		if set.IsEmpty() {
-			t.Fatalf("ParseStatusSet(%q) returned an empty set without error", in)
+			t.Fatalf("ParseStatusCodes(%q) returned an empty set without error", in)
 		}
 		s := set.String()
-		again, err := ParseStatusSet(s)
+		again, err := ParseStatusCodes(s)
 		if err != nil {
 			t.Fatalf("String() %q of %q does not re-parse: %v", s, in, err)
 		}

@@ -1,4 +1,4 @@
-package config
+package settings
 
 import (
 	"fmt"
@@ -8,20 +8,21 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/scheduler"
 )
 
-// CheckSettings are a check's effective settings (after its preset) and
+// Check holds a check's effective settings (after its preset) and
 // detection windows, as `sonde config check` and the status page show them:
-// its probe settings as [Probe] holds them, its timing in seconds. For a
+// its probe settings as [config.Probe] holds them, its timing in seconds. For a
 // window check, Rise and Fall are the equivalent consecutive thresholds:
 // Rise = k of W2 (required successes), Fall = k of W1 (size - required + 1).
-type CheckSettings struct {
+type Check struct {
 	Name     string  `json:"name"`
 	Preset   *string `json:"preset"`
 	Port     *uint16 `json:"port"`      // null: every target gives its own
 	PortWins bool    `json:"port_wins"` // the check's port overrides the targets' own (App Gateway)
-	Probe
+	config.Probe
 	Cadence                  scheduler.Cadence `json:"cadence"` // fixed_rate or after_completion
 	IntervalSeconds          float64           `json:"interval_seconds"`
 	TimeoutSeconds           float64           `json:"timeout_seconds"`
@@ -38,16 +39,16 @@ type CheckSettings struct {
 	ProbeRate                float64           `json:"probe_rate_per_target"` // highest probes/s one target receives
 	ProbeClass               int               `json:"probe_class"`
 	// ProbeTargets and ProbeAllowAddresses are what /probe may do with the
-	// check (see [ProbeAccess]).
-	ProbeTargets        ProbeTargets   `json:"probe_targets"`
-	ProbeAllowAddresses []netip.Prefix `json:"probe_allow_addresses,omitempty"`
+	// check (see [config.ProbeAccess]).
+	ProbeTargets        config.ProbeTargets `json:"probe_targets"`
+	ProbeAllowAddresses []netip.Prefix      `json:"probe_allow_addresses,omitempty"`
 	// Passive is the check's passive rule, null without one.
-	Passive *PassiveSettings `json:"passive"`
+	Passive *Passive `json:"passive"`
 }
 
-// Settings returns the check's effective settings and windows.
-func (c *Check) Settings() CheckSettings {
-	s := CheckSettings{
+// Of returns the effective settings and windows of check c.
+func Of(c *config.Check) Check {
+	s := Check{
 		Name:                     c.Name,
 		PortWins:                 c.PortWins,
 		Probe:                    c.Probe,
@@ -67,7 +68,7 @@ func (c *Check) Settings() CheckSettings {
 		ProbeClass:               c.Class,
 		ProbeTargets:             c.ProbeAccess.Targets,
 		ProbeAllowAddresses:      c.ProbeAccess.AllowAddresses,
-		Passive:                  c.passiveSettings(),
+		Passive:                  passiveOf(c),
 	}
 	if c.Preset != "" {
 		s.Preset = &c.Preset
@@ -84,7 +85,7 @@ func (c *Check) Settings() CheckSettings {
 // EvaluationText describes how results become states: "rise 2 fall 3" or
 // "window 2 of 4", with a fast recheck, an interval while unhealthy and the
 // jitter when they are set.
-func (s *CheckSettings) EvaluationText() string {
+func (s *Check) EvaluationText() string {
 	eval := fmt.Sprintf("rise %d fall %d", s.Rise, s.Fall)
 	if s.Window != nil {
 		eval = fmt.Sprintf("window %d of %d", s.Window.Required, s.Window.Size)
@@ -105,16 +106,16 @@ func (s *CheckSettings) EvaluationText() string {
 // where they are not the defaults, what /probe may do with it. The
 // values of extra headers are shown only with headerValues: they may carry
 // credentials, which a page shown to others must not.
-func (s *CheckSettings) ProbeText(headerValues bool) string {
+func (s *Check) ProbeText(headerValues bool) string {
 	var parts []string
 	add := func(k, v string) {
 		if v != "" {
 			parts = append(parts, k+" "+v)
 		}
 	}
-	if s.Protocol == TCP {
+	if s.Protocol == config.TCP {
 		add("tcp_mode", s.TCPMode.String())
-		if s.TCPMode != TCPConnect {
+		if s.TCPMode != config.TCPConnect {
 			add("syn_retransmit", s.SynRetransmit.String())
 		}
 	} else {
@@ -147,13 +148,13 @@ func (s *CheckSettings) ProbeText(headerValues bool) string {
 			parts = append(parts, "tls.insecure_skip_verify")
 		}
 	}
-	if s.IPFamily != IPAny {
+	if s.IPFamily != config.IPAny {
 		add("ip_family", s.IPFamily.String())
 	}
 	if s.SourceAddress.IsValid() {
 		add("source_address", s.SourceAddress.String())
 	}
-	if s.ProbeTargets != ProbeTargetsPools {
+	if s.ProbeTargets != config.ProbeTargetsPools {
 		add("probe_targets", s.ProbeTargets.String())
 	}
 	for _, p := range s.ProbeAllowAddresses {
@@ -166,4 +167,21 @@ func (s *CheckSettings) ProbeText(headerValues bool) string {
 // "2s", "0.5s".
 func Seconds(s float64) string {
 	return strconv.FormatFloat(s, 'f', -1, 64) + "s"
+}
+
+// Passive is a check's passive rule in its settings.
+type Passive struct {
+	Failures          int     `json:"failures"`
+	WindowSeconds     float64 `json:"window_seconds"`
+	Action            string  `json:"action"`
+	RecheckGapSeconds float64 `json:"recheck_gap_seconds"`
+}
+
+// passiveOf returns c's passive rule, nil without one.
+func passiveOf(c *config.Check) *Passive {
+	if c.Passive == nil {
+		return nil
+	}
+	return &Passive{Failures: c.Passive.Failures, WindowSeconds: c.Passive.Window.Seconds(),
+		Action: c.Passive.Action.String(), RecheckGapSeconds: c.Passive.Gap.Seconds()}
 }

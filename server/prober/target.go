@@ -1,10 +1,11 @@
-package config
+package prober
 
 import (
 	"fmt"
 	"net/url"
 	"strings"
 
+	"github.com/sondeprobe/sonde/config"
 	httpprobe "github.com/sondeprobe/sonde/probe/http"
 )
 
@@ -13,9 +14,9 @@ import (
 // a CIDR block, or an http:// or https:// URL whose scheme, port and path
 // then stand in for the check's (as blackbox_exporter's HTTP targets do).
 type ProbeTarget struct {
-	TargetEntry        // Addr or Host, and Port (0 when not given); Block is never set
-	Scheme      string // "http" or "https" for a URL, "" otherwise
-	Path        string // a URL's path and query; "" when it has neither
+	config.TargetEntry        // Addr or Host, and Port (0 when not given); Block is never set
+	Scheme             string // "http" or "https" for a URL, "" otherwise
+	Path               string // a URL's path and query; "" when it has neither
 }
 
 // maxProbeTarget bounds the length of a probe target.
@@ -23,7 +24,7 @@ const maxProbeTarget = 2048
 
 // ParseProbeTarget parses a probe target. It is meant for hostile input:
 // the text is bounded, a host part follows the grammar of target entries
-// ([ParseTargetEntry]), a URL may carry no user information or fragment and
+// ([config.ParseTargetEntry]), a URL may carry no user information or fragment and
 // its path must be a request path the HTTP prober can send. The error says
 // what is wrong with the text, which it quotes.
 func ParseProbeTarget(s string) (ProbeTarget, error) {
@@ -35,7 +36,7 @@ func ParseProbeTarget(s string) (ProbeTarget, error) {
 	}
 	scheme, _, isURL := strings.Cut(s, "://")
 	if !isURL {
-		e, err := ParseTargetEntry(s)
+		e, err := config.ParseTargetEntry(s)
 		if err != nil {
 			return ProbeTarget{}, err
 		}
@@ -58,7 +59,7 @@ func ParseProbeTarget(s string) (ProbeTarget, error) {
 	case u.Host == "":
 		return ProbeTarget{}, fmt.Errorf("%q has no host", s)
 	}
-	e, err := ParseTargetEntry(u.Host)
+	e, err := config.ParseTargetEntry(u.Host)
 	if err != nil || e.Block.IsValid() {
 		return ProbeTarget{}, fmt.Errorf("%q: host %q is not an IP address or host name with an optional port", s, u.Host)
 	}

@@ -1,9 +1,11 @@
-package config
+package prober
 
 import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/sondeprobe/sonde/config"
 )
 
 func TestParseProbeTarget(t *testing.T) {
@@ -13,14 +15,14 @@ func TestParseProbeTarget(t *testing.T) {
 		want    ProbeTarget
 		wantErr string
 	}{
-		{in: "127.0.0.1", want: ProbeTarget{TargetEntry: TargetEntry{Addr: addr("127.0.0.1")}}},
-		{in: "127.0.0.1:8080", want: ProbeTarget{TargetEntry: TargetEntry{Addr: addr("127.0.0.1"), Port: 8080}}},
-		{in: "[::1]:443", want: ProbeTarget{TargetEntry: TargetEntry{Addr: addr("::1"), Port: 443}}},
-		{in: "API.example:9000", want: ProbeTarget{TargetEntry: TargetEntry{Host: "api.example", Port: 9000}}},
-		{in: "http://127.0.0.1:8080", want: ProbeTarget{TargetEntry: TargetEntry{Addr: addr("127.0.0.1"), Port: 8080}, Scheme: "http"}},
-		{in: "https://api.example/health?deep=1", want: ProbeTarget{TargetEntry: TargetEntry{Host: "api.example"}, Scheme: "https", Path: "/health?deep=1"}},
-		{in: "http://[::1]:8080/", want: ProbeTarget{TargetEntry: TargetEntry{Addr: addr("::1"), Port: 8080}, Scheme: "http", Path: "/"}},
-		{in: "http://h.example?x=1", want: ProbeTarget{TargetEntry: TargetEntry{Host: "h.example"}, Scheme: "http", Path: "/?x=1"}},
+		{in: "127.0.0.1", want: ProbeTarget{TargetEntry: config.TargetEntry{Addr: addr("127.0.0.1")}}},
+		{in: "127.0.0.1:8080", want: ProbeTarget{TargetEntry: config.TargetEntry{Addr: addr("127.0.0.1"), Port: 8080}}},
+		{in: "[::1]:443", want: ProbeTarget{TargetEntry: config.TargetEntry{Addr: addr("::1"), Port: 443}}},
+		{in: "API.example:9000", want: ProbeTarget{TargetEntry: config.TargetEntry{Host: "api.example", Port: 9000}}},
+		{in: "http://127.0.0.1:8080", want: ProbeTarget{TargetEntry: config.TargetEntry{Addr: addr("127.0.0.1"), Port: 8080}, Scheme: "http"}},
+		{in: "https://api.example/health?deep=1", want: ProbeTarget{TargetEntry: config.TargetEntry{Host: "api.example"}, Scheme: "https", Path: "/health?deep=1"}},
+		{in: "http://[::1]:8080/", want: ProbeTarget{TargetEntry: config.TargetEntry{Addr: addr("::1"), Port: 8080}, Scheme: "http", Path: "/"}},
+		{in: "http://h.example?x=1", want: ProbeTarget{TargetEntry: config.TargetEntry{Host: "h.example"}, Scheme: "http", Path: "/?x=1"}},
 		{in: "", wantErr: "empty; want host[:port], address[:port] or an http(s) URL"},
 		{in: "10.0.0.0/8", wantErr: `"10.0.0.0/8" is a CIDR block; probe one address at a time`},
 		{in: "10.0.0.300", wantErr: `"10.0.0.300" is not an IP address, CIDR block or host name`},

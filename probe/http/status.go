@@ -1,4 +1,4 @@
-package config
+package http
 
 import (
 	"errors"
@@ -8,46 +8,47 @@ import (
 	"strings"
 )
 
-// The status codes a [StatusSet] can hold (H3).
+// The status codes a [StatusCodes] can hold (H3).
 const (
 	MinStatus = 100
 	MaxStatus = 599
 )
 
-// StatusSet is a set of HTTP status codes, such as the healthy codes of an
-// HTTP check (H3). It is a fixed-size bitmap over [MinStatus]..[MaxStatus]:
-// comparable with ==, free of pointers, and [StatusSet.Contains] never
-// allocates. The zero StatusSet is empty.
-type StatusSet struct {
+// StatusCodes is a set of HTTP status codes, such as the healthy codes of an
+// HTTP check (H3), the [StatusSet] the configuration gives [Options.Healthy]
+// and the grammar its healthy_status is written in. It is a fixed-size bitmap over [MinStatus]..[MaxStatus]:
+// comparable with ==, free of pointers, and [StatusCodes.Contains] never
+// allocates. The zero StatusCodes is empty.
+type StatusCodes struct {
 	bits [(MaxStatus - MinStatus + 64) / 64]uint64
 }
 
-// StatusSetError is the error of [ParseStatusSet]: it names the input and the
-// first bad element.
-type StatusSetError struct {
-	Input  string // the text given to ParseStatusSet
+// StatusCodesError is the error of [ParseStatusCodes]: it names the input
+// and the first bad element.
+type StatusCodesError struct {
+	Input  string // the text given to ParseStatusCodes
 	Reason string // what is wrong, e.g. `element "600" is out of range 100..599`
 }
 
 // Error returns `status set "INPUT": REASON`.
-func (e *StatusSetError) Error() string { return fmt.Sprintf("status set %q: %s", e.Input, e.Reason) }
+func (e *StatusCodesError) Error() string { return fmt.Sprintf("status set %q: %s", e.Input, e.Reason) }
 
-// ParseStatusSet parses a comma-separated list of status codes and inclusive
-// ranges, such as "200-399,403". Spaces around elements are ignored. Codes must
-// lie in 100..599; an error names the first bad element.
-func ParseStatusSet(s string) (StatusSet, error) {
-	var set StatusSet
+// ParseStatusCodes parses a comma-separated list of status codes and
+// inclusive ranges, such as "200-399,403". Spaces around elements are
+// ignored. Codes must lie in 100..599; an error names the first bad element.
+func ParseStatusCodes(s string) (StatusCodes, error) {
+	var set StatusCodes
 	if strings.TrimSpace(s) == "" {
-		return set, &StatusSetError{Input: s, Reason: "no status codes"}
+		return set, &StatusCodesError{Input: s, Reason: "no status codes"}
 	}
 	for i, elem := range strings.Split(s, ",") {
 		elem = strings.TrimSpace(elem)
 		if elem == "" {
-			return StatusSet{}, &StatusSetError{Input: s, Reason: fmt.Sprintf("element %d is empty", i+1)}
+			return StatusCodes{}, &StatusCodesError{Input: s, Reason: fmt.Sprintf("element %d is empty", i+1)}
 		}
 		lo, hi, err := parseStatusRange(elem)
 		if err != nil {
-			return StatusSet{}, &StatusSetError{Input: s, Reason: fmt.Sprintf("element %q %s", elem, err.Error())}
+			return StatusCodes{}, &StatusCodesError{Input: s, Reason: fmt.Sprintf("element %q %s", elem, err.Error())}
 		}
 		set.AddRange(lo, hi)
 	}
@@ -95,9 +96,9 @@ func parseStatusCode(s string) (int, bool) {
 	return n, err == nil
 }
 
-// MustParseStatusSet is [ParseStatusSet] for constants; it panics on error.
-func MustParseStatusSet(s string) StatusSet {
-	set, err := ParseStatusSet(s)
+// MustParseStatusCodes is [ParseStatusCodes] for constants; it panics on error.
+func MustParseStatusCodes(s string) StatusCodes {
+	set, err := ParseStatusCodes(s)
 	if err != nil {
 		panic(err)
 	}
@@ -105,7 +106,7 @@ func MustParseStatusSet(s string) StatusSet {
 }
 
 // AddRange adds the codes lo..hi (inclusive); codes outside 100..599 are ignored.
-func (s *StatusSet) AddRange(lo, hi int) {
+func (s *StatusCodes) AddRange(lo, hi int) {
 	lo = max(lo, MinStatus)
 	hi = min(hi, MaxStatus)
 	for c := lo; c <= hi; c++ {
@@ -115,7 +116,7 @@ func (s *StatusSet) AddRange(lo, hi int) {
 }
 
 // Contains reports whether code is in the set.
-func (s *StatusSet) Contains(code int) bool {
+func (s *StatusCodes) Contains(code int) bool {
 	i := uint(code - MinStatus)
 	if i > MaxStatus-MinStatus {
 		return false
@@ -124,7 +125,7 @@ func (s *StatusSet) Contains(code int) bool {
 }
 
 // Len returns the number of codes in the set.
-func (s *StatusSet) Len() int {
+func (s *StatusCodes) Len() int {
 	n := 0
 	for _, w := range s.bits {
 		n += bits.OnesCount64(w)
@@ -133,11 +134,11 @@ func (s *StatusSet) Len() int {
 }
 
 // IsEmpty reports whether the set holds no code.
-func (s *StatusSet) IsEmpty() bool { return s.bits == [len(s.bits)]uint64{} }
+func (s *StatusCodes) IsEmpty() bool { return s.bits == [len(s.bits)]uint64{} }
 
-// String returns the set in the form ParseStatusSet reads, with runs of
+// String returns the set in the form ParseStatusCodes reads, with runs of
 // consecutive codes as ranges: "200-399,403". The empty set is "".
-func (s StatusSet) String() string {
+func (s StatusCodes) String() string {
 	var b strings.Builder
 	for c := MinStatus; c <= MaxStatus; c++ {
 		if !s.Contains(c) {
@@ -161,4 +162,4 @@ func (s StatusSet) String() string {
 }
 
 // MarshalText encodes the set as its String.
-func (s StatusSet) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+func (s StatusCodes) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
