@@ -24,14 +24,19 @@
 //     was one, so user space sees the run end);
 //   - SYN_SENT -> CLOSE, classified by sk->sk_err, which the kernel sets
 //     before it moves the socket to CLOSE on a reset, an ICMP error or a
-//     timeout: ECONNREFUSED is refused; ETIMEDOUT is timed out (SYN retries
-//     exhausted); EHOSTUNREACH, ENETUNREACH, EHOSTDOWN and ENONET are
-//     unreachable. Any other value — 0 above all, the application closed
-//     the socket while connecting — is timed out when the SYN was
-//     retransmitted at least once (it went unanswered for the initial RTO:
-//     how a client with its own connect timeout, such as HAProxy's, sees a
-//     target that drops), and abandoned otherwise (no evidence against the
-//     target: a client aborting its own connects must trigger nothing);
+//     timeout (or, when it is 0, by sk->sk_err_soft: an ICMP error that came
+//     while the application held the socket, not yet read): ECONNREFUSED is
+//     refused; ETIMEDOUT is timed out (SYN retries exhausted); EHOSTUNREACH,
+//     ENETUNREACH, EHOSTDOWN and ENONET are unreachable. Any other value — 0
+//     above all, the application closed the socket while connecting — is
+//     timed out when the SYN was retransmitted at least once (it went
+//     unanswered for the initial RTO: how a client with its own connect
+//     timeout, such as HAProxy's, sees a target that drops), and abandoned
+//     otherwise (no evidence against the target: a client aborting its own
+//     connects must trigger nothing). A soft ICMP error the application
+//     read (SO_ERROR) before closing leaves no trace: such an attempt counts
+//     as abandoned. It happens when the ICMP answer comes back within the
+//     connect() call itself, from a target on the same host;
 //   - ESTABLISHED or later -> CLOSE: ECONNRESET or EPIPE is a reset
 //     (counted, not a failure); ETIMEDOUT and the unreachable errors are
 //     failures as above; anything else is an ordinary close.

@@ -211,7 +211,7 @@ type Passive struct {
 	// watchMu serializes Watch; cur4 and cur6 are the watched set as it
 	// stands in the kernel maps.
 	watchMu sync.Mutex
-	cur4    map[passiveWatchKey4]passiveWatchVal
+	cur4    map[uint64]passiveWatchVal // by packKey4
 	cur6    map[passiveWatchKey6]passiveWatchVal
 
 	reading atomic.Bool
@@ -258,7 +258,7 @@ func OpenPassive(opt PassiveOptions) (_ *Passive, err error) {
 	}
 	p := &Passive{
 		opt:  opt,
-		cur4: map[passiveWatchKey4]passiveWatchVal{},
+		cur4: map[uint64]passiveWatchVal{},
 		cur6: map[passiveWatchKey6]passiveWatchVal{},
 	}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
@@ -350,7 +350,7 @@ func (p *Passive) Watch(entries []WatchEntry) error {
 	var del6 []passiveWatchKey6
 	for k := range p.cur4 {
 		if _, ok := next4[k]; !ok {
-			del4 = append(del4, k)
+			del4 = append(del4, unpackKey4(k))
 		}
 	}
 	for k := range p.cur6 {
@@ -370,7 +370,7 @@ func (p *Passive) Watch(entries []WatchEntry) error {
 		if !ok || old.Slot != v.Slot {
 			fresh = append(fresh, v.Slot)
 		}
-		put4, put4v = append(put4, k), append(put4v, v)
+		put4, put4v = append(put4, unpackKey4(k)), append(put4v, v)
 	}
 	for k, v := range next6 {
 		old, ok := p.cur6[k]
@@ -384,7 +384,7 @@ func (p *Passive) Watch(entries []WatchEntry) error {
 	}
 
 	// Removals first: they free the slots that new targets take.
-	if err := batchDelete(p.objs.Watch4, del4, func(i int) { delete(p.cur4, del4[i]) }); err != nil {
+	if err := batchDelete(p.objs.Watch4, del4, func(i int) { delete(p.cur4, packKey4(del4[i])) }); err != nil {
 		return fmt.Errorf("unwatch %s: %w", key4AddrPort(del4[firstFailed(err)]), unwrapBatch(err))
 	}
 	if err := batchDelete(p.objs.Watch6, del6, func(i int) { delete(p.cur6, del6[i]) }); err != nil {
@@ -393,7 +393,7 @@ func (p *Passive) Watch(entries []WatchEntry) error {
 	if err := p.zeroStats(fresh); err != nil {
 		return err
 	}
-	if err := batchUpdate(p.objs.Watch4, put4, put4v, func(i int) { p.cur4[put4[i]] = put4v[i] }); err != nil {
+	if err := batchUpdate(p.objs.Watch4, put4, put4v, func(i int) { p.cur4[packKey4(put4[i])] = put4v[i] }); err != nil {
 		i := firstFailed(err)
 		return fmt.Errorf("watch %s (slot %d): %w", key4AddrPort(put4[i]), put4v[i].Slot, unwrapBatch(err))
 	}
@@ -406,9 +406,15 @@ func (p *Passive) Watch(entries []WatchEntry) error {
 
 // checkWatch validates entries and returns them as the kernel maps' keys
 // and values.
-func (p *Passive) checkWatch(entries []WatchEntry) (map[passiveWatchKey4]passiveWatchVal, map[passiveWatchKey6]passiveWatchVal, error) {
-	next4 := make(map[passiveWatchKey4]passiveWatchVal)
-	next6 := make(map[passiveWatchKey6]passiveWatchVal)
+func (p *Passive) checkWatch(entries []WatchEntry) (map[uint64]passiveWatchVal, map[passiveWatchKey6]passiveWatchVal, error) {
+	n4 := 0
+	for _, e := range entries {
+		if e.Addr.Addr().Unmap().Is4() {
+			n4++
+		}
+	}
+	next4 := make(map[uint64]passiveWatchVal, n4)
+	next6 := make(map[passiveWatchKey6]passiveWatchVal, len(entries)-n4)
 	used := make([]uint64, (p.opt.MaxTargets+63)/64) // slots taken so far
 	for i, e := range entries {
 		addr := e.Addr.Addr().Unmap().WithZone("")
@@ -431,9 +437,9 @@ func (p *Passive) checkWatch(entries []WatchEntry) (map[passiveWatchKey4]passive
 		port := netOrder(e.Addr.Port())
 		dup := false
 		if addr.Is4() {
-			k := passiveWatchKey4{Port: port}
 			a := addr.As4()
-			k.Addr = binary.NativeEndian.Uint32(a[:]) // network order in memory
+			// Network order in memory.
+			k := packKey4(passiveWatchKey4{Addr: binary.NativeEndian.Uint32(a[:]), Port: port})
 			_, dup = next4[k]
 			next4[k] = v
 		} else {
@@ -464,6 +470,13 @@ func netOrder(port uint16) uint16 {
 	var b [2]byte
 	binary.BigEndian.PutUint16(b[:], port)
 	return binary.NativeEndian.Uint16(b[:])
+}
+
+// packKey4 makes a watch4 key one integer, for a Go map that hashes fast.
+func packKey4(k passiveWatchKey4) uint64 { return uint64(k.Addr)<<16 | uint64(k.Port) }
+
+func unpackKey4(v uint64) passiveWatchKey4 {
+	return passiveWatchKey4{Addr: uint32(v >> 16), Port: uint16(v)}
 }
 
 func key4AddrPort(k passiveWatchKey4) netip.AddrPort {
