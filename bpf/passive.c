@@ -1,0 +1,459 @@
+//go:build ignore
+
+// passive.c watches the TCP connections that any process on the host opens
+// to the targets sonde knows, and counts per target how they fare: connected
+// (with the handshake time), refused, timed out, unreachable, abandoned by
+// the application, reset after establishment, and retransmissions. Failures
+// go to user space through a ring buffer, rate-bounded per target; the exact
+// counts are always in the per-target stats array.
+//
+// It attaches to two tracepoints (no fentry/fexit, no kprobes):
+//   - sock/inet_sock_set_state, for every TCP state change;
+//   - tcp/tcp_retransmit_skb, for every retransmitted segment.
+// Their records are read through CO-RE (the struct trace_event_raw_* below,
+// relocated against the kernel's BTF), as is sk->sk_err.
+//
+// A connection is followed from its CLOSE -> SYN_SENT transition, which runs
+// in the connect() caller's context, when its peer (address, port) is in
+// watch4 or watch6: the socket goes into the LRU map socks with the time and
+// the target's slot — unless the caller is sonde itself (its own probes are
+// not evidence; cfg_self_* identify sonde by its pid namespace's device and
+// inode and its tgid there, so the check holds inside containers). Then:
+//   - SYN_SENT -> ESTABLISHED: connected; the handshake time is added; the
+//     target's run of consecutive failures ends (with an event when there
+//     was one, so user space sees the run end);
+//   - SYN_SENT -> CLOSE, classified by sk->sk_err, which the kernel sets
+//     before it moves the socket to CLOSE on a reset, an ICMP error or a
+//     timeout (or, when it is 0, by sk->sk_err_soft: an ICMP error that came
+//     while the application held the socket, not yet read): ECONNREFUSED is
+//     refused; ETIMEDOUT is timed out (SYN retries exhausted); EHOSTUNREACH,
+//     ENETUNREACH, EHOSTDOWN and ENONET are unreachable. Any other value — 0
+//     above all, the application closed the socket while connecting — is
+//     timed out when the SYN was retransmitted at least once (it went
+//     unanswered for the initial RTO: how a client with its own connect
+//     timeout, such as HAProxy's, sees a target that drops), and abandoned
+//     otherwise (no evidence against the target: a client aborting its own
+//     connects must trigger nothing). A soft ICMP error the application
+//     read (SO_ERROR) before closing leaves no trace: such an attempt counts
+//     as abandoned. It happens when the ICMP answer comes back within the
+//     connect() call itself, from a target on the same host;
+//   - ESTABLISHED or later -> CLOSE: ECONNRESET or EPIPE is a reset
+//     (counted, not a failure); ETIMEDOUT and the unreachable errors are
+//     failures as above; anything else is an ordinary close.
+// Refused, timed out and unreachable are failures: each adds one to the
+// target's run. Every step looks the peer up in the watch map again, so a
+// connection whose target left the map, or whose slot now belongs to
+// another target, stops counting.
+//
+// The ring carries a record per failure while the run is at most the
+// target's threshold, then at most one per RL_UNITS (about 25 ms) per
+// target; the records left out are counted in dropped_rate, those lost to a
+// full ring in dropped_ring.
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_core_read.h>
+
+char __license[] SEC("license") = "Dual MIT/GPL";
+
+// TCP states (include/net/tcp_states.h) and errno values, which the BPF
+// target's headers do not carry.
+#define TCP_ESTABLISHED 1
+#define TCP_SYN_SENT 2
+#define TCP_CLOSE 7
+
+#define AF_INET 2
+#define AF_INET6 10
+#define IPPROTO_TCP 6
+
+#define EPIPE 32
+#define ENONET 64
+#define ENETUNREACH 101
+#define ECONNRESET 104
+#define ETIMEDOUT 110
+#define ECONNREFUSED 111
+#define EHOSTDOWN 112
+#define EHOSTUNREACH 113
+
+// Outcomes, in event.outcome; the Go side mirrors them (PassiveOutcome).
+enum outcome {
+	OUT_CONNECTED = 1,   // handshake completed
+	OUT_REFUSED = 2,     // RST (or ICMP port unreachable) answered the SYN
+	OUT_TIMED_OUT = 3,   // SYN unanswered, or an established connection timed out
+	OUT_UNREACHABLE = 4, // ICMP host/network unreachable
+	OUT_ABANDONED = 5,   // closed by the application while connecting, SYN never retransmitted
+	OUT_RESET = 6        // reset by the peer after establishment
+};
+
+// watch_key4 and watch_key6 are the keys of the watch maps: the peer's
+// address and port in network order, as on the wire.
+struct watch_key4 {
+	__be32 addr;
+	__be16 port;
+	__u16 pad; // zero
+};
+
+struct watch_key6 {
+	__u8 addr[16];
+	__be16 port;
+	__u16 pad; // zero
+};
+
+// watch_val says where a watched target's evidence goes.
+struct watch_val {
+	__u32 slot;      // index into stats
+	__u16 threshold; // failures that make a trigger: every failure up to it is sent
+	__u16 flags;     // reserved, zero
+};
+
+// stats are a target's counters, indexed by slot. The counters only grow;
+// all are updated with atomic operations, as several CPUs may update one
+// target at once.
+struct stats {
+	__u64 connected;    // handshakes completed
+	__u64 refused;      // OUT_REFUSED
+	__u64 timed_out;    // OUT_TIMED_OUT
+	__u64 unreachable;  // OUT_UNREACHABLE
+	__u64 abandoned;    // OUT_ABANDONED
+	__u64 reset;        // OUT_RESET
+	__u64 retransmits;  // retransmitted segments of followed connections
+	__u64 handshake_ns; // sum of the handshake times of connected
+	__u32 run;          // current run of consecutive failures
+	__u32 rl_last;      // time of the latest record sent past the threshold, in RL_SHIFT units
+};
+
+// sock_state is a followed connection, keyed by its struct sock pointer.
+struct sock_state {
+	__u64 start;       // bpf_ktime_get_ns() at CLOSE -> SYN_SENT
+	__u32 slot;        // the target's slot then
+	__u16 retransmits; // retransmitted segments so far (saturating)
+	__u8 established;  // reached ESTABLISHED
+	__u8 pad;
+};
+
+// event is one record in the ring: a failure, or the first success after
+// failures.
+struct event {
+	__u64 ktime;       // bpf_ktime_get_ns(): CLOCK_MONOTONIC nanoseconds
+	__u32 slot;        // the target's slot
+	__u32 run;         // consecutive failures including this one; for a success, the run it ended
+	__u32 retransmits; // retransmitted segments of this connection
+	__u8 outcome;      // enum outcome
+	__u8 pad[3];
+};
+
+// Force the event type into BTF so that bpf2go emits its Go twin.
+const struct event *unused_passive_event __attribute__((unused));
+
+// Rate bound past the threshold: one record per RL_UNITS units of
+// 2^RL_SHIFT ns (24 × 1.05 ms ≈ 25 ms, at most 4 per 100 ms).
+#define RL_SHIFT 20
+#define RL_UNITS 24
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1024); // set by user space before load
+	__type(key, struct watch_key4);
+	__type(value, struct watch_val);
+} watch4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 1024); // set by user space before load
+	__type(key, struct watch_key6);
+	__type(value, struct watch_val);
+} watch6 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024); // set by user space before load
+	__type(key, __u32);
+	__type(value, struct stats);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536); // set by user space before load
+	__type(key, __u64);
+	__type(value, struct sock_state);
+} socks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 18); // bytes; set by user space before load
+} events SEC(".maps");
+
+// Configuration, set by user space before the program is loaded.
+volatile const __u8 cfg_exclude_self; // 1: ignore connects of the process below
+volatile const __u64 cfg_self_dev;    // device of its pid namespace (kernel dev_t encoding)
+volatile const __u64 cfg_self_ino;    // inode of its pid namespace
+volatile const __u32 cfg_self_tgid;   // its process id in that namespace
+
+// Counters user space reads from the memory-mapped global data.
+volatile __u64 dropped_rate; // failure records left out by the rate bound
+volatile __u64 dropped_ring; // records lost to a full ring
+
+// The tracepoints' records, as far as this program reads them. Field
+// offsets come from the kernel's BTF (CO-RE), not from these declarations.
+struct trace_event_raw_inet_sock_set_state {
+	const void *skaddr;
+	int oldstate;
+	int newstate;
+	__u16 dport;
+	__u16 family;
+	__u16 protocol;
+	__u8 daddr[4];
+	__u8 daddr_v6[16];
+} __attribute__((preserve_access_index));
+
+// tcp_retransmit_skb has its own record since Linux 6.12 (with err);
+// before, it was an event of class tcp_event_sk_skb with the same fields.
+struct trace_event_raw_tcp_retransmit_skb {
+	const void *skaddr;
+	__u16 dport;
+	__u16 family;
+	__u8 daddr[4];
+	__u8 daddr_v6[16];
+} __attribute__((preserve_access_index));
+
+struct trace_event_raw_tcp_event_sk_skb {
+	const void *skaddr;
+	__u16 dport;
+	__u16 family;
+	__u8 daddr[4];
+	__u8 daddr_v6[16];
+} __attribute__((preserve_access_index));
+
+struct sock {
+	int sk_err;
+	int sk_err_soft;
+} __attribute__((preserve_access_index));
+
+// peer is a connection's remote end as the tracepoints report it.
+struct peer {
+	__u16 family;   // AF_INET or AF_INET6
+	__u16 port;     // host order
+	__u8 addr4[4];  // AF_INET
+	__u8 addr6[16]; // AF_INET6
+};
+
+// lookup returns the watch entry of p, or NULL. An IPv4-mapped IPv6 peer
+// (an AF_INET6 socket connecting to IPv4) is looked up in watch4.
+static __always_inline struct watch_val *lookup(const struct peer *p)
+{
+	if (p->family == AF_INET) {
+		struct watch_key4 k = {.port = bpf_htons(p->port)};
+		__builtin_memcpy(&k.addr, p->addr4, 4);
+		return bpf_map_lookup_elem(&watch4, &k);
+	}
+	if (p->family != AF_INET6)
+		return NULL;
+	const __u8 *a = p->addr6;
+	if (!(a[0] | a[1] | a[2] | a[3] | a[4] | a[5] | a[6] | a[7] | a[8] | a[9]) && a[10] == 0xff && a[11] == 0xff) {
+		struct watch_key4 k = {.port = bpf_htons(p->port)};
+		__builtin_memcpy(&k.addr, a + 12, 4);
+		return bpf_map_lookup_elem(&watch4, &k);
+	}
+	struct watch_key6 k = {.port = bpf_htons(p->port)};
+	__builtin_memcpy(k.addr, a, 16);
+	return bpf_map_lookup_elem(&watch6, &k);
+}
+
+// is_self reports whether the current task belongs to sonde's own process.
+static __always_inline int is_self(void)
+{
+	struct bpf_pidns_info ns = {};
+
+	if (!cfg_exclude_self)
+		return 0;
+	// Fails (and so is not sonde) when the task is in another pid namespace.
+	if (bpf_get_ns_current_pid_tgid(cfg_self_dev, cfg_self_ino, &ns, sizeof(ns)))
+		return 0;
+	return ns.tgid == cfg_self_tgid;
+}
+
+static __always_inline void emit(__u32 slot, __u8 outcome, __u32 run, __u32 retransmits, __u64 now)
+{
+	struct event ev = {.ktime = now, .slot = slot, .run = run, .retransmits = retransmits, .outcome = outcome};
+
+	if (bpf_ringbuf_output(&events, &ev, sizeof(ev), 0))
+		__sync_fetch_and_add(&dropped_ring, 1);
+}
+
+// fail counts a failure of outcome against st and sends its record unless
+// the rate bound holds it back.
+static __always_inline void fail(struct stats *st, const struct watch_val *w, __u8 outcome, __u32 retransmits)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	switch (outcome) {
+	case OUT_REFUSED:
+		__sync_fetch_and_add(&st->refused, 1);
+		break;
+	case OUT_TIMED_OUT:
+		__sync_fetch_and_add(&st->timed_out, 1);
+		break;
+	default:
+		__sync_fetch_and_add(&st->unreachable, 1);
+		break;
+	}
+	__u32 run = __sync_fetch_and_add(&st->run, 1) + 1;
+	if (run > w->threshold) {
+		__u32 t = (__u32)(now >> RL_SHIFT);
+		__u32 last = st->rl_last;
+		// Two CPUs may both pass here at once: the bound is approximate.
+		if (t - last < RL_UNITS) {
+			__sync_fetch_and_add(&dropped_rate, 1);
+			return;
+		}
+		st->rl_last = t;
+	}
+	emit(w->slot, outcome, run, retransmits, now);
+}
+
+// unreachable reports whether err says the target could not be reached.
+static __always_inline int unreachable(int err)
+{
+	return err == EHOSTUNREACH || err == ENETUNREACH || err == EHOSTDOWN || err == ENONET;
+}
+
+static __always_inline void connected(struct stats *st, const struct watch_val *w, struct sock_state *s)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	s->established = 1;
+	__sync_fetch_and_add(&st->connected, 1);
+	__sync_fetch_and_add(&st->handshake_ns, now - s->start);
+	// The run ends; only the success that ends one is sent.
+	if (st->run == 0)
+		return;
+	__u32 run = __sync_lock_test_and_set(&st->run, 0);
+	if (run)
+		emit(w->slot, OUT_CONNECTED, run, s->retransmits, now);
+}
+
+// closed classifies the close of a followed connection.
+static __always_inline void closed(struct stats *st, const struct watch_val *w, struct sock_state *s, const void *sk)
+{
+	int err = 0;
+
+	bpf_core_read(&err, sizeof(err), &((struct sock *)sk)->sk_err);
+	if (!err && !s->established)
+		bpf_core_read(&err, sizeof(err), &((struct sock *)sk)->sk_err_soft);
+	if (!s->established) {
+		if (err == ECONNREFUSED)
+			fail(st, w, OUT_REFUSED, s->retransmits);
+		else if (err == ETIMEDOUT)
+			fail(st, w, OUT_TIMED_OUT, s->retransmits);
+		else if (unreachable(err))
+			fail(st, w, OUT_UNREACHABLE, s->retransmits);
+		else if (s->retransmits)
+			fail(st, w, OUT_TIMED_OUT, s->retransmits);
+		else
+			__sync_fetch_and_add(&st->abandoned, 1);
+		return;
+	}
+	if (err == ECONNRESET || err == EPIPE)
+		__sync_fetch_and_add(&st->reset, 1);
+	else if (err == ETIMEDOUT)
+		fail(st, w, OUT_TIMED_OUT, s->retransmits);
+	else if (unreachable(err))
+		fail(st, w, OUT_UNREACHABLE, s->retransmits);
+}
+
+SEC("tracepoint/sock/inet_sock_set_state")
+int passive_state(struct trace_event_raw_inet_sock_set_state *ctx)
+{
+	struct peer p = {};
+
+	if (ctx->protocol != IPPROTO_TCP)
+		return 0;
+	int oldstate = ctx->oldstate, newstate = ctx->newstate;
+	if (!(oldstate == TCP_CLOSE && newstate == TCP_SYN_SENT) &&
+	    !(oldstate == TCP_SYN_SENT && newstate == TCP_ESTABLISHED) && newstate != TCP_CLOSE)
+		return 0;
+	__u64 key = (__u64)ctx->skaddr;
+	struct sock_state *s = NULL;
+	if (newstate != TCP_SYN_SENT) {
+		s = bpf_map_lookup_elem(&socks, &key);
+		if (!s)
+			return 0;
+	}
+	p.family = ctx->family;
+	p.port = ctx->dport;
+	bpf_core_read(p.addr4, sizeof(p.addr4), &ctx->daddr);
+	bpf_core_read(p.addr6, sizeof(p.addr6), &ctx->daddr_v6);
+	struct watch_val *w = lookup(&p);
+
+	if (newstate == TCP_SYN_SENT) {
+		if (!w || is_self())
+			return 0;
+		struct sock_state ns = {.start = bpf_ktime_get_ns(), .slot = w->slot};
+		bpf_map_update_elem(&socks, &key, &ns, BPF_ANY);
+		return 0;
+	}
+	if (!s) // the verifier does not follow the lookup above
+		return 0;
+	// The target left the watch map, or its slot went to another one.
+	if (!w || w->slot != s->slot) {
+		bpf_map_delete_elem(&socks, &key);
+		return 0;
+	}
+	__u32 slot = w->slot;
+	struct stats *st = bpf_map_lookup_elem(&stats, &slot);
+	if (!st)
+		return 0;
+	if (newstate == TCP_ESTABLISHED) {
+		connected(st, w, s);
+		return 0;
+	}
+	closed(st, w, s, ctx->skaddr);
+	bpf_map_delete_elem(&socks, &key);
+	return 0;
+}
+
+// retransmitted counts a retransmission of the followed socket sk to peer p.
+static __always_inline void retransmitted(__u64 key, const struct peer *p)
+{
+	struct sock_state *s = bpf_map_lookup_elem(&socks, &key);
+	if (!s)
+		return;
+	struct watch_val *w = lookup(p);
+	if (!w || w->slot != s->slot)
+		return;
+	__u32 slot = w->slot;
+	struct stats *st = bpf_map_lookup_elem(&stats, &slot);
+	if (!st)
+		return;
+	if (s->retransmits < 0xffff)
+		s->retransmits++; // one CPU at a time: the socket is locked
+	__sync_fetch_and_add(&st->retransmits, 1);
+}
+
+SEC("tracepoint/tcp/tcp_retransmit_skb")
+int passive_retransmit(void *ctx)
+{
+	struct peer p = {};
+	__u64 key;
+
+	if (bpf_core_type_exists(struct trace_event_raw_tcp_retransmit_skb)) {
+		struct trace_event_raw_tcp_retransmit_skb *r = ctx;
+		key = (__u64)r->skaddr;
+		p.family = r->family;
+		p.port = r->dport;
+		bpf_core_read(p.addr4, sizeof(p.addr4), &r->daddr);
+		bpf_core_read(p.addr6, sizeof(p.addr6), &r->daddr_v6);
+	} else {
+		struct trace_event_raw_tcp_event_sk_skb *r = ctx;
+		key = (__u64)r->skaddr;
+		p.family = r->family;
+		p.port = r->dport;
+		bpf_core_read(p.addr4, sizeof(p.addr4), &r->daddr);
+		bpf_core_read(p.addr6, sizeof(p.addr6), &r->daddr_v6);
+	}
+	retransmitted(key, &p);
+	return 0;
+}

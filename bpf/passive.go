@@ -1,0 +1,672 @@
+//go:build linux
+
+package bpf
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+)
+
+// PassiveOutcome says how an observed connection fared (event.outcome in
+// passive.c).
+type PassiveOutcome uint8
+
+// The outcomes of observed connections.
+const (
+	// PassiveConnected: the handshake completed.
+	PassiveConnected PassiveOutcome = 1
+	// PassiveRefused: an RST (or ICMP port unreachable) answered the SYN.
+	PassiveRefused PassiveOutcome = 2
+	// PassiveTimedOut: the SYN went unanswered — the kernel gave up, or the
+	// application closed the socket after the SYN had been retransmitted —
+	// or an established connection timed out.
+	PassiveTimedOut PassiveOutcome = 3
+	// PassiveUnreachable: ICMP host or network unreachable.
+	PassiveUnreachable PassiveOutcome = 4
+	// PassiveAbandoned: the application closed the socket while connecting,
+	// before any retransmission of its SYN: no evidence against the target.
+	PassiveAbandoned PassiveOutcome = 5
+	// PassiveReset: the peer reset an established connection. Counted, not
+	// a failure.
+	PassiveReset PassiveOutcome = 6
+)
+
+// String names the outcome as in metrics and events ("refused", "timed_out").
+func (o PassiveOutcome) String() string {
+	switch o {
+	case PassiveConnected:
+		return "connected"
+	case PassiveRefused:
+		return "refused"
+	case PassiveTimedOut:
+		return "timed_out"
+	case PassiveUnreachable:
+		return "unreachable"
+	case PassiveAbandoned:
+		return "abandoned"
+	case PassiveReset:
+		return "reset"
+	default:
+		return fmt.Sprintf("outcome(%d)", uint8(o))
+	}
+}
+
+// Failure reports whether the outcome is evidence against the target:
+// refused, timed out or unreachable.
+func (o PassiveOutcome) Failure() bool {
+	return o == PassiveRefused || o == PassiveTimedOut || o == PassiveUnreachable
+}
+
+// PassiveEvent is one record of the passive ring: a failure, or the first
+// success after failures.
+type PassiveEvent struct {
+	// At is when the kernel saw it, in CLOCK_MONOTONIC nanoseconds.
+	At int64
+	// Slot is the target's slot, as given to [Passive.Watch].
+	Slot uint32
+	// Outcome is a failure, or PassiveConnected for the success that ended
+	// a run of failures.
+	Outcome PassiveOutcome
+	// Run is the target's run of consecutive failures including this one;
+	// for PassiveConnected, the length of the run it ended.
+	Run uint32
+	// Retransmits is the number of segments the connection retransmitted.
+	Retransmits uint32
+}
+
+// PassiveEventSize is the size in bytes of a passive ring record.
+const PassiveEventSize = 24
+
+// ErrBadPassiveEvent is returned by [DecodePassiveEvent] for a record that is
+// too short or has an unknown outcome.
+var ErrBadPassiveEvent = errors.New("bad passive ring record")
+
+// DecodePassiveEvent decodes a passive ring record into ev without
+// allocating. Longer records are accepted (the kernel pads them to 8 bytes).
+func DecodePassiveEvent(b []byte, ev *PassiveEvent) error {
+	if len(b) < PassiveEventSize {
+		return fmt.Errorf("%w: %d bytes, want %d", ErrBadPassiveEvent, len(b), PassiveEventSize)
+	}
+	ne := binary.NativeEndian
+	o := PassiveOutcome(b[20])
+	if o < PassiveConnected || o > PassiveReset {
+		return fmt.Errorf("%w: outcome %d", ErrBadPassiveEvent, b[20])
+	}
+	*ev = PassiveEvent{
+		At:          int64(ne.Uint64(b[0:8])),
+		Slot:        ne.Uint32(b[8:12]),
+		Run:         ne.Uint32(b[12:16]),
+		Retransmits: ne.Uint32(b[16:20]),
+		Outcome:     o,
+	}
+	return nil
+}
+
+// PassiveStats are one target's counters since its slot was given to it.
+type PassiveStats struct {
+	Connected   uint64 // handshakes completed
+	Refused     uint64 // connects refused
+	TimedOut    uint64 // connects (or established connections) timed out
+	Unreachable uint64 // connects answered by ICMP unreachable
+	Abandoned   uint64 // connects the application closed before any SYN retransmission
+	Reset       uint64 // established connections reset by the peer
+	Retransmits uint64 // segments retransmitted by the target's connections
+	// HandshakeSum is the sum of the handshake times of Connected.
+	HandshakeSum time.Duration
+	// Run is the current run of consecutive failures (refused, timed out,
+	// unreachable), ended by the next connection that completes.
+	Run uint32
+}
+
+// WatchEntry is a target to watch: connections to Addr count in Slot.
+type WatchEntry struct {
+	// Addr is the target's address and port. An IPv4-mapped IPv6 address
+	// is its IPv4 address (the kernel's connects to either are one target);
+	// a zone is ignored: the watch holds on every interface.
+	Addr netip.AddrPort
+	// Slot is the index of the target's counters, below
+	// PassiveOptions.MaxTargets, and unique in a watched set.
+	Slot uint32
+	// Threshold is the number of consecutive failures that makes a trigger,
+	// 1 to 255: every failure up to it is sent through [Passive.Read], then
+	// at most about four per 100 ms.
+	Threshold int
+}
+
+// PassiveOptions configures [OpenPassive]. The zero value is usable.
+type PassiveOptions struct {
+	// MaxTargets bounds the watched targets (per address family) and the
+	// slots (0 to MaxTargets-1); default 65536, at most 1<<24.
+	MaxTargets int
+	// RingBytes is the ring buffer's size: a power of two of at least a
+	// page; default 256 KiB (about 8,000 records).
+	RingBytes int
+	// MaxSockets bounds the connections followed at once, oldest evicted
+	// first; default 65536.
+	MaxSockets int
+	// IncludeSelf counts this process's own connects too. By default they
+	// are ignored: sonde's probes are not evidence about its targets.
+	IncludeSelf bool
+}
+
+// Defaults and limits of [PassiveOptions].
+const (
+	defaultPassiveTargets = 1 << 16
+	maxPassiveTargets     = 1 << 24
+	defaultPassiveRing    = 256 << 10
+	defaultPassiveSockets = 1 << 16
+	maxPassiveThreshold   = 255
+)
+
+func (o *PassiveOptions) setDefaults() error {
+	if o.MaxTargets == 0 {
+		o.MaxTargets = defaultPassiveTargets
+	}
+	if o.MaxTargets < 1 || o.MaxTargets > maxPassiveTargets {
+		return fmt.Errorf("passive max targets %d: want 1 to %d", o.MaxTargets, maxPassiveTargets)
+	}
+	if o.RingBytes == 0 {
+		o.RingBytes = defaultPassiveRing
+	}
+	if o.RingBytes < os.Getpagesize() || o.RingBytes&(o.RingBytes-1) != 0 {
+		return fmt.Errorf("passive ring size %d: want a power of two of at least %d", o.RingBytes, os.Getpagesize())
+	}
+	if o.MaxSockets == 0 {
+		o.MaxSockets = defaultPassiveSockets
+	}
+	if o.MaxSockets < 1 || o.MaxSockets > maxPassiveTargets {
+		return fmt.Errorf("passive max sockets %d: want 1 to %d", o.MaxSockets, maxPassiveTargets)
+	}
+	return nil
+}
+
+// Passive owns the loaded passive-observation programs, their tracepoint
+// links, maps and ring reader. All methods are safe for concurrent use;
+// [Passive.Read] runs in one goroutine at a time.
+type Passive struct {
+	opt    PassiveOptions
+	objs   passiveObjects
+	links  []link.Link
+	reader *ringbuf.Reader
+
+	// life guards the objects against Close: every method but Close holds
+	// it for reading.
+	life   sync.RWMutex
+	closed bool
+
+	// watchMu serializes Watch; cur4 and cur6 are the watched set as it
+	// stands in the kernel maps.
+	watchMu sync.Mutex
+	cur4    map[uint64]passiveWatchVal // by packKey4
+	cur6    map[passiveWatchKey6]passiveWatchVal
+
+	reading atomic.Bool
+}
+
+// ErrPassiveReading is returned by [Passive.Read] while another Read runs.
+var ErrPassiveReading = errors.New("passive: Read already running")
+
+// PassiveAvailable reports whether this process can observe connections
+// passively: it checks the kernel's BTF, then loads the programs and attaches
+// them to their tracepoints (needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN,
+// and tracefs), and detaches them at once. The error says what is missing.
+func PassiveAvailable() error {
+	if _, err := btf.LoadKernelSpec(); err != nil {
+		return fmt.Errorf("kernel BTF (/sys/kernel/btf/vmlinux) unavailable: %w", err)
+	}
+	p, err := OpenPassive(PassiveOptions{MaxTargets: 1, MaxSockets: 1, RingBytes: os.Getpagesize()})
+	if err != nil {
+		return err
+	}
+	return p.Close()
+}
+
+// OpenPassive loads the passive-observation programs with opt and attaches
+// them to the tracepoints sock/inet_sock_set_state and tcp/tcp_retransmit_skb.
+// Nothing is watched until [Passive.Watch]. Minimum kernel 5.12 (BPF atomics
+// with fetch), with BTF.
+func OpenPassive(opt PassiveOptions) (_ *Passive, err error) {
+	if err := opt.setDefaults(); err != nil {
+		return nil, err
+	}
+	memlockErr := rlimit.RemoveMemlock() // kernels before 5.11; see NewCapture
+	spec, err := loadPassive()
+	if err != nil {
+		return nil, err
+	}
+	spec.Maps[passiveMapWatch4].MaxEntries = uint32(opt.MaxTargets)
+	spec.Maps[passiveMapWatch6].MaxEntries = uint32(opt.MaxTargets)
+	spec.Maps[passiveMapStats].MaxEntries = uint32(opt.MaxTargets)
+	spec.Maps[passiveMapSocks].MaxEntries = uint32(opt.MaxSockets)
+	spec.Maps[passiveMapEvents].MaxEntries = uint32(opt.RingBytes)
+	if err := configurePassive(spec, opt); err != nil {
+		return nil, err
+	}
+	p := &Passive{
+		opt:  opt,
+		cur4: map[uint64]passiveWatchVal{},
+		cur6: map[passiveWatchKey6]passiveWatchVal{},
+	}
+	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+		if memlockErr != nil {
+			err = fmt.Errorf("%w (and lifting the memlock limit failed: %w)", err, memlockErr)
+		}
+		return nil, fmt.Errorf("load passive program (needs CAP_BPF and CAP_PERFMON): %w", err)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, p.Close())
+		}
+	}()
+	for _, tp := range []struct {
+		group, name string
+		prog        *ebpf.Program
+	}{
+		{"sock", "inet_sock_set_state", p.objs.PassiveState},
+		{"tcp", "tcp_retransmit_skb", p.objs.PassiveRetransmit},
+	} {
+		l, err := link.Tracepoint(tp.group, tp.name, tp.prog, nil)
+		if err != nil {
+			return nil, fmt.Errorf("attach tracepoint %s/%s (needs tracefs and CAP_PERFMON): %w", tp.group, tp.name, err)
+		}
+		p.links = append(p.links, l)
+	}
+	if p.reader, err = ringbuf.NewReader(p.objs.Events); err != nil {
+		return nil, fmt.Errorf("open passive ring buffer: %w", err)
+	}
+	return p, nil
+}
+
+// configurePassive writes the identity of this process into the program's
+// constants: the device and inode of its pid namespace and its process id
+// there, which bpf_get_ns_current_pid_tgid compares.
+func configurePassive(spec *ebpf.CollectionSpec, opt PassiveOptions) error {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/self/ns/pid", &st); err != nil {
+		return fmt.Errorf("stat own pid namespace: %w", err)
+	}
+	// The helper compares the kernel's dev_t (major << 20 | minor), not
+	// stat's encoding.
+	dev := uint64(unix.Major(st.Dev))<<20 | uint64(unix.Minor(st.Dev))
+	vars := []struct {
+		name  string
+		value any
+	}{
+		{passiveVarCfgExcludeSelf, boolByte(!opt.IncludeSelf)},
+		{passiveVarCfgSelfDev, dev},
+		{passiveVarCfgSelfIno, st.Ino},
+		{passiveVarCfgSelfTgid, uint32(os.Getpid())},
+	}
+	for _, v := range vars {
+		if err := spec.Variables[v.name].Set(v.value); err != nil {
+			return fmt.Errorf("set %s: %w", v.name, err)
+		}
+	}
+	return nil
+}
+
+// errPassiveClosed is returned by the methods of a closed Passive.
+var errPassiveClosed = fmt.Errorf("passive: %w", os.ErrClosed)
+
+// passiveBatch bounds the elements per batch system call.
+const passiveBatch = 1 << 14
+
+// Watch makes entries the whole watched set: entries not watched yet are
+// added, changed ones updated, and those missing from entries removed. A
+// target kept at the same address and slot keeps its counters; a slot that
+// gets a new target starts from zero. Connections in flight to a removed
+// target, or to one whose slot changed, stop counting. The set is checked
+// before anything changes; an error names the entry. Should the kernel
+// refuse a change midway, the watched set is the old one with part of the
+// changes applied, and a later Watch completes it.
+func (p *Passive) Watch(entries []WatchEntry) error {
+	p.life.RLock()
+	defer p.life.RUnlock()
+	if p.closed {
+		return errPassiveClosed
+	}
+	p.watchMu.Lock()
+	defer p.watchMu.Unlock()
+
+	next4, next6, err := p.checkWatch(entries)
+	if err != nil {
+		return err
+	}
+	var del4 []passiveWatchKey4
+	var del6 []passiveWatchKey6
+	for k := range p.cur4 {
+		if _, ok := next4[k]; !ok {
+			del4 = append(del4, unpackKey4(k))
+		}
+	}
+	for k := range p.cur6 {
+		if _, ok := next6[k]; !ok {
+			del6 = append(del6, k)
+		}
+	}
+	var put4 []passiveWatchKey4
+	var put6k []passiveWatchKey6
+	var put4v, put6v []passiveWatchVal
+	var fresh []uint32 // slots that get a new target
+	for k, v := range next4 {
+		old, ok := p.cur4[k]
+		if ok && old == v {
+			continue
+		}
+		if !ok || old.Slot != v.Slot {
+			fresh = append(fresh, v.Slot)
+		}
+		put4, put4v = append(put4, unpackKey4(k)), append(put4v, v)
+	}
+	for k, v := range next6 {
+		old, ok := p.cur6[k]
+		if ok && old == v {
+			continue
+		}
+		if !ok || old.Slot != v.Slot {
+			fresh = append(fresh, v.Slot)
+		}
+		put6k, put6v = append(put6k, k), append(put6v, v)
+	}
+
+	// Removals first: they free the slots that new targets take.
+	if err := batchDelete(p.objs.Watch4, del4, func(i int) { delete(p.cur4, packKey4(del4[i])) }); err != nil {
+		return fmt.Errorf("unwatch %s: %w", key4AddrPort(del4[firstFailed(err)]), unwrapBatch(err))
+	}
+	if err := batchDelete(p.objs.Watch6, del6, func(i int) { delete(p.cur6, del6[i]) }); err != nil {
+		return fmt.Errorf("unwatch %s: %w", key6AddrPort(del6[firstFailed(err)]), unwrapBatch(err))
+	}
+	if err := p.zeroStats(fresh); err != nil {
+		return err
+	}
+	if err := batchUpdate(p.objs.Watch4, put4, put4v, func(i int) { p.cur4[packKey4(put4[i])] = put4v[i] }); err != nil {
+		i := firstFailed(err)
+		return fmt.Errorf("watch %s (slot %d): %w", key4AddrPort(put4[i]), put4v[i].Slot, unwrapBatch(err))
+	}
+	if err := batchUpdate(p.objs.Watch6, put6k, put6v, func(i int) { p.cur6[put6k[i]] = put6v[i] }); err != nil {
+		i := firstFailed(err)
+		return fmt.Errorf("watch %s (slot %d): %w", key6AddrPort(put6k[i]), put6v[i].Slot, unwrapBatch(err))
+	}
+	return nil
+}
+
+// checkWatch validates entries and returns them as the kernel maps' keys
+// and values.
+func (p *Passive) checkWatch(entries []WatchEntry) (map[uint64]passiveWatchVal, map[passiveWatchKey6]passiveWatchVal, error) {
+	n4 := 0
+	for _, e := range entries {
+		if e.Addr.Addr().Unmap().Is4() {
+			n4++
+		}
+	}
+	next4 := make(map[uint64]passiveWatchVal, n4)
+	next6 := make(map[passiveWatchKey6]passiveWatchVal, len(entries)-n4)
+	used := make([]uint64, (p.opt.MaxTargets+63)/64) // slots taken so far
+	for i, e := range entries {
+		addr := e.Addr.Addr().Unmap().WithZone("")
+		name := func() string { return fmt.Sprintf("watch entry %d (%s)", i, e.Addr) }
+		switch {
+		case !addr.IsValid():
+			return nil, nil, fmt.Errorf("%s: no address", name())
+		case e.Addr.Port() == 0:
+			return nil, nil, fmt.Errorf("%s: port 0", name())
+		case int64(e.Slot) >= int64(p.opt.MaxTargets):
+			return nil, nil, fmt.Errorf("%s: slot %d outside 0 to %d", name(), e.Slot, p.opt.MaxTargets-1)
+		case e.Threshold < 1 || e.Threshold > maxPassiveThreshold:
+			return nil, nil, fmt.Errorf("%s: threshold %d outside 1 to %d", name(), e.Threshold, maxPassiveThreshold)
+		}
+		if used[e.Slot/64]&(1<<(e.Slot%64)) != 0 {
+			return nil, nil, fmt.Errorf("%s: slot %d already taken by entry %d", name(), e.Slot, slotOwner(entries[:i], e.Slot))
+		}
+		used[e.Slot/64] |= 1 << (e.Slot % 64)
+		v := passiveWatchVal{Slot: e.Slot, Threshold: uint16(e.Threshold)}
+		port := netOrder(e.Addr.Port())
+		dup := false
+		if addr.Is4() {
+			a := addr.As4()
+			// Network order in memory.
+			k := packKey4(passiveWatchKey4{Addr: binary.NativeEndian.Uint32(a[:]), Port: port})
+			_, dup = next4[k]
+			next4[k] = v
+		} else {
+			k := passiveWatchKey6{Addr: addr.As16(), Port: port}
+			_, dup = next6[k]
+			next6[k] = v
+		}
+		if dup {
+			return nil, nil, fmt.Errorf("%s: %s watched twice", name(), netip.AddrPortFrom(addr, e.Addr.Port()))
+		}
+	}
+	return next4, next6, nil
+}
+
+// slotOwner returns the index of the entry with slot.
+func slotOwner(entries []WatchEntry, slot uint32) int {
+	for i, e := range entries {
+		if e.Slot == slot {
+			return i
+		}
+	}
+	return -1
+}
+
+// netOrder returns v as it lies in memory in network order, read natively;
+// it is its own inverse.
+func netOrder(port uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], port)
+	return binary.NativeEndian.Uint16(b[:])
+}
+
+// packKey4 makes a watch4 key one integer, for a Go map that hashes fast.
+func packKey4(k passiveWatchKey4) uint64 { return uint64(k.Addr)<<16 | uint64(k.Port) }
+
+func unpackKey4(v uint64) passiveWatchKey4 {
+	return passiveWatchKey4{Addr: uint32(v >> 16), Port: uint16(v)}
+}
+
+func key4AddrPort(k passiveWatchKey4) netip.AddrPort {
+	var a [4]byte
+	binary.NativeEndian.PutUint32(a[:], k.Addr)
+	return netip.AddrPortFrom(netip.AddrFrom4(a), netOrder(k.Port))
+}
+
+func key6AddrPort(k passiveWatchKey6) netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom16(k.Addr), netOrder(k.Port))
+}
+
+// batchError is a batch operation that failed at element Index.
+type batchError struct {
+	Index int
+	Err   error
+}
+
+func (e *batchError) Error() string { return e.Err.Error() }
+func (e *batchError) Unwrap() error { return e.Err }
+
+func firstFailed(err error) int {
+	var be *batchError
+	if errors.As(err, &be) {
+		return be.Index
+	}
+	return 0
+}
+
+func unwrapBatch(err error) error {
+	var be *batchError
+	if errors.As(err, &be) {
+		return be.Err
+	}
+	return err
+}
+
+// batchUpdate puts keys and values into m in batches, calling done for
+// each element the kernel took.
+func batchUpdate[K any](m *ebpf.Map, keys []K, values []passiveWatchVal, done func(int)) error {
+	for lo := 0; lo < len(keys); lo += passiveBatch {
+		hi := min(lo+passiveBatch, len(keys))
+		n, err := m.BatchUpdate(keys[lo:hi], values[lo:hi], nil)
+		for i := lo; i < lo+n; i++ {
+			done(i)
+		}
+		if err != nil {
+			return &batchError{Index: min(lo+n, len(keys)-1), Err: err}
+		}
+	}
+	return nil
+}
+
+// batchDelete deletes keys from m in batches, calling done for each element
+// deleted.
+func batchDelete[K any](m *ebpf.Map, keys []K, done func(int)) error {
+	for lo := 0; lo < len(keys); lo += passiveBatch {
+		hi := min(lo+passiveBatch, len(keys))
+		n, err := m.BatchDelete(keys[lo:hi], nil)
+		for i := lo; i < lo+n; i++ {
+			done(i)
+		}
+		if err != nil {
+			return &batchError{Index: min(lo+n, len(keys)-1), Err: err}
+		}
+	}
+	return nil
+}
+
+// zeroStats resets the counters of slots.
+func (p *Passive) zeroStats(slots []uint32) error {
+	zeros := make([]passiveStats, min(len(slots), passiveBatch))
+	for lo := 0; lo < len(slots); lo += passiveBatch {
+		hi := min(lo+passiveBatch, len(slots))
+		n, err := p.objs.Stats.BatchUpdate(slots[lo:hi], zeros[:hi-lo], nil)
+		if err != nil {
+			return fmt.Errorf("reset counters of slot %d: %w", slots[min(lo+n, len(slots)-1)], err)
+		}
+	}
+	return nil
+}
+
+// Stats returns the counters of slot.
+func (p *Passive) Stats(slot uint32) (PassiveStats, error) {
+	p.life.RLock()
+	defer p.life.RUnlock()
+	if p.closed {
+		return PassiveStats{}, errPassiveClosed
+	}
+	if int64(slot) >= int64(p.opt.MaxTargets) {
+		return PassiveStats{}, fmt.Errorf("passive slot %d outside 0 to %d", slot, p.opt.MaxTargets-1)
+	}
+	var s passiveStats
+	if err := p.objs.Stats.Lookup(slot, &s); err != nil {
+		return PassiveStats{}, fmt.Errorf("read passive counters of slot %d: %w", slot, err)
+	}
+	return PassiveStats{
+		Connected: s.Connected, Refused: s.Refused, TimedOut: s.TimedOut, Unreachable: s.Unreachable,
+		Abandoned: s.Abandoned, Reset: s.Reset, Retransmits: s.Retransmits,
+		HandshakeSum: time.Duration(s.HandshakeNs), Run: s.Run,
+	}, nil
+}
+
+// Read delivers the ring's records to fn, in the order the kernel wrote them,
+// until ctx is done (it returns ctx.Err()) or the Passive is closed (an
+// error matching [os.ErrClosed]). fn runs in Read's goroutine and should
+// return quickly: while it runs, records wait in the ring and, when it is
+// full, are lost (counted in [Passive.Drops]). A second Read while one runs
+// returns [ErrPassiveReading].
+func (p *Passive) Read(ctx context.Context, fn func(PassiveEvent)) error {
+	if !p.reading.CompareAndSwap(false, true) {
+		return ErrPassiveReading
+	}
+	defer p.reading.Store(false)
+	p.life.RLock()
+	closed := p.closed
+	p.life.RUnlock()
+	if closed {
+		return errPassiveClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// Flush wakes the blocked read, which returns ErrFlushed once the
+	// records before it are read; Close wakes it with ErrClosed.
+	stop := context.AfterFunc(ctx, func() { _ = p.reader.Flush() })
+	defer stop()
+	var rec ringbuf.Record
+	var ev PassiveEvent
+	for {
+		err := p.reader.ReadInto(&rec)
+		switch {
+		case err == nil:
+			if DecodePassiveEvent(rec.RawSample, &ev) == nil {
+				fn(ev)
+			}
+		case errors.Is(err, ringbuf.ErrFlushed):
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		case errors.Is(err, os.ErrClosed):
+			return errPassiveClosed
+		default:
+			return fmt.Errorf("read passive ring: %w", err)
+		}
+	}
+}
+
+// Drops returns the failure records not sent since load: those the per-
+// target rate bound left out (past the threshold) and those lost to a full
+// ring. Counters are exact either way ([Passive.Stats]).
+func (p *Passive) Drops() (rateLimited, ringFull uint64) {
+	p.life.RLock()
+	defer p.life.RUnlock()
+	if p.closed {
+		return 0, 0
+	}
+	// Memory-mapped global data: no system call, and it cannot fail but
+	// for a size mismatch, which the generated bindings rule out.
+	_ = p.objs.DroppedRate.Get(&rateLimited)
+	_ = p.objs.DroppedRing.Get(&ringFull)
+	return rateLimited, ringFull
+}
+
+// Dropped returns the records not sent since load, both kinds of
+// [Passive.Drops] together; 0 after Close.
+func (p *Passive) Dropped() uint64 {
+	r, f := p.Drops()
+	return r + f
+}
+
+// Close stops a blocked Read, detaches the programs and frees their maps, in
+// the reverse order of their creation. It returns every failure joined;
+// later calls return nil.
+func (p *Passive) Close() error {
+	var errs []error
+	if p.reader != nil {
+		// Before taking the lock: a blocked Read holds none, and this wakes
+		// it. Closing a closed reader returns nil.
+		errs = append(errs, p.reader.Close())
+	}
+	p.life.Lock()
+	defer p.life.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	for i := len(p.links) - 1; i >= 0; i-- {
+		errs = append(errs, p.links[i].Close())
+	}
+	errs = append(errs, p.objs.Close())
+	return errors.Join(errs...)
+}
