@@ -139,7 +139,7 @@ var invalidConfigs = map[string]string{
 	"invalid-unknown-field-pool.yaml":            `pools[0].target: unknown field`,
 	"invalid-unknown-field.yaml":                 `checks.web.intervall: unknown field`,
 	"invalid-unknown-top.yaml":                   `targets: unknown field`,
-	"invalid-webhook-kind.yaml":                  `webhooks[0].events.kinds[1]: "routes" is not one of state, route, preferred, fail_open`,
+	"invalid-webhook-kind.yaml":                  `webhooks[0].events.kinds[1]: "routes" is not one of state, route, preferred, fail_open, passive`,
 	"invalid-webhook-name-dup.yaml":              `webhooks[1].name: "127.0.0.1:9000" (the host of the url) is already the name of webhooks[0]; set name to tell them apart`,
 	"invalid-webhook-pool.yaml":                  `webhooks[0].events.pools[0]: "apii" is not the name of a pool`,
 	"invalid-webhook-secret-missing.yaml":        `webhooks[0].secret_file: "no-such-secret": no such file or directory`,

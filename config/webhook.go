@@ -25,9 +25,9 @@ type EventFilterSpec struct {
 }
 
 // EventKinds are the kinds of events sonde reports: a target's state change,
-// and a pool member's route, a change of the preferred set and a pool's
-// fail-open, decided by the pool policy.
-var EventKinds = []string{"state", "route", "preferred", "fail_open"}
+// a pool member's route, a change of the preferred set and a pool's
+// fail-open, decided by the pool policy, and a trigger of passive evidence.
+var EventKinds = []string{"state", "route", "preferred", "fail_open", "passive"}
 
 // Limits and defaults of webhook settings.
 const (

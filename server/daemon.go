@@ -141,6 +141,7 @@ type Daemon struct {
 	mem     memoryTuner
 	errs    lastErrors
 	hist    *history.History // recent results of some targets, for the status page
+	passive *passiveWatch    // evidence from this host's own connections to the targets
 	// rem fires remediation actions. It outlives generations: budgets and
 	// instance state are kept by remediation name and address.
 	rem *remediate.Manager
@@ -239,6 +240,8 @@ func New(opt Options) (*Daemon, error) {
 	d.adm = web.NewAdmission(d.opt.ProbeConcurrency, d.opt.MaxEventStreams, d.opt.WriteStall)
 	d.streams = events.NewStreams(d.events, d.adm.Stream, d.opt.WriteStall, d.opt.EventKeepAlive, d.log)
 	d.metrics = newMetrics(d)
+	d.passive = newPassiveWatch(d)
+	d.passive.register(d.metrics.reg)
 	d.rem = remediate.New(remediate.Options{Logger: opt.Logger, Registerer: d.metrics.reg})
 	if opt.StateFile != "" {
 		d.saves = statefile.NewHealth(d.metrics.reg)
@@ -373,6 +376,7 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 	d.hooks.Replace(hooks)
 	g.decide(d)
 	d.publish(g)
+	d.passive.use(g)
 	g.runRouter()
 	retire()
 	d.engine, d.probers, d.cancel = engine, ps, cancel
@@ -533,6 +537,7 @@ func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
 	// still runs the removed targets until its shards apply the edit, and
 	// the generation knows them as gone.
 	d.publish(g)
+	d.passive.use(g)
 	ed.Commit()
 	old.stopRouter()
 	g.runRouter()
@@ -640,6 +645,7 @@ func (d *Daemon) Stop() error {
 	d.updateMu.Unlock()
 	d.cancel()
 	<-d.done
+	d.passive.stop()
 	d.updateMu.Lock()
 	d.cur.Load().stopRouter()
 	if d.opt.StateFile != "" {

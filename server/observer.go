@@ -39,6 +39,12 @@ func (o *observer) Result(id uint32, r probe.Result) {
 		return
 	}
 	o.d.hist.Record(g.hist, id, &r, g.engine)
+	if r.Passive {
+		// Passive evidence the engine applied (the eject action): no
+		// probe, so not counted as one; its trigger is counted and
+		// reported where it was made.
+		return
+	}
 	if r.Outcome == probe.LocalError {
 		o.localError(g, id, &r)
 	}
@@ -125,9 +131,13 @@ func (o *observer) Transition(e scheduler.Event) {
 		Status:  int(e.Status),
 		Streak:  e.Streak,
 		Message: g.lastError(e.Target),
+		Passive: e.Passive,
 	}
-	if e.Outcome == probe.Success {
+	switch {
+	case e.Outcome == probe.Success:
 		ev.Message = ""
+	case e.Passive:
+		ev.Message = "failed connections of this host to the target (passive evidence)"
 	}
 	g.poolsOf(e.Target, func(pi int) {
 		ev.Pools = append(ev.Pools, g.cfg.Pools[pi].Name)
@@ -137,7 +147,11 @@ func (o *observer) Transition(e scheduler.Event) {
 	if r := g.router; r != nil {
 		r.Notify(e.Target)
 	}
-	if o.info {
+	switch {
+	case o.info && e.Passive:
+		o.d.log.Info("state change", "target", ev.Target, "pool", ev.Pools, "check", ev.Check,
+			"from", ev.From, "to", ev.To, "reason", ev.Reason, "consecutive", ev.Streak, "passive", true)
+	case o.info:
 		o.d.log.Info("state change", "target", ev.Target, "pool", ev.Pools, "check", ev.Check,
 			"from", ev.From, "to", ev.To, "reason", ev.Reason, "consecutive", ev.Streak)
 	}

@@ -233,7 +233,7 @@ func serveDaemon(ctx context.Context, opt server.Options, listen string, hup <-c
 		}
 	}()
 	path, _ := d.TCPPath()
-	dropPrivileges(log, opt.NoSyn, path != probe.PathConnect)
+	dropPrivileges(log, opt.NoSyn, path != probe.PathConnect, d.PassiveRuns())
 	log.Info("serving", "listen", l.Addr().String()) // a configuration runs
 	if ready != nil && ctx.Err() == nil {
 		ready()
@@ -280,11 +280,18 @@ func reloadOn(ctx context.Context, d *server.Daemon, hup <-chan os.Signal, chang
 // closing one removes its TC filter, which takes CAP_NET_ADMIN. With
 // -syn=false (noSyn) only checks in tcp_mode syn start one: when none runs
 // after the start, the three go too, and a reload that adds such a check is
-// rejected.
-func dropPrivileges(log *slog.Logger, noSyn, synRuns bool) {
+// rejected. While the passive observer runs (passiveRuns) it keeps CAP_BPF
+// and CAP_PERFMON, which a reload that watches more targets than the
+// observer was opened for needs to open a larger one; when the first
+// configuration watches nothing they go, and a reload that adds a passive
+// block runs without passive evidence, saying so.
+func dropPrivileges(log *slog.Logger, noSyn, synRuns, passiveRuns bool) {
 	var keep privilege.Set
 	if !noSyn || synRuns {
 		keep = privilege.Of(unix.CAP_NET_RAW, unix.CAP_BPF, unix.CAP_NET_ADMIN)
+	}
+	if passiveRuns {
+		keep |= privilege.Of(unix.CAP_BPF, unix.CAP_PERFMON)
 	}
 	res, err := privilege.Drop(keep)
 	if err != nil {
@@ -293,7 +300,7 @@ func dropPrivileges(log *slog.Logger, noSyn, synRuns bool) {
 	}
 	attrs := []any{"kept", res.Kept, "dropped", res.Dropped, "bounding_set", res.Bounding, "no_new_privs", true}
 	if res.Kept != 0 {
-		attrs = append(attrs, "kept_for", "reloads that start a SYN prober (the first TCP check, a new address family, a retry) or close one")
+		attrs = append(attrs, "kept_for", "reloads that start a SYN prober (the first TCP check, a new address family, a retry) or close one, or that watch more targets passively")
 	}
 	log.Info("capabilities dropped", attrs...)
 }

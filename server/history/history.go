@@ -207,7 +207,8 @@ func New(targets, results int) *History {
 const (
 	histLatencyBits = 32 // µs
 	histStatusShift = 32 // 16 bits
-	histOutcomeShft = 48 // 8 bits
+	histOutcomeShft = 48 // 7 bits
+	histPassiveBit  = 1 << 55
 	histStateShift  = 56 // 8 bits
 )
 
@@ -216,7 +217,11 @@ func packHist(r *probe.Result, state scheduler.State) uint64 {
 	if us >= 1<<histLatencyBits {
 		us = 1<<histLatencyBits - 1
 	}
-	return us | uint64(r.Status)<<histStatusShift | uint64(r.Outcome)<<histOutcomeShft | uint64(state)<<histStateShift
+	data := us | uint64(r.Status)<<histStatusShift | uint64(r.Outcome)<<histOutcomeShft | uint64(state)<<histStateShift
+	if r.Passive {
+		data |= histPassiveBit
+	}
+	return data
 }
 
 func tagOf(owner, pos uint64) uint64 { return owner>>32<<40 | (pos+1)&(1<<40-1) }
@@ -385,13 +390,14 @@ type Sample struct {
 
 // Result decodes the entry, with times on clock.
 func (r Sample) Result(clock scheduler.Clock) api.HistoryResult {
-	o := probe.Outcome(r.data >> histOutcomeShft & 0xff)
+	o := probe.Outcome(r.data >> histOutcomeShft & 0x7f)
 	return api.HistoryResult{
 		Time:           scheduler.WallTime(clock, r.at),
 		Outcome:        o.String(),
 		Status:         int(uint16(r.data >> histStatusShift)),
 		LatencySeconds: (time.Duration(r.data&(1<<histLatencyBits-1)) * time.Microsecond).Seconds(),
 		State:          scheduler.State(r.data >> histStateShift & 0xff).String(),
+		Passive:        r.data&histPassiveBit != 0,
 	}
 }
 

@@ -15,10 +15,11 @@ const (
 	KindRoute     = "route"     // a pool member was removed, put back, or decided (routed, removed, pending)
 	KindPreferred = "preferred" // a pool member entered or left the preferred set (E7)
 	KindFailOpen  = "fail_open" // a pool started or stopped failing open (P2)
+	KindPassive   = "passive"   // failed connections of this host to a target made a trigger (PA3)
 )
 
 // EventKinds are the kinds of events, in the order the documentation lists them.
-var EventKinds = []string{KindState, KindRoute, KindPreferred, KindFailOpen}
+var EventKinds = []string{KindState, KindRoute, KindPreferred, KindFailOpen, KindPassive}
 
 // Event is one event as the API, the event stream and webhooks show it: a
 // target's state change (kind "state") or a change of a pool's traffic
@@ -39,7 +40,10 @@ type Event struct {
 	Reason  string    `json:"reason"`                // "state": outcome of the probe behind it; others: what moved the decision
 	Status  int       `json:"status,omitempty"`      // "state": the probe's HTTP status
 	Streak  int       `json:"consecutive,omitempty"` // "state": consecutive results of that kind
-	Message string    `json:"error,omitempty"`       // "state": why the probe failed, when known
+	Message string    `json:"error,omitempty"`       // "state": why the probe failed, when known; "passive": what the connections did
+	// Passive marks a "state" change made by passive evidence (the
+	// eject action) rather than by a probe.
+	Passive bool `json:"passive,omitempty"`
 }
 
 // HookBatch is the JSON document a webhook receives: events in sequence
@@ -131,6 +135,9 @@ type HistoryResult struct {
 	Status         int       `json:"status,omitempty"` // HTTP status
 	LatencySeconds float64   `json:"latency_seconds"`  // how long the probe took, whatever its outcome
 	State          string    `json:"state"`            // the target's state after this result
+	// Passive marks failed connections of this host to the target that made
+	// a trigger (passive evidence), not a probe.
+	Passive bool `json:"passive,omitempty"`
 }
 
 // HistoryJSON is the answer of /api/v1/history.
