@@ -569,7 +569,7 @@ func (d *Daemon) loaded(g *generation, reload bool, kept, added, removed int, to
 	}
 	d.log.Info(msg, "shard", g.cfg.Shard.String(), "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", g.targets,
 		"streams", g.cfg.Streams(), "remediations", len(g.cfg.Remediations), "kept_state", kept, "added", added, "removed", removed,
-		"tcp_path", g.launch.tcpPath, "took", took.Round(time.Millisecond))
+		"tcp_path", g.launch.tcpPath, "passive", d.passive.describe(), "took", took.Round(time.Millisecond))
 	d.metrics.warnings.Set(float64(len(g.cfg.Warnings)))
 	for _, w := range g.cfg.Warnings {
 		d.log.Warn("configuration warning", "field", w.Field, "warning", w.Msg)

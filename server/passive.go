@@ -488,6 +488,21 @@ func (d *Daemon) PassiveRuns() bool {
 	return pw.obs != nil && pw.watching
 }
 
+// describe says how passive evidence runs, for the load's log line: "off"
+// (no check asks for it), "unavailable" (the observer cannot run: the
+// warning before says why) or "N targets watched".
+func (pw *passiveWatch) describe() string {
+	pw.mu.Lock()
+	defer pw.mu.Unlock()
+	switch {
+	case !pw.watching:
+		return "off"
+	case pw.obs == nil:
+		return "unavailable"
+	}
+	return fmt.Sprintf("%d targets watched", len(pw.slots))
+}
+
 // stats returns the observer's counters of target id, false when it is not
 // watched.
 func (pw *passiveWatch) stats(id uint32) (bpf.PassiveStats, bool) {

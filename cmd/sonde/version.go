@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sondeprobe/sonde/bpf"
 	"github.com/sondeprobe/sonde/config/discovery/kinds"
 	"github.com/sondeprobe/sonde/probe"
 )
@@ -49,8 +50,9 @@ func buildRevision() string {
 }
 
 // runVersion prints sonde's version, the commit and the Go runtime it was
-// built with, the discovery kinds built in (build tags leave some out), and
-// the TCP probe path its capabilities allow.
+// built with, the discovery kinds built in (build tags leave some out), the
+// TCP probe path its capabilities allow, and whether it can observe this
+// host's connections for passive evidence.
 func runVersion(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	fs.SetOutput(stdout)
@@ -68,6 +70,11 @@ func runVersion(args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "capabilities: %s\n", caps)
 	path, why := caps.tcpPath()
 	fmt.Fprintf(stdout, "tcp probe path: %s (%s%s)\n", path, path.Describe(), why)
+	if err := bpf.PassiveAvailable(); err != nil {
+		fmt.Fprintf(stdout, "passive evidence: unavailable (%v)\n", err)
+	} else {
+		fmt.Fprintln(stdout, "passive evidence: available")
+	}
 	return nil
 }
 

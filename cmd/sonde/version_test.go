@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -38,11 +39,14 @@ func TestVersionCommand(t *testing.T) {
 	if err := run(context.Background(), []string{"version"}, &out, &errOut); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"sonde ", "capabilities: ", "tcp probe path: ",
+	for _, want := range []string{"sonde ", "capabilities: ", "tcp probe path: ", "passive evidence: ",
 		"\ndiscovery: " + strings.Join(kinds.Names(), ", ") + "\n"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output %q lacks %q", out.String(), want)
 		}
+	}
+	if os.Geteuid() == 0 && !strings.Contains(out.String(), "passive evidence: available\n") {
+		t.Errorf("as root, output %q does not say passive evidence is available", out.String())
 	}
 }
 
