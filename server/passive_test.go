@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"os/exec"
 	"strings"
 	"testing"
@@ -89,6 +90,21 @@ func TestPassiveRecheck(t *testing.T) {
 	}
 	if v := metricValue(t, td.d.metrics.reg, "sonde_passive_available", nil); v != 1 {
 		t.Errorf("sonde_passive_available = %v, want 1", v)
+	}
+	// The target's timeline marks the triggers.
+	var h api.HistoryJSON
+	td.getJSON(t, "/api/v1/history?"+url.Values{"pool": {"p"}, "target": {addr}}.Encode(), &h)
+	marks := 0
+	for _, r := range h.Results {
+		if r.Passive {
+			marks++
+			if r.Outcome != "refused" {
+				t.Errorf("passive mark %+v, want outcome refused", r)
+			}
+		}
+	}
+	if marks == 0 {
+		t.Errorf("history %+v has no passive mark", h.Results)
 	}
 }
 

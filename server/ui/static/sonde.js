@@ -358,7 +358,14 @@
       var xx = x(times[i]);
       var tip = clock(new Date(times[i])) + " UTC " + r.outcome + (r.status ? " " + r.status : "") +
         ", " + latencyText(r.latency_seconds) + ", then " + r.state;
-      if (r.outcome === "success") {
+      if (r.passive) {
+        // Connections of this host that failed in a row: a trigger of
+        // passive evidence, not a probe.
+        var p = svgEl("polygon", { "class": "passive", points: [xx, laneY, xx + 4, laneY + laneH / 2, xx, laneY + laneH,
+          xx - 4, laneY + laneH / 2].join(" ") }, svg);
+        svgEl("title", {}, p).textContent = clock(new Date(times[i])) + " UTC connections of this host " +
+          r.outcome + " (passive evidence), then " + r.state;
+      } else if (r.outcome === "success") {
         pts.push(xx.toFixed(1) + "," + y(r.latency_seconds).toFixed(1));
         var c = svgEl("circle", { "class": "ok", cx: xx, cy: y(r.latency_seconds), r: 2.5 }, svg);
         svgEl("title", {}, c).textContent = tip;
@@ -378,7 +385,7 @@
     box.appendChild(svg);
     var legend = el("p", "legend");
     [["healthy", "healthy"], ["unhealthy", "unhealthy"], ["unknown", "unknown"], ["ok", "latency of a success"],
-      ["fail", "failed probe"]].forEach(function (k) { legend.appendChild(el("span", "key " + k[0], k[1])); });
+      ["fail", "failed probe"], ["passive", "failed connections of this host (passive)"]].forEach(function (k) { legend.appendChild(el("span", "key " + k[0], k[1])); });
     legend.appendChild(el("span", "", rs.length + " of at most " + h.capacity + " results kept; times in UTC"));
     box.appendChild(legend);
   }
