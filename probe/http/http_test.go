@@ -1,6 +1,7 @@
 package http
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -510,6 +511,144 @@ func TestFailures(t *testing.T) {
 				want: probe.TLS,
 			},
 			{
+				name: "timeout: slowloris head, a byte at a time",
+				target: func(t *testing.T) probe.Target {
+					return rawServer(t, func(c *net.TCPConn) {
+						readRequest(c)
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Slow: ")
+						dribble(c, 'z', 20*time.Millisecond)
+					})
+				},
+				timeout: 200 * time.Millisecond,
+				want:    probe.Timeout,
+			},
+			{
+				name: "timeout: slowloris body, a byte at a time",
+				target: func(t *testing.T) probe.Target {
+					return rawServer(t, func(c *net.TCPConn) {
+						readRequest(c)
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+						dribble(c, 'z', 20*time.Millisecond)
+					})
+				},
+				timeout: 200 * time.Millisecond,
+				want:    probe.Timeout,
+			},
+			{
+				name: "invalid response: one header line too large",
+				target: func(t *testing.T) probe.Target {
+					return rawServer(t, func(c *net.TCPConn) {
+						readRequest(c)
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nX-Big: "+strings.Repeat("b", 2*maxHeaderBytes)+"\r\n\r\n")
+					})
+				},
+				want:    probe.InvalidResponse,
+				wantErr: ErrHeaderTooLarge,
+			},
+			{
+				name: "invalid response: endless interim responses",
+				target: func(t *testing.T) probe.Target {
+					return rawServer(t, func(c *net.TCPConn) {
+						readRequest(c)
+						for range 2 * maxHeaderBytes / 25 {
+							if _, err := io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+								return
+							}
+						}
+					})
+				},
+				want: probe.InvalidResponse,
+			},
+			{
+				name: "invalid response: binary garbage without a line end",
+				target: func(t *testing.T) probe.Target {
+					return rawServer(t, func(c *net.TCPConn) {
+						readRequest(c)
+						c.Write(bytes.Repeat([]byte{0xff, 0x00, 0x7f}, maxHeaderBytes))
+					})
+				},
+				want: probe.InvalidResponse,
+			},
+			{
+				name: "invalid response: closed mid-head",
+				target: func(t *testing.T) probe.Target {
+					return rawServer(t, func(c *net.TCPConn) {
+						readRequest(c)
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Le")
+					})
+				},
+				want: probe.InvalidResponse,
+			},
+			{
+				name: "invalid response: bad content length",
+				target: func(t *testing.T) probe.Target {
+					return rawServer(t, func(c *net.TCPConn) {
+						readRequest(c)
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 12abc\r\n\r\nok")
+					})
+				},
+				want: probe.InvalidResponse,
+			},
+			{
+				name: "invalid response: two different content lengths",
+				target: func(t *testing.T) probe.Target {
+					return rawServer(t, func(c *net.TCPConn) {
+						readRequest(c)
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok!")
+					})
+				},
+				want: probe.InvalidResponse,
+			},
+			{
+				name: "invalid response: unsupported transfer encoding",
+				target: func(t *testing.T) probe.Target {
+					return rawServer(t, func(c *net.TCPConn) {
+						readRequest(c)
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n")
+					})
+				},
+				want: probe.InvalidResponse,
+			},
+			{
+				name: "invalid response: bad chunk size",
+				target: func(t *testing.T) probe.Target {
+					return rawServer(t, func(c *net.TCPConn) {
+						readRequest(c)
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nok\r\n0\r\n\r\n")
+					})
+				},
+				want: probe.InvalidResponse,
+			},
+			{
+				name: "invalid response: truncated chunked body",
+				target: func(t *testing.T) probe.Target {
+					return rawServer(t, func(c *net.TCPConn) {
+						readRequest(c)
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\nhalf")
+					})
+				},
+				want:    probe.InvalidResponse,
+				wantErr: io.ErrUnexpectedEOF,
+			},
+			{
+				name: "body mismatch: endless chunked body read to its bound",
+				target: func(t *testing.T) probe.Target {
+					return rawServer(t, func(c *net.TCPConn) {
+						readRequest(c)
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+						chunk := []byte("1000\r\n" + strings.Repeat("y", 0x1000) + "\r\n")
+						for {
+							if _, err := c.Write(chunk); err != nil {
+								return
+							}
+						}
+					})
+				},
+				opts:    Options{Body: "never", MaxBodyBytes: 1 << 16},
+				want:    probe.BodyMismatch,
+				wantErr: ErrBodyMismatch,
+			},
+			{
 				name:   "error: no address",
 				target: func(*testing.T) probe.Target { return probe.Target{Port: 80} },
 				want:   probe.Error,
@@ -546,6 +685,17 @@ func TestFailures(t *testing.T) {
 			})
 		}
 	})
+}
+
+// dribble writes b to c once per interval until c fails or 10 s pass: a
+// server that never finishes.
+func dribble(c net.Conn, b byte, interval time.Duration) {
+	for range 10 * time.Second / interval {
+		if _, err := c.Write([]byte{b}); err != nil {
+			return
+		}
+		time.Sleep(interval)
+	}
 }
 
 // TestCancelled checks that a probe cut short by cancellation is an error,
