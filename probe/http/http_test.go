@@ -812,6 +812,39 @@ func TestPhases(t *testing.T) {
 	}
 }
 
+// TestPhasesPlain checks the phases of a plain-HTTP probe on both paths:
+// no TLS phase, the others timed and in order, latency request to last byte.
+func TestPhasesPlain(t *testing.T) {
+	t.Parallel()
+	eachPath(t, func(t *testing.T, pa probePath) {
+		srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "first")
+			w.(http.Flusher).Flush()
+			time.Sleep(5 * time.Millisecond) // the last byte comes later
+			io.WriteString(w, "last")
+		}, nil)
+		start := time.Now()
+		rep := pa.report(t, mustNew(t, Options{Body: "last"}), srv.target())
+		elapsed := time.Since(start)
+		if rep.Outcome != probe.Success {
+			t.Fatalf("outcome %v (%v)", rep.Outcome, rep.Err)
+		}
+		ph := rep.Phases
+		if ph.Connect <= 0 || ph.TLS != 0 || ph.FirstByte <= 0 || ph.LastByte < 5*time.Millisecond {
+			t.Errorf("phases %+v: want connect and first byte > 0, no TLS, last byte >= the server's 5ms pause", ph)
+		}
+		if rep.Latency != ph.FirstByte+ph.LastByte {
+			t.Errorf("latency %v, want first byte + last byte = %v", rep.Latency, ph.FirstByte+ph.LastByte)
+		}
+		if sum := ph.Connect + ph.FirstByte + ph.LastByte; sum > elapsed {
+			t.Errorf("phases sum to %v, more than the probe's %v: they overlap", sum, elapsed)
+		}
+		if rep.ContentLength != -1 || rep.BodyBytes != int64(len("firstlast")) {
+			t.Errorf("content length %d, body bytes %d; want -1 (chunked), %d", rep.ContentLength, rep.BodyBytes, len("firstlast"))
+		}
+	})
+}
+
 // TestSource checks that probes leave from the source address (all of
 // 127/8 is local on Linux).
 func TestSource(t *testing.T) {
