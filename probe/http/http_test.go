@@ -830,8 +830,13 @@ func TestPhasesPlain(t *testing.T) {
 			t.Fatalf("outcome %v (%v)", rep.Outcome, rep.Err)
 		}
 		ph := rep.Phases
-		if ph.Connect <= 0 || ph.TLS != 0 || ph.FirstByte <= 0 || ph.LastByte < 5*time.Millisecond {
-			t.Errorf("phases %+v: want connect and first byte > 0, no TLS, last byte >= the server's 5ms pause", ph)
+		// Both parts may come in one read on a busy machine: then the last
+		// byte is the first.
+		if ph.Connect <= 0 || ph.TLS != 0 || ph.FirstByte <= 0 || ph.LastByte < 0 {
+			t.Errorf("phases %+v: want connect and first byte > 0, no TLS, last byte >= 0", ph)
+		}
+		if rep.Latency < 5*time.Millisecond {
+			t.Errorf("latency %v, want >= the server's 5ms pause before the last byte", rep.Latency)
 		}
 		if rep.Latency != ph.FirstByte+ph.LastByte {
 			t.Errorf("latency %v, want first byte + last byte = %v", rep.Latency, ph.FirstByte+ph.LastByte)

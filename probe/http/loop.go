@@ -315,7 +315,6 @@ func (l *loop) run() {
 	for !l.ls.stopping() {
 		l.takeInbox()
 		n := l.wait()
-		now := probe.Nanotime()
 		for i := range n {
 			e := &l.events[i]
 			if e.Fd == wakeIndex {
@@ -323,7 +322,7 @@ func (l *loop) run() {
 				continue
 			}
 			if c := l.conns[e.Fd]; c.state != stateFree && c.seq == e.Pad {
-				l.handle(c, e.Events, now)
+				l.handle(c, e.Events, probe.Nanotime()) // per event: a batch takes time to handle
 			}
 		}
 		l.expire()
