@@ -452,9 +452,9 @@ func hasHTTPPrefix(b []byte) bool {
 	return string(b[:n]) == prefix[:n]
 }
 
-// quoteStart returns at most the first 64 bytes of b, for error messages
+// quoteStart returns at most the first 512 bytes of b, for error messages
 // (the caller quotes them with %q).
-func quoteStart(b []byte) []byte { return b[:min(len(b), 64)] }
+func quoteStart(b []byte) []byte { return b[:min(len(b), 512)] }
 
 // parseLength parses a Content-Length value: decimal digits, below 2^63.
 func parseLength(b []byte) (int64, bool) {
