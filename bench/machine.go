@@ -112,6 +112,8 @@ func (m machineCPU) since() float64 {
 // procStat is a process's CPU time and memory, read from /proc.
 type procStat struct {
 	CPU     float64 // user + system seconds
+	User    float64 // user seconds (utime)
+	System  float64 // system seconds (stime)
 	RSS     int64   // resident bytes now
 	PeakRSS int64   // highest resident bytes so far (VmHWM)
 }
@@ -139,6 +141,7 @@ func readProc(pid int) (procStat, error) {
 		return ps, fmt.Errorf("unexpected /proc/%d/stat", pid)
 	}
 	ps.CPU = float64(ut+st) / clockTicks
+	ps.User, ps.System = float64(ut)/clockTicks, float64(st)/clockTicks
 	b, err = os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return ps, fmt.Errorf("read process status: %w", err)

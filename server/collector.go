@@ -71,8 +71,9 @@ type counterTotals struct {
 	syn  syn.Counters
 }
 
-// retirePool adds the counters of a worker pool about to stop.
-func (t *counterTotals) retirePool(w *probe.Workers) {
+// retirePool adds the counters of a worker pool or loop launcher about to
+// stop.
+func (t *counterTotals) retirePool(w launcherStats) {
 	late := w.Stats().SkippedLate
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -161,7 +162,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- latenessHistogram(&st)
 
 	for ci, l := range g.launch.byCheck {
-		w, ok := l.(*probe.Workers)
+		w, ok := l.(launcherStats)
 		if !ok {
 			continue
 		}

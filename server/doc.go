@@ -6,8 +6,9 @@
 //
 // The daemon has one scheduler engine and one set of probers for its life:
 // one prober per check, chosen by [prober.New] (the same choice `sonde probe`
-// makes), one SYN prober shared by the TCP checks that run on it, and a
-// probe.Workers pool per other check. Each loaded configuration is a
+// makes), one SYN prober shared by the TCP checks that run on it, one set
+// of HTTP event loops (probe/http.Loops) with a launcher per plain-HTTP
+// check, and a probe.Workers pool per other check. Each loaded configuration is a
 // generation, the configuration as the engine runs it (its targets at their
 // engine ids), published for readers; a reload, or a change that service
 // discovery or a host name's new DNS answer brings (a config/discovery

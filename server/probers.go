@@ -10,6 +10,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
+	httpprobe "github.com/sondeprobe/sonde/probe/http"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/scheduler"
 	"github.com/sondeprobe/sonde/server/prober"
@@ -22,7 +23,7 @@ import (
 type launchers struct {
 	byCheck     []probe.Launcher
 	firstProbes []scheduler.Pace // per check: what its launcher takes of first probes at once
-	workers     []*probe.Workers // of the HTTP(S) and connect() checks, in check order
+	workers     []*probe.Workers // of the HTTPS and connect() checks, in check order
 	syn         *syn.Prober
 	tcpPath     probe.TCPPath
 	synErr      error // why TCP checks in auto mode fell back to connect(), if they did
@@ -34,12 +35,15 @@ func (ls *launchers) engineCheck(ci int, c *config.Check) scheduler.Check {
 	return scheduler.Check{Timing: c.Timing, Launcher: ls.byCheck[ci], FirstProbes: ls.firstProbes[ci], Retransmit: c.SynRetransmit.D()}
 }
 
-// proberSet is the daemon's probers, kept across reloads: a probe.Workers
-// pool per HTTP(S) or connect() check, by check name, and one SYN prober
-// shared by the TCP checks that run on it, with the table of endpoints it
-// probes. A reload keeps a pool running — its queue, its workers and the
-// probes they run — and gives it the check's new prober (so certificates and
-// secrets are read again) and size; the SYN prober stays up while a check
+// proberSet is the daemon's probers, kept across reloads: per plain-HTTP
+// check a launcher on the HTTP event loops (one set of loops for all of
+// them), a probe.Workers pool per HTTPS or connect() check, by check name,
+// and one SYN prober shared by the TCP checks that run on it, with the
+// table of endpoints it probes. A reload keeps a check's launcher running —
+// its queue and the probes in flight — and gives it the check's new prober
+// (so certificates and secrets are read again) and, for a pool, its size; a
+// check that moves between plain HTTP and another protocol gets a new
+// launcher and its old one stops. The SYN prober stays up while a check
 // uses it and its sources cover the address families of the targets it
 // probes. It is used only by the daemon's update path, one update at a time.
 type proberSet struct {
@@ -47,23 +51,57 @@ type proberSet struct {
 	sink     probe.Sink
 	target   func(uint32) probe.Target
 	onReport func(uint32, *probe.Report)
-	onRetire func(*syn.Prober)    // takes a retiring SYN prober's counters
-	onStop   func(*probe.Workers) // takes a retiring worker pool's counters
+	onRetire func(*syn.Prober)   // takes a retiring SYN prober's counters
+	onStop   func(launcherStats) // takes a retiring pool's or loop launcher's counters
 	shards   int
 	ctx      context.Context // pools and retiring SYN probers run until it is done
 	// endpoints give the SYN prober its targets' endpoints: those of the
 	// running generation, by engine id (see daemonEndpoints).
 	endpoints probe.Endpoints
 
-	pools map[string]*workerPool // by check name
-	syn   *syn.Prober
-	wg    sync.WaitGroup // pools' Run, retiring SYN probers' Close
+	pools    map[string]*workerPool // by check name
+	syn      *syn.Prober
+	loops    *httpprobe.Loops // the HTTP event loops, once a plain-HTTP check needs them
+	loopsRun bool             // loops' Run has started
+	wg       sync.WaitGroup   // pools' and loops' Run, retiring SYN probers' Close
 }
 
-// workerPool is one check's running probe.Workers.
+// launcherStats is what the daemon reads of a one-shot check's launcher:
+// a probe.Workers pool or a launcher on the HTTP event loops.
+type launcherStats interface {
+	Stats() probe.WorkerStats
+}
+
+// workerPool is one check's running launcher of one-shot probes: a
+// probe.Workers pool (w), or a launcher on the HTTP event loops (lw).
 type workerPool struct {
 	w      *probe.Workers
+	lw     *httpprobe.LoopLauncher
 	cancel context.CancelFunc
+}
+
+// launcher returns the pool's launcher.
+func (wp *workerPool) launcher() probe.Launcher {
+	if wp.lw != nil {
+		return wp.lw
+	}
+	return wp.w
+}
+
+// stats returns the pool's counters.
+func (wp *workerPool) stats() launcherStats {
+	if wp.lw != nil {
+		return wp.lw
+	}
+	return wp.w
+}
+
+// onLoops reports whether p runs on the HTTP event loops: a plain-HTTP
+// prober. HTTPS stays on worker pools (crypto/tls on a goroutine per
+// probe in flight), connect() too (bench/README.md says why).
+func onLoops(p probe.Reporter) (*httpprobe.Prober, bool) {
+	hp, ok := p.(*httpprobe.Prober)
+	return hp, ok && hp.Loopable()
 }
 
 // proberPlan is a proberSet's change for one configuration, prepared but not
@@ -114,13 +152,24 @@ func (ps *proberSet) prepare(ctx context.Context, cfg *config.Config) (*proberPl
 		n := concurrencyFor(c, streams[ci])
 		pp.probers[ci], pp.sizes[ci] = p, n
 		pp.ls.firstProbes[ci] = firstProbePace(c, streams[ci], n, float64(n)/c.Timeout.Seconds())
+		hp, loop := onLoops(p)
 		wp := ps.pools[c.Name]
-		if wp == nil {
-			wp = ps.newPool(p, pp.sizes[ci])
+		if wp == nil || (wp.lw != nil) != loop {
+			if loop {
+				wp, err = ps.newLoopLauncher(hp)
+			} else {
+				wp = ps.newPool(p, pp.sizes[ci])
+			}
+			if err != nil {
+				pp.abort()
+				return nil, fmt.Errorf("check %s: %w", c.Name, err)
+			}
 			pp.fresh[c.Name] = wp
 		}
-		pp.ls.byCheck[ci] = wp.w
-		pp.ls.workers = append(pp.ls.workers, wp.w)
+		pp.ls.byCheck[ci] = wp.launcher()
+		if wp.w != nil {
+			pp.ls.workers = append(pp.ls.workers, wp.w)
+		}
 	}
 	synPace := synFirstPace(cfg, streams, syn)
 	for ci := range syn {
@@ -148,21 +197,29 @@ func (pp *proberPlan) commit(cfg *config.Config) (retire func()) {
 	old := ps.syn
 	ps.syn = pp.ls.syn
 	used := map[string]bool{}
+	var gone []*workerPool
 	for ci, c := range cfg.Checks {
 		if pp.probers[ci] == nil {
 			continue
 		}
 		used[c.Name] = true
 		if wp := pp.fresh[c.Name]; wp != nil {
+			if old := ps.pools[c.Name]; old != nil {
+				gone = append(gone, old) // the check changed launcher kind
+			}
 			ps.pools[c.Name] = wp
 			ps.run(wp)
 			continue
 		}
-		w := ps.pools[c.Name].w
-		w.SetProber(pp.probers[ci])
-		w.SetConcurrency(pp.sizes[ci])
+		wp := ps.pools[c.Name]
+		if wp.lw != nil {
+			hp, _ := onLoops(pp.probers[ci])
+			_ = wp.lw.SetProber(hp) // prepare chose the loops for this prober: it is loopable
+			continue
+		}
+		wp.w.SetProber(pp.probers[ci])
+		wp.w.SetConcurrency(pp.sizes[ci])
 	}
-	var gone []*workerPool
 	for name, wp := range ps.pools {
 		if !used[name] {
 			gone = append(gone, wp)
@@ -173,7 +230,7 @@ func (pp *proberPlan) commit(cfg *config.Config) (retire func()) {
 		for _, wp := range gone {
 			wp.cancel() // their targets are gone: their probes may go too
 			if ps.onStop != nil {
-				ps.onStop(wp.w)
+				ps.onStop(wp.stats())
 			}
 		}
 		if old != nil && old != ps.syn {
@@ -198,8 +255,38 @@ func (ps *proberSet) newPool(p probe.Prober, size int) *workerPool {
 	return &workerPool{w: w}
 }
 
-// run starts pool wp.
+// newLoopLauncher returns a launcher of p's probes on the HTTP event
+// loops, which it creates (not yet running) for the first plain-HTTP check.
+func (ps *proberSet) newLoopLauncher(p *httpprobe.Prober) (*workerPool, error) {
+	if ps.loops == nil {
+		ls, err := httpprobe.NewLoops(httpprobe.LoopOptions{
+			Target:   ps.target,
+			Sink:     ps.sink,
+			Now:      ps.opt.Clock.Nanotime,
+			OnReport: ps.onReport,
+		})
+		if err != nil {
+			return nil, err
+		}
+		ps.loops = ls
+	}
+	lw, err := ps.loops.Launcher(p)
+	if err != nil {
+		return nil, err
+	}
+	return &workerPool{lw: lw}, nil
+}
+
+// run starts pool wp, and the HTTP event loops with their first launcher.
 func (ps *proberSet) run(wp *workerPool) {
+	if wp.lw != nil {
+		wp.cancel = wp.lw.Stop
+		if ls := ps.loops; !ps.loopsRun {
+			ps.loopsRun = true
+			ps.wg.Go(func() { _ = ls.Run(ps.ctx) }) // Run fails only when run twice
+		}
+		return
+	}
 	ctx, cancel := context.WithCancel(ps.ctx)
 	wp.cancel = cancel
 	ps.wg.Go(func() { _ = wp.w.Run(ctx) }) // Run fails only when run twice

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/internal/testenv"
+	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -413,6 +414,9 @@ pools:
 	td.waitState(t, "gone", gone.addr(), "healthy")
 	td.waitState(t, "alt", fast.addr(), "healthy")
 	pool := td.d.probers.pools["web"]
+	if pool.lw == nil {
+		t.Fatal("the plain-HTTP check does not run on the HTTP event loops")
+	}
 	time.Sleep(4 * sinceSlack) // a state started afresh at the reload would have a later since
 
 	after := fmt.Sprintf("  - {name: keep, check: web, targets: [%q, %q]}\n  - {name: new, check: web, targets: [%q]}\n  - {name: alt, check: alt, targets: [%q]}\n",
@@ -449,7 +453,7 @@ pools:
 	if td.d.probers.pools["web"] != pool {
 		t.Error("the worker pool of an unchanged check was replaced")
 	}
-	if ws := pool.w.Stats(); ws.Abandoned != 0 {
+	if ws := pool.stats().Stats(); ws.Abandoned != 0 {
 		t.Errorf("worker stats %+v: the reload abandoned probes", ws)
 	}
 	// Only the removed target's and the changed target's probes may have
@@ -461,6 +465,39 @@ pools:
 	text := gatherText(t, td)
 	if strings.Contains(text, gone.addr()) || strings.Contains(text, `pool="gone"`) {
 		t.Error("series of the removed target or pool are still exported")
+	}
+}
+
+// TestReloadChangesLauncherKind checks that a check that moves from plain
+// HTTP to connect() and back gets a launcher of the new kind each time,
+// and that the old one stops.
+func TestReloadChangesLauncherKind(t *testing.T) {
+	g := newGate(t)
+	conf := func(check string) string {
+		return fmt.Sprintf("checks:\n  web: {%s, interval: 100ms, timeout: 2s, rise: 1, fall: 2}\npools:\n  - {name: p, check: web, targets: [%q]}\n", check, g.addr())
+	}
+	td := startDaemon(t, conf("protocol: http, path: /"))
+	td.waitState(t, "p", g.addr(), "healthy")
+	first := td.d.probers.pools["web"]
+	for i, check := range []string{"protocol: tcp, tcp_mode: connect", "protocol: http, path: /x"} {
+		td.rewrite(t, conf(check))
+		if err := td.d.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		td.waitState(t, "p", g.addr(), "healthy")
+		wp := td.d.probers.pools["web"]
+		if onLoops := i == 1; (wp.lw != nil) != onLoops || (wp.w != nil) == onLoops {
+			t.Errorf("after reload %d to %q: pool %+v, want it on the loops: %v", i+1, check, wp, onLoops)
+		}
+	}
+	if st := first.lw.Stats(); st.InFlight != 0 {
+		t.Errorf("the first launcher still has probes in flight: %+v", st)
+	}
+	now := probe.Nanotime()
+	before := first.lw.Stats().Abandoned
+	first.lw.Launch(0, []probe.Request{{ID: 0, Gen: 99, Sent: now, Deadline: now + int64(time.Second)}})
+	if st := first.lw.Stats(); st.Abandoned != before+1 || st.Queued != first.lw.Stats().Queued {
+		t.Errorf("the replaced launcher took a request: %+v", st)
 	}
 }
 

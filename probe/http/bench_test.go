@@ -76,3 +76,50 @@ func BenchmarkHTTPSProbe(b *testing.B) {
 	b.Run("sequential", func(b *testing.B) { benchProbe(b, p, tg, false) })
 	b.Run("parallel", func(b *testing.B) { benchProbe(b, p, tg, true) })
 }
+
+// benchLoops runs probes of tg on loops, inFlight at a time, and reports
+// probes per second. Each probe opens a new connection (H8) and closes it
+// with an RST.
+func benchLoops(b *testing.B, p *Prober, tg probe.Target, inFlight int) {
+	results := make(chanSink, inFlight)
+	ls := startLoops(b, 0, tg, results, nil)
+	lr := mustLauncher(b, ls, p)
+	batch := make([]probe.Request, 1)
+	var gen uint32
+	launch := func() {
+		gen++
+		now := probe.Nanotime()
+		batch[0] = probe.Request{ID: gen, Gen: gen, Sent: now, Deadline: now + int64(5*time.Second)}
+		lr.Launch(0, batch)
+	}
+	for range inFlight {
+		launch()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if r := <-results; r.Outcome != probe.Success {
+			b.Fatalf("outcome %v", r.Outcome)
+		}
+		launch()
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "probes/s")
+	b.StopTimer()
+	for range inFlight {
+		<-results
+	}
+}
+
+func BenchmarkLoopHTTPProbe(b *testing.B) {
+	tg := benchServer(b, false)
+	b.Run("sequential", func(b *testing.B) { benchLoops(b, mustNew(b, Options{Body: "ok"}), tg, 1) })
+	b.Run("parallel", func(b *testing.B) { benchLoops(b, mustNew(b, Options{Body: "ok"}), tg, 64) })
+}
+
+// BenchmarkProbePaths compares the two paths against a server that costs
+// little (quietServer), so the profile is the prober's.
+func BenchmarkProbePaths(b *testing.B) {
+	tg := quietServer(b)
+	b.Run("oneshot", func(b *testing.B) { benchProbe(b, mustNew(b, Options{Body: "ok"}), tg, true) })
+	b.Run("loops", func(b *testing.B) { benchLoops(b, mustNew(b, Options{Body: "ok"}), tg, 64) })
+}

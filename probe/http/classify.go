@@ -41,25 +41,37 @@ const (
 // request was written). Errors are told apart by phase, type and errno,
 // never by message.
 func classify(ctx context.Context, ph phase, err error, rr *respReader) probe.Outcome {
+	var sockErr error
+	if rr != nil {
+		sockErr = rr.err
+	}
+	return outcomeOf(ph, err, sockErr, rr != nil && rr.tls, errors.Is(ctx.Err(), context.Canceled))
+}
+
+// outcomeOf is classify without a context: err ended the probe in phase
+// ph; sockErr is the first error of the connection's reads (io.EOF
+// included), nil when none; tls tells a TLS connection; cancelled tells a
+// probe whose context was cancelled. Both probe paths classify through it.
+func outcomeOf(ph phase, err, sockErr error, tls, cancelled bool) probe.Outcome {
 	reading := ph == phaseResponse || ph == phaseBody
 	// While reading, a failure of the socket itself (reset, deadline,
 	// unreachable) explains the error better than what the parser made of it.
-	sockErr := reading && rr.err != nil && rr.err != io.EOF
-	if sockErr {
-		err = rr.err
+	sockFailed := reading && sockErr != nil && sockErr != io.EOF
+	if sockFailed {
+		err = sockErr
 	}
 	if probe.IsTimeout(err) {
-		if errors.Is(ctx.Err(), context.Canceled) {
+		if cancelled {
 			return probe.Error // cancelled, not out of time
 		}
 		return probe.Timeout
 	}
 	switch {
-	case sockErr && rr.tls && !isErrno(err):
+	case sockFailed && tls && !isErrno(err):
 		// A TLS record or alert error after the handshake, such as a server
 		// rejecting the client certificate (TLS 1.3 reports it late).
 		return probe.TLS
-	case ph == phaseConnect || ph == phaseWrite || sockErr:
+	case ph == phaseConnect || ph == phaseWrite || sockFailed:
 		return probe.NetOutcome(err)
 	case ph == phaseTLS:
 		return probe.TLS

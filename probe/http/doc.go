@@ -9,4 +9,12 @@
 // its phases are timed through net/http/httptrace hooks, errors are
 // classified by the phase they happened in, and the connection is closed
 // with an RST so that no TIME_WAIT is left behind.
+//
+// The daemon runs plain-HTTP checks on [Loops] instead: a few epoll event
+// loops driving non-blocking sockets, with the request prebuilt per check
+// and an incremental response parser (respParser) that allocates nothing,
+// so a probe costs no goroutine, timer or allocation. Both paths send the
+// same bytes, apply the same bounds and classify failures through one
+// function; the tests run every plain-HTTP case on both. HTTPS, and the
+// one-shot probes of `sonde probe` and /probe, use [Prober.Report].
 package http

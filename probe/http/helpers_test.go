@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log"
 	"math/big"
@@ -215,3 +216,127 @@ func report(t *testing.T, p *Prober, tg probe.Target) probe.Report {
 	defer cancel()
 	return p.Report(ctx, tg)
 }
+
+// probePath is one way to run a Prober's probes: the one-shot path
+// (Prober.Report, on the caller's goroutine) or the event loops (Loops, as
+// the daemon runs plain-HTTP checks). The tests of plain HTTP run every case
+// on both, so the two paths keep one behaviour.
+type probePath struct {
+	name string
+	// runner sets up the path for p and returns a function that runs one
+	// probe; ctx's deadline is the probe's.
+	runner func(t *testing.T, p *Prober) func(ctx context.Context, tg probe.Target) probe.Report
+}
+
+var probePaths = []probePath{
+	{"oneshot", func(_ *testing.T, p *Prober) func(context.Context, probe.Target) probe.Report { return p.Report }},
+	{"loops", loopRunner},
+}
+
+// eachPath runs f as a subtest per probe path.
+func eachPath(t *testing.T, f func(t *testing.T, pa probePath)) {
+	t.Helper()
+	for _, pa := range probePaths {
+		t.Run(pa.name, func(t *testing.T) { f(t, pa) })
+	}
+}
+
+// report runs one probe on the path with a 5 s deadline (see report).
+func (pa probePath) report(t *testing.T, p *Prober, tg probe.Target) probe.Report {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	return pa.runner(t, p)(ctx, tg)
+}
+
+// loopProbes runs probes on a Loops of its own, one request per probe,
+// and hands each probe's report to its waiting caller.
+type loopProbes struct {
+	ls *Loops
+	lr *LoopLauncher
+
+	mu      sync.Mutex
+	targets map[uint32]probe.Target
+	reports map[uint32]probe.Report
+	done    map[uint32]chan probe.Result
+	next    uint32
+}
+
+// loopRunner starts two event loops for p, stopped when the test ends.
+func loopRunner(t *testing.T, p *Prober) func(context.Context, probe.Target) probe.Report {
+	t.Helper()
+	lp := &loopProbes{targets: map[uint32]probe.Target{}, reports: map[uint32]probe.Report{}, done: map[uint32]chan probe.Result{}}
+	ls, err := NewLoops(LoopOptions{
+		Target: func(id uint32) probe.Target {
+			lp.mu.Lock()
+			defer lp.mu.Unlock()
+			return lp.targets[id]
+		},
+		Sink: sinkFunc(func(r probe.Result) {
+			lp.mu.Lock()
+			ch := lp.done[r.ID]
+			lp.mu.Unlock()
+			ch <- r
+		}),
+		Now: probe.Nanotime,
+		OnReport: func(id uint32, r *probe.Report) {
+			lp.mu.Lock()
+			lp.reports[id] = *r
+			lp.mu.Unlock()
+		},
+		Loops: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp.ls = ls
+	if lp.lr, err = ls.Launcher(p); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- ls.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-ran; err != nil {
+			t.Error(err)
+		}
+	})
+	return lp.probe
+}
+
+// probe launches one request for tg and waits for its result.
+func (lp *loopProbes) probe(ctx context.Context, tg probe.Target) probe.Report {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(5 * time.Second)
+	}
+	ch := make(chan probe.Result, 1)
+	lp.mu.Lock()
+	lp.next++
+	id := lp.next
+	lp.targets[id], lp.done[id] = tg, ch
+	lp.mu.Unlock()
+	now := probe.Nanotime()
+	lp.lr.Launch(0, []probe.Request{{ID: id, Gen: 1, Sent: now, Deadline: now + int64(time.Until(deadline))}})
+	select {
+	case r := <-ch:
+		lp.mu.Lock()
+		defer lp.mu.Unlock()
+		rep, ok := lp.reports[id]
+		if !ok {
+			return probe.Report{Result: r}
+		}
+		if rep.Result != r {
+			panic(fmt.Sprintf("the sink got %+v, the report said %+v", r, rep.Result))
+		}
+		return rep
+	case <-time.After(time.Until(deadline) + 5*time.Second):
+		panic(fmt.Sprintf("no result for probe %d of %v, 5 s after its deadline", id, tg))
+	}
+}
+
+// sinkFunc is a probe.Sink calling itself.
+type sinkFunc func(probe.Result)
+
+func (f sinkFunc) Deliver(r probe.Result) { f(r) }

@@ -73,17 +73,43 @@ func (p *Prober) hostHeader(t probe.Target) string {
 	if p.opts.Host != "" {
 		return p.opts.Host
 	}
-	h := p.opts.DefaultHost
-	if h == "" {
-		h = targetHost(t)
+	return string(p.appendHost(nil, t))
+}
+
+// appendHost appends the Host header value for t to dst ([Prober.hostHeader])
+// without allocating beyond dst's growth.
+func (p *Prober) appendHost(dst []byte, t probe.Target) []byte {
+	if p.opts.Host != "" {
+		return append(dst, p.opts.Host...)
 	}
-	if t.Port == p.defaultPort {
-		if strings.Contains(h, ":") { // IPv6 literal
-			return "[" + h + "]"
+	var name string
+	var addr netip.Addr
+	switch {
+	case p.opts.DefaultHost != "":
+		name = p.opts.DefaultHost
+	case t.Host != "":
+		name = t.Host
+	default:
+		addr = t.Addr.Unmap().WithZone("")
+	}
+	if addr.Is6() || strings.Contains(name, ":") { // an IPv6 literal
+		dst = append(dst, '[')
+		if name != "" {
+			dst = append(dst, name...)
+		} else {
+			dst = addr.AppendTo(dst)
 		}
-		return h
+		dst = append(dst, ']')
+	} else if name != "" {
+		dst = append(dst, name...)
+	} else {
+		dst = addr.AppendTo(dst)
 	}
-	return net.JoinHostPort(h, strconv.Itoa(int(t.Port)))
+	if t.Port != p.defaultPort {
+		dst = append(dst, ':')
+		dst = strconv.AppendUint(dst, uint64(t.Port), 10)
+	}
+	return dst
 }
 
 // serverName returns the TLS server name for a probe of t whose Host header

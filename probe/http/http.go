@@ -38,6 +38,7 @@ type Prober struct {
 	tls         *tls.Config // nil for plain HTTP
 	tlsFixed    bool        // tls.ServerName is set: the server name is the same for every target
 	bufs        sync.Pool   // *buffers
+	wire        wireRequest // the request as bytes, for the event-loop path
 }
 
 var (
@@ -62,6 +63,11 @@ func New(ctx context.Context, o Options) (*Prober, error) {
 	if o.Body != "" {
 		p.want = []byte(o.Body)
 	}
+	wire, err := newWireRequest(p)
+	if err != nil {
+		return nil, fmt.Errorf("new http prober: %w", err)
+	}
+	p.wire = wire
 	scanSize := ioBufferSize + len(p.want)
 	p.bufs.New = func() any { return newBuffers(scanSize) }
 	if o.Scheme == "https" {

@@ -1,0 +1,467 @@
+package http
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sondeprobe/sonde/probe"
+)
+
+// ErrLoopsStarted is returned by [Loops.Run] when the loops already ran.
+var ErrLoopsStarted = errors.New("http event loops already started")
+
+// LoopOptions configure [NewLoops]. Target, Sink and Now are required.
+type LoopOptions struct {
+	// Target returns the destination of the target with the given id; a
+	// Target without an address means the target is gone: its request is
+	// dropped and counted as abandoned. It is called on the loops'
+	// goroutines and must be safe for concurrent use.
+	Target func(id uint32) probe.Target
+	// Sink receives one Result for every probe that ran to its end.
+	Sink probe.Sink
+	// Now returns the scheduler's monotonic nanoseconds, the time base of
+	// Request.Sent, Request.Deadline and Result.Done.
+	Now func() int64
+	// OnReport, when not nil, is called on a loop's goroutine after every
+	// probe, before the Result goes to Sink. r is valid only during the call.
+	OnReport func(id uint32, r *probe.Report)
+	// Loops is the number of event loops; zero means GOMAXPROCS.
+	Loops int
+}
+
+// Loops runs plain-HTTP probes on a few event loops: non-blocking sockets
+// polled with epoll, one goroutine per loop, so the cost of a probe is its
+// system calls and a few microseconds of parsing, with no goroutine, timer
+// or allocation per probe. Checks launch their probes through a
+// [LoopLauncher] each ([Loops.Launcher]); the loops are shared by all of
+// them.
+//
+// Ownership: each loop goroutine owns its connections, their buffers and
+// its deadline heap; others hand it requests through its inbox, a slice
+// behind a mutex taken once per batch, and wake it through an eventfd when
+// it sleeps. [Loops.Run] owns the goroutines.
+type Loops struct {
+	opt   LoopOptions
+	loops []*loop
+	next  atomic.Uint32 // round-robin over loops, per batch
+	state atomic.Uint32 // loopsNew, loopsRunning, loopsStopped
+}
+
+const (
+	loopsNew uint32 = iota
+	loopsRunning
+	loopsStopped
+)
+
+// NewLoops creates the event loops of o (their epoll and eventfd
+// descriptors); they start probing when [Loops.Run] runs, and requests
+// launched before wait for it.
+func NewLoops(o LoopOptions) (*Loops, error) {
+	switch {
+	case o.Target == nil:
+		return nil, errors.New("new http loops: target function is nil")
+	case o.Sink == nil:
+		return nil, errors.New("new http loops: sink is nil")
+	case o.Now == nil:
+		return nil, errors.New("new http loops: now function is nil")
+	case o.Loops < 0:
+		return nil, fmt.Errorf("new http loops: %d loops is negative", o.Loops)
+	}
+	if o.Loops == 0 {
+		o.Loops = runtime.GOMAXPROCS(0)
+	}
+	ls := &Loops{opt: o}
+	for range o.Loops {
+		l, err := newLoop(ls)
+		if err != nil {
+			ls.closeFDs()
+			return nil, fmt.Errorf("new http loops: %w", err)
+		}
+		ls.loops = append(ls.loops, l)
+	}
+	return ls, nil
+}
+
+// closeFDs closes every loop's descriptors; their goroutines have ended.
+func (ls *Loops) closeFDs() {
+	for _, l := range ls.loops {
+		_ = unix.Close(l.epfd)
+		_ = unix.Close(l.evfd)
+	}
+}
+
+// Run runs the loops until ctx is done, then closes every connection in
+// flight (their probes are abandoned) and the loops' descriptors. It may
+// be called once; it returns ErrLoopsStarted after that.
+func (ls *Loops) Run(ctx context.Context) error {
+	if !ls.state.CompareAndSwap(loopsNew, loopsRunning) {
+		return ErrLoopsStarted
+	}
+	stop := context.AfterFunc(ctx, func() {
+		ls.state.Store(loopsStopped)
+		for _, l := range ls.loops {
+			l.wake()
+		}
+	})
+	defer stop()
+	var wg sync.WaitGroup
+	for _, l := range ls.loops {
+		wg.Go(l.run)
+	}
+	wg.Wait()
+	ls.state.Store(loopsStopped)
+	ls.closeFDs()
+	return nil
+}
+
+// Launcher returns a launcher of p's probes on the loops. p must probe
+// plain HTTP (HTTPS stays on [probe.Workers]: see [Prober.Loopable]).
+func (ls *Loops) Launcher(p *Prober) (*LoopLauncher, error) {
+	if !p.Loopable() {
+		return nil, errors.New("http loops: only plain-HTTP probers run on the event loops")
+	}
+	l := &LoopLauncher{ls: ls}
+	l.prober.Store(p)
+	return l, nil
+}
+
+// Loopable reports whether p's probes can run on [Loops]: plain HTTP.
+func (p *Prober) Loopable() bool { return p.tls == nil }
+
+// stopping reports whether the loops are to stop.
+func (ls *Loops) stopping() bool { return ls.state.Load() == loopsStopped }
+
+// LoopLauncher launches one check's probes on [Loops]: it is the check's
+// [probe.Launcher] and [probe.Settler]. Launch, Settled, Expired, Stats,
+// SetProber and Stop are safe for concurrent use.
+type LoopLauncher struct {
+	ls      *Loops
+	prober  atomic.Pointer[Prober]
+	stopped atomic.Bool
+
+	queued, started, delivered, skippedLate, abandoned atomic.Uint64
+	inFlight, pending                                  atomic.Int64
+}
+
+var (
+	_ probe.Launcher = (*LoopLauncher)(nil)
+	_ probe.Settler  = (*LoopLauncher)(nil)
+)
+
+// SetProber makes p run the probes that start from now on; probes in
+// flight finish with the prober they started with. p must be
+// [Prober.Loopable].
+func (l *LoopLauncher) SetProber(p *Prober) error {
+	if !p.Loopable() {
+		return errors.New("http loops: only plain-HTTP probers run on the event loops")
+	}
+	l.prober.Store(p)
+	return nil
+}
+
+// Stop ends the launcher: requests launched after, still queued or in
+// flight are dropped and counted as abandoned, as a stopped
+// [probe.Workers] pool does.
+func (l *LoopLauncher) Stop() { l.stopped.Store(true) }
+
+// Launch hands batch to one of the loops, round robin, and returns at once.
+// A request whose deadline has passed when its loop takes it is delivered
+// as a LocalError (CauseLate), as [probe.Workers] does. lane is not used.
+func (l *LoopLauncher) Launch(_ int, batch []probe.Request) {
+	if len(batch) == 0 {
+		return
+	}
+	if l.stopped.Load() || l.ls.stopping() {
+		l.abandoned.Add(uint64(len(batch)))
+		return
+	}
+	l.queued.Add(uint64(len(batch)))
+	l.pending.Add(int64(len(batch)))
+	lp := l.ls.loops[int(l.ls.next.Add(1))%len(l.ls.loops)]
+	lp.post(l, batch)
+}
+
+// Settled returns the time up to which every result of the launcher's
+// probes has been delivered (see [probe.Settler]): the last time each loop
+// finished expiring its deadlines, or now for a loop with nothing to do,
+// and before the oldest request still in a loop's inbox.
+func (l *LoopLauncher) Settled() int64 {
+	at := int64(math.MaxInt64)
+	now := l.ls.opt.Now()
+	for _, lp := range l.ls.loops {
+		at = min(at, lp.oldest.Load()-1) // first: see loop.post
+		if lp.idle.Load() {
+			at = min(at, now)
+		} else {
+			at = min(at, lp.settled.Load())
+		}
+	}
+	return at
+}
+
+// Expired has nothing to add: the loops report their own late probes.
+func (l *LoopLauncher) Expired(probe.Request) probe.LocalCause { return probe.CauseNone }
+
+// Stats returns the launcher's counters, in the shape of a worker pool's.
+func (l *LoopLauncher) Stats() probe.WorkerStats {
+	return probe.WorkerStats{
+		Queued:      l.queued.Load(),
+		Started:     l.started.Load(),
+		Delivered:   l.delivered.Load(),
+		SkippedLate: l.skippedLate.Load(),
+		Abandoned:   l.abandoned.Load(),
+		InFlight:    l.inFlight.Load(),
+		Pending:     l.pending.Load(),
+	}
+}
+
+// job is a request and the launcher it came from.
+type job struct {
+	req probe.Request
+	l   *LoopLauncher
+}
+
+// maxEvents is how many epoll events a loop takes per wait.
+const maxEvents = 256
+
+// loop is one event loop: an epoll instance, the connections it polls and
+// their deadlines. Fields after the inbox are owned by the loop's goroutine.
+type loop struct {
+	ls   *Loops
+	epfd int
+	evfd int // eventfd: written to wake the loop
+
+	mu     sync.Mutex
+	inbox  []job        // guarded by mu
+	oldest atomic.Int64 // Sent of the oldest request in the inbox, MaxInt64 when empty
+	// sleeping is set while the loop waits in epoll with an empty inbox;
+	// idle while it also has no connection.
+	sleeping, idle atomic.Bool
+	settled        atomic.Int64 // scheduler time up to which every deadline has been handled
+
+	work   []job // the inbox, swapped out
+	conns  []*conn
+	free   []int32 // indexes of free conns
+	timers timerHeap
+	events [maxEvents]unix.EpollEvent
+	big    [][]byte // free head buffers of maxHeaderBytes
+	rep    probe.Report
+	sa4    unix.SockaddrInet4
+	sa6    unix.SockaddrInet6
+	src4   unix.SockaddrInet4
+	src6   unix.SockaddrInet6
+	ev     unix.EpollEvent
+	evbuf  [8]byte
+}
+
+// wakeIndex is the epoll data of a loop's eventfd.
+const wakeIndex = -1
+
+func newLoop(ls *Loops) (*loop, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	evfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		_ = unix.Close(epfd)
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: wakeIndex}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, evfd, &ev); err != nil {
+		_ = unix.Close(epfd)
+		_ = unix.Close(evfd)
+		return nil, fmt.Errorf("epoll_ctl eventfd: %w", err)
+	}
+	l := &loop{ls: ls, epfd: epfd, evfd: evfd}
+	l.timers.conns = &l.conns
+	l.oldest.Store(math.MaxInt64)
+	l.idle.Store(true)
+	return l, nil
+}
+
+// post appends a batch to the inbox and wakes the loop if it sleeps. The
+// oldest request's Sent is stored before the requests can be taken, so a
+// Settled that reads it first never misses one.
+func (l *loop) post(from *LoopLauncher, batch []probe.Request) {
+	l.mu.Lock()
+	if len(l.inbox) == 0 {
+		l.oldest.Store(batch[0].Sent)
+	}
+	for _, r := range batch {
+		l.inbox = append(l.inbox, job{req: r, l: from})
+	}
+	l.mu.Unlock()
+	if l.sleeping.Load() {
+		l.wake()
+	}
+}
+
+// wake makes the loop's epoll_wait return.
+func (l *loop) wake() {
+	one := [8]byte{1}
+	_, _ = unix.Write(l.evfd, one[:]) // fails only when the counter is full: then it is readable anyway
+}
+
+// run is the loop's goroutine.
+func (l *loop) run() {
+	for !l.ls.stopping() {
+		l.takeInbox()
+		n := l.wait()
+		for i := range n {
+			e := &l.events[i]
+			if e.Fd == wakeIndex {
+				_, _ = unix.Read(l.evfd, l.evbuf[:])
+				continue
+			}
+			if c := l.conns[e.Fd]; c.state != stateFree && c.seq == e.Pad {
+				l.handle(c, e.Events, probe.Nanotime()) // per event: a batch takes time to handle
+			}
+		}
+		l.expire()
+	}
+	l.takeInbox()
+	for _, c := range l.conns {
+		if c.state != stateFree {
+			l.abandon(c)
+		}
+	}
+}
+
+// wait waits for events until the next deadline.
+func (l *loop) wait() int {
+	timeout := -1
+	if d, ok := l.timers.min(); ok {
+		left := d - probe.Nanotime()
+		timeout = int(max(0, (left+999_999)/1_000_000))
+	}
+	if timeout != 0 {
+		l.sleeping.Store(true)
+		l.idle.Store(len(l.timers.items) == 0)
+		// A batch posted before sleeping was set found no sleeper to wake.
+		l.mu.Lock()
+		queued := len(l.inbox) > 0
+		l.mu.Unlock()
+		if queued || l.ls.stopping() {
+			timeout = 0
+		}
+	}
+	n, err := unix.EpollWait(l.epfd, l.events[:], timeout)
+	l.sleeping.Store(false)
+	l.idle.Store(false)
+	if err != nil { // EINTR; nothing else happens with valid arguments
+		return 0
+	}
+	return n
+}
+
+// takeInbox starts the probes of the requests in the inbox.
+func (l *loop) takeInbox() {
+	l.mu.Lock()
+	l.work, l.inbox = l.inbox, l.work[:0]
+	l.oldest.Store(math.MaxInt64)
+	l.mu.Unlock()
+	for i := range l.work {
+		l.start(l.work[i])
+		l.work[i] = job{}
+	}
+}
+
+// expire ends the probes whose deadline has passed and publishes how far
+// the loop has settled.
+func (l *loop) expire() {
+	now := probe.Nanotime()
+	for {
+		d, ok := l.timers.min()
+		if !ok || d > now {
+			break
+		}
+		l.timeout(l.conns[l.timers.items[0].idx], now)
+	}
+	l.settled.Store(l.ls.opt.Now())
+}
+
+// timerHeap is a binary min-heap of connection deadlines; each conn knows
+// its position, so a probe that ends early leaves the heap at once.
+type timerHeap struct {
+	items []timerItem
+	conns *[]*conn
+}
+
+type timerItem struct {
+	at  int64 // deadline, probe.Nanotime
+	idx int32 // conn index
+}
+
+func (h *timerHeap) min() (int64, bool) {
+	if len(h.items) == 0 {
+		return 0, false
+	}
+	return h.items[0].at, true
+}
+
+func (h *timerHeap) push(at int64, c *conn) {
+	h.items = append(h.items, timerItem{at: at, idx: c.idx})
+	c.timer = len(h.items) - 1
+	h.up(c.timer)
+}
+
+func (h *timerHeap) remove(c *conn) {
+	i := c.timer
+	if i < 0 {
+		return
+	}
+	last := len(h.items) - 1
+	if i != last {
+		h.swap(i, last)
+	}
+	h.items = h.items[:last]
+	c.timer = -1
+	if i != last {
+		h.down(i)
+		h.up(i)
+	}
+}
+
+func (h *timerHeap) swap(i, j int) {
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	cs := *h.conns
+	cs[h.items[i].idx].timer = i
+	cs[h.items[j].idx].timer = j
+}
+
+func (h *timerHeap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if h.items[p].at <= h.items[i].at {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
+
+func (h *timerHeap) down(i int) {
+	n := len(h.items)
+	for {
+		m := i
+		if l := 2*i + 1; l < n && h.items[l].at < h.items[m].at {
+			m = l
+		}
+		if r := 2*i + 2; r < n && h.items[r].at < h.items[m].at {
+			m = r
+		}
+		if m == i {
+			return
+		}
+		h.swap(i, m)
+		i = m
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package http
+
+const raceEnabled = false
