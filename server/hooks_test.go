@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/events"
 	"github.com/sondeprobe/sonde/server/web/api"
 	"github.com/sondeprobe/sonde/server/webhook"
@@ -148,7 +149,7 @@ webhooks:
 	// webhook wants, oldest first.
 	want := func() []uint64 {
 		var s []uint64
-		evs, _, _ := logPage(d.events, 0, maxEventsPage)
+		evs, _, _ := logPage(d.events, 0, apiv1.MaxEventsPage)
 		for _, e := range evs {
 			if wanted(e) {
 				s = append(s, e.Seq)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -464,7 +465,7 @@ func TestEventPollsBounded(t *testing.T) {
 	}
 	d, srv := streamDaemon(t, Options{})
 	pad := strings.Repeat("x", 1000)
-	for i := range maxEventsPage {
+	for i := range apiv1.MaxEventsPage {
 		d.events.Add(api.Event{Kind: api.KindState, Target: "192.0.2.1:80", Pools: []string{"api"}, Check: strconv.Itoa(i), Message: pad})
 	}
 	live := func() int64 {

@@ -63,7 +63,9 @@ var allowed = map[string][]string{
 	// The status page shares the API lists' label filters and target
 	// names (server/apiv1/targetsel), so a filter means the same on both.
 	"server/status": {"server/apiv1/targetsel", "server/ui", "server/web", "server/web/api"},
-	"server/apiv1":  {"server/web", "server/web/api"},
+	// The API lists remediations in server/remediate's own types (and
+	// with it links server/webhook, which posts them).
+	"server/apiv1": {"server/remediate", "server/web", "server/web/api", "server/webhook"},
 }
 
 // testOnly are packages that only tests may import.

@@ -6,7 +6,7 @@ import (
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
-// page reads a poll's page whole, as handleEvents writes it.
+// page reads a poll's page whole, as the API's poll of events (server/apiv1) writes it.
 func (l *Log) page(since uint64, limit int) (evs []api.Event, next, lost uint64) {
 	from, end, lost := l.Window(since, limit)
 	evs, _ = l.CopyRange(from, end, make([]api.Event, 0, end-from))
