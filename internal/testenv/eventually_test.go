@@ -86,3 +86,15 @@ func TestEventuallyEveryKeepsItsPause(t *testing.T) {
 		}
 	}
 }
+
+// TestEventuallyWithinGivesUpAtItsLimit: a condition that never holds
+// fails once the limit has passed, not after WaitLimit.
+func TestEventuallyWithinGivesUpAtItsLimit(t *testing.T) {
+	t.Parallel()
+	tb := &fakeTB{}
+	start := time.Now()
+	EventuallyWithin(tb, "nothing", 30*time.Millisecond, func() (int, bool) { return 0, false })
+	if took := time.Since(start); tb.failed == "" || took < 30*time.Millisecond || took > WaitLimit/2 {
+		t.Fatalf("gave up after %v with %q, want a failure after 30 ms", took, tb.failed)
+	}
+}

@@ -255,7 +255,15 @@ const WaitLimit = 60 * time.Second
 // Call it from the test's goroutine, as tb.Fatal requires.
 func Eventually[T any](tb testing.TB, what string, poll func() (T, bool)) T {
 	tb.Helper()
-	return eventually(tb, what, time.Millisecond, 100*time.Millisecond, poll)
+	return eventually(tb, what, WaitLimit, time.Millisecond, 100*time.Millisecond, poll)
+}
+
+// EventuallyWithin is [Eventually] with a limit of its own instead of
+// [WaitLimit], for a test that asserts how soon something happens (a
+// change shown within its detection window).
+func EventuallyWithin[T any](tb testing.TB, what string, limit time.Duration, poll func() (T, bool)) T {
+	tb.Helper()
+	return eventually(tb, what, limit, time.Millisecond, 100*time.Millisecond, poll)
 }
 
 // EventuallyEvery is [Eventually] with the same pause between every two
@@ -263,13 +271,13 @@ func Eventually[T any](tb testing.TB, what string, poll func() (T, bool)) T {
 // Eventually would add up to a tenth of a second to what it measures.
 func EventuallyEvery[T any](tb testing.TB, what string, pause time.Duration, poll func() (T, bool)) T {
 	tb.Helper()
-	return eventually(tb, what, pause, pause, poll)
+	return eventually(tb, what, WaitLimit, pause, pause, poll)
 }
 
-func eventually[T any](tb testing.TB, what string, pause, maxPause time.Duration, poll func() (T, bool)) T {
+func eventually[T any](tb testing.TB, what string, wait, pause, maxPause time.Duration, poll func() (T, bool)) T {
 	tb.Helper()
 	start := time.Now()
-	limit := start.Add(WaitLimit)
+	limit := start.Add(wait)
 	if d, ok := tb.(interface{ Deadline() (time.Time, bool) }); ok {
 		// Leave the test time to report rather than be killed by -timeout.
 		if end, ok := d.Deadline(); ok && end.Add(-5*time.Second).Before(limit) {
