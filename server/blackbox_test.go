@@ -455,17 +455,15 @@ scrape_configs:
 	prom := testenv.Start(t, exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+listen, "--log.level=warn"))
 
-	want := map[string]string{goodURL: "1", badURL: "0"}
-	deadline := time.Now().Add(90 * time.Second)
-	var got map[string]string
-	for time.Now().Before(deadline) {
-		got = queryProbeSuccess(listen)
-		if got[goodURL] == "1" && got[badURL] == "0" {
-			return
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", prom.Output())
 		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	t.Fatalf("Prometheus recorded probe_success %v, want %v\nprometheus log:\n%s", got, want, prom.Output())
+	})
+	testenv.Eventually(t, fmt.Sprintf("Prometheus to record probe_success 1 for %s and 0 for %s", goodURL, badURL), func() (map[string]string, bool) {
+		got := queryProbeSuccess(listen)
+		return got, got[goodURL] == "1" && got[badURL] == "0"
+	})
 }
 
 // queryProbeSuccess asks Prometheus at addr for probe_success by instance;

@@ -70,17 +70,10 @@ func discoveryAnswer(t *testing.T, td *testDaemon, pool string) (poolDiscoveryJS
 // waitDiscovery waits until pool's discovery status satisfies ok.
 func waitDiscovery(t *testing.T, td *testDaemon, pool, want string, ok func(poolDiscoveryJSON) bool) poolDiscoveryJSON {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	return testenv.Eventually(t, "discovery of "+pool+": "+want, func() (poolDiscoveryJSON, bool) {
 		st, answered := discoveryAnswer(t, td, pool)
-		if answered && ok(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("discovery of %s: %+v (answered: %v), want %s", pool, st, answered, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return st, answered && ok(st)
+	})
 }
 
 // writeSlowSD writes a file_sd file of n targets whose label "big" holds

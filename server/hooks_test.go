@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/events"
 	"github.com/sondeprobe/sonde/server/web/api"
@@ -159,18 +160,11 @@ webhooks:
 	}
 	waitAll := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		testenv.Eventually(t, what+": every wanted event received", func() (string, bool) {
 			got, _ := rc.seqs()
 			w := want()
-			if slices.Equal(got, w) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: received %v, want %v", what, got, w)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return fmt.Sprintf("received %v, want %v", got, w), slices.Equal(got, w)
+		})
 	}
 	h := d.hooks.List()[0]
 
@@ -179,13 +173,10 @@ webhooks:
 
 	rc.stop()
 	emit(40)
-	deadline := time.Now().Add(20 * time.Second)
-	for h.Counts().Failed < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no failed delivery while the receiver is down (%d)", h.Counts().Failed)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, "two failed deliveries while the receiver is down", func() (uint64, bool) {
+		n := h.Counts().Failed
+		return n, n >= 2
+	})
 	emit(40)
 	rc.start()
 	waitAll("receiver restarted")
@@ -205,12 +196,11 @@ webhooks:
 		t.Errorf("refused requests: %v", rc.bad)
 	}
 	// The receiver has the events before sonde reads its answer.
-	for n := uint64(len(want())); h.Counts().Delivered != n || h.Counts().Dropped != 0; {
-		if time.Now().After(deadline) {
-			t.Fatalf("delivered %d dropped %d, want %d and 0", h.Counts().Delivered, h.Counts().Dropped, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	n := uint64(len(want()))
+	testenv.Eventually(t, fmt.Sprintf("%d delivered, none dropped", n), func() (string, bool) {
+		c := h.Counts()
+		return fmt.Sprintf("delivered %d dropped %d", c.Delivered, c.Dropped), c.Delivered == n && c.Dropped == 0
+	})
 	problems, err := testutil.GatherAndLint(d.metrics.reg)
 	if err != nil {
 		t.Fatal(err)

@@ -73,13 +73,11 @@ pools:
   - {name: static, check: gw, targets: [%q], health_checks: false}
 `, gw.addr, custom.addr, static.addr), func(o *Options) { o.Clock = clock })
 	for _, name := range []string{"gw", "custom"} {
-		deadline := time.Now().Add(10 * time.Second) // bounds a failure only: the simulated clock stays at start
-		for td.pool(t, name).Routable != 1 {
-			if time.Now().After(deadline) {
-				t.Fatalf("pool %s not routable: %+v; the first probe did not leave at start", name, td.pool(t, name))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		// The simulated clock stays at start: the first probe leaves at once.
+		testenv.Eventually(t, "pool "+name+" routable: its first probe left at start", func() (api.PoolJSON, bool) {
+			p := td.pool(t, name)
+			return p, p.Routable == 1
+		})
 		var tl struct {
 			Targets []api.TargetJSON `json:"targets"`
 		}

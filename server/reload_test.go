@@ -370,17 +370,10 @@ func (td *testDaemon) target(t *testing.T, pool, addr string) (api.TargetJSON, b
 // waitState polls until the target at addr in pool is in state.
 func (td *testDaemon) waitState(t *testing.T, pool, addr, state string) api.TargetJSON {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	return testenv.Eventually(t, fmt.Sprintf("%s in pool %s %s", addr, pool, state), func() (api.TargetJSON, bool) {
 		x, ok := td.target(t, pool, addr)
-		if ok && x.State == state {
-			return x
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s in pool %s: %+v (present %v), want state %s", addr, pool, x, ok, state)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return x, ok && x.State == state
+	})
 }
 
 // sinceSlack bounds how far two API readings of one state_since may differ:
@@ -419,9 +412,7 @@ pools:
 		slow.addr(), fast.addr(), added.addr(), fast.addr())
 	td.rewrite(t, conf("/b", after))
 	// Reload while the slow target's probe is out.
-	for slow.active.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, "a probe of the slow target out", func() (int64, bool) { n := slow.active.Load(); return n, n > 0 })
 	servedBefore := slow.served.Load()
 	reloaded := time.Now()
 	if err := td.d.Reload(); err != nil {
@@ -438,9 +429,9 @@ pools:
 	if _, ok := td.target(t, "", gone.addr()); ok {
 		t.Error("a target of a removed pool is still listed")
 	}
-	for slow.served.Load() <= servedBefore {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, "the slow target's probe answered", func() (int64, bool) { n := slow.served.Load(); return n, n > servedBefore })
+	// Time for its answer to be applied: a state wrongly started afresh by
+	// it would show a later since.
 	time.Sleep(300 * time.Millisecond)
 	k := td.waitState(t, "keep", slow.addr(), "healthy")
 	if d := k.StateSince.Sub(keep.StateSince).Abs(); k.ID != keep.ID || d > sinceSlack {
@@ -522,7 +513,10 @@ pools:
 			})
 		}
 	})
-	time.Sleep(time.Second)
+	testenv.Eventually(t, "the reload spam under way", func() (string, bool) {
+		n, r := asked.Load(), testutil.ToFloat64(td.d.metrics.reloads.WithLabelValues("success"))
+		return fmt.Sprintf("%d asked, %v reloads", n, r), n >= 3 && r >= 1
+	})
 	rounds0 := testutil.ToFloat64(td.d.metrics.reloads.WithLabelValues("success"))
 	onset := time.Now()
 	hung.hang.Store(true)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/server/remediate"
 )
 
@@ -74,17 +75,18 @@ remediation:
 	}
 	waitRecord := func(instance, action, reason string) remediate.Record {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
-			for _, r := range status().Records {
+		var found remediate.Record
+		testenv.Eventually(t, fmt.Sprintf("a finished %s record %q for %s", action, reason, instance), func() (remediate.Status, bool) {
+			st := status()
+			for _, r := range st.Records {
 				if r.Instance == instance && r.Action == action && r.Reason == reason && r.Result != "running" {
-					return r
+					found = r
+					return st, true
 				}
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Fatalf("no %s record %q for %s: %+v", action, reason, instance, status())
-		return remediate.Record{}
+			return st, false
+		})
+		return found
 	}
 
 	oneA.failing.Store(true)

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -82,8 +81,7 @@ pools:
 	}
 	// Wait until every target of both shards is decided.
 	pages := [2]poolsPage{}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, "every target of both shards decided", func() ([2]poolsPage, bool) {
 		undecided := 0
 		for i, td := range shards {
 			pages[i] = poolsPage{}
@@ -92,14 +90,8 @@ pools:
 				undecided += p.Unknown
 			}
 		}
-		if undecided == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d targets still undecided after 30 s: %+v", undecided, pages)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return pages, undecided == 0
+	})
 
 	type slice struct {
 		targets, healthy, unhealthy, routable, removed int

@@ -86,7 +86,7 @@ pools:
 	before := td.waitTargets(t, "web", "healthy after its first probe", func(m map[string]api.TargetJSON) bool {
 		return m[b.addr()].State == "healthy" && m[b.addr()].Consecutive == 1
 	})[b.addr()]
-	time.Sleep(4 * sinceSlack)
+	time.Sleep(4 * sinceSlack) // a since made up at the restart would be this much later
 	if err := td.d.Stop(); err != nil {
 		t.Fatal(err)
 	}

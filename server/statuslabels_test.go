@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/server/web/api"
 	xhtml "golang.org/x/net/html"
 )
@@ -305,17 +306,11 @@ func TestTargetPageUnresolved(t *testing.T) {
 
 	// The name resolves (to an address never probed: health checks are off).
 	res.set("late.test", "198.18.0.9")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(t, "GET "+path+" to show late.test resolved", func() (string, bool) {
 		code, _, body := td.page(t, path)
-		if code == http.StatusOK && !strings.Contains(body, "unresolved") && strings.Contains(body, `<h1>198.18.0.9:80 <span class="host">late.test</span></h1>`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after late.test resolved, GET %s: %d\n%s", path, code, body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Sprintf("%d\n%s", code, body),
+			code == http.StatusOK && !strings.Contains(body, "unresolved") && strings.Contains(body, `<h1>198.18.0.9:80 <span class="host">late.test</span></h1>`)
+	})
 }
 
 // TestOverviewDiscovery checks what the overview and the discovery page say
@@ -341,18 +336,10 @@ func TestOverviewDiscovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	failing := regexp.MustCompile(`file_sd_configs\[0\] failing since \d\d:\d\d:\d\d UTC \(\d+s ago\): reading \S+sd\.json: want a JSON array of target groups, not \{ — keeping the 1 target it gave last\.`)
-	deadline := time.Now().Add(20 * time.Second)
-	var body string
-	for {
-		body = td.okPage(t, "/")
-		if failing.MatchString(body) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the overview does not warn of the failing source:\n%s", body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	body := testenv.Eventually(t, "the overview to warn of the failing source", func() (string, bool) {
+		body := td.okPage(t, "/")
+		return body, failing.MatchString(body)
+	})
 	assertInert(t, "/", body)
 	card := regexp.MustCompile(`(?s)<section class="card[^"]*" data-pool-card="web">.*?</section>`).FindString(body)
 	if !strings.Contains(card, `<dt>unresolved</dt><dd><a href="pool?name=web&amp;outcome=unresolved">2</a></dd>`) {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
@@ -339,24 +340,16 @@ const streamRequest = "GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/ev
 func TestEventStreamSlowClient(t *testing.T) {
 	d, srv := streamDaemon(t, Options{Events: 1 << 16, WriteStall: 200 * time.Millisecond})
 	stalled(t, srv, streamRequest) // open while the test runs; read by nobody
-	deadline := time.Now().Add(10 * time.Second)
-	for d.adm.Stream.InUse() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the stream did not start")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, "the stream started", func() (int64, bool) { n := d.adm.Stream.InUse(); return n, n == 1 })
 	// Far more than the socket buffers hold; the client reads nothing.
 	pad := strings.Repeat("x", 1000)
 	for i := range 1 << 15 {
 		d.events.Add(api.Event{Kind: api.KindState, Target: strconv.Itoa(i), Message: pad})
 	}
-	for d.streams.Dropped() != 1 || d.adm.Stream.InUse() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("stalled client not dropped: %d dropped, %d streams", d.streams.Dropped(), d.adm.Stream.InUse())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, "the stalled client dropped", func() (string, bool) {
+		dropped, open := d.streams.Dropped(), d.adm.Stream.InUse()
+		return fmt.Sprintf("%d dropped, %d streams", dropped, open), dropped == 1 && open == 0
+	})
 }
 
 // TestEventStreamWrapped stalls a client while the ring wraps past it: once
@@ -368,14 +361,7 @@ func TestEventStreamWrapped(t *testing.T) {
 	d, srv := streamDaemon(t, Options{Events: ring, WriteStall: time.Minute, EventKeepAlive: time.Hour})
 	conn := stalled(t, srv, streamRequest)
 	// Until the stream waits for the next event: it has started.
-	deadline := time.Now().Add(10 * time.Second)
-	for waiting := false; !waiting; {
-		if time.Now().After(deadline) {
-			t.Fatal("the stream did not start")
-		}
-		time.Sleep(5 * time.Millisecond)
-		waiting = d.events.Waiting()
-	}
+	testenv.Eventually(t, "the stream waiting for the next event", func() (bool, bool) { w := d.events.Waiting(); return w, w })
 	// Far more than the socket buffers hold, while the client reads
 	// nothing: the ring wraps past the stream, whether it is blocked in a
 	// write or has yet to wake.
@@ -478,6 +464,8 @@ func TestEventPollsBounded(t *testing.T) {
 	for range 8 {
 		stalled(t, srv, "GET /api/v1/events?limit=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 	}
+	// Two seconds of samples: the heap must not grow while the polls wait
+	// for readers that never come, so time has to pass.
 	peak := int64(0)
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		peak = max(peak, live()-before)
@@ -553,7 +541,7 @@ func TestQuietStreamsDropNonReaders(t *testing.T) {
 		_, err := io.Copy(io.Discard, reader.resp.Body)
 		read <- err
 	}()
-	awaitCond(t, "the clients that do not read are dropped", func() bool { return d.streams.Dropped() >= slots-1 })
+	testenv.Eventually(t, "the clients that do not read dropped", func() (uint64, bool) { n := d.streams.Dropped(); return n, n >= slots-1 })
 	select {
 	case err := <-read:
 		t.Fatalf("the client that reads lost its stream: %v", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // TestLifecycleDisabled checks that without EnableLifecycle a reload POST
@@ -233,7 +234,14 @@ func TestShutdownSlowClient(t *testing.T) {
 	}
 	defer c.Close()
 	fmt.Fprintf(c, "GET /-/healthy HTTP/1.1\r\n") // and never the rest
-	time.Sleep(100 * time.Millisecond)            // let the server read it: the connection is busy
+	testenv.Eventually(t, "the slow client's connection open", func() (int, bool) {
+		lim := td.d.conns.Load()
+		if lim == nil {
+			return 0, false
+		}
+		open, _, _, _ := lim.Counts()
+		return open, open == 1
+	})
 	cancel()
 	select {
 	case err := <-done:
@@ -281,9 +289,7 @@ func TestServeBeforeStart(t *testing.T) {
 		t.Helper()
 		return httpStatus(t, method, base+path, nil)
 	}
-	for loads.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, "the first load started", func() (int64, bool) { n := loads.Load(); return n, n > 0 })
 	for path, want := range map[string]int{
 		"/-/healthy": http.StatusOK, "/metrics": http.StatusOK, "/-/ready": http.StatusServiceUnavailable,
 		"/api/v1/targets": http.StatusServiceUnavailable, "/api/v1/pools": http.StatusServiceUnavailable,
@@ -294,7 +300,11 @@ func TestServeBeforeStart(t *testing.T) {
 	}
 	reloaded := make(chan int, 1)
 	go func() { reloaded <- status(http.MethodPost, "/-/reload") }()
-	time.Sleep(50 * time.Millisecond) // the request waits for the start
+	testenv.Eventually(t, "the reload request waiting for the start", func() (bool, bool) {
+		d.reloads.mu.Lock()
+		defer d.reloads.mu.Unlock()
+		return d.reloads.running, d.reloads.running
+	})
 	close(loading)
 	if err := <-started; err != nil {
 		t.Fatal(err)

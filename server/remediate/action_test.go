@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/server/webhook"
 )
 
@@ -95,13 +96,15 @@ func TestCommandTimeout(t *testing.T) {
 	// SIGKILL is sent to the group before run returns; the child may take a
 	// moment to die, and once orphaned it is reaped by init, which may never
 	// come: a zombie is dead too.
-	for deadline := time.Now().Add(10 * time.Second); alive(pid); {
-		if time.Now().After(deadline) {
+	t.Cleanup(func() {
+		if alive(pid) {
 			_ = syscall.Kill(pid, syscall.SIGKILL) // do not leave it behind
-			t.Fatalf("the command's background child %d is still running after the timeout", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
+	testenv.Eventually(t, fmt.Sprintf("the command's background child %d gone after the timeout", pid), func() (bool, bool) {
+		a := alive(pid)
+		return a, !a
+	})
 }
 
 // alive reports whether process pid exists and is not a zombie.

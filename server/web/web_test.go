@@ -2,12 +2,16 @@ package web
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // TestSlotsFreedFromNonReaders: a client that asks for a long answer in a
@@ -16,7 +20,9 @@ import (
 func TestSlotsFreedFromNonReaders(t *testing.T) {
 	const stall = 200 * time.Millisecond
 	s := NewSlots("scrape", "scrapes", 1, time.Second, stall)
+	var entered atomic.Bool // the handler ran, in the slot
 	big := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		entered.Store(true)
 		chunk := bytes.Repeat([]byte("# filler\n"), 1<<12)
 		for range 4096 { // 144 MiB: far more than any socket buffers
 			if _, err := w.Write(chunk); err != nil {
@@ -35,16 +41,11 @@ func TestSlotsFreedFromNonReaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The client never reads. The slot is taken, then freed.
-	deadline := time.Now().Add(30 * time.Second)
-	for s.InUse() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	for s.InUse() != 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if s.InUse() != 0 {
-		t.Fatalf("a client that never reads still holds the slot after %v (write stall %v)", 30*time.Second, stall)
-	}
+	testenv.Eventually(t, "the slot taken", func() (bool, bool) { e := entered.Load(); return e, e })
+	testenv.Eventually(t, fmt.Sprintf("the slot of a client that never reads freed (write stall %v)", stall), func() (int64, bool) {
+		n := s.InUse()
+		return n, n == 0
+	})
 }
 
 // TestConnLimiterVictim checks the order in which the connection limit
