@@ -50,6 +50,7 @@ func hold(t *testing.T, c *http.Client, url string) {
 // next /probe is refused at once with 503 and Retry-After while they still
 // hang, and /metrics, /-/healthy and /-/ready answer.
 func TestProbeSlotsRefuseAtOnce(t *testing.T) {
+	t.Parallel()
 	td, path := hangingProbeDaemon(t, func(o *Options) { o.ProbeConcurrency = 2 })
 	for range 2 {
 		hold(t, &http.Client{}, td.http.URL+path)
@@ -163,6 +164,7 @@ func TestVitalEndpointsUnderProbeFlood(t *testing.T) {
 // rest. They hold no handler, so a connection for /-/healthy takes the
 // place of one of them.
 func TestTrickledRequestsCannotStarveHealth(t *testing.T) {
+	t.Parallel()
 	const conns = 8
 	td := startDaemonWith(t, oneTargetConfig(t), func(o *Options) { o.Web.MaxConnections = conns })
 	addr := served(t, td.d)

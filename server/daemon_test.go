@@ -195,6 +195,7 @@ func (td *testDaemon) waitPool(t *testing.T, name, want string, ok func(api.Pool
 // turned unhealthy after exactly fall failed probes and healthy after exactly
 // rise successful ones, with the pool's routable count following P1 and P2.
 func TestDaemonEndToEnd(t *testing.T) {
+	t.Parallel()
 	const rise, fall = 2, 3
 	b := []*backend{newBackend(t), newBackend(t), newBackend(t), newBackend(t)}
 	var targets []string
@@ -288,6 +289,7 @@ pools:
 }
 
 func TestMetricsLint(t *testing.T) {
+	t.Parallel()
 	b := newBackend(t)
 	td := startDaemon(t, fmt.Sprintf(`
 checks:

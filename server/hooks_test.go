@@ -113,6 +113,7 @@ func (r *receiver) seqs() ([]uint64, []api.HookBatch) {
 // loses none while it is down: the batches wait and are retried until it is
 // back.
 func TestWebhookOrderAndRestart(t *testing.T) {
+	t.Parallel()
 	secret := []byte("s3cret")
 	secretFile := filepath.Join(t.TempDir(), "hook.secret")
 	if err := os.WriteFile(secretFile, append(secret, '\n'), 0o600); err != nil {

@@ -57,6 +57,7 @@ func ip(t *testing.T, args ...string) {
 // not per probe. A restart over the state file then resumes the streak as
 // one of successes: failures turn the target unhealthy after fall of them.
 func TestLocalErrorKeepsState(t *testing.T) {
+	t.Parallel()
 	if !inOwnNamespace(t, "TestLocalErrorKeepsState") {
 		return
 	}

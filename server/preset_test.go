@@ -61,6 +61,7 @@ func serve(t *testing.T, ip string, handler http.Handler) string {
 // The engine runs on a simulated clock that never moves: a first probe
 // placed anywhere inside the interval but at its start would never leave.
 func TestAppGatewayDefaultProbe(t *testing.T) {
+	t.Parallel()
 	gw, custom, static := newHostRecorder(t, "127.0.0.1"), newHostRecorder(t, "127.0.0.1"), newHostRecorder(t, "127.0.0.1")
 	clock := scheduler.NewSimClock(time.Unix(1e9, 0))
 	td := startDaemonWith(t, fmt.Sprintf(`
@@ -116,6 +117,7 @@ pools:
 // such a server is the scheduler's to prove, on its simulated clock
 // (scheduler's TestCadenceAtHangingServer): here time is real.
 func TestCadenceAtHangingServer(t *testing.T) {
+	t.Parallel()
 	var counts [2]atomic.Int64
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })

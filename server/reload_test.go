@@ -50,6 +50,7 @@ func (td *testDaemon) postReload(t *testing.T) int {
 // and removes pools (deleting the removed pool's series), and that an invalid
 // configuration is rejected while the running one goes on.
 func TestReload(t *testing.T) {
+	t.Parallel()
 	a, b := newBackend(t), newBackend(t)
 	check := `
 checks:
@@ -124,6 +125,7 @@ pools:
 // reload and the daemon's stop), the running configuration go on, and the
 // daemon stop.
 func TestReloadFIFO(t *testing.T) {
+	t.Parallel()
 	a := newBackend(t)
 	dir := t.TempDir()
 	targets := filepath.Join(dir, "targets.txt")
@@ -180,6 +182,7 @@ pools:
 // a reload: the edit must not count as applied, so the next reload reads
 // it, where a digest taken after the load would find the file unchanged.
 func TestReloadEditDuringLoad(t *testing.T) {
+	t.Parallel()
 	a := newBackend(t)
 	yaml := func(pools ...string) string {
 		y := "checks:\n  web: {protocol: http, interval: 50ms, timeout: 1s}\npools:\n"
@@ -245,6 +248,7 @@ func TestReloadEditDuringLoad(t *testing.T) {
 // TestReloadProtocolChange checks that the series of a pool's old protocol
 // go away when its check changes protocol, and the new protocol's appear.
 func TestReloadProtocolChange(t *testing.T) {
+	t.Parallel()
 	a := newBackend(t)
 	pool := fmt.Sprintf("\npools:\n  - {name: one, check: web, targets: [%q]}\n", a.addr())
 	td := startDaemon(t, "checks:\n  web: {protocol: http, interval: 50ms, timeout: 1s}"+pool)
@@ -275,6 +279,7 @@ func gatherText(t *testing.T, td *testDaemon) string {
 // reports the routes it changes, so a load balancer following events stays
 // right: with 49 % instead of 50 % of two targets, none may be removed.
 func TestReloadRouteEvents(t *testing.T) {
+	t.Parallel()
 	good, bad := newBackend(t), newBackend(t)
 	bad.failing.Store(true)
 	cfg := func(percent int) string {
@@ -388,6 +393,7 @@ const sinceSlack = 50 * time.Millisecond
 // once, a removed one leaves the API and its series, and a target whose
 // probe changed starts afresh.
 func TestReloadInPlace(t *testing.T) {
+	t.Parallel()
 	slow, fast, gone, added := newGate(t), newGate(t), newGate(t), newGate(t)
 	slow.delay.Store(int64(600 * time.Millisecond))
 	conf := func(altPath string, pools string) string {
@@ -558,6 +564,7 @@ pools:
 // writer: that reload never ended, no later one ran, and a stop waited for
 // it.
 func TestReloadSecretBecomesFIFO(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	secret := filepath.Join(dir, "hook.secret")
 	if err := os.WriteFile(secret, []byte("s3cret\n"), 0o600); err != nil {

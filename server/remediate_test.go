@@ -45,6 +45,7 @@ func newSwitchable(t *testing.T, ip string) *switchable {
 // fails in one pool but stays healthy in the other and is withheld by the
 // multi-pool rule, never fired.
 func TestRemediationEndToEnd(t *testing.T) {
+	t.Parallel()
 	oneA, oneB := newSwitchable(t, "127.0.0.1"), newSwitchable(t, "127.0.0.1")
 	two := newSwitchable(t, "127.0.0.2")
 	threeA, threeB := newSwitchable(t, "127.0.0.3"), newSwitchable(t, "127.0.0.3")

@@ -16,6 +16,7 @@ import (
 // its failures in both: last_error in /api/v1/targets, the error text of
 // its events, and the HTTP phase histograms of both pools.
 func TestSharedStreamDetail(t *testing.T) {
+	t.Parallel()
 	b := newBackend(t)
 	b.failing.Store(true)
 	td := startDaemon(t, fmt.Sprintf(`

@@ -26,6 +26,7 @@ func move(t *testing.T, from, to string) {
 // and a save that fails at Stop is Stop's error. They used to be one
 // warning, then silence.
 func TestStateSaveFailureReported(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "state")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)

@@ -132,6 +132,7 @@ func assertInert(t *testing.T, path, body string) {
 // label= would, repeatable, with the pool's label names offered; a label's
 // link adds it to the filters, or takes it out.
 func TestPoolPageLabels(t *testing.T) {
+	t.Parallel()
 	td, _ := startLabelled(t)
 	all := []string{"198.18.0.1:80", "198.18.0.2:80", "198.18.0.3:80", "late.test:80", "nohost.test:81"}
 	for _, c := range []struct {
@@ -217,6 +218,7 @@ func TestPoolPageLabels(t *testing.T) {
 // kept by the filters as the API lists them, and paged through once each,
 // either way and in every order.
 func TestPoolPageUnresolved(t *testing.T) {
+	t.Parallel()
 	td, _ := startLabelled(t)
 	body := td.okPage(t, "/pool?name=web")
 	row := regexp.MustCompile(`(?s)<tr class="row row-unknown unresolved" data-target-row="late.test:80">.*?</tr>`).FindString(body)
@@ -266,6 +268,7 @@ func TestPoolPageUnresolved(t *testing.T) {
 // name is looked up next, shows its labels and no timeline; once the name
 // resolves, the same link shows the target it resolved to.
 func TestTargetPageUnresolved(t *testing.T) {
+	t.Parallel()
 	td, res := startLabelled(t)
 	path := "/target?pool=web&target=late.test%3A80"
 	body := td.okPage(t, path)
@@ -318,6 +321,7 @@ func TestTargetPageUnresolved(t *testing.T) {
 // when, its error and the targets
 // it keeps; and every source and unresolved name on the discovery page.
 func TestOverviewDiscovery(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	sd := filepath.Join(dir, "sd.json")
 	writeSD(t, sd, []sdGroup{{Targets: []string{"198.18.2.1:80"}}})
@@ -379,6 +383,7 @@ func TestOverviewDiscovery(t *testing.T) {
 // TestDiscoveryPageWithout checks the discovery page of a daemon whose
 // pools list only addresses.
 func TestDiscoveryPageWithout(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, unprobedConfig)
 	if body := td.okPage(t, "/discovery"); !strings.Contains(body, "No pool discovers its targets or lists host names") {
 		t.Errorf("the discovery page without discovery:\n%s", body)
@@ -390,6 +395,7 @@ func TestDiscoveryPageWithout(t *testing.T) {
 // own, a page boundary between them loses neither, and each row's link
 // opens its own target.
 func TestPoolPageNamesAtOneAddress(t *testing.T) {
+	t.Parallel()
 	res := &flakyResolver{addrs: map[string][]netip.Addr{}}
 	res.set("a.test", "198.18.0.5")
 	res.set("b.test", "198.18.0.5")

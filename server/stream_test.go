@@ -124,6 +124,7 @@ func (m sseMessage) decode(t *testing.T) api.Event {
 // the stream sees a state change and the route change it causes within a
 // second of the probe that caused them.
 func TestEventStreamStateAndRoute(t *testing.T) {
+	t.Parallel()
 	good, bad := newBackend(t), newBackend(t)
 	td := startDaemon(t, fmt.Sprintf(`
 checks:
@@ -172,6 +173,7 @@ pools:
 // set (E7), and a pool failing open when every member fails and back when
 // one recovers (P2), in the stream and in a poll alike.
 func TestEventsPreferredAndFailOpen(t *testing.T) {
+	t.Parallel()
 	a, b := newBackend(t), newBackend(t)
 	td := startDaemon(t, fmt.Sprintf(`
 checks:
@@ -245,6 +247,7 @@ func streamDaemon(t *testing.T, opt Options) (*Daemon, *httptest.Server) {
 // events after the one it saw last, and an event "lost" when the ring no
 // longer has some of them; a new client starts with what happens next.
 func TestEventStreamResume(t *testing.T) {
+	t.Parallel()
 	d, srv := streamDaemon(t, Options{Events: 8, EventKeepAlive: 50 * time.Millisecond})
 	for i := range 20 {
 		d.events.Add(api.Event{Kind: api.KindState, Target: strconv.Itoa(i + 1)})
@@ -284,6 +287,7 @@ func TestEventStreamResume(t *testing.T) {
 // with an event "reset" that moves the client's Last-Event-ID to the newest
 // event, and goes on with the events after it.
 func TestEventStreamResumeBeyondNewest(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		url    string
@@ -338,6 +342,7 @@ const streamRequest = "GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/ev
 // keeps adding events at full speed, and drops the client once a write has
 // waited longer than the write timeout.
 func TestEventStreamSlowClient(t *testing.T) {
+	t.Parallel()
 	d, srv := streamDaemon(t, Options{Events: 1 << 16, WriteStall: 200 * time.Millisecond})
 	stalled(t, srv, streamRequest) // open while the test runs; read by nobody
 	testenv.Eventually(t, "the stream started", func() (int64, bool) { n := d.adm.Stream.InUse(); return n, n == 1 })
@@ -357,6 +362,7 @@ func TestEventStreamSlowClient(t *testing.T) {
 // id is the last event it missed, and the stream ends. Reconnecting from
 // that id, it goes on from the oldest event kept, and is not told again.
 func TestEventStreamWrapped(t *testing.T) {
+	t.Parallel()
 	const ring = 16
 	d, srv := streamDaemon(t, Options{Events: ring, WriteStall: time.Minute, EventKeepAlive: time.Hour})
 	conn := stalled(t, srv, streamRequest)
@@ -478,6 +484,7 @@ func TestEventPollsBounded(t *testing.T) {
 
 // TestEventStreamLimit refuses streams beyond MaxEventStreams.
 func TestEventStreamLimit(t *testing.T) {
+	t.Parallel()
 	_, srv := streamDaemon(t, Options{MaxEventStreams: 1})
 	openStream(t, srv.URL+"/api/v1/events", nil)
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/events", nil)
@@ -495,6 +502,7 @@ func TestEventStreamLimit(t *testing.T) {
 // TestEventStreamShutdown checks that a graceful shutdown ends streams
 // instead of waiting for their clients.
 func TestEventStreamShutdown(t *testing.T) {
+	t.Parallel()
 	d, _ := streamDaemon(t, Options{})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -524,6 +532,7 @@ func TestEventStreamShutdown(t *testing.T) {
 // that reads, heartbeats find the three and drop them while the reader
 // stays, and a new client gets a stream. No event is added.
 func TestQuietStreamsDropNonReaders(t *testing.T) {
+	t.Parallel()
 	const slots = 4
 	d, _ := streamDaemon(t, Options{MaxEventStreams: slots, EventKeepAlive: 20 * time.Millisecond, WriteStall: 200 * time.Millisecond})
 	addr := served(t, d)

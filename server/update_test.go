@@ -67,6 +67,7 @@ func (td *testDaemon) waitTargets(t *testing.T, pool, want string, ok func(map[s
 // relabeling and labels apply, labels show in the API and filter it, and
 // a file that cannot be read keeps the pool's targets.
 func TestFileSD(t *testing.T) {
+	t.Parallel()
 	a, b, c := newGate(t), newGate(t), newGate(t)
 	dir := t.TempDir()
 	sd := filepath.Join(dir, "web.json")
@@ -156,6 +157,7 @@ func discoveryOf(t *testing.T, td *testDaemon, pool string) discovery.PoolStatus
 // TestHTTPSD checks a pool fed by http_sd_configs: it follows the server,
 // and a server that fails keeps the pool's targets and is reported.
 func TestHTTPSD(t *testing.T) {
+	t.Parallel()
 	a, b := newGate(t), newGate(t)
 	var mu sync.Mutex
 	groups := []sdGroup{{Targets: []string{a.addr()}}}
@@ -234,6 +236,7 @@ func (r *flakyResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.
 // leaves the daemon running and the other targets probed, is listed as
 // unknown with why, and is probed once it resolves.
 func TestUnresolvableName(t *testing.T) {
+	t.Parallel()
 	a := newGate(t)
 	_, port, _ := strings.Cut(a.addr(), ":")
 	res := &flakyResolver{addrs: map[string][]netip.Addr{}}

@@ -23,6 +23,7 @@ import (
 // TestLifecycleDisabled checks that without EnableLifecycle a reload POST
 // is refused with 403 and nothing is reloaded.
 func TestLifecycleDisabled(t *testing.T) {
+	t.Parallel()
 	td := startDaemonWith(t, oneTargetConfig(t), func(o *Options) { o.Web.EnableLifecycle = false })
 	if code := td.postReload(t); code != http.StatusForbidden {
 		t.Fatalf("reload without -web.enable-lifecycle: status %d, want 403", code)
@@ -44,6 +45,7 @@ func countReloads(td *testDaemon) float64 {
 // TestLifecycleCrossSite checks that an enabled reload endpoint refuses what
 // a web page on another site could send, and accepts what tools send.
 func TestLifecycleCrossSite(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, oneTargetConfig(t))
 	host := strings.TrimPrefix(td.http.URL, "http://")
 	for _, tt := range []struct {
@@ -137,6 +139,7 @@ func served(t *testing.T, d *Daemon) string {
 // IP address, localhost or an allowed name, and refuses other names (DNS
 // rebinding).
 func TestHostGuard(t *testing.T) {
+	t.Parallel()
 	td := startDaemonWith(t, oneTargetConfig(t), func(o *Options) { o.Web.AllowedHosts = []string{"Sonde.Test."} })
 	addr := served(t, td.d)
 	_, port, _ := net.SplitHostPort(addr)
@@ -177,6 +180,7 @@ func TestHostGuard(t *testing.T) {
 // than the server keeps, then expects an API request to be answered: idle
 // ones make room, and the server never holds more than its cap.
 func TestIdleConnectionsCannotStarveAccept(t *testing.T) {
+	t.Parallel()
 	const limit, idle = 8, 40
 	td := startDaemonWith(t, oneTargetConfig(t), func(o *Options) { o.Web.MaxConnections = limit })
 	addr := served(t, td.d)
@@ -220,6 +224,7 @@ func TestIdleConnectionsCannotStarveAccept(t *testing.T) {
 // request delays shutdown by the grace period at most, and that Serve
 // still returns nil.
 func TestShutdownSlowClient(t *testing.T) {
+	t.Parallel()
 	td := startDaemonWith(t, oneTargetConfig(t), func(o *Options) { o.Web.ShutdownGrace = 200 * time.Millisecond })
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -258,6 +263,7 @@ func TestShutdownSlowClient(t *testing.T) {
 // 503 until a configuration runs, and a reload asked for meanwhile is
 // answered by a reload after the start.
 func TestServeBeforeStart(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "sonde.yaml")
 	if err := os.WriteFile(path, []byte(oneTargetConfig(t)), 0o644); err != nil {
 		t.Fatal(err)

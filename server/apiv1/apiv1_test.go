@@ -91,6 +91,7 @@ func (f *fake) get(t *testing.T, path string, v any) int {
 // TestAPIListsFromSnapshot answers /api/v1/pools and /api/v1/targets from a
 // fake snapshot: states, errors, filters and cursors.
 func TestAPIListsFromSnapshot(t *testing.T) {
+	t.Parallel()
 	f := newFake(t, `
 checks:
   web: {protocol: http, path: /, interval: 1s, timeout: 1s}

@@ -27,6 +27,7 @@ import (
 // queue that fills while the receiver is down drops the oldest events; the
 // next batch accepted tells how many of both.
 func TestHookRefusedAndFull(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var got []api.HookBatch
 	refuse := true
@@ -78,6 +79,7 @@ func TestHookRefusedAndFull(t *testing.T) {
 // TestHookLostReported checks that the next batch says how many events the
 // full queue dropped.
 func TestHookLostReported(t *testing.T) {
+	t.Parallel()
 	h, err := newHook(t.Context(), &config.EventWebhook{Name: "x", URL: "http://127.0.0.1:1/", Timeout: time.Second}, &HookOptions{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -97,6 +99,7 @@ func TestHookLostReported(t *testing.T) {
 // TestHookSecretUnreadable rejects a configuration whose secret file cannot
 // be read, naming the webhook.
 func TestHookSecretUnreadable(t *testing.T) {
+	t.Parallel()
 	empty := filepath.Join(t.TempDir(), "empty")
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -113,6 +116,7 @@ func TestHookSecretUnreadable(t *testing.T) {
 // not followed. The refused events used to be dropped with the next batch
 // saying lost 0.
 func TestHookRefusedCountedLost(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var got []api.HookBatch
 	requests, followed := 0, 0
@@ -175,6 +179,7 @@ func TestHookRefusedCountedLost(t *testing.T) {
 // once per batch: it used to be an error line per batch, thousands a
 // minute.
 func TestHookRefusalsLogged(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "gone", http.StatusGone)
 	}))

@@ -41,6 +41,7 @@ func testFiring() *Firing {
 // shell: a ';' is an argument), the firing on stdin, the environment
 // variables; and that a failure says why, with the command's output.
 func TestCommand(t *testing.T) {
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "out")
 	prog := script(t, `{ echo "args=$*"; echo "env=$SONDE_INSTANCE $SONDE_POOLS $SONDE_REMEDIATION"; cat; } > "$1"`+"\n")
 	a := &action{command: []string{prog, out, ";", "true"}, timeout: 10 * time.Second}
@@ -75,6 +76,7 @@ func TestCommand(t *testing.T) {
 // started are killed at the timeout: the background child, whose PID the
 // script writes first, is gone soon after run returns.
 func TestCommandTimeout(t *testing.T) {
+	t.Parallel()
 	pidFile := filepath.Join(t.TempDir(), "child.pid")
 	a := &action{command: []string{script(t, `sleep 60 & echo $! > "$1"`+"\nsleep 60\n"), pidFile}, timeout: 2 * time.Second}
 	start := time.Now()
@@ -124,6 +126,7 @@ func alive(pid int) bool {
 // TestWebhook checks the webhook: the same JSON, signed with the secret
 // from the file, retried while the receiver fails.
 func TestWebhook(t *testing.T) {
+	t.Parallel()
 	secret := filepath.Join(t.TempDir(), "hook.key")
 	if err := os.WriteFile(secret, []byte("k3y\n"), 0o600); err != nil {
 		t.Fatal(err)

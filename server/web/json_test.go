@@ -10,6 +10,7 @@ import (
 // TestStreamList checks that a streamed list is one JSON object: the
 // items, in order, then the tail's fields.
 func TestStreamList(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{0, 1, 3} {
 		rec := httptest.NewRecorder()
 		StreamList(rec, "items", func(emit func(any) error) error {

@@ -18,6 +18,7 @@ import (
 // slot (a big /metrics, a list) and never reads it holds the slot for at
 // most the write stall, not until the server's whole-response timeout.
 func TestSlotsFreedFromNonReaders(t *testing.T) {
+	t.Parallel()
 	const stall = 200 * time.Millisecond
 	s := NewSlots("scrape", "scrapes", 1, time.Second, stall)
 	var entered atomic.Bool // the handler ran, in the slot
@@ -53,6 +54,7 @@ func TestSlotsFreedFromNonReaders(t *testing.T) {
 // its request), longest first; then one busy in a handler that is not
 // vital, longest first; never one serving a vital endpoint.
 func TestConnLimiterVictim(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	conn := func(name string, busy, vital bool, age time.Duration) *limitedConn {
 		return &limitedConn{Conn: namedConn{name: name}, busy: busy, vital: vital, since: now.Add(-age)}
@@ -97,6 +99,7 @@ type namedConn struct {
 }
 
 func TestIsLoopback(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		addr string
 		want bool
@@ -120,6 +123,7 @@ func TestIsLoopback(t *testing.T) {
 }
 
 func TestConnectionCap(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		want   int
 		nofile uint64
