@@ -12,20 +12,9 @@ import (
 	"sync"
 	"testing"
 	"time"
-)
 
-// awaitCond waits until cond holds, failing the test with what after a
-// deadline far beyond what the condition needs.
-func awaitCond(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
+	"github.com/sondeprobe/sonde/internal/testenv"
+)
 
 // hangingProbeDaemon runs a daemon whose check "hang" probes a target that
 // accepts connections and never answers, with a 20 s timeout.
@@ -61,11 +50,12 @@ func hold(t *testing.T, c *http.Client, url string) {
 // next /probe is refused at once with 503 and Retry-After while they still
 // hang, and /metrics, /-/healthy and /-/ready answer.
 func TestProbeSlotsRefuseAtOnce(t *testing.T) {
+	t.Parallel()
 	td, path := hangingProbeDaemon(t, func(o *Options) { o.ProbeConcurrency = 2 })
 	for range 2 {
 		hold(t, &http.Client{}, td.http.URL+path)
 	}
-	awaitCond(t, "both probe slots are taken", func() bool { return td.d.adm.Probe.InUse() == 2 })
+	testenv.Eventually(t, "both probe slots taken", func() (int64, bool) { n := td.d.adm.Probe.InUse(); return n, n == 2 })
 	// A waiting request would answer after the 20 s timeout: the client
 	// gives up well before.
 	c := &http.Client{Timeout: 8 * time.Second}
@@ -128,7 +118,10 @@ func TestVitalEndpointsUnderProbeFlood(t *testing.T) {
 		for range conns {
 			hold(t, &http.Client{Transport: &http.Transport{}}, base+path)
 		}
-		awaitCond(t, "every connection holds a hanging probe", func() bool { return td.d.adm.Probe.InUse() == conns })
+		testenv.Eventually(t, "every connection holding a hanging probe", func() (int64, bool) {
+			n := td.d.adm.Probe.InUse()
+			return n, n == conns
+		})
 		for _, p := range vitals {
 			getFresh(t, base+p, "with every connection in a hanging /probe")
 		}
@@ -149,9 +142,10 @@ func TestVitalEndpointsUnderProbeFlood(t *testing.T) {
 		}
 		// Each flood request beyond the slots is refused, or its
 		// connection makes room for another.
-		awaitCond(t, "the flood has arrived", func() bool {
+		testenv.Eventually(t, "the flood arrived: its requests refused or their connections closed", func() (uint64, bool) {
 			_, evicted, shed, _ := td.d.conns.Load().Counts()
-			return td.d.adm.Probe.Refused()+evicted+shed >= flood-probes
+			n := td.d.adm.Probe.Refused() + evicted + shed
+			return n, n >= flood-probes
 		})
 		for _, p := range vitals {
 			getFresh(t, base+p, "with 600 /probe requests of a hanging target")
@@ -170,6 +164,7 @@ func TestVitalEndpointsUnderProbeFlood(t *testing.T) {
 // rest. They hold no handler, so a connection for /-/healthy takes the
 // place of one of them.
 func TestTrickledRequestsCannotStarveHealth(t *testing.T) {
+	t.Parallel()
 	const conns = 8
 	td := startDaemonWith(t, oneTargetConfig(t), func(o *Options) { o.Web.MaxConnections = conns })
 	addr := served(t, td.d)

@@ -106,6 +106,7 @@ func closedPort(t *testing.T) string {
 // its metric names for good and bad targets of HTTP and TCP checks, a URL
 // target's path, and refusals of a bad module or target.
 func TestProbeEndpoint(t *testing.T) {
+	t.Parallel()
 	good, bad := newBackend(t), newBackend(t)
 	bad.failing.Store(true)
 	body := newBackend(t)
@@ -206,6 +207,7 @@ pools:
 // generation's one-shot path, as a daemon whose configuration has such a
 // check would (a daemon cannot start one without the SYN prober).
 func TestProbeSynCheckConnects(t *testing.T) {
+	t.Parallel()
 	cfg, err := config.Parse([]byte(`checks:
   tcp_connect: {protocol: tcp, tcp_mode: syn, interval: 1h, timeout: 2s, probe_targets: any}
 pools:
@@ -245,6 +247,7 @@ pools:
 // much longer timeout. (A probe without a free slot is refused at once:
 // TestProbeSlotsRefuseAtOnce.)
 func TestProbeScrapeTimeout(t *testing.T) {
+	t.Parallel()
 	silent := silentServer(t)
 	good := newBackend(t)
 	td := startDaemonWith(t, fmt.Sprintf(`
@@ -292,6 +295,7 @@ func tlsBackend(t *testing.T) (addr, caFile string, notAfter time.Time) {
 // target in /metrics (sonde_tls_earliest_cert_expiry_seconds), the API
 // (cert_expiry) and /probe (probe_ssl_earliest_cert_expiry).
 func TestCertificateExpiry(t *testing.T) {
+	t.Parallel()
 	addr, ca, notAfter := tlsBackend(t)
 	td := startDaemon(t, fmt.Sprintf(`
 checks:
@@ -331,6 +335,7 @@ pools:
 // TestProbeDebug checks the debug view: the probe's log, the metrics and the
 // check, like blackbox_exporter's debug=true.
 func TestProbeDebug(t *testing.T) {
+	t.Parallel()
 	good := newBackend(t)
 	td := startDaemon(t, fmt.Sprintf(`
 checks:
@@ -379,6 +384,7 @@ func promtool(t *testing.T, what, text string) {
 // to say about /probe (HTTP, HTTPS and TCP) and /metrics (with webhooks,
 // route changes and certificates in it).
 func TestPromtoolCheckMetrics(t *testing.T) {
+	t.Parallel()
 	good := newBackend(t)
 	addr, ca, _ := tlsBackend(t)
 	rc := newReceiver(t, nil)
@@ -415,6 +421,7 @@ webhooks:
 // blackbox_exporter's documented one only in the address, records
 // probe_success 1 for a good target and 0 for a bad one.
 func TestPrometheusScrapesProbe(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Tool(t, "prometheus", "prometheus")
 	good, bad := newBackend(t), newBackend(t)
 	bad.failing.Store(true)
@@ -455,17 +462,15 @@ scrape_configs:
 	prom := testenv.Start(t, exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+listen, "--log.level=warn"))
 
-	want := map[string]string{goodURL: "1", badURL: "0"}
-	deadline := time.Now().Add(90 * time.Second)
-	var got map[string]string
-	for time.Now().Before(deadline) {
-		got = queryProbeSuccess(listen)
-		if got[goodURL] == "1" && got[badURL] == "0" {
-			return
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", prom.Output())
 		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	t.Fatalf("Prometheus recorded probe_success %v, want %v\nprometheus log:\n%s", got, want, prom.Output())
+	})
+	testenv.Eventually(t, fmt.Sprintf("Prometheus to record probe_success 1 for %s and 0 for %s", goodURL, badURL), func() (map[string]string, bool) {
+		got := queryProbeSuccess(listen)
+		return got, got[goodURL] == "1" && got[badURL] == "0"
+	})
 }
 
 // queryProbeSuccess asks Prometheus at addr for probe_success by instance;

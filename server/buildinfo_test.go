@@ -14,6 +14,7 @@ import (
 // TestBuildInfo: the version and commit sonde was built with reach
 // sonde_build_info and the status page's header.
 func TestBuildInfo(t *testing.T) {
+	t.Parallel()
 	const version, revision = "1.2.3-4-gabcdef012345", "abcdef0123456789abcdef0123456789abcdef01"
 	b := newBackend(t)
 	td := startDaemonWith(t, fmt.Sprintf("checks: {web: {protocol: http}}\npools: [{name: p, check: web, targets: [%q]}]\n", b.addr()),
@@ -49,6 +50,7 @@ sonde_build_info{goversion=%q,revision=%q,version=%q} 1
 // TestBuildInfoDefaults: a daemon started without a version or commit says
 // so instead of leaving the labels empty.
 func TestBuildInfoDefaults(t *testing.T) {
+	t.Parallel()
 	b := newBackend(t)
 	td := startDaemon(t, fmt.Sprintf("checks: {web: {protocol: http}}\npools: [{name: p, check: web, targets: [%q]}]\n", b.addr()))
 	want := fmt.Sprintf(`

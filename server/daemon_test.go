@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -147,24 +148,21 @@ func (td *testDaemon) get(t *testing.T, path string, v any) (int, string) {
 }
 
 // waitEvent polls the events API until an event for target reaches state to,
-// and returns it. It fails after a deadline far beyond the check's windows.
+// and returns it.
 func (td *testDaemon) waitEvent(t *testing.T, target, to string, after uint64) api.Event {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	return testenv.Eventually(t, fmt.Sprintf("an event for %s to %s", target, to), func() (api.Event, bool) {
 		var page struct {
 			Events []api.Event `json:"events"`
 		}
 		td.getJSON(t, fmt.Sprintf("/api/v1/events?since=%d", after), &page)
 		for _, e := range page.Events {
 			if e.Target == target && e.To == to {
-				return e
+				return e, true
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no event for %s to %s", target, to)
-	return api.Event{}
+		return api.Event{}, false
+	})
 }
 
 func (td *testDaemon) pool(t *testing.T, name string) api.PoolJSON {
@@ -186,17 +184,10 @@ func (td *testDaemon) pool(t *testing.T, name string) api.PoolJSON {
 // publishes a pool's decisions just after the state change behind them.
 func (td *testDaemon) waitPool(t *testing.T, name, want string, ok func(api.PoolJSON) bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, "pool "+name+": "+want, func() (api.PoolJSON, bool) {
 		p := td.pool(t, name)
-		if ok(p) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pool %s: %+v, want %s", name, p, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return p, ok(p)
+	})
 }
 
 // TestDaemonEndToEnd runs the daemon against loopback servers with short
@@ -204,6 +195,7 @@ func (td *testDaemon) waitPool(t *testing.T, name, want string, ok func(api.Pool
 // turned unhealthy after exactly fall failed probes and healthy after exactly
 // rise successful ones, with the pool's routable count following P1 and P2.
 func TestDaemonEndToEnd(t *testing.T) {
+	t.Parallel()
 	const rise, fall = 2, 3
 	b := []*backend{newBackend(t), newBackend(t), newBackend(t), newBackend(t)}
 	var targets []string
@@ -297,6 +289,7 @@ pools:
 }
 
 func TestMetricsLint(t *testing.T) {
+	t.Parallel()
 	b := newBackend(t)
 	td := startDaemon(t, fmt.Sprintf(`
 checks:

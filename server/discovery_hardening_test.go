@@ -70,17 +70,10 @@ func discoveryAnswer(t *testing.T, td *testDaemon, pool string) (poolDiscoveryJS
 // waitDiscovery waits until pool's discovery status satisfies ok.
 func waitDiscovery(t *testing.T, td *testDaemon, pool, want string, ok func(poolDiscoveryJSON) bool) poolDiscoveryJSON {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	return testenv.Eventually(t, "discovery of "+pool+": "+want, func() (poolDiscoveryJSON, bool) {
 		st, answered := discoveryAnswer(t, td, pool)
-		if answered && ok(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("discovery of %s: %+v (answered: %v), want %s", pool, st, answered, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return st, answered && ok(st)
+	})
 }
 
 // writeSlowSD writes a file_sd file of n targets whose label "big" holds
@@ -127,6 +120,7 @@ func within(d time.Duration, fn func()) bool {
 // and the daemon stops, each within seconds: relabeling runs outside the
 // daemon's lock and ends when the daemon stops.
 func TestDiscoveryDoesNotHoldTheDaemon(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	sd := filepath.Join(dir, "sd.json")
 	rule := writeSlowSD(t, sd, 1000, 16<<10)
@@ -168,6 +162,7 @@ pools:
 // three targets, and the refusal is reported in the discovery status, a
 // metric and the log — it is not applied silently.
 func TestDiscoveryRefusesInvalidAnswer(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	answer := `[{"targets": ["127.9.0.1:9", "127.9.0.2:9", "127.9.0.3:9"]}]`
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -224,6 +219,7 @@ pools:
 // applies it: while the update cannot be applied (the test holds the
 // daemon's update lock), the status still tells the old count.
 func TestDiscoveryStatusMatchesPools(t *testing.T) {
+	t.Parallel()
 	sd := filepath.Join(t.TempDir(), "sd.json")
 	writeSD(t, sd, []sdGroup{{Targets: []string{"127.9.0.1:9"}}})
 	td := startDaemonWith(t, fmt.Sprintf(`

@@ -52,13 +52,10 @@ pools:
 		o.NoMemoryTuning = true
 		o.DiscoveryDebounce = time.Millisecond
 	})
-	deadline := time.Now().Add(5 * time.Minute)
-	for len(td.d.cur.Load().cfg.Pools[0].Members) != n {
-		if time.Now().After(deadline) {
-			tb.Fatalf("pool p has %d members, want %d", len(td.d.cur.Load().cfg.Pools[0].Members), n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(tb, fmt.Sprintf("pool p with %d members", n), func() (int, bool) {
+		m := len(td.d.cur.Load().cfg.Pools[0].Members)
+		return m, m == n
+	})
 	m := targetMemory{
 		heap:    float64(liveHeap()-before) / float64(n),
 		peakRSS: float64(peakRSS(tb)-rssBefore) / float64(n),

@@ -45,7 +45,9 @@
 // The concerns around the engine have packages of their own, which know
 // nothing of the daemon: server/statefile (the state file's codec, save,
 // restore and lock; save.go decides when), server/events (event log,
-// streams, webhooks), server/history (the result rings), server/web (HTTP
+// streams, webhooks), server/history (the result rings), server/apiv1 (the
+// JSON API's handlers, which read the daemon through snapshot.go's Snapshot
+// and Feeds), server/status (the status page), server/web (HTTP
 // middleware: Host check, lifecycle and same-origin guards, admission
 // slots, the connection limit, the route prefix) and server/web/api (the
 // wire types of the API, the stream and the webhooks, for clients too).

@@ -25,6 +25,7 @@ import (
 // where a config takes the entry, with the entry listed in the check's
 // pool, whose address /probe then takes from the configuration.
 func TestEntryPointsProbe(t *testing.T) {
+	t.Parallel()
 	for _, c := range endpointtest.Cases {
 		for _, listed := range []bool{false, true} {
 			if listed && c.Kind != endpointtest.NoError && c.Kind != endpointtest.LookupErr {
@@ -94,6 +95,7 @@ func TestEntryPointsProbe(t *testing.T) {
 // TestProbeUsesDaemonResolver checks that /probe looks a target's name up
 // with Options.Resolver, the daemon's, and not with a resolver of its own.
 func TestProbeUsesDaemonResolver(t *testing.T) {
+	t.Parallel()
 	b := newBackend(t)
 	port := b.addr()[strings.LastIndexByte(b.addr(), ':')+1:]
 	var asked atomic.Int32

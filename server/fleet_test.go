@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -62,23 +63,24 @@ metrics: {per_target: false}
 	}
 	g := d.cur.Load()
 	n := len(g.cfg.Targets)
-	waitState := func(ids []uint32, want scheduler.State, within time.Duration) {
+	// waitState waits until every target of ids is in state want (how
+	// soon, the test checks from the states' times).
+	waitState := func(ids []uint32, want scheduler.State) {
 		t.Helper()
-		deadline := time.Now().Add(within)
-		for _, id := range ids {
-			for g.engine.Status(id).State != want {
-				if time.Now().After(deadline) {
-					t.Fatalf("target %s: %v, want %v", g.cfg.Targets[id].AddrPort(), g.engine.Status(id).State, want)
+		testenv.Eventually(t, fmt.Sprintf("%d targets %v", len(ids), want), func() (string, bool) {
+			for _, id := range ids {
+				if st := g.engine.Status(id).State; st != want {
+					return fmt.Sprintf("target %s %v", g.cfg.Targets[id].AddrPort(), st), false
 				}
-				time.Sleep(10 * time.Millisecond)
 			}
-		}
+			return "", true
+		})
 	}
 	all := make([]uint32, n)
 	for i := range all {
 		all[i] = uint32(i)
 	}
-	waitState(all, scheduler.Healthy, 15*time.Second)
+	waitState(all, scheduler.Healthy)
 
 	// Two addresses start dropping every packet.
 	var drop []uint32
@@ -95,7 +97,7 @@ metrics: {per_target: false}
 	onset := time.Now()
 	sc := g.cfg.Checks[0]
 	w3 := sc.FailureWindowFromOnset()
-	waitState(drop, scheduler.Unhealthy, 3*w3)
+	waitState(drop, scheduler.Unhealthy)
 	for _, id := range drop {
 		st := g.engine.Status(id)
 		took := scheduler.WallTime(g.engine.Clock(), st.Since).Sub(onset)
@@ -156,7 +158,7 @@ metrics: {per_target: false}
 			t.Fatalf("%d discovered targets run, want %d", len(added), len(update))
 		}
 		g = g2
-		waitState(added, scheduler.Healthy, 15*time.Second)
+		waitState(added, scheduler.Healthy)
 	}
 	if c := g.launch.syn.Counters(); c.SendErrors != 0 {
 		t.Errorf("SYN counters %+v: want no send errors for the added targets", c)

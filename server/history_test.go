@@ -19,6 +19,7 @@ import (
 // and stepped by hand, so that the removal is applied (and the id free
 // again) exactly when the test says.
 func TestHistoryFollowsEngineIDs(t *testing.T) {
+	t.Parallel()
 	conf := func(targets string) string {
 		return fmt.Sprintf(`
 checks:

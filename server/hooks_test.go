@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sondeprobe/sonde/internal/testenv"
+	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/events"
 	"github.com/sondeprobe/sonde/server/web/api"
 	"github.com/sondeprobe/sonde/server/webhook"
@@ -111,6 +113,7 @@ func (r *receiver) seqs() ([]uint64, []api.HookBatch) {
 // loses none while it is down: the batches wait and are retried until it is
 // back.
 func TestWebhookOrderAndRestart(t *testing.T) {
+	t.Parallel()
 	secret := []byte("s3cret")
 	secretFile := filepath.Join(t.TempDir(), "hook.secret")
 	if err := os.WriteFile(secretFile, append(secret, '\n'), 0o600); err != nil {
@@ -148,7 +151,7 @@ webhooks:
 	// webhook wants, oldest first.
 	want := func() []uint64 {
 		var s []uint64
-		evs, _, _ := logPage(d.events, 0, maxEventsPage)
+		evs, _, _ := logPage(d.events, 0, apiv1.MaxEventsPage)
 		for _, e := range evs {
 			if wanted(e) {
 				s = append(s, e.Seq)
@@ -158,18 +161,11 @@ webhooks:
 	}
 	waitAll := func(what string) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		testenv.Eventually(t, what+": every wanted event received", func() (string, bool) {
 			got, _ := rc.seqs()
 			w := want()
-			if slices.Equal(got, w) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: received %v, want %v", what, got, w)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return fmt.Sprintf("received %v, want %v", got, w), slices.Equal(got, w)
+		})
 	}
 	h := d.hooks.List()[0]
 
@@ -178,13 +174,10 @@ webhooks:
 
 	rc.stop()
 	emit(40)
-	deadline := time.Now().Add(20 * time.Second)
-	for h.Counts().Failed < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no failed delivery while the receiver is down (%d)", h.Counts().Failed)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, "two failed deliveries while the receiver is down", func() (uint64, bool) {
+		n := h.Counts().Failed
+		return n, n >= 2
+	})
 	emit(40)
 	rc.start()
 	waitAll("receiver restarted")
@@ -204,12 +197,11 @@ webhooks:
 		t.Errorf("refused requests: %v", rc.bad)
 	}
 	// The receiver has the events before sonde reads its answer.
-	for n := uint64(len(want())); h.Counts().Delivered != n || h.Counts().Dropped != 0; {
-		if time.Now().After(deadline) {
-			t.Fatalf("delivered %d dropped %d, want %d and 0", h.Counts().Delivered, h.Counts().Dropped, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	n := uint64(len(want()))
+	testenv.Eventually(t, fmt.Sprintf("%d delivered, none dropped", n), func() (string, bool) {
+		c := h.Counts()
+		return fmt.Sprintf("delivered %d dropped %d", c.Delivered, c.Dropped), c.Delivered == n && c.Dropped == 0
+	})
 	problems, err := testutil.GatherAndLint(d.metrics.reg)
 	if err != nil {
 		t.Fatal(err)

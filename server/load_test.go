@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -152,19 +153,20 @@ pools:
 		defer c.Close()
 	}
 
-	time.Sleep(2 * time.Second)
+	// The failure starts once the load is on: lists answered, a reload
+	// applied.
+	testenv.Eventually(t, "list requests answered and a reload applied", func() (string, bool) {
+		l, r := lists.Load(), reloads.Load()
+		return fmt.Sprintf("%d lists (%d errors), %d reloads (%d errors)", l, listErrs.Load(), r, reloadErrs.Load()), l >= 16 && (r >= 1 || reloadErrs.Load() > 0)
+	})
 	before := td.d.events.Last()
 	onset := time.Now()
 	flaky.failing.Store(true)
 
-	// The API answers throughout: a health check every 100 ms.
+	// The API answers throughout: a health check at every poll (every
+	// 100 ms once the polls have slowed down).
 	checker := &http.Client{Timeout: 5 * time.Second}
-	var ev api.Event
-	deadline := onset.Add(20 * time.Second)
-	for found := false; !found; {
-		if time.Now().After(deadline) {
-			t.Fatal("no unhealthy event within 20 s")
-		}
+	ev := testenv.Eventually(t, "an unhealthy event of the failing target", func() (ev api.Event, found bool) {
 		resp, err := checker.Get(base + "/-/healthy")
 		if err != nil {
 			t.Fatalf("the API stopped answering under load: %v", err)
@@ -181,8 +183,8 @@ pools:
 				ev, found = e, true
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return ev, found
+	})
 	var w3 time.Duration
 	for _, c := range td.d.cur.Load().cfg.Checks {
 		if c.Name == "web" {
@@ -197,9 +199,10 @@ pools:
 	}
 	// Reloads are one a second at most (DefaultReloadGap) and slow under
 	// the race detector: give them time to reach three.
-	for end := time.Now().Add(40 * time.Second); reloads.Load() < 3 && reloadErrs.Load() == 0 && time.Now().Before(end); {
-		time.Sleep(100 * time.Millisecond)
-	}
+	testenv.Eventually(t, "three reloads, or a failed one", func() (int64, bool) {
+		n := reloads.Load()
+		return n, n >= 3 || reloadErrs.Load() != 0
+	})
 	stopReloads()
 	rwg.Wait()
 	if reloads.Load() < 3 || reloadErrs.Load() != 0 {

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -58,6 +57,7 @@ func ip(t *testing.T, args ...string) {
 // not per probe. A restart over the state file then resumes the streak as
 // one of successes: failures turn the target unhealthy after fall of them.
 func TestLocalErrorKeepsState(t *testing.T) {
+	t.Parallel()
 	if !inOwnNamespace(t, "TestLocalErrorKeepsState") {
 		return
 	}
@@ -80,28 +80,19 @@ pools:
 		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
 		o.StateFile = state
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(t, "the target healthy with a streak of 5 successes", func() (api.TargetJSON, bool) {
 		x, _ := td.target(t, "api", b.addr())
-		if x.State == "healthy" && x.LastOutcome == "success" && x.Consecutive >= 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("target %+v after 20 s, want healthy with a streak of 5 successes", x)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return x, x.State == "healthy" && x.LastOutcome == "success" && x.Consecutive >= 5
+	})
 
 	ip(t, "addr", "del", source+"/32", "dev", "lo")
 	ports := td.d.metrics.local[probe.CausePorts]
 	waitLocal := func(n float64) api.TargetJSON {
 		t.Helper()
-		for testutil.ToFloat64(ports) < n {
-			if time.Now().After(deadline) {
-				t.Fatalf("sonde_probe_local_errors_total{cause=\"ports\"} = %v after 20 s, want ≥ %v", testutil.ToFloat64(ports), n)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testenv.Eventually(t, fmt.Sprintf(`sonde_probe_local_errors_total{cause="ports"} ≥ %v`, n), func() (float64, bool) {
+			v := testutil.ToFloat64(ports)
+			return v, v >= n
+		})
 		x, ok := td.target(t, "api", b.addr())
 		if !ok {
 			t.Fatal("target gone")

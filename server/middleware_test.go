@@ -18,6 +18,7 @@ import (
 // layer (400, 403 of the host check, of /probe and of the lifecycle
 // endpoints, 404, 405, 503 of admission).
 func TestNosniffOnEveryResponse(t *testing.T) {
+	t.Parallel()
 	b := newBackend(t)
 	td := startDaemon(t, fmt.Sprintf(`
 checks:

@@ -31,6 +31,7 @@ pools:
 // TestTargetsPaging checks the page size cap (limit=0 and huge limits give
 // apiv1.MaxPage), and that following next lists every target once, in order.
 func TestTargetsPaging(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, bigPoolConfig(18)) // 16384 targets, and one more in pool small
 	const all = 1<<14 + 1
 	for _, tt := range []struct {
@@ -91,6 +92,7 @@ func TestTargetsPaging(t *testing.T) {
 // larger than the scan budget ends each page early with a cursor, instead
 // of walking the whole pool in one request.
 func TestTargetsScanBudget(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, bigPoolConfig(15)) // 131072 targets
 	var p api.TargetsPage
 	td.getJSON(t, "/api/v1/targets?pool=big&state=healthy", &p)
@@ -107,6 +109,7 @@ func TestTargetsScanBudget(t *testing.T) {
 // TestListErrors checks the answers to bad paging parameters, and to a
 // cursor of another pool layout.
 func TestListErrors(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, bigPoolConfig(24))
 	var p api.TargetsPage
 	td.getJSON(t, "/api/v1/targets?limit=10", &p)
@@ -142,6 +145,7 @@ func TestListErrors(t *testing.T) {
 // listed once; only targets of the new configuration are listed after it.
 // A reload that adds a pool makes the cursor gone (410).
 func TestCursorAcrossReload(t *testing.T) {
+	t.Parallel()
 	conf := func(big []string, more string) string {
 		list := `["` + strings.Join(big, `", "`) + `"]`
 		return fmt.Sprintf(`
@@ -204,6 +208,7 @@ pools:
 
 // TestPoolsPaging pages through pools two at a time.
 func TestPoolsPaging(t *testing.T) {
+	t.Parallel()
 	var pools []string
 	for i := range 5 {
 		pools = append(pools, fmt.Sprintf("  - {name: p%d, check: web, targets: [\"127.0.0.%d\"], disabled: [\"127.0.0.%d\"]}", i, i+1, i+1))
@@ -235,6 +240,7 @@ func TestPoolsPaging(t *testing.T) {
 // TestListConcurrencyLimit checks that a list request beyond the running
 // ones gets 503 with Retry-After.
 func TestListConcurrencyLimit(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, bigPoolConfig(24))
 	var releases []func()
 	for range td.d.adm.List.Max() {
@@ -262,6 +268,7 @@ func TestListConcurrencyLimit(t *testing.T) {
 // every field the daemon writes has its place in the wire types of
 // server/web/api that clients decode with.
 func TestWireTypesCover(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, bigPoolConfig(30))
 	for _, c := range []struct {
 		path string

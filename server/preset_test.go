@@ -61,6 +61,7 @@ func serve(t *testing.T, ip string, handler http.Handler) string {
 // The engine runs on a simulated clock that never moves: a first probe
 // placed anywhere inside the interval but at its start would never leave.
 func TestAppGatewayDefaultProbe(t *testing.T) {
+	t.Parallel()
 	gw, custom, static := newHostRecorder(t, "127.0.0.1"), newHostRecorder(t, "127.0.0.1"), newHostRecorder(t, "127.0.0.1")
 	clock := scheduler.NewSimClock(time.Unix(1e9, 0))
 	td := startDaemonWith(t, fmt.Sprintf(`
@@ -73,13 +74,11 @@ pools:
   - {name: static, check: gw, targets: [%q], health_checks: false}
 `, gw.addr, custom.addr, static.addr), func(o *Options) { o.Clock = clock })
 	for _, name := range []string{"gw", "custom"} {
-		deadline := time.Now().Add(10 * time.Second) // bounds a failure only: the simulated clock stays at start
-		for td.pool(t, name).Routable != 1 {
-			if time.Now().After(deadline) {
-				t.Fatalf("pool %s not routable: %+v; the first probe did not leave at start", name, td.pool(t, name))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		// The simulated clock stays at start: the first probe leaves at once.
+		testenv.Eventually(t, "pool "+name+" routable: its first probe left at start", func() (api.PoolJSON, bool) {
+			p := td.pool(t, name)
+			return p, p.Routable == 1
+		})
 		var tl struct {
 			Targets []api.TargetJSON `json:"targets"`
 		}
@@ -118,6 +117,7 @@ pools:
 // such a server is the scheduler's to prove, on its simulated clock
 // (scheduler's TestCadenceAtHangingServer): here time is real.
 func TestCadenceAtHangingServer(t *testing.T) {
+	t.Parallel()
 	var counts [2]atomic.Int64
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })

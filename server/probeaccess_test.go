@@ -156,6 +156,7 @@ func (cd *credentialsDaemon) probe(t *testing.T, module, target string, header h
 // is probed without the credentials; with any_with_credentials, with
 // them; targets of the pools get them in every case.
 func TestProbeCredentialsStayInPools(t *testing.T) {
+	t.Parallel()
 	cd := startCredentialsDaemon(t, nil)
 	for _, tt := range []struct {
 		name, module string
@@ -210,6 +211,7 @@ func TestProbeCredentialsStayInPools(t *testing.T) {
 // protocol into another is not a target of its pools: https credentials
 // never go in clear to the same endpoint.
 func TestProbeRefusesOtherProtocol(t *testing.T) {
+	t.Parallel()
 	cd := startCredentialsDaemon(t, nil)
 	before := len(cd.tlsPool.requests())
 	code, body := cd.probe(t, "secret_tls", "http://"+cd.tlsPool.addr()+"/", nil)
@@ -225,6 +227,7 @@ func TestProbeRefusesOtherProtocol(t *testing.T) {
 // another site (the browser names 127.0.0.1 in Host): refused before any
 // probe, as /-/reload refuses it; tools and same-origin pages get through.
 func TestProbeCrossOrigin(t *testing.T) {
+	t.Parallel()
 	cd := startCredentialsDaemon(t, nil)
 	host := strings.TrimPrefix(cd.td.http.URL, "http://")
 	for _, tt := range []struct {
@@ -259,6 +262,7 @@ func TestProbeCrossOrigin(t *testing.T) {
 // check's header values: they show as (set), as on the status page, and
 // neither the header nor the token's secret appears anywhere in the view.
 func TestProbeDebugRedacts(t *testing.T) {
+	t.Parallel()
 	cd := startCredentialsDaemon(t, nil)
 	for _, module := range []string{"secret", "open", "trusted"} {
 		code, text := cd.td.scrape(t, "/probe?"+url.Values{"module": {module}, "target": {cd.pool.addr()}, "debug": {"true"}}.Encode(), nil)
@@ -280,6 +284,7 @@ func TestProbeDebugRedacts(t *testing.T) {
 // TestProbeDisabled checks -web.enable-probe=false: /probe answers 403 and
 // probes nothing.
 func TestProbeDisabled(t *testing.T) {
+	t.Parallel()
 	cd := startCredentialsDaemon(t, func(o *Options) { o.Web.DisableProbe = true })
 	code, body := cd.probe(t, "secret", cd.pool.addr(), nil)
 	if code != http.StatusForbidden || !strings.Contains(body, "-web.enable-probe=false") {
@@ -294,6 +299,7 @@ func TestProbeDisabled(t *testing.T) {
 // with the check takes its configured address without a lookup, and a
 // name the client makes up counts by the address it resolves to.
 func TestProbeNames(t *testing.T) {
+	t.Parallel()
 	rec := newRecorder(t, false)
 	_, port, _ := strings.Cut(rec.addr(), ":")
 	td := startDaemon(t, fmt.Sprintf(`
@@ -330,6 +336,7 @@ pools:
 // with probe_targets any. It asks the daemon's decision directly: a probe
 // sent to those addresses would leave loopback.
 func TestProbeRestrictedAddresses(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, `
 checks:
   pools: {protocol: http, path: /, interval: 1h, headers: {Authorization: x}}

@@ -10,6 +10,7 @@ import (
 // TestConcurrencyAndFirstProbes checks a worker pool's size for a fleet of
 // hanging servers in each cadence, and the pace of first probes it gives.
 func TestConcurrencyAndFirstProbes(t *testing.T) {
+	t.Parallel()
 	str := func(s string) *string { return &s }
 	check := func(preset, cadence string) *config.Check {
 		t.Helper()
@@ -48,6 +49,7 @@ func TestConcurrencyAndFirstProbes(t *testing.T) {
 // its comfortable rate, or the steady rate of all its checks' streams
 // together, whichever is higher; connect() and HTTP checks do not count.
 func TestSynFirstPace(t *testing.T) {
+	t.Parallel()
 	cfg, err := config.Parse([]byte(`checks:
   a: {protocol: tcp, port: 1, interval: 10s}
   b: {protocol: tcp, port: 2, interval: 60s}

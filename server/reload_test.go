@@ -51,6 +51,7 @@ func (td *testDaemon) postReload(t *testing.T) int {
 // and removes pools (deleting the removed pool's series), and that an invalid
 // configuration is rejected while the running one goes on.
 func TestReload(t *testing.T) {
+	t.Parallel()
 	a, b := newBackend(t), newBackend(t)
 	check := `
 checks:
@@ -125,6 +126,7 @@ pools:
 // reload and the daemon's stop), the running configuration go on, and the
 // daemon stop.
 func TestReloadFIFO(t *testing.T) {
+	t.Parallel()
 	a := newBackend(t)
 	dir := t.TempDir()
 	targets := filepath.Join(dir, "targets.txt")
@@ -181,6 +183,7 @@ pools:
 // a reload: the edit must not count as applied, so the next reload reads
 // it, where a digest taken after the load would find the file unchanged.
 func TestReloadEditDuringLoad(t *testing.T) {
+	t.Parallel()
 	a := newBackend(t)
 	yaml := func(pools ...string) string {
 		y := "checks:\n  web: {protocol: http, interval: 50ms, timeout: 1s}\npools:\n"
@@ -246,6 +249,7 @@ func TestReloadEditDuringLoad(t *testing.T) {
 // TestReloadProtocolChange checks that the series of a pool's old protocol
 // go away when its check changes protocol, and the new protocol's appear.
 func TestReloadProtocolChange(t *testing.T) {
+	t.Parallel()
 	a := newBackend(t)
 	pool := fmt.Sprintf("\npools:\n  - {name: one, check: web, targets: [%q]}\n", a.addr())
 	td := startDaemon(t, "checks:\n  web: {protocol: http, interval: 50ms, timeout: 1s}"+pool)
@@ -276,6 +280,7 @@ func gatherText(t *testing.T, td *testDaemon) string {
 // reports the routes it changes, so a load balancer following events stays
 // right: with 49 % instead of 50 % of two targets, none may be removed.
 func TestReloadRouteEvents(t *testing.T) {
+	t.Parallel()
 	good, bad := newBackend(t), newBackend(t)
 	bad.failing.Store(true)
 	cfg := func(percent int) string {
@@ -371,17 +376,10 @@ func (td *testDaemon) target(t *testing.T, pool, addr string) (api.TargetJSON, b
 // waitState polls until the target at addr in pool is in state.
 func (td *testDaemon) waitState(t *testing.T, pool, addr, state string) api.TargetJSON {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	return testenv.Eventually(t, fmt.Sprintf("%s in pool %s %s", addr, pool, state), func() (api.TargetJSON, bool) {
 		x, ok := td.target(t, pool, addr)
-		if ok && x.State == state {
-			return x
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s in pool %s: %+v (present %v), want state %s", addr, pool, x, ok, state)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return x, ok && x.State == state
+	})
 }
 
 // sinceSlack bounds how far two API readings of one state_since may differ:
@@ -396,6 +394,7 @@ const sinceSlack = 50 * time.Millisecond
 // once, a removed one leaves the API and its series, and a target whose
 // probe changed starts afresh.
 func TestReloadInPlace(t *testing.T) {
+	t.Parallel()
 	slow, fast, gone, added := newGate(t), newGate(t), newGate(t), newGate(t)
 	slow.delay.Store(int64(600 * time.Millisecond))
 	conf := func(altPath string, pools string) string {
@@ -423,9 +422,7 @@ pools:
 		slow.addr(), fast.addr(), added.addr(), fast.addr())
 	td.rewrite(t, conf("/b", after))
 	// Reload while the slow target's probe is out.
-	for slow.active.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, "a probe of the slow target out", func() (int64, bool) { n := slow.active.Load(); return n, n > 0 })
 	servedBefore := slow.served.Load()
 	reloaded := time.Now()
 	if err := td.d.Reload(); err != nil {
@@ -442,9 +439,9 @@ pools:
 	if _, ok := td.target(t, "", gone.addr()); ok {
 		t.Error("a target of a removed pool is still listed")
 	}
-	for slow.served.Load() <= servedBefore {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, "the slow target's probe answered", func() (int64, bool) { n := slow.served.Load(); return n, n > servedBefore })
+	// Time for its answer to be applied: a state wrongly started afresh by
+	// it would show a later since.
 	time.Sleep(300 * time.Millisecond)
 	k := td.waitState(t, "keep", slow.addr(), "healthy")
 	if d := k.StateSince.Sub(keep.StateSince).Abs(); k.ID != keep.ID || d > sinceSlack {
@@ -559,7 +556,10 @@ pools:
 			})
 		}
 	})
-	time.Sleep(time.Second)
+	testenv.Eventually(t, "the reload spam under way", func() (string, bool) {
+		n, r := asked.Load(), testutil.ToFloat64(td.d.metrics.reloads.WithLabelValues("success"))
+		return fmt.Sprintf("%d asked, %v reloads", n, r), n >= 3 && r >= 1
+	})
 	rounds0 := testutil.ToFloat64(td.d.metrics.reloads.WithLabelValues("success"))
 	onset := time.Now()
 	hung.hang.Store(true)
@@ -601,6 +601,7 @@ pools:
 // writer: that reload never ended, no later one ran, and a stop waited for
 // it.
 func TestReloadSecretBecomesFIFO(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	secret := filepath.Join(dir, "hook.secret")
 	if err := os.WriteFile(secret, []byte("s3cret\n"), 0o600); err != nil {

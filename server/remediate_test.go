@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/server/remediate"
 )
 
@@ -44,6 +45,7 @@ func newSwitchable(t *testing.T, ip string) *switchable {
 // fails in one pool but stays healthy in the other and is withheld by the
 // multi-pool rule, never fired.
 func TestRemediationEndToEnd(t *testing.T) {
+	t.Parallel()
 	oneA, oneB := newSwitchable(t, "127.0.0.1"), newSwitchable(t, "127.0.0.1")
 	two := newSwitchable(t, "127.0.0.2")
 	threeA, threeB := newSwitchable(t, "127.0.0.3"), newSwitchable(t, "127.0.0.3")
@@ -74,17 +76,18 @@ remediation:
 	}
 	waitRecord := func(instance, action, reason string) remediate.Record {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
-			for _, r := range status().Records {
+		var found remediate.Record
+		testenv.Eventually(t, fmt.Sprintf("a finished %s record %q for %s", action, reason, instance), func() (remediate.Status, bool) {
+			st := status()
+			for _, r := range st.Records {
 				if r.Instance == instance && r.Action == action && r.Reason == reason && r.Result != "running" {
-					return r
+					found = r
+					return st, true
 				}
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Fatalf("no %s record %q for %s: %+v", action, reason, instance, status())
-		return remediate.Record{}
+			return st, false
+		})
+		return found
 	}
 
 	oneA.failing.Store(true)

@@ -16,6 +16,7 @@ import (
 // sonde_config_warnings, a line on the status page. It used to be accepted
 // without a word.
 func TestSecretFileExposed(t *testing.T) {
+	t.Parallel()
 	secret := filepath.Join(t.TempDir(), "hook.secret")
 	if err := os.WriteFile(secret, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -54,6 +53,7 @@ type poolsPage struct {
 // healthy targets of the pool; a pool with no healthy target anywhere
 // fails open in every shard, so all its targets stay in rotation (P2).
 func TestDaemonShards(t *testing.T) {
+	t.Parallel()
 	healthy0 := backendIn(t, 0, 2)
 	sick1 := []*backend{backendIn(t, 1, 2), backendIn(t, 1, 2)}
 	down := []*backend{backendIn(t, 0, 2), backendIn(t, 1, 2)}
@@ -82,8 +82,7 @@ pools:
 	}
 	// Wait until every target of both shards is decided.
 	pages := [2]poolsPage{}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, "every target of both shards decided", func() ([2]poolsPage, bool) {
 		undecided := 0
 		for i, td := range shards {
 			pages[i] = poolsPage{}
@@ -92,14 +91,8 @@ pools:
 				undecided += p.Unknown
 			}
 		}
-		if undecided == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d targets still undecided after 30 s: %+v", undecided, pages)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return pages, undecided == 0
+	})
 
 	type slice struct {
 		targets, healthy, unhealthy, routable, removed int
@@ -147,6 +140,7 @@ sonde_shard_info{shard="%d",shards="2"} 1
 // TestDaemonShardMismatch: a Load that returns another shard's targets is
 // refused, at start as on reload, and the shard must be a valid one.
 func TestDaemonShardMismatch(t *testing.T) {
+	t.Parallel()
 	b := newBackend(t)
 	yaml := fmt.Sprintf("checks: {web: {protocol: http}}\npools: [{name: p, check: web, targets: [%q]}]\n", b.addr())
 	d, err := New(Options{
@@ -168,6 +162,7 @@ func TestDaemonShardMismatch(t *testing.T) {
 
 // TestShardInfoUnsharded: without -shard a process is shard 0 of 1.
 func TestShardInfoUnsharded(t *testing.T) {
+	t.Parallel()
 	b := newBackend(t)
 	td := startDaemon(t, fmt.Sprintf("checks: {web: {protocol: http}}\npools: [{name: p, check: web, targets: [%q]}]\n", b.addr()))
 	want := `

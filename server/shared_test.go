@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
@@ -15,6 +16,7 @@ import (
 // its failures in both: last_error in /api/v1/targets, the error text of
 // its events, and the HTTP phase histograms of both pools.
 func TestSharedStreamDetail(t *testing.T) {
+	t.Parallel()
 	b := newBackend(t)
 	b.failing.Store(true)
 	td := startDaemon(t, fmt.Sprintf(`
@@ -58,21 +60,18 @@ pools:
 // reaches state to.
 func (td *testDaemon) waitEventOf(t *testing.T, target, check, to string) api.Event {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	return testenv.Eventually(t, fmt.Sprintf("an event for %s (check %s) to %s", target, check, to), func() (api.Event, bool) {
 		var page struct {
 			Events []api.Event `json:"events"`
 		}
 		td.getJSON(t, "/api/v1/events", &page)
 		for _, e := range page.Events {
 			if e.Target == target && e.Check == check && e.To == to {
-				return e
+				return e, true
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no event for %s (check %s) to %s", target, check, to)
-	return api.Event{}
+		return api.Event{}, false
+	})
 }
 
 // TestReportAllocations checks that recording the detail of a successful

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net/http"
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
@@ -8,6 +9,7 @@ import (
 	"github.com/sondeprobe/sonde/scheduler"
 	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/history"
+	"github.com/sondeprobe/sonde/server/remediate"
 	"github.com/sondeprobe/sonde/server/status"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
@@ -89,3 +91,20 @@ func (s *snapshot) StateAlert() string {
 	}
 	return saveAlert(s.d.saves, s.d.opt.StateFile, time.Now())
 }
+
+// feeds is the daemon as the API reads it apart from the running
+// configuration (apiv1.Feeds): its event log and streams, its discovery
+// and its remediations.
+type feeds struct{ d *Daemon }
+
+func (f feeds) Window(since uint64, limit int) (from, end, lost uint64) {
+	return f.d.events.Window(since, limit)
+}
+
+func (f feeds) CopyRange(from, end uint64, buf []api.Event) ([]api.Event, bool) {
+	return f.d.events.CopyRange(from, end, buf)
+}
+
+func (f feeds) ServeStream(w http.ResponseWriter, r *http.Request) { f.d.streams.ServeHTTP(w, r) }
+func (f feeds) Discovery() []discovery.PoolStatus                  { return f.d.discoveryStatus() }
+func (f feeds) Remediations() remediate.Status                     { return f.d.rem.Status(f.d.opt.Clock.Nanotime()) }

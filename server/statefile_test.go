@@ -20,6 +20,7 @@ import (
 // hangs), though its check starts targets unhealthy. A corrupt state file
 // (sonde's, by its magic) is reported and the daemon starts all the same.
 func TestStateFileAcrossRestart(t *testing.T) {
+	t.Parallel()
 	b := newGate(t)
 	state := filepath.Join(t.TempDir(), "state")
 	yaml := fmt.Sprintf(`
@@ -65,6 +66,7 @@ pools:
 // after the start, resume their saved states too, and that a save made
 // before they came keeps those states for a later start.
 func TestStateFileDiscoveredTargets(t *testing.T) {
+	t.Parallel()
 	b := newGate(t)
 	state := filepath.Join(t.TempDir(), "state")
 	// A target that is healthy after 3 successes at 1 h: only a resumed
@@ -86,7 +88,7 @@ pools:
 	before := td.waitTargets(t, "web", "healthy after its first probe", func(m map[string]api.TargetJSON) bool {
 		return m[b.addr()].State == "healthy" && m[b.addr()].Consecutive == 1
 	})[b.addr()]
-	time.Sleep(4 * sinceSlack)
+	time.Sleep(4 * sinceSlack) // a since made up at the restart would be this much later
 	if err := td.d.Stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -56,6 +56,7 @@ func newStateDaemonEvery(t *testing.T, state string, interval time.Duration) *Da
 // the file is left as it was, where it used to be reported as ignored and
 // overwritten at the next save. An empty file, or a state file, is taken.
 func TestStateFileForeign(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	foreign := filepath.Join(dir, "sonde.yaml")
 	if err := os.WriteFile(foreign, []byte(stateTestConfig), 0o644); err != nil {
@@ -101,6 +102,7 @@ func TestStateFileForeign(t *testing.T) {
 // fails at its start, where it used to restore the other's states and save
 // over them; once the first stops, the file is free.
 func TestStateFileLocked(t *testing.T) {
+	t.Parallel()
 	state := filepath.Join(t.TempDir(), "state")
 	first := newStateDaemon(t, state)
 	if err := first.Start(); err != nil {
@@ -130,6 +132,7 @@ func TestStateFileLocked(t *testing.T) {
 // exist stops the start with a clear error, rather than a warning at the
 // first save.
 func TestStateFileDirectoryMissing(t *testing.T) {
+	t.Parallel()
 	state := filepath.Join(t.TempDir(), "gone", "state")
 	d := newStateDaemon(t, state)
 	err := d.Start()
@@ -145,6 +148,7 @@ func TestStateFileDirectoryMissing(t *testing.T) {
 // hold the daemon's lock while it waited for the state saver to end, and a
 // save that began then waited for that lock: neither ever returned.
 func TestStopWhileSaving(t *testing.T) {
+	t.Parallel()
 	for i := range 20 {
 		d := newStateDaemonEvery(t, filepath.Join(t.TempDir(), "state"), time.Millisecond)
 		if err := d.Start(); err != nil {

@@ -26,6 +26,7 @@ func move(t *testing.T, from, to string) {
 // and a save that fails at Stop is Stop's error. They used to be one
 // warning, then silence.
 func TestStateSaveFailureReported(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "state")
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
@@ -39,14 +40,17 @@ func TestStateSaveFailureReported(t *testing.T) {
 	metric := func(name string, labels map[string]string) float64 {
 		return metricValue(t, td.d.metrics.reg, name, labels)
 	}
-	waitFor(t, "a first save", func() bool { return metric("sonde_state_saves_total", map[string]string{"result": "success"}) > 0 })
+	testenv.Eventually(t, "a first save", func() (float64, bool) {
+		n := metric("sonde_state_saves_total", map[string]string{"result": "success"})
+		return n, n > 0
+	})
 	if v := metric("sonde_state_last_save_success_timestamp_seconds", nil); v < float64(time.Now().Add(-time.Minute).Unix()) {
 		t.Errorf("sonde_state_last_save_success_timestamp_seconds = %v, want about now", v)
 	}
 
 	move(t, dir, dir+".gone") // every save fails from now on
 	failures := func() float64 { return metric("sonde_state_saves_total", map[string]string{"result": "failure"}) }
-	waitFor(t, "three failed saves", func() bool { return failures() >= 3 })
+	testenv.Eventually(t, "three failed saves", func() (float64, bool) { n := failures(); return n, n >= 3 })
 	if v := metric("sonde_state_last_save_successful", nil); v != 0 {
 		t.Errorf("sonde_state_last_save_successful = %v while saves fail, want 0", v)
 	}
@@ -59,7 +63,10 @@ func TestStateSaveFailureReported(t *testing.T) {
 	}
 
 	move(t, dir+".gone", dir)
-	waitFor(t, "a save after the directory came back", func() bool { return metric("sonde_state_last_save_successful", nil) == 1 })
+	testenv.Eventually(t, "a save after the directory came back", func() (float64, bool) {
+		v := metric("sonde_state_last_save_successful", nil)
+		return v, v == 1
+	})
 	if !strings.Contains(logs.String(), "state file saved again") {
 		t.Errorf("the recovery was not logged:\n%s", logs.String())
 	}

@@ -67,6 +67,7 @@ const xssLine = `<b/id=sonde-xss>pwned</b><img/src=/xss-fetched><script>document
 // TestStatusPagesEscape checks that every page shows an error text full of
 // markup as text: escaped, never as elements.
 func TestStatusPagesEscape(t *testing.T) {
+	t.Parallel()
 	bad := markupBackend(t, xssLine)
 	td := startDaemon(t, fmt.Sprintf(`
 checks:
@@ -98,6 +99,7 @@ pools:
 // TestPoolPageSortsByState checks the pool view's order by state with
 // probed targets: unhealthy first, and their error text shown.
 func TestPoolPageSortsByState(t *testing.T) {
+	t.Parallel()
 	ok, bad := newBackend(t), newBackend(t)
 	bad.failing.Store(true)
 	td := startDaemon(t, fmt.Sprintf(`
@@ -152,6 +154,7 @@ pools:
 // ends at, not a position or an id, so the listing goes on after them,
 // with each target there throughout listed once, in order.
 func TestPoolPageCursorAcrossEdits(t *testing.T) {
+	t.Parallel()
 	conf := func(targets string) string {
 		return fmt.Sprintf(`
 checks:
@@ -215,6 +218,7 @@ pools:
 // TestStatusPageErrors checks that a page asked for something that does
 // not exist or with a bad parameter says what, with 404 or 400.
 func TestStatusPageErrors(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, unprobedConfig)
 	for _, c := range []struct {
 		path string
@@ -243,6 +247,7 @@ func TestStatusPageErrors(t *testing.T) {
 // many events as its script keeps when new ones arrive: the newest 200 on
 // the events page (as docs/status-page.md says), 10 on the overview, 50 for a target.
 func TestRecentEventBounds(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, unprobedConfig)
 	for range 300 {
 		td.d.events.Add(api.Event{Kind: api.KindState, Target: "198.18.0.1:80", Pools: []string{"api"}, From: "unknown", To: "healthy"})
@@ -263,6 +268,7 @@ func TestRecentEventBounds(t *testing.T) {
 // TestRoutePrefix checks that with a route prefix every endpoint moves
 // under it, the bare prefix redirects, and the page links relatively.
 func TestRoutePrefix(t *testing.T) {
+	t.Parallel()
 	td := startDaemonWith(t, unprobedConfig, func(o *Options) { o.Web.RoutePrefix = "/ops/sonde/" })
 	for _, c := range []struct {
 		path string
@@ -300,6 +306,7 @@ func TestRoutePrefix(t *testing.T) {
 
 // TestStatic checks the assets' types, security headers and revalidation.
 func TestStatic(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, unprobedConfig)
 	for name, ctype := range map[string]string{"sonde.js": "javascript", "sonde.css": "text/css", "favicon.svg": "image/svg+xml"} {
 		resp, err := http.Get(td.http.URL + "/static/" + name)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/server/web/api"
 	xhtml "golang.org/x/net/html"
 )
@@ -131,6 +132,7 @@ func assertInert(t *testing.T, path, body string) {
 // label= would, repeatable, with the pool's label names offered; a label's
 // link adds it to the filters, or takes it out.
 func TestPoolPageLabels(t *testing.T) {
+	t.Parallel()
 	td, _ := startLabelled(t)
 	all := []string{"198.18.0.1:80", "198.18.0.2:80", "198.18.0.3:80", "late.test:80", "nohost.test:81"}
 	for _, c := range []struct {
@@ -216,6 +218,7 @@ func TestPoolPageLabels(t *testing.T) {
 // kept by the filters as the API lists them, and paged through once each,
 // either way and in every order.
 func TestPoolPageUnresolved(t *testing.T) {
+	t.Parallel()
 	td, _ := startLabelled(t)
 	body := td.okPage(t, "/pool?name=web")
 	row := regexp.MustCompile(`(?s)<tr class="row row-unknown unresolved" data-target-row="late.test:80">.*?</tr>`).FindString(body)
@@ -265,6 +268,7 @@ func TestPoolPageUnresolved(t *testing.T) {
 // name is looked up next, shows its labels and no timeline; once the name
 // resolves, the same link shows the target it resolved to.
 func TestTargetPageUnresolved(t *testing.T) {
+	t.Parallel()
 	td, res := startLabelled(t)
 	path := "/target?pool=web&target=late.test%3A80"
 	body := td.okPage(t, path)
@@ -305,17 +309,11 @@ func TestTargetPageUnresolved(t *testing.T) {
 
 	// The name resolves (to an address never probed: health checks are off).
 	res.set("late.test", "198.18.0.9")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(t, "GET "+path+" to show late.test resolved", func() (string, bool) {
 		code, _, body := td.page(t, path)
-		if code == http.StatusOK && !strings.Contains(body, "unresolved") && strings.Contains(body, `<h1>198.18.0.9:80 <span class="host">late.test</span></h1>`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after late.test resolved, GET %s: %d\n%s", path, code, body)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Sprintf("%d\n%s", code, body),
+			code == http.StatusOK && !strings.Contains(body, "unresolved") && strings.Contains(body, `<h1>198.18.0.9:80 <span class="host">late.test</span></h1>`)
+	})
 }
 
 // TestOverviewDiscovery checks what the overview and the discovery page say
@@ -323,6 +321,7 @@ func TestTargetPageUnresolved(t *testing.T) {
 // when, its error and the targets
 // it keeps; and every source and unresolved name on the discovery page.
 func TestOverviewDiscovery(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	sd := filepath.Join(dir, "sd.json")
 	writeSD(t, sd, []sdGroup{{Targets: []string{"198.18.2.1:80"}}})
@@ -341,18 +340,10 @@ func TestOverviewDiscovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	failing := regexp.MustCompile(`file_sd_configs\[0\] failing since \d\d:\d\d:\d\d UTC \(\d+s ago\): reading \S+sd\.json: want a JSON array of target groups, not \{ — keeping the 1 target it gave last\.`)
-	deadline := time.Now().Add(20 * time.Second)
-	var body string
-	for {
-		body = td.okPage(t, "/")
-		if failing.MatchString(body) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the overview does not warn of the failing source:\n%s", body)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	body := testenv.Eventually(t, "the overview to warn of the failing source", func() (string, bool) {
+		body := td.okPage(t, "/")
+		return body, failing.MatchString(body)
+	})
 	assertInert(t, "/", body)
 	card := regexp.MustCompile(`(?s)<section class="card[^"]*" data-pool-card="web">.*?</section>`).FindString(body)
 	if !strings.Contains(card, `<dt>unresolved</dt><dd><a href="pool?name=web&amp;outcome=unresolved">2</a></dd>`) {
@@ -392,6 +383,7 @@ func TestOverviewDiscovery(t *testing.T) {
 // TestDiscoveryPageWithout checks the discovery page of a daemon whose
 // pools list only addresses.
 func TestDiscoveryPageWithout(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, unprobedConfig)
 	if body := td.okPage(t, "/discovery"); !strings.Contains(body, "No pool discovers its targets or lists host names") {
 		t.Errorf("the discovery page without discovery:\n%s", body)
@@ -403,6 +395,7 @@ func TestDiscoveryPageWithout(t *testing.T) {
 // own, a page boundary between them loses neither, and each row's link
 // opens its own target.
 func TestPoolPageNamesAtOneAddress(t *testing.T) {
+	t.Parallel()
 	res := &flakyResolver{addrs: map[string][]netip.Addr{}}
 	res.set("a.test", "198.18.0.5")
 	res.set("b.test", "198.18.0.5")

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/testenv"
+	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -122,6 +124,7 @@ func (m sseMessage) decode(t *testing.T) api.Event {
 // the stream sees a state change and the route change it causes within a
 // second of the probe that caused them.
 func TestEventStreamStateAndRoute(t *testing.T) {
+	t.Parallel()
 	good, bad := newBackend(t), newBackend(t)
 	td := startDaemon(t, fmt.Sprintf(`
 checks:
@@ -170,6 +173,7 @@ pools:
 // set (E7), and a pool failing open when every member fails and back when
 // one recovers (P2), in the stream and in a poll alike.
 func TestEventsPreferredAndFailOpen(t *testing.T) {
+	t.Parallel()
 	a, b := newBackend(t), newBackend(t)
 	td := startDaemon(t, fmt.Sprintf(`
 checks:
@@ -243,6 +247,7 @@ func streamDaemon(t *testing.T, opt Options) (*Daemon, *httptest.Server) {
 // events after the one it saw last, and an event "lost" when the ring no
 // longer has some of them; a new client starts with what happens next.
 func TestEventStreamResume(t *testing.T) {
+	t.Parallel()
 	d, srv := streamDaemon(t, Options{Events: 8, EventKeepAlive: 50 * time.Millisecond})
 	for i := range 20 {
 		d.events.Add(api.Event{Kind: api.KindState, Target: strconv.Itoa(i + 1)})
@@ -282,6 +287,7 @@ func TestEventStreamResume(t *testing.T) {
 // with an event "reset" that moves the client's Last-Event-ID to the newest
 // event, and goes on with the events after it.
 func TestEventStreamResumeBeyondNewest(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name   string
 		url    string
@@ -336,26 +342,19 @@ const streamRequest = "GET /api/v1/events HTTP/1.1\r\nHost: x\r\nAccept: text/ev
 // keeps adding events at full speed, and drops the client once a write has
 // waited longer than the write timeout.
 func TestEventStreamSlowClient(t *testing.T) {
+	t.Parallel()
 	d, srv := streamDaemon(t, Options{Events: 1 << 16, WriteStall: 200 * time.Millisecond})
 	stalled(t, srv, streamRequest) // open while the test runs; read by nobody
-	deadline := time.Now().Add(10 * time.Second)
-	for d.adm.Stream.InUse() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the stream did not start")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testenv.Eventually(t, "the stream started", func() (int64, bool) { n := d.adm.Stream.InUse(); return n, n == 1 })
 	// Far more than the socket buffers hold; the client reads nothing.
 	pad := strings.Repeat("x", 1000)
 	for i := range 1 << 15 {
 		d.events.Add(api.Event{Kind: api.KindState, Target: strconv.Itoa(i), Message: pad})
 	}
-	for d.streams.Dropped() != 1 || d.adm.Stream.InUse() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("stalled client not dropped: %d dropped, %d streams", d.streams.Dropped(), d.adm.Stream.InUse())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, "the stalled client dropped", func() (string, bool) {
+		dropped, open := d.streams.Dropped(), d.adm.Stream.InUse()
+		return fmt.Sprintf("%d dropped, %d streams", dropped, open), dropped == 1 && open == 0
+	})
 }
 
 // TestEventStreamWrapped stalls a client while the ring wraps past it: once
@@ -363,18 +362,12 @@ func TestEventStreamSlowClient(t *testing.T) {
 // id is the last event it missed, and the stream ends. Reconnecting from
 // that id, it goes on from the oldest event kept, and is not told again.
 func TestEventStreamWrapped(t *testing.T) {
+	t.Parallel()
 	const ring = 16
 	d, srv := streamDaemon(t, Options{Events: ring, WriteStall: time.Minute, EventKeepAlive: time.Hour})
 	conn := stalled(t, srv, streamRequest)
 	// Until the stream waits for the next event: it has started.
-	deadline := time.Now().Add(10 * time.Second)
-	for waiting := false; !waiting; {
-		if time.Now().After(deadline) {
-			t.Fatal("the stream did not start")
-		}
-		time.Sleep(5 * time.Millisecond)
-		waiting = d.events.Waiting()
-	}
+	testenv.Eventually(t, "the stream waiting for the next event", func() (bool, bool) { w := d.events.Waiting(); return w, w })
 	// Far more than the socket buffers hold, while the client reads
 	// nothing: the ring wraps past the stream, whether it is blocked in a
 	// write or has yet to wake.
@@ -464,7 +457,7 @@ func TestEventPollsBounded(t *testing.T) {
 	}
 	d, srv := streamDaemon(t, Options{})
 	pad := strings.Repeat("x", 1000)
-	for i := range maxEventsPage {
+	for i := range apiv1.MaxEventsPage {
 		d.events.Add(api.Event{Kind: api.KindState, Target: "192.0.2.1:80", Pools: []string{"api"}, Check: strconv.Itoa(i), Message: pad})
 	}
 	live := func() int64 {
@@ -477,6 +470,8 @@ func TestEventPollsBounded(t *testing.T) {
 	for range 8 {
 		stalled(t, srv, "GET /api/v1/events?limit=0 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 	}
+	// Two seconds of samples: the heap must not grow while the polls wait
+	// for readers that never come, so time has to pass.
 	peak := int64(0)
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
 		peak = max(peak, live()-before)
@@ -489,6 +484,7 @@ func TestEventPollsBounded(t *testing.T) {
 
 // TestEventStreamLimit refuses streams beyond MaxEventStreams.
 func TestEventStreamLimit(t *testing.T) {
+	t.Parallel()
 	_, srv := streamDaemon(t, Options{MaxEventStreams: 1})
 	openStream(t, srv.URL+"/api/v1/events", nil)
 	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/events", nil)
@@ -506,6 +502,7 @@ func TestEventStreamLimit(t *testing.T) {
 // TestEventStreamShutdown checks that a graceful shutdown ends streams
 // instead of waiting for their clients.
 func TestEventStreamShutdown(t *testing.T) {
+	t.Parallel()
 	d, _ := streamDaemon(t, Options{})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -535,6 +532,7 @@ func TestEventStreamShutdown(t *testing.T) {
 // that reads, heartbeats find the three and drop them while the reader
 // stays, and a new client gets a stream. No event is added.
 func TestQuietStreamsDropNonReaders(t *testing.T) {
+	t.Parallel()
 	const slots = 4
 	d, _ := streamDaemon(t, Options{MaxEventStreams: slots, EventKeepAlive: 20 * time.Millisecond, WriteStall: 200 * time.Millisecond})
 	addr := served(t, d)
@@ -552,7 +550,7 @@ func TestQuietStreamsDropNonReaders(t *testing.T) {
 		_, err := io.Copy(io.Discard, reader.resp.Body)
 		read <- err
 	}()
-	awaitCond(t, "the clients that do not read are dropped", func() bool { return d.streams.Dropped() >= slots-1 })
+	testenv.Eventually(t, "the clients that do not read dropped", func() (uint64, bool) { n := d.streams.Dropped(); return n, n >= slots-1 })
 	select {
 	case err := <-read:
 		t.Fatalf("the client that reads lost its stream: %v", err)

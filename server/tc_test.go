@@ -1,13 +1,13 @@
 package server
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -63,13 +63,10 @@ pools:
 			t.Fatalf("generation %d: TCP path %s, capture fallback %v; want eBPF through TC", i, g.launch.tcpPath, g.launch.syn.CaptureFallback())
 		}
 		before := testutil.ToFloat64(refused)
-		deadline := time.Now().Add(10 * time.Second)
-		for testutil.ToFloat64(refused) < before+2 {
-			if time.Now().After(deadline) {
-				t.Fatalf("generation %d: no RST captured", i)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testenv.Eventually(t, fmt.Sprintf("generation %d: two RSTs captured", i), func() (float64, bool) {
+			n := testutil.ToFloat64(refused) - before
+			return n, n >= 2
+		})
 	}
 	out, err := exec.Command("tc", "-n", ns, "filter", "show", "dev", "lo", "ingress").CombinedOutput()
 	if err != nil || strings.Count(string(out), "sonde_capture") != 1 {

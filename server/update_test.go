@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config/discovery"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/scheduler"
 	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/web/api"
@@ -48,8 +49,7 @@ func writeSD(t testing.TB, path string, groups []sdGroup) {
 // waitTargets polls the targets of pool until ok says they are as wanted.
 func (td *testDaemon) waitTargets(t *testing.T, pool, want string, ok func(map[string]api.TargetJSON) bool) map[string]api.TargetJSON {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	return testenv.Eventually(t, "pool "+pool+": "+want, func() (map[string]api.TargetJSON, bool) {
 		var page struct {
 			Targets []api.TargetJSON `json:"targets"`
 		}
@@ -58,22 +58,8 @@ func (td *testDaemon) waitTargets(t *testing.T, pool, want string, ok func(map[s
 		for _, x := range page.Targets {
 			got[x.Target] = x
 		}
-		if ok(got) {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pool %s: targets %v, want %s", pool, keysOf(got), want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func keysOf(m map[string]api.TargetJSON) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
+		return got, ok(got)
+	})
 }
 
 // TestFileSD checks a pool fed by file_sd_configs: edits of its file are
@@ -81,6 +67,7 @@ func keysOf(m map[string]api.TargetJSON) []string {
 // relabeling and labels apply, labels show in the API and filter it, and
 // a file that cannot be read keeps the pool's targets.
 func TestFileSD(t *testing.T) {
+	t.Parallel()
 	a, b, c := newGate(t), newGate(t), newGate(t)
 	dir := t.TempDir()
 	sd := filepath.Join(dir, "web.json")
@@ -141,19 +128,12 @@ pools:
 	if err := os.WriteFile(sd, []byte("{not json"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	st := testenv.Eventually(t, "the discovery source of web failing", func() (discovery.PoolStatus, bool) {
 		st := discoveryOf(t, td, "web")
-		if len(st.Sources) == 1 && st.Sources[0].State == "failing" {
-			if st.Sources[0].LastError == "" {
-				t.Errorf("failing source without an error: %+v", st.Sources[0])
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("discovery of web: %+v, want its source failing", st)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return st, len(st.Sources) == 1 && st.Sources[0].State == "failing"
+	})
+	if st.Sources[0].LastError == "" {
+		t.Errorf("failing source without an error: %+v", st.Sources[0])
 	}
 	td.waitTargets(t, "web", "b and c still", func(m map[string]api.TargetJSON) bool { return len(m) == 2 })
 }
@@ -177,6 +157,7 @@ func discoveryOf(t *testing.T, td *testDaemon, pool string) discovery.PoolStatus
 // TestHTTPSD checks a pool fed by http_sd_configs: it follows the server,
 // and a server that fails keeps the pool's targets and is reported.
 func TestHTTPSD(t *testing.T) {
+	t.Parallel()
 	a, b := newGate(t), newGate(t)
 	var mu sync.Mutex
 	groups := []sdGroup{{Targets: []string{a.addr()}}}
@@ -205,13 +186,14 @@ pools:
 	td.waitTargets(t, "web", "a and b healthy", func(m map[string]api.TargetJSON) bool { return len(m) == 2 && m[b.addr()].State == "healthy" })
 
 	fail.Store(true)
-	deadline := time.Now().Add(20 * time.Second)
-	for discoveryOf(t, td, "web").Sources[0].State != "failing" {
-		if time.Now().After(deadline) {
-			t.Fatalf("discovery of web: %+v, want failing", discoveryOf(t, td, "web"))
-		}
-		time.Sleep(50 * time.Millisecond)
+	sourceState := func(want string) {
+		t.Helper()
+		testenv.Eventually(t, "the discovery source of web "+want, func() (discovery.PoolStatus, bool) {
+			st := discoveryOf(t, td, "web")
+			return st, st.Sources[0].State == want
+		})
 	}
+	sourceState("failing")
 	if st := discoveryOf(t, td, "web").Sources[0]; !strings.Contains(st.LastError, "500") {
 		t.Errorf("failing source's error %q does not say the server answered 500", st.LastError)
 	}
@@ -221,12 +203,7 @@ pools:
 		t.Errorf("/metrics does not show the failing source")
 	}
 	fail.Store(false)
-	for discoveryOf(t, td, "web").Sources[0].State != "ok" {
-		if time.Now().After(deadline.Add(10 * time.Second)) {
-			t.Fatalf("discovery of web: %+v, want ok again", discoveryOf(t, td, "web"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	sourceState("ok")
 }
 
 // flakyResolver answers names from a table that a test changes.
@@ -259,6 +236,7 @@ func (r *flakyResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.
 // leaves the daemon running and the other targets probed, is listed as
 // unknown with why, and is probed once it resolves.
 func TestUnresolvableName(t *testing.T) {
+	t.Parallel()
 	a := newGate(t)
 	_, port, _ := strings.Cut(a.addr(), ":")
 	res := &flakyResolver{addrs: map[string][]netip.Addr{}}
@@ -286,11 +264,10 @@ pools:
 	// The name resolves: it is retried and probed. Retries back off up to
 	// discovery.RetryMax, which a slow start may have reached.
 	res.set("late.test", "127.0.0.1")
-	var page struct {
-		Targets []api.TargetJSON `json:"targets"`
-	}
-	deadline := time.Now().Add(discovery.RetryMax + 15*time.Second)
-	for {
+	testenv.Eventually(t, "good.test and late.test healthy", func() ([]api.TargetJSON, bool) {
+		var page struct {
+			Targets []api.TargetJSON `json:"targets"`
+		}
 		td.getJSON(t, "/api/v1/targets?pool=web", &page)
 		healthy := 0
 		for _, x := range page.Targets {
@@ -298,14 +275,8 @@ pools:
 				healthy++
 			}
 		}
-		if healthy == 2 && len(page.Targets) == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("targets %+v, want good.test and late.test healthy", page.Targets)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return page.Targets, healthy == 2 && len(page.Targets) == 2
+	})
 }
 
 // BenchmarkDiscoveryUpdate100k measures what a discovery update of 100,000
@@ -358,16 +329,28 @@ pools:
 		g := d.cur.Load()
 		return len(g.cfg.Pools[1].Members)
 	}
+	// The wait is timed: polled every millisecond, it adds at most that.
 	wait := func(want int) {
-		deadline := time.Now().Add(60 * time.Second)
-		for members() != want {
-			if time.Now().After(deadline) {
-				b.Fatalf("pool disc has %d members, want %d", members(), want)
-			}
-			time.Sleep(time.Millisecond)
-		}
+		testenv.EventuallyEvery(b, fmt.Sprintf("pool disc with %d members", want), time.Millisecond, func() (int, bool) {
+			m := members()
+			return m, m == want
+		})
 	}
-	time.Sleep(time.Second) // the live targets' first probes are spread over their first interval
+	if live {
+		// The updates are measured once the live targets' first probes,
+		// which go out at once, are done and the next are spread over
+		// their interval.
+		testenv.Eventually(b, "every live target probed", func() (int, bool) {
+			g := d.cur.Load()
+			probed := 0
+			for _, id := range g.cfg.Pools[2].Members {
+				if g.engine.Status(id).Probed {
+					probed++
+				}
+			}
+			return probed, probed == len(g.cfg.Pools[2].Members)
+		})
+	}
 	group := []sdGroup{{Targets: targets, Labels: map[string]string{"zone": "a"}}}
 	before := d.engine.Stats().LatenessCounts
 	var addCPU, removeCPU, addWall time.Duration

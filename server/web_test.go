@@ -17,11 +17,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // TestLifecycleDisabled checks that without EnableLifecycle a reload POST
 // is refused with 403 and nothing is reloaded.
 func TestLifecycleDisabled(t *testing.T) {
+	t.Parallel()
 	td := startDaemonWith(t, oneTargetConfig(t), func(o *Options) { o.Web.EnableLifecycle = false })
 	if code := td.postReload(t); code != http.StatusForbidden {
 		t.Fatalf("reload without -web.enable-lifecycle: status %d, want 403", code)
@@ -43,6 +45,7 @@ func countReloads(td *testDaemon) float64 {
 // TestLifecycleCrossSite checks that an enabled reload endpoint refuses what
 // a web page on another site could send, and accepts what tools send.
 func TestLifecycleCrossSite(t *testing.T) {
+	t.Parallel()
 	td := startDaemon(t, oneTargetConfig(t))
 	host := strings.TrimPrefix(td.http.URL, "http://")
 	for _, tt := range []struct {
@@ -136,6 +139,7 @@ func served(t *testing.T, d *Daemon) string {
 // IP address, localhost or an allowed name, and refuses other names (DNS
 // rebinding).
 func TestHostGuard(t *testing.T) {
+	t.Parallel()
 	td := startDaemonWith(t, oneTargetConfig(t), func(o *Options) { o.Web.AllowedHosts = []string{"Sonde.Test."} })
 	addr := served(t, td.d)
 	_, port, _ := net.SplitHostPort(addr)
@@ -176,6 +180,7 @@ func TestHostGuard(t *testing.T) {
 // than the server keeps, then expects an API request to be answered: idle
 // ones make room, and the server never holds more than its cap.
 func TestIdleConnectionsCannotStarveAccept(t *testing.T) {
+	t.Parallel()
 	const limit, idle = 8, 40
 	td := startDaemonWith(t, oneTargetConfig(t), func(o *Options) { o.Web.MaxConnections = limit })
 	addr := served(t, td.d)
@@ -219,6 +224,7 @@ func TestIdleConnectionsCannotStarveAccept(t *testing.T) {
 // request delays shutdown by the grace period at most, and that Serve
 // still returns nil.
 func TestShutdownSlowClient(t *testing.T) {
+	t.Parallel()
 	td := startDaemonWith(t, oneTargetConfig(t), func(o *Options) { o.Web.ShutdownGrace = 200 * time.Millisecond })
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -233,7 +239,14 @@ func TestShutdownSlowClient(t *testing.T) {
 	}
 	defer c.Close()
 	fmt.Fprintf(c, "GET /-/healthy HTTP/1.1\r\n") // and never the rest
-	time.Sleep(100 * time.Millisecond)            // let the server read it: the connection is busy
+	testenv.Eventually(t, "the slow client's connection open", func() (int, bool) {
+		lim := td.d.conns.Load()
+		if lim == nil {
+			return 0, false
+		}
+		open, _, _, _ := lim.Counts()
+		return open, open == 1
+	})
 	cancel()
 	select {
 	case err := <-done:
@@ -250,6 +263,7 @@ func TestShutdownSlowClient(t *testing.T) {
 // 503 until a configuration runs, and a reload asked for meanwhile is
 // answered by a reload after the start.
 func TestServeBeforeStart(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "sonde.yaml")
 	if err := os.WriteFile(path, []byte(oneTargetConfig(t)), 0o644); err != nil {
 		t.Fatal(err)
@@ -281,9 +295,7 @@ func TestServeBeforeStart(t *testing.T) {
 		t.Helper()
 		return httpStatus(t, method, base+path, nil)
 	}
-	for loads.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testenv.Eventually(t, "the first load started", func() (int64, bool) { n := loads.Load(); return n, n > 0 })
 	for path, want := range map[string]int{
 		"/-/healthy": http.StatusOK, "/metrics": http.StatusOK, "/-/ready": http.StatusServiceUnavailable,
 		"/api/v1/targets": http.StatusServiceUnavailable, "/api/v1/pools": http.StatusServiceUnavailable,
@@ -294,7 +306,11 @@ func TestServeBeforeStart(t *testing.T) {
 	}
 	reloaded := make(chan int, 1)
 	go func() { reloaded <- status(http.MethodPost, "/-/reload") }()
-	time.Sleep(50 * time.Millisecond) // the request waits for the start
+	testenv.Eventually(t, "the reload request waiting for the start", func() (bool, bool) {
+		d.reloads.mu.Lock()
+		defer d.reloads.mu.Unlock()
+		return d.reloads.running, d.reloads.running
+	})
 	close(loading)
 	if err := <-started; err != nil {
 		t.Fatal(err)

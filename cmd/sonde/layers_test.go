@@ -60,10 +60,12 @@ var forbidden = map[string][]string{
 var allowed = map[string][]string{
 	"server/events":  {"server/web", "server/webhook"},
 	"server/history": {"server/web/api"},
-	"server/status":  {"server/ui", "server/web", "server/web/api"},
-	// The lists share the pool view's label filters and target names, so
-	// they reach server/ui through server/status.
-	"server/apiv1": {"server/status", "server/ui", "server/web", "server/web/api"},
+	// The status page shares the API lists' label filters and target
+	// names (server/apiv1/targetsel), so a filter means the same on both.
+	"server/status": {"server/apiv1/targetsel", "server/ui", "server/web", "server/web/api"},
+	// The API lists remediations in server/remediate's own types (and
+	// with it links server/webhook, which posts them).
+	"server/apiv1": {"server/remediate", "server/web", "server/web/api", "server/webhook"},
 }
 
 // testOnly are packages that only tests may import.

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/internal/testenv"
@@ -83,17 +82,15 @@ backend be_api
 		t.Fatal(err)
 	}
 	proc := testenv.Start(t, exec.Command(bin, "-f", path, "-db"))
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if c, err := net.Dial("unix", socket); err == nil {
-			c.Close()
-			return socket
+	testenv.Eventually(t, "HAProxy's runtime API socket", func() (string, bool) {
+		c, err := net.Dial("unix", socket)
+		if err != nil {
+			return fmt.Sprintf("%v; log:\n%s", err, proc.Output()), false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("HAProxy's runtime API socket did not appear; log:\n%s", proc.Output())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		c.Close()
+		return "", true
+	})
+	return socket
 }
 
 // adminState returns srv_admin_state of every server of be_api by name.
@@ -164,17 +161,10 @@ webhooks:
 
 	waitState := func(what string, want map[string]string) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testenv.Eventually(t, fmt.Sprintf("%s: HAProxy admin states %v", what, want), func() (map[string]string, bool) {
 			got := adminState(t, rl)
-			if fmt.Sprint(got) == fmt.Sprint(want) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: HAProxy admin states %v, want %v", what, got, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return got, fmt.Sprint(got) == fmt.Sprint(want)
+		})
 	}
 	// srv_admin_state: 0 ready, 1 forced maintenance.
 	waitState("start", map[string]string{"s1": "0", "s2": "0"})

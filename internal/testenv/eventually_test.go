@@ -68,3 +68,33 @@ func TestEventuallyPollsUntilDone(t *testing.T) {
 		t.Fatalf("failed: %s", tb.failed)
 	}
 }
+
+// TestEventuallyEveryKeepsItsPause: every pause between polls is the one
+// asked for, where Eventually's start at a millisecond. (Only lower bounds:
+// a loaded machine may oversleep any pause.)
+func TestEventuallyEveryKeepsItsPause(t *testing.T) {
+	t.Parallel()
+	const pause = 20 * time.Millisecond
+	var at []time.Time
+	EventuallyEvery(t, "four polls", pause, func() (int, bool) {
+		at = append(at, time.Now())
+		return len(at), len(at) == 4
+	})
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < pause {
+			t.Errorf("pause %d was %v, want at least %v", i, gap, pause)
+		}
+	}
+}
+
+// TestEventuallyWithinGivesUpAtItsLimit: a condition that never holds
+// fails once the limit has passed, not after WaitLimit.
+func TestEventuallyWithinGivesUpAtItsLimit(t *testing.T) {
+	t.Parallel()
+	tb := &fakeTB{}
+	start := time.Now()
+	EventuallyWithin(tb, "nothing", 30*time.Millisecond, func() (int, bool) { return 0, false })
+	if took := time.Since(start); tb.failed == "" || took < 30*time.Millisecond || took > WaitLimit/2 {
+		t.Fatalf("gave up after %v with %q, want a failure after 30 ms", took, tb.failed)
+	}
+}

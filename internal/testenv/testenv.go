@@ -255,15 +255,35 @@ const WaitLimit = 60 * time.Second
 // Call it from the test's goroutine, as tb.Fatal requires.
 func Eventually[T any](tb testing.TB, what string, poll func() (T, bool)) T {
 	tb.Helper()
+	return eventually(tb, what, WaitLimit, time.Millisecond, 100*time.Millisecond, poll)
+}
+
+// EventuallyWithin is [Eventually] with a limit of its own instead of
+// [WaitLimit], for a test that asserts how soon something happens (a
+// change shown within its detection window).
+func EventuallyWithin[T any](tb testing.TB, what string, limit time.Duration, poll func() (T, bool)) T {
+	tb.Helper()
+	return eventually(tb, what, limit, time.Millisecond, 100*time.Millisecond, poll)
+}
+
+// EventuallyEvery is [Eventually] with the same pause between every two
+// polls, for a benchmark that times the wait: the growing pause of
+// Eventually would add up to a tenth of a second to what it measures.
+func EventuallyEvery[T any](tb testing.TB, what string, pause time.Duration, poll func() (T, bool)) T {
+	tb.Helper()
+	return eventually(tb, what, WaitLimit, pause, pause, poll)
+}
+
+func eventually[T any](tb testing.TB, what string, wait, pause, maxPause time.Duration, poll func() (T, bool)) T {
+	tb.Helper()
 	start := time.Now()
-	limit := start.Add(WaitLimit)
+	limit := start.Add(wait)
 	if d, ok := tb.(interface{ Deadline() (time.Time, bool) }); ok {
 		// Leave the test time to report rather than be killed by -timeout.
 		if end, ok := d.Deadline(); ok && end.Add(-5*time.Second).Before(limit) {
 			limit = end.Add(-5 * time.Second)
 		}
 	}
-	pause := time.Millisecond
 	for {
 		v, done := poll()
 		if done {
@@ -274,7 +294,7 @@ func Eventually[T any](tb testing.TB, what string, poll func() (T, bool)) T {
 			return v
 		}
 		time.Sleep(min(pause, time.Until(limit)))
-		pause = min(2*pause, 100*time.Millisecond)
+		pause = min(2*pause, maxPause)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/events"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -69,11 +70,14 @@ func (f *fake) Summary(pi int) scheduler.PoolSummary {
 	return s
 }
 
+// admitAll admits every list request.
+func admitAll(w http.ResponseWriter) (http.ResponseWriter, func()) { return w, func() {} }
+
 // get answers a GET of path from f and decodes its JSON into v.
 func (f *fake) get(t *testing.T, path string, v any) int {
 	t.Helper()
 	mux := http.NewServeMux()
-	New(func() Snapshot { return f }, func(w http.ResponseWriter) (http.ResponseWriter, func()) { return w, func() {} }).Routes(mux)
+	New(func() Snapshot { return f }, &fakeFeeds{log: events.NewLog(4)}, admitAll).Routes(mux)
 	rec := httptest.NewRecorder()
 	mux.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 	if rec.Code == http.StatusOK {
@@ -87,6 +91,7 @@ func (f *fake) get(t *testing.T, path string, v any) int {
 // TestAPIListsFromSnapshot answers /api/v1/pools and /api/v1/targets from a
 // fake snapshot: states, errors, filters and cursors.
 func TestAPIListsFromSnapshot(t *testing.T) {
+	t.Parallel()
 	f := newFake(t, `
 checks:
   web: {protocol: http, path: /, interval: 1s, timeout: 1s}

@@ -1,7 +1,10 @@
-// Package apiv1 answers the API's list endpoints, GET /api/v1/pools and
-// GET /api/v1/targets: paged with cursors, encoded as they are read. It
-// reads the daemon only through a Snapshot, which the daemon implements,
-// so it is tested without one. The wire types are package server/web/api's.
+// Package apiv1 answers the JSON API: the paged lists GET /api/v1/pools and
+// GET /api/v1/targets (with cursors, encoded as they are read), and GET
+// /api/v1/events (a poll, or a stream), /api/v1/discovery and
+// /api/v1/remediations. It reads the daemon only through a Snapshot of the
+// running configuration and the daemon's Feeds, both of which the daemon
+// implements, so it is tested without one. The wire types are package
+// server/web/api's.
 package apiv1
 
 import (
@@ -44,24 +47,32 @@ type Snapshot interface {
 	CertExpiry(id uint32) int64
 }
 
-// Handler serves the list endpoints from the daemon's snapshots.
+// Handler serves the API's endpoints from the daemon's snapshots and
+// feeds.
 type Handler struct {
 	snapshot func() Snapshot
+	feeds    Feeds
 	enter    func(http.ResponseWriter) (http.ResponseWriter, func())
 }
 
-// New returns the list endpoints' handler. snapshot returns the daemon's
-// state for one request, nil when no configuration runs (503); enter
-// admits a list request: it returns the writer to use and a release, or a
-// nil release when it answered the request itself.
-func New(snapshot func() Snapshot, enter func(http.ResponseWriter) (http.ResponseWriter, func())) *Handler {
-	return &Handler{snapshot: snapshot, enter: enter}
+// New returns the API's handler. snapshot returns the daemon's state for
+// one request, nil when no configuration runs (503 from the lists); feeds
+// are the daemon's events, discovery and remediations; enter admits a list
+// request (a list page, a poll of events): it returns the writer to use
+// and a release, or a nil release when it answered the request itself.
+func New(snapshot func() Snapshot, feeds Feeds, enter func(http.ResponseWriter) (http.ResponseWriter, func())) *Handler {
+	return &Handler{snapshot: snapshot, feeds: feeds, enter: enter}
 }
 
-// Routes adds GET /api/v1/pools and GET /api/v1/targets to mux.
+// Routes adds the API's endpoints to mux: GET /api/v1/pools,
+// /api/v1/targets, /api/v1/events, /api/v1/discovery and
+// /api/v1/remediations.
 func (h *Handler) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/v1/pools", h.handlePools)
 	mux.HandleFunc("GET /api/v1/targets", h.handleTargets)
+	mux.HandleFunc("GET /api/v1/events", h.handleEvents)
+	mux.HandleFunc("GET /api/v1/discovery", h.handleDiscovery)
+	mux.HandleFunc("GET /api/v1/remediations", h.handleRemediations)
 }
 
 // view is a snapshot being listed.

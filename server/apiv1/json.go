@@ -7,7 +7,7 @@ import (
 
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
-	"github.com/sondeprobe/sonde/server/status"
+	"github.com/sondeprobe/sonde/server/apiv1/targetsel"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -48,7 +48,7 @@ func unresolvedJSON(g Snapshot, pi, i int) api.TargetJSON {
 	u := cp.Unresolved[i]
 	c := g.Config().Checks[cp.CheckIndex]
 	return api.TargetJSON{
-		ID: UnresolvedBase + uint32(i), Target: status.UnresolvedTarget(&u), Host: u.Host, Pool: cp.Name, Check: c.Name, Protocol: c.Protocol.String(),
+		ID: UnresolvedBase + uint32(i), Target: targetsel.Unresolved(&u), Host: u.Host, Pool: cp.Name, Check: c.Name, Protocol: c.Protocol.String(),
 		State: "unknown", Route: scheduler.Excluded.String(), LastOutcome: "unresolved", LastError: u.Err, StateSince: u.Since,
 		FailureWindowSeconds: c.FailureWindow().Seconds(), SuccessWindowSeconds: c.SuccessWindow(c.Timeout).Seconds(),
 		Labels: labelMap(u.Labels), Unresolved: true,

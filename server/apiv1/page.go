@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/scheduler"
-	"github.com/sondeprobe/sonde/server/status"
+	"github.com/sondeprobe/sonde/server/apiv1/targetsel"
 	"github.com/sondeprobe/sonde/server/web"
 )
 
@@ -122,7 +122,7 @@ func (h *Handler) admitList(w http.ResponseWriter, err error) (http.ResponseWrit
 type targetFilter struct {
 	pool   int // -1: every pool
 	state  string
-	labels status.LabelMatches
+	labels targetsel.LabelMatches
 	limit  int
 	from   cursor
 }
@@ -149,7 +149,7 @@ func (g *view) parseTargetFilter(r *http.Request) (targetFilter, error) {
 		return f, fmt.Errorf("state=%q: want healthy, unhealthy, unknown, disabled or unprobed", f.state)
 	}
 	var err error
-	if f.labels, err = status.ParseLabelMatches(q["label"]); err != nil {
+	if f.labels, err = targetsel.ParseLabelMatches(q["label"]); err != nil {
 		return f, err
 	}
 	if f.limit, err = pageLimit(q.Get("limit")); err != nil {

@@ -27,6 +27,7 @@ import (
 // queue that fills while the receiver is down drops the oldest events; the
 // next batch accepted tells how many of both.
 func TestHookRefusedAndFull(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var got []api.HookBatch
 	refuse := true
@@ -59,13 +60,10 @@ func TestHookRefusedAndFull(t *testing.T) {
 	}
 	h.start()
 	defer h.stop()
-	deadline := time.Now().Add(20 * time.Second)
-	for h.queued() > 0 || h.succeeded.Load() < uint64(hookQueue/hookBatch-1) {
-		if time.Now().After(deadline) {
-			t.Fatalf("queue not delivered: %d queued, %d requests", h.queued(), h.succeeded.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, "the queue delivered", func() (string, bool) {
+		q, n := h.queued(), h.succeeded.Load()
+		return fmt.Sprintf("%d queued, %d requests", q, n), q == 0 && n >= uint64(hookQueue/hookBatch-1)
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	// The first batch (6..505, with lost 5) was refused; the rest arrive,
@@ -81,6 +79,7 @@ func TestHookRefusedAndFull(t *testing.T) {
 // TestHookLostReported checks that the next batch says how many events the
 // full queue dropped.
 func TestHookLostReported(t *testing.T) {
+	t.Parallel()
 	h, err := newHook(t.Context(), &config.EventWebhook{Name: "x", URL: "http://127.0.0.1:1/", Timeout: time.Second}, &HookOptions{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -100,6 +99,7 @@ func TestHookLostReported(t *testing.T) {
 // TestHookSecretUnreadable rejects a configuration whose secret file cannot
 // be read, naming the webhook.
 func TestHookSecretUnreadable(t *testing.T) {
+	t.Parallel()
 	empty := filepath.Join(t.TempDir(), "empty")
 	if err := os.WriteFile(empty, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -116,6 +116,7 @@ func TestHookSecretUnreadable(t *testing.T) {
 // not followed. The refused events used to be dropped with the next batch
 // saying lost 0.
 func TestHookRefusedCountedLost(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var got []api.HookBatch
 	requests, followed := 0, 0
@@ -147,7 +148,7 @@ func TestHookRefusedCountedLost(t *testing.T) {
 	}
 	h.start()
 	defer h.stop()
-	waitFor(t, "the first batch refused", func() bool { return h.refused.Load() == 1 })
+	testenv.Eventually(t, "the first batch refused", func() (uint64, bool) { n := h.refused.Load(); return n, n == 1 })
 	h.offer(&api.Event{Seq: 4, Kind: api.KindState})
 	h.offer(&api.Event{Seq: 5, Kind: api.KindState})
 	received := func() (seqs []uint64, lost uint64) {
@@ -161,7 +162,7 @@ func TestHookRefusedCountedLost(t *testing.T) {
 		}
 		return seqs, lost
 	}
-	waitFor(t, "events 4 and 5 delivered", func() bool { s, _ := received(); return slices.Contains(s, 5) })
+	testenv.Eventually(t, "events 4 and 5 delivered", func() ([]uint64, bool) { s, _ := received(); return s, slices.Contains(s, 5) })
 	seqs, lost := received()
 	if !slices.Equal(seqs, []uint64{4, 5}) || lost != 3 {
 		t.Errorf("received events %v with lost %d in all, want 4 and 5 with lost 3 (the refused batch)", seqs, lost)
@@ -178,6 +179,7 @@ func TestHookRefusedCountedLost(t *testing.T) {
 // once per batch: it used to be an error line per batch, thousands a
 // minute.
 func TestHookRefusalsLogged(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "gone", http.StatusGone)
 	}))
@@ -192,23 +194,9 @@ func TestHookRefusalsLogged(t *testing.T) {
 	defer h.stop()
 	for i := range 20 {
 		h.offer(&api.Event{Seq: uint64(i + 1), Kind: api.KindState})
-		waitFor(t, fmt.Sprintf("batch %d refused", i+1), func() bool { return h.refused.Load() >= uint64(i+1) })
+		testenv.Eventually(t, fmt.Sprintf("batch %d refused", i+1), func() (uint64, bool) { n := h.refused.Load(); return n, n >= uint64(i+1) })
 	}
 	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 {
 		t.Errorf("%d error lines for %d refused batches, want 1:\n%s", n, h.refused.Load(), logs.String())
-	}
-}
-
-// waitFor waits until ok holds, failing the test after ten seconds: far
-// beyond what a webhook on loopback takes, so reaching it is the failure.
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	const hang = 10 * time.Second
-	deadline := time.Now().Add(hang)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v, still waiting for %s", hang, what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
-// page reads a poll's page whole, as handleEvents writes it.
+// page reads a poll's page whole, as the API's poll of events (server/apiv1) writes it.
 func (l *Log) page(since uint64, limit int) (evs []api.Event, next, lost uint64) {
 	from, end, lost := l.Window(since, limit)
 	evs, _ = l.CopyRange(from, end, make([]api.Event, 0, end-from))
@@ -17,6 +17,7 @@ func (l *Log) page(since uint64, limit int) (evs []api.Event, next, lost uint64)
 // chunks as large as the buffer, up to the page's end, and false once the
 // ring went past the page.
 func TestEventLogCopyRange(t *testing.T) {
+	t.Parallel()
 	l := NewLog(4)
 	for range 3 {
 		l.Add(api.Event{})
@@ -40,6 +41,7 @@ func TestEventLogCopyRange(t *testing.T) {
 // TestEventLogPage pins polling: since returns the oldest events
 // after it, up to limit, and says how many fell out of the ring.
 func TestEventLogPage(t *testing.T) {
+	t.Parallel()
 	l := NewLog(4)
 	for i := range 6 { // seq 1..6 = a..f; the ring keeps c..f
 		l.Add(api.Event{Target: string(rune('a' + i))})
@@ -82,6 +84,7 @@ func TestEventLogPage(t *testing.T) {
 // TestEventLogRead checks the stream side: a batch at most as large as the
 // buffer, a wait channel when there is nothing new, closed by the next add.
 func TestEventLogRead(t *testing.T) {
+	t.Parallel()
 	l := NewLog(8)
 	evs, lost, wait := l.read(0, make([]api.Event, 0, 4))
 	if len(evs) != 0 || lost != 0 || wait == nil {

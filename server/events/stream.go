@@ -67,19 +67,6 @@ func (s *Streams) Dropped() uint64 { return s.dropped.Load() }
 // clients that never hang up.
 func (s *Streams) End() { s.once.Do(func() { close(s.done) }) }
 
-// WantsStream reports whether r asks for Server-Sent Events.
-func WantsStream(r *http.Request) bool {
-	for _, v := range r.Header.Values("Accept") {
-		for part := range strings.SplitSeq(v, ",") {
-			mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
-			if strings.EqualFold(strings.TrimSpace(mt), "text/event-stream") {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // start returns the sequence number a stream starts after: the
 // Last-Event-ID of a reconnecting client, else since=, else the newest event
 // (a new client sees what happens from now on).

@@ -15,6 +15,7 @@ import (
 // comment while stream slots are plentiful, and carries padding once three
 // quarters are taken.
 func TestHeartbeatPaddedOnlyUnderPressure(t *testing.T) {
+	t.Parallel()
 	slots := web.NewSlots("stream", "event streams", 4, time.Second, time.Second)
 	s := NewStreams(NewLog(16), slots, time.Second, time.Hour, slog.New(slog.DiscardHandler))
 	var b strings.Builder

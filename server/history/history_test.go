@@ -59,6 +59,7 @@ func outcomesOf(h *History, ix *Index, id uint32) []string {
 // TestHistoryRing checks that a target's ring keeps its newest results,
 // oldest first, with what the page shows of each.
 func TestHistoryRing(t *testing.T) {
+	t.Parallel()
 	e := histEngine(t, 1)
 	h, ix := newTestHistory(2, 4, 1)
 	for i := range 6 {
@@ -94,6 +95,7 @@ func TestHistoryRing(t *testing.T) {
 // place of targets neither failing nor viewed for historyKeep, and a viewed
 // target in any case.
 func TestHistoryBudget(t *testing.T) {
+	t.Parallel()
 	e := histEngine(t, 5)
 	h, ix := newTestHistory(2, 8, 5)
 	now := int64(time.Hour)
@@ -142,6 +144,7 @@ func TestHistoryBudget(t *testing.T) {
 // TestHistoryEvictedWriter checks that results a target records after it
 // lost its ring to another never show in the other's history.
 func TestHistoryEvictedWriter(t *testing.T) {
+	t.Parallel()
 	e := histEngine(t, 2)
 	h, ix := newTestHistory(1, 8, 2)
 	h.Record(ix, 0, result(probe.Success, 1, 0), e)
@@ -161,6 +164,7 @@ func TestHistoryEvictedWriter(t *testing.T) {
 // that a removed target's late result, recorded through the index the edit
 // replaced, takes no ring its id's next target could inherit.
 func TestHistoryAdopt(t *testing.T) {
+	t.Parallel()
 	e := histEngine(t, 4)
 	h, old := newTestHistory(4, 8, 3)
 	for id := range uint32(3) {
@@ -196,6 +200,7 @@ func TestHistoryAdopt(t *testing.T) {
 // detector, and checks that every read entry is whole: one writer per
 // target records latency = 1 ms × its Done, so a torn entry would show.
 func TestHistoryConcurrent(t *testing.T) {
+	t.Parallel()
 	const targets, rounds = 8, 2000
 	e := histEngine(t, targets)
 	h, ix := newTestHistory(4, 16, targets)
@@ -274,6 +279,7 @@ func BenchmarkHistoryRecord(b *testing.B) {
 // over a long run: it answers every id right, and compacts itself instead
 // of filling up.
 func TestHistIndexChurn(t *testing.T) {
+	t.Parallel()
 	const rings = 16
 	ix := NewIndex(rings)
 	want := map[uint32]int32{}

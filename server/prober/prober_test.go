@@ -12,6 +12,7 @@ import (
 // TestNew covers the one choice of a check's prober that the daemon,
 // sonde probe and /probe share.
 func TestNew(t *testing.T) {
+	t.Parallel()
 	str := func(s string) *string { return &s }
 	port := 22
 	check := func(protocol, mode string) *config.Check {

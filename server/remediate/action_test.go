@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/config"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/server/webhook"
 )
 
@@ -40,6 +41,7 @@ func testFiring() *Firing {
 // shell: a ';' is an argument), the firing on stdin, the environment
 // variables; and that a failure says why, with the command's output.
 func TestCommand(t *testing.T) {
+	t.Parallel()
 	out := filepath.Join(t.TempDir(), "out")
 	prog := script(t, `{ echo "args=$*"; echo "env=$SONDE_INSTANCE $SONDE_POOLS $SONDE_REMEDIATION"; cat; } > "$1"`+"\n")
 	a := &action{command: []string{prog, out, ";", "true"}, timeout: 10 * time.Second}
@@ -74,6 +76,7 @@ func TestCommand(t *testing.T) {
 // started are killed at the timeout: the background child, whose PID the
 // script writes first, is gone soon after run returns.
 func TestCommandTimeout(t *testing.T) {
+	t.Parallel()
 	pidFile := filepath.Join(t.TempDir(), "child.pid")
 	a := &action{command: []string{script(t, `sleep 60 & echo $! > "$1"`+"\nsleep 60\n"), pidFile}, timeout: 2 * time.Second}
 	start := time.Now()
@@ -95,13 +98,15 @@ func TestCommandTimeout(t *testing.T) {
 	// SIGKILL is sent to the group before run returns; the child may take a
 	// moment to die, and once orphaned it is reaped by init, which may never
 	// come: a zombie is dead too.
-	for deadline := time.Now().Add(10 * time.Second); alive(pid); {
-		if time.Now().After(deadline) {
+	t.Cleanup(func() {
+		if alive(pid) {
 			_ = syscall.Kill(pid, syscall.SIGKILL) // do not leave it behind
-			t.Fatalf("the command's background child %d is still running after the timeout", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
+	testenv.Eventually(t, fmt.Sprintf("the command's background child %d gone after the timeout", pid), func() (bool, bool) {
+		a := alive(pid)
+		return a, !a
+	})
 }
 
 // alive reports whether process pid exists and is not a zombie.
@@ -121,6 +126,7 @@ func alive(pid int) bool {
 // TestWebhook checks the webhook: the same JSON, signed with the secret
 // from the file, retried while the receiver fails.
 func TestWebhook(t *testing.T) {
+	t.Parallel()
 	secret := filepath.Join(t.TempDir(), "hook.key")
 	if err := os.WriteFile(secret, []byte("k3y\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -155,6 +155,7 @@ remediation:
 // fires when the hour has passed; an instance that stays unhealthy fires
 // again one "after" after its firing, within the budget.
 func TestFireAfterAndHourBudget(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, twoPools)
 	h.set("app-a", "10.0.0.2:8081", scheduler.Unhealthy) // only in app-a
 	h.at(59 * time.Second)
@@ -212,6 +213,7 @@ sonde_remediation_firings_total{remediation="plan-a"} 4
 // wait runs from the first pool's start, and the second pool need not have
 // been unhealthy for "after" itself.
 func TestMultiPool(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, twoPools)
 	h.set("app-a", "10.0.0.1:8081", scheduler.Unhealthy)
 	h.set("app-b", "10.0.0.1:8082", scheduler.Healthy)
@@ -253,6 +255,7 @@ func TestMultiPool(t *testing.T) {
 // pool fails too, multi-pool again when it recovers, the budget again; and
 // anew after the instance went back to waiting.
 func TestWithheldOncePerCause(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, twoPools)
 	h.set("app-a", "10.0.0.2:8081", scheduler.Unhealthy) // spends the hour's firing at 1m
 	h.set("app-a", "10.0.0.1:8081", scheduler.Unhealthy)
@@ -298,6 +301,7 @@ func TestWithheldOncePerCause(t *testing.T) {
 // yet, an address outside the remediation's pools. And routing has no say:
 // a single instance, all of its pool unhealthy, is acted on.
 func TestWhatDoesNotCount(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, `checks:
   app: {preset: appservice, path: /health}
 pools:
@@ -323,6 +327,7 @@ remediation:
 // TestRecoveryStartsAnew checks "continuously": an instance that recovers
 // before "after" starts its wait again when it fails anew.
 func TestRecoveryStartsAnew(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, twoPools)
 	h.set("app-a", "10.0.0.2:8081", scheduler.Unhealthy)
 	h.at(50 * time.Second)
@@ -339,6 +344,7 @@ func TestRecoveryStartsAnew(t *testing.T) {
 // and again: its firing counts against the budget, and the failure is
 // counted and recorded.
 func TestFailedActionUsesItsSlot(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, twoPools)
 	h.fail = errors.New("exit status 3")
 	h.set("app-a", "10.0.0.2:8081", scheduler.Unhealthy)
@@ -362,6 +368,7 @@ func TestFailedActionUsesItsSlot(t *testing.T) {
 // budget and its instances' state by name, and that a new name starts
 // afresh.
 func TestBudgetSurvivesReload(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, twoPools)
 	h.set("app-a", "10.0.0.2:8081", scheduler.Unhealthy)
 	h.at(time.Minute)
@@ -381,6 +388,7 @@ func TestBudgetSurvivesReload(t *testing.T) {
 // TestBudgetReasons checks the caps and the reason named when several are
 // full: the one that frees a slot last.
 func TestBudgetReasons(t *testing.T) {
+	t.Parallel()
 	h := int64(time.Hour)
 	var b budget
 	lim := limits{1, 2, 3}
@@ -416,6 +424,7 @@ func TestBudgetReasons(t *testing.T) {
 // count resets 12 h later, so two firings late in one period do not hold
 // back the next period's.
 func TestTwelveHourPeriod(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, strings.Replace(twoPools, "after: 1m", "after: 1m\n    max_per_hour: 0\n    max_per_12h: 2\n    max_per_day: 0", 1))
 	h.set("app-a", "10.0.0.2:8081", scheduler.Unhealthy)
 	h.at(time.Minute) // opens the period [1m, 12h1m)
@@ -453,6 +462,7 @@ func TestTwelveHourPeriod(t *testing.T) {
 // TestNoRemediationInAShard checks that a process holding one shard of the
 // targets refuses remediations: it sees part of every pool.
 func TestNoRemediationInAShard(t *testing.T) {
+	t.Parallel()
 	cfg, err := config.Parse([]byte(twoPools), "", config.LoadOptions{Shard: config.Shard{Index: 1, Count: 2}})
 	if err != nil {
 		t.Fatal(err)

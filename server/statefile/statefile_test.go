@@ -154,6 +154,7 @@ func savedSnapshot(t *testing.T, cfg *config.Config, host string) *stateSnapshot
 
 // TestStateFileRoundTrip writes a state file and reads it back.
 func TestStateFileRoundTrip(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "state")
 	want := savedSnapshot(t, parse(t, stateConfig), "www.example")
 	if err := Write(path, want.source()); err != nil {
@@ -266,6 +267,7 @@ pools:
 // TestStateFileRejects checks that a truncated, corrupt, foreign or newer
 // file is an error naming the problem, never a panic or a wrong state.
 func TestStateFileRejects(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good")
 	if err := Write(good, savedSnapshot(t, parse(t, stateConfig), "").source()); err != nil {
@@ -304,6 +306,7 @@ func TestStateFileRejects(t *testing.T) {
 // that a record written before the kind was kept (byte 33 zero) takes it
 // from its last outcome, or loses its streak when that is no verdict.
 func TestStateRecordStreak(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name string
 		st   scheduler.TargetStatus
@@ -348,6 +351,7 @@ func TestStateRecordStreak(t *testing.T) {
 // pool of the same name lists with the same check and probe at the same
 // address, port and (where it changes the probe) host name.
 func TestRestoreStates(t *testing.T) {
+	t.Parallel()
 	saved := savedSnapshot(t, parse(t, stateConfig), "www.example")
 	clock := scheduler.NewSimClock(time.Date(2026, 1, 2, 3, 5, 5, 0, time.UTC)) // a minute after the save
 	clock.Set(int64(time.Hour))

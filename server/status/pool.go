@@ -16,10 +16,9 @@ import (
 
 	"github.com/prometheus/prometheus/model/labels"
 
-	"github.com/sondeprobe/sonde/config"
-	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/apiv1/targetsel"
 )
 
 // The pool view's listing: its members filtered, sorted by one column and
@@ -89,11 +88,11 @@ var sortColumns = []string{"target", "state", "route", "outcome", "status", "err
 
 // poolQuery is what the pool view asks for: filters, order and page.
 type poolQuery struct {
-	State, Outcome, Route string       // "" for any
-	Text                  string       // in the address, host name or error text, ignoring case
-	Labels                []string     // label= filters as given, as the API takes them
-	labels                LabelMatches // Labels, parsed
-	Sort                  string       // one of sortColumns
+	State, Outcome, Route string                 // "" for any
+	Text                  string                 // in the address, host name or error text, ignoring case
+	Labels                []string               // label= filters as given, as the API takes them
+	labels                targetsel.LabelMatches // Labels, parsed
+	Sort                  string                 // one of sortColumns
 	Desc                  bool
 	After, Before         *rowKey // a page after or before this row; nil for the first
 	Limit                 int
@@ -122,7 +121,7 @@ func parsePoolQuery(v url.Values) (poolQuery, error) {
 		}
 	}
 	var err error
-	if q.labels, err = ParseLabelMatches(q.Labels); err != nil {
+	if q.labels, err = targetsel.ParseLabelMatches(q.Labels); err != nil {
 		return q, err
 	}
 	if q.Sort == "" {
@@ -406,7 +405,7 @@ func (g *view) listPool(pi int, q *poolQuery) poolListing {
 			continue
 		}
 		if text != "" {
-			buf = appendHostPort(buf[:0], u.Host, u.Port)
+			buf = targetsel.AppendHostPort(buf[:0], u.Host, u.Port)
 			if !containsFold(string(buf), text) && !containsFold(u.Err, text) {
 				continue
 			}
@@ -463,20 +462,6 @@ func (g *view) listPool(pi int, q *poolQuery) poolListing {
 // scheduler.WallTime), so the keys it makes of wall times stay put.
 func wallOffset(clock scheduler.Clock) time.Duration {
 	return scheduler.WallTime(clock, 0).Sub(time.Unix(0, 0))
-}
-
-// appendHostPort appends "host:port" ("[host]:port" for an IPv6 address) to
-// b, or host alone when port is 0: how an unresolved target is named.
-func appendHostPort(b []byte, host string, port uint16) []byte {
-	if port == 0 {
-		return append(b, host...)
-	}
-	if strings.IndexByte(host, ':') >= 0 {
-		b = append(append(append(b, '['), host...), ']')
-	} else {
-		b = append(b, host...)
-	}
-	return strconv.AppendUint(append(b, ':'), uint64(port), 10)
 }
 
 // containsFold reports whether s contains lower, a lower-case string,
@@ -625,17 +610,11 @@ func (g *view) memberView(pi int, mb *member, off time.Duration) memberView {
 func (g *view) unresolvedView(pi, i int) memberView {
 	u := &g.Config().Pools[pi].Unresolved[i]
 	v := memberView{
-		Target: UnresolvedTarget(u), Pool: g.Pools()[pi].Name, State: memberStates[1], Route: scheduler.Excluded.String(),
+		Target: targetsel.Unresolved(u), Pool: g.Pools()[pi].Name, State: memberStates[1], Route: scheduler.Excluded.String(),
 		Outcome: unresolvedOutcome, Error: u.Err, Since: u.Since, Labels: labelViews(u.Labels), Unresolved: true,
 	}
 	v.URL = targetURL(v.Pool, v.Target, "")
 	return v
-}
-
-// UnresolvedTarget names an unresolved target as the API and the pages do:
-// "host:port", or the host alone when it has no port.
-func UnresolvedTarget(u *discovery.Unresolved) string {
-	return string(appendHostPort(nil, u.Host, u.Port))
 }
 
 // targetURL is the address of a target's view, relative to the page root;
@@ -647,39 +626,4 @@ func targetURL(pool, target, host string) string {
 		v.Set("host", host)
 	}
 	return "target?" + v.Encode()
-}
-
-// labelMatch is one label= filter: the label equals (or not) a value; a
-// missing label is the empty value.
-type labelMatch struct {
-	name, value string
-	equal       bool
-}
-
-// LabelMatches are the label= filters of a request, all of which a target
-// must pass: the API's and the pool view's.
-type LabelMatches []labelMatch
-
-// ParseLabelMatches reads label= values, each NAME=VALUE or NAME!=VALUE
-// (see config.ParseLabelMatch).
-func ParseLabelMatches(vs []string) (LabelMatches, error) {
-	var out LabelMatches
-	for _, l := range vs {
-		name, value, equal, err := config.ParseLabelMatch(l)
-		if err != nil {
-			return nil, fmt.Errorf("label=%w", err)
-		}
-		out = append(out, labelMatch{name, value, equal})
-	}
-	return out, nil
-}
-
-// Matches reports whether ls passes every filter.
-func (ms LabelMatches) Matches(ls labels.Labels) bool {
-	for _, m := range ms {
-		if (ls.Get(m.name) == m.value) != m.equal {
-			return false
-		}
-	}
-	return true
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/config/settings"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/server/apiv1/targetsel"
 	"github.com/sondeprobe/sonde/server/ui"
 	"github.com/sondeprobe/sonde/server/web"
 	"github.com/sondeprobe/sonde/server/web/api"
@@ -491,7 +492,7 @@ func (g *view) findTarget(pi int, target, host string) (targetRef, error) {
 	}
 	cp := g.Config().Pools[pi]
 	for i := range cp.Unresolved {
-		if UnresolvedTarget(&cp.Unresolved[i]) == target {
+		if targetsel.Unresolved(&cp.Unresolved[i]) == target {
 			ref.u = i
 			return ref, nil
 		}
@@ -766,7 +767,7 @@ func (h *Handler) handleDiscoveryPage(w http.ResponseWriter, _ *http.Request) {
 			if f, ok := now[unresolvedKey{u.Host, u.Port}]; ok {
 				u.Err, u.Since, u.Next = f.Err, f.Since, f.Next
 			}
-			t := UnresolvedTarget(&u)
+			t := targetsel.Unresolved(&u)
 			v.Unresolved = append(v.Unresolved, unresolvedRow{Target: t, URL: targetURL(ps.Pool, t, ""), Error: u.Err, Since: u.Since, Next: u.Next})
 		}
 		pools = append(pools, v)

@@ -24,6 +24,7 @@ import (
 // and backwards, sorted and filtered, and checks that every member shows
 // once, in order, with the counts the page states.
 func TestPoolListing(t *testing.T) {
+	t.Parallel()
 	f := newFake(t, `
 checks:
   web: {protocol: http, path: /, interval: 1s, timeout: 1s}
@@ -142,6 +143,7 @@ pools:
 // that each shows what the snapshot holds: the status page reads the
 // daemon through Snapshot alone.
 func TestPagesFromSnapshot(t *testing.T) {
+	t.Parallel()
 	f := probedFake(t)
 	target := "target?" + url.Values{"pool": {"api"}, "target": {"198.18.0.1:80"}}.Encode()
 	for _, c := range []struct {
@@ -189,6 +191,7 @@ func TestPagesFromSnapshot(t *testing.T) {
 
 // TestStatusHistoryFromSnapshot answers /api/v1/history from a fake snapshot.
 func TestStatusHistoryFromSnapshot(t *testing.T) {
+	t.Parallel()
 	f := probedFake(t)
 	rec := f.serve("/api/v1/history?pool=api&target=198.18.0.1:80")
 	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/json" {
@@ -215,6 +218,7 @@ func TestStatusHistoryFromSnapshot(t *testing.T) {
 // TestStatusWithoutSnapshot checks that every page answers 503 while no
 // configuration runs.
 func TestStatusWithoutSnapshot(t *testing.T) {
+	t.Parallel()
 	mux := http.NewServeMux()
 	New(func() Snapshot { return nil }, func(w http.ResponseWriter) (http.ResponseWriter, func()) { return w, func() {} }).Routes(mux)
 	for _, path := range []string{"/", "/pool?name=api", "/target?pool=api&target=198.18.0.1:80", "/events", "/discovery", "/api/v1/history?pool=api&target=198.18.0.1:80"} {
@@ -229,6 +233,7 @@ func TestStatusWithoutSnapshot(t *testing.T) {
 // targets without an address, by every column both ways, forwards and
 // backwards, through the cursors' text: every row once, in order.
 func TestPoolPagingUnresolved(t *testing.T) {
+	t.Parallel()
 	f := newFake(t, `
 checks:
   web: {protocol: http, path: /, interval: 1s, timeout: 1s}

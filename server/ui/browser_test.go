@@ -147,13 +147,12 @@ func eval[T any](b *browser, expr string) T {
 // whose value is shown), what the page showed.
 func (b *browser) wait(what, expr, describe string, timeout time.Duration) {
 	b.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !eval[bool](b, "!!("+expr+")") {
-		if time.Now().After(deadline) {
-			b.t.Fatalf("after %s, still waiting for %s; the page shows: %s", timeout, what, eval[string](b, describe))
+	testenv.EventuallyWithin(b.t, what, timeout, func() (string, bool) {
+		if eval[bool](b, "!!("+expr+")") {
+			return "", true
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return "the page shows: " + eval[string](b, describe), false
+	})
 }
 
 // check fails the test for every problem the page logged and every request
@@ -196,33 +195,26 @@ func startSonde(t *testing.T, args ...string) (*testenv.Process, string) {
 	bin := testenv.Sonde(t)
 	p := testenv.Start(t, exec.Command(bin, append([]string{"run", "-listen", "127.0.0.1:0", "-log-level", "info"}, args...)...))
 	re := regexp.MustCompile(`msg=serving listen=(127\.0\.0\.1:\d+)`)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if m := re.FindStringSubmatch(p.Output()); m != nil {
-			return p, "http://" + m[1] + "/"
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sonde did not start serving:\n%s", p.Output())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var m []string
+	testenv.Eventually(t, "sonde to start serving", func() (string, bool) {
+		out := p.Output()
+		m = re.FindStringSubmatch(out)
+		return "output:\n" + out, m != nil
+	})
+	return p, "http://" + m[1] + "/"
 }
 
 // demoBackends reads the demo's backends (name → address) from its banner.
 func demoBackends(t *testing.T, p *testenv.Process) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	deadline := time.Now().Add(10 * time.Second)
 	re := regexp.MustCompile(`(?m)^\s+(healthy|failing|slow|redirecting|flapping|refusing|tcp)\s+(127\.0\.0\.1:\d+)\s`)
-	for len(out) < 7 {
+	testenv.Eventually(t, "the demo banner to list 7 backends", func() (string, bool) {
 		for _, m := range re.FindAllStringSubmatch(p.Output(), -1) {
 			out[m[1]] = m[2]
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("demo banner lists %v:\n%s", out, p.Output())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Sprintf("%v in\n%s", out, p.Output()), len(out) >= 7
+	})
 	return out
 }
 
@@ -265,8 +257,7 @@ func TestStatusPageDemo(t *testing.T) {
 	}
 	for pool, members := range pools {
 		b.open(base + "pool?name=" + pool)
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		testenv.Eventually(t, "the members of pool "+pool+" as the demo makes them", func() (string, bool) {
 			rows := eval[[]memberRow](b, memberRows)
 			var wrong []string
 			seen := map[string]bool{}
@@ -291,14 +282,8 @@ func TestStatusPageDemo(t *testing.T) {
 					wrong = append(wrong, n+" is missing")
 				}
 			}
-			if len(wrong) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("pool %s: %s", pool, strings.Join(wrong, "; "))
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
+			return strings.Join(wrong, "; "), len(wrong) == 0
+		})
 	}
 
 	// The app pool's targets carry zone labels (its static_configs): filter
@@ -432,18 +417,15 @@ func waitFlip(t *testing.T, url string) (time.Time, string) {
 		return resp.StatusCode
 	}
 	first := code()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-		if c := code(); c != first {
-			if c == http.StatusOK {
-				return time.Now(), "healthy"
-			}
-			return time.Now(), "unhealthy"
-		}
+	// Polled every 50 ms: when the change was seen is what it returns.
+	c := testenv.EventuallyEvery(t, fmt.Sprintf("%s, which answered %d, to flap", url, first), 50*time.Millisecond, func() (int, bool) {
+		c := code()
+		return c, c != first
+	})
+	if c == http.StatusOK {
+		return time.Now(), "healthy"
 	}
-	t.Fatalf("%s answered %d for 30 s: it does not flap", url, first)
-	return time.Time{}, ""
+	return time.Now(), "unhealthy"
 }
 
 // detectionWindow returns the shortest window of the demo's pools that

@@ -11,6 +11,7 @@ import (
 // a trailing dot or a port) pass; other names are refused with 403 before
 // the handler runs, and so is a name that only starts with an address.
 func TestHostGuardAlone(t *testing.T) {
+	t.Parallel()
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
 	h := WithHeaders(HostGuard(ok, []string{"Sonde.Test."}))
 	for _, tt := range []struct {
@@ -50,6 +51,7 @@ func TestHostGuardAlone(t *testing.T) {
 // refuses everything; on, it refuses cross-site requests and bodies a
 // browser sends from any site, and lets a plain POST through.
 func TestLifecycleAlone(t *testing.T) {
+	t.Parallel()
 	ran := 0
 	h := func(w http.ResponseWriter, _ *http.Request) { ran++ }
 	for _, tt := range []struct {
@@ -86,6 +88,7 @@ func TestLifecycleAlone(t *testing.T) {
 
 // TestWithPrefixAlone checks the route prefix without a daemon.
 func TestWithPrefixAlone(t *testing.T) {
+	t.Parallel()
 	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(r.URL.Path)) })
 	h := WithPrefix("/sonde", inner)
 	for _, tt := range []struct {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 )
 
 // WriteJSON answers with v as indented JSON.
@@ -50,4 +51,17 @@ func StreamList(w http.ResponseWriter, name string, each func(emit func(v any) e
 	}
 	bw.WriteString("}\n")
 	_ = bw.Flush()
+}
+
+// WantsStream reports whether r asks for Server-Sent Events.
+func WantsStream(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			mt, _, _ := strings.Cut(strings.TrimSpace(part), ";")
+			if strings.EqualFold(strings.TrimSpace(mt), "text/event-stream") {
+				return true
+			}
+		}
+	}
+	return false
 }

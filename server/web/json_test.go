@@ -2,6 +2,7 @@ package web
 
 import (
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 )
@@ -9,6 +10,7 @@ import (
 // TestStreamList checks that a streamed list is one JSON object: the
 // items, in order, then the tail's fields.
 func TestStreamList(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{0, 1, 3} {
 		rec := httptest.NewRecorder()
 		StreamList(rec, "items", func(emit func(any) error) error {
@@ -35,6 +37,29 @@ func TestStreamList(t *testing.T) {
 			if it.I != i {
 				t.Errorf("item %d is %d", i, it.I)
 			}
+		}
+	}
+}
+
+func TestWantsStream(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		accept []string
+		want   bool
+	}{
+		{nil, false},
+		{[]string{"application/json"}, false},
+		{[]string{"text/event-stream"}, true},
+		{[]string{"application/json;q=0.9, TEXT/Event-Stream ; q=0.1"}, true},
+		{[]string{"application/json", "text/event-stream"}, true},
+		{[]string{"text/event-streams"}, false},
+	} {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		for _, a := range c.accept {
+			r.Header.Add("Accept", a)
+		}
+		if got := WantsStream(r); got != c.want {
+			t.Errorf("Accept %q: WantsStream = %v, want %v", c.accept, got, c.want)
 		}
 	}
 }

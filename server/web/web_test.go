@@ -2,21 +2,28 @@ package web
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
 // TestSlotsFreedFromNonReaders: a client that asks for a long answer in a
 // slot (a big /metrics, a list) and never reads it holds the slot for at
 // most the write stall, not until the server's whole-response timeout.
 func TestSlotsFreedFromNonReaders(t *testing.T) {
+	t.Parallel()
 	const stall = 200 * time.Millisecond
 	s := NewSlots("scrape", "scrapes", 1, time.Second, stall)
+	var entered atomic.Bool // the handler ran, in the slot
 	big := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		entered.Store(true)
 		chunk := bytes.Repeat([]byte("# filler\n"), 1<<12)
 		for range 4096 { // 144 MiB: far more than any socket buffers
 			if _, err := w.Write(chunk); err != nil {
@@ -35,16 +42,11 @@ func TestSlotsFreedFromNonReaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The client never reads. The slot is taken, then freed.
-	deadline := time.Now().Add(30 * time.Second)
-	for s.InUse() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	for s.InUse() != 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if s.InUse() != 0 {
-		t.Fatalf("a client that never reads still holds the slot after %v (write stall %v)", 30*time.Second, stall)
-	}
+	testenv.Eventually(t, "the slot taken", func() (bool, bool) { e := entered.Load(); return e, e })
+	testenv.Eventually(t, fmt.Sprintf("the slot of a client that never reads freed (write stall %v)", stall), func() (int64, bool) {
+		n := s.InUse()
+		return n, n == 0
+	})
 }
 
 // TestConnLimiterVictim checks the order in which the connection limit
@@ -56,6 +58,7 @@ func TestSlotsFreedFromNonReaders(t *testing.T) {
 // daemon works through a burst: it is taken only when nothing older or
 // hanging is left.
 func TestConnLimiterVictim(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	type kind int
 	const (
@@ -112,6 +115,7 @@ type namedConn struct {
 }
 
 func TestIsLoopback(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		addr string
 		want bool
@@ -135,6 +139,7 @@ func TestIsLoopback(t *testing.T) {
 }
 
 func TestConnectionCap(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		want   int
 		nofile uint64

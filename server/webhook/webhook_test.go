@@ -60,6 +60,7 @@ func newSender(t *testing.T, r *receiver) (*Sender, *[]time.Duration) {
 }
 
 func TestPostSignsAndRetries(t *testing.T) {
+	t.Parallel()
 	r := &receiver{codes: []int{503, 500, 429, 200}}
 	s, waits := newSender(t, r)
 	body := []byte(`{"seq":1}`)
@@ -88,6 +89,7 @@ func TestPostSignsAndRetries(t *testing.T) {
 }
 
 func TestPostGivesUp(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name     string
 		codes    []int
@@ -115,6 +117,7 @@ func TestPostGivesUp(t *testing.T) {
 }
 
 func TestPostStopsWithContext(t *testing.T) {
+	t.Parallel()
 	r := &receiver{codes: []int{503, 503, 503}}
 	s, _ := newSender(t, r)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -126,6 +129,7 @@ func TestPostStopsWithContext(t *testing.T) {
 }
 
 func TestUnsigned(t *testing.T) {
+	t.Parallel()
 	r := &receiver{}
 	s, _ := newSender(t, r)
 	s.Secret = nil
@@ -138,6 +142,7 @@ func TestUnsigned(t *testing.T) {
 }
 
 func TestReadSecret(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)
@@ -159,6 +164,7 @@ func TestReadSecret(t *testing.T) {
 // TestReadSecretFIFO: a secret file swapped for a FIFO is refused at once;
 // opening it used to wait for a writer, holding the reload that read it.
 func TestReadSecretFIFO(t *testing.T) {
+	t.Parallel()
 	fifo := filepath.Join(t.TempDir(), "secret")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
@@ -186,6 +192,7 @@ func TestReadSecretFIFO(t *testing.T) {
 // TestPostNoRedirect: a redirect is the receiver's answer, a refusal, with
 // any client: the signed body never goes where it points.
 func TestPostNoRedirect(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	followed := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
