@@ -503,18 +503,27 @@ func (pw *passiveWatch) describe() string {
 	return fmt.Sprintf("%d targets watched", len(pw.slots))
 }
 
-// stats returns the observer's counters of target id, false when it is not
-// watched.
-func (pw *passiveWatch) stats(id uint32) (bpf.PassiveStats, bool) {
+// json returns the observer's counters of target id for the API, false
+// when it is not watched.
+func (pw *passiveWatch) json(id uint32) (api.PassiveJSON, bool) {
 	s, ok := pw.view.Load().slotOf[id]
 	if !ok {
-		return bpf.PassiveStats{}, false
+		return api.PassiveJSON{}, false
 	}
 	pw.mu.Lock()
 	defer pw.mu.Unlock()
 	if pw.obs == nil {
-		return bpf.PassiveStats{}, false
+		return api.PassiveJSON{}, false
 	}
 	st, err := pw.obs.Stats(s)
-	return st, err == nil
+	if err != nil {
+		return api.PassiveJSON{}, false
+	}
+	j := api.PassiveJSON{Connected: st.Connected, Refused: st.Refused, TimedOut: st.TimedOut, Unreachable: st.Unreachable,
+		Abandoned: st.Abandoned, Reset: st.Reset, Retransmits: st.Retransmits, FailuresInARow: st.Run}
+	if st.Connected > 0 {
+		h := (st.HandshakeSum / time.Duration(st.Connected)).Seconds()
+		j.HandshakeSeconds = &h
+	}
+	return j, true
 }

@@ -48,21 +48,22 @@ func (s *snapshot) Ranks(pi int) []uint32 {
 	return s.g.rankCache[pi].Ranks(func() []uint32 { return s.g.router.Ranks(pi) })
 }
 
-func (s *snapshot) Config() *config.Config                  { return s.g.cfg }
-func (s *snapshot) Pools() []*scheduler.Pool                { return s.g.pools }
-func (s *snapshot) PoolSummary(pi int) api.PoolJSON         { return apiv1.PoolJSON(s, pi) }
-func (s *snapshot) Route(pi, m int) (scheduler.Route, bool) { return s.g.router.Route(pi, m) }
-func (s *snapshot) PoolsOf(id uint32, fn func(pi int))      { s.g.poolsOf(id, fn) }
-func (s *snapshot) Status(id uint32) scheduler.TargetStatus { return s.g.engine.Status(id) }
-func (s *snapshot) Clock() scheduler.Clock                  { return s.g.engine.Clock() }
-func (s *snapshot) LastError(id uint32) string              { return s.g.lastError(id) }
-func (s *snapshot) CertExpiry(id uint32) int64              { return s.g.certExpiry(id) }
-func (s *snapshot) Loaded() time.Time                       { return s.g.loaded }
-func (s *snapshot) HistoryCapacity() int                    { return s.d.hist.Results() }
-func (s *snapshot) Build() (version, revision string)       { return s.d.opt.Version, s.d.opt.Revision }
-func (s *snapshot) Now() time.Time                          { return s.d.opt.Clock.Now() }
-func (s *snapshot) LastEvent() uint64                       { return s.d.events.Last() }
-func (s *snapshot) Discovery() []discovery.PoolStatus       { return s.d.discoveryStatus() }
+func (s *snapshot) Config() *config.Config                    { return s.g.cfg }
+func (s *snapshot) Pools() []*scheduler.Pool                  { return s.g.pools }
+func (s *snapshot) PoolSummary(pi int) api.PoolJSON           { return apiv1.PoolJSON(s, pi) }
+func (s *snapshot) Route(pi, m int) (scheduler.Route, bool)   { return s.g.router.Route(pi, m) }
+func (s *snapshot) PoolsOf(id uint32, fn func(pi int))        { s.g.poolsOf(id, fn) }
+func (s *snapshot) Status(id uint32) scheduler.TargetStatus   { return s.g.engine.Status(id) }
+func (s *snapshot) Clock() scheduler.Clock                    { return s.g.engine.Clock() }
+func (s *snapshot) LastError(id uint32) string                { return s.g.lastError(id) }
+func (s *snapshot) CertExpiry(id uint32) int64                { return s.g.certExpiry(id) }
+func (s *snapshot) Passive(id uint32) (api.PassiveJSON, bool) { return s.d.passive.json(id) }
+func (s *snapshot) Loaded() time.Time                         { return s.g.loaded }
+func (s *snapshot) HistoryCapacity() int                      { return s.d.hist.Results() }
+func (s *snapshot) Build() (version, revision string)         { return s.d.opt.Version, s.d.opt.Revision }
+func (s *snapshot) Now() time.Time                            { return s.d.opt.Clock.Now() }
+func (s *snapshot) LastEvent() uint64                         { return s.d.events.Last() }
+func (s *snapshot) Discovery() []discovery.PoolStatus         { return s.d.discoveryStatus() }
 func (s *snapshot) Events(n int, keep func(*api.Event) bool) []api.Event {
 	return s.d.events.Newest(n, keep)
 }

@@ -53,6 +53,7 @@ func (f *fake) Status(id uint32) scheduler.TargetStatus { return f.status[id] }
 func (f *fake) Clock() scheduler.Clock                  { return fakeClock{time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)} }
 func (f *fake) LastError(id uint32) string              { return f.errs[id] }
 func (f *fake) CertExpiry(uint32) int64                 { return 0 }
+func (f *fake) Passive(uint32) (api.PassiveJSON, bool)  { return api.PassiveJSON{}, false }
 
 func (f *fake) Summary(pi int) scheduler.PoolSummary {
 	s := scheduler.PoolSummary{Members: len(f.pools[pi].Members)}

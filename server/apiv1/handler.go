@@ -12,6 +12,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/server/web/api"
 )
 
 // Snapshot is what the list endpoints read of the daemon while they answer
@@ -45,6 +46,9 @@ type Snapshot interface {
 	// CertExpiry returns the Unix time at which the earliest certificate
 	// target id last presented expires; 0 when none was seen.
 	CertExpiry(id uint32) int64
+	// Passive returns what this host's connections to target id did, false
+	// when they are not watched.
+	Passive(id uint32) (api.PassiveJSON, bool)
 }
 
 // Handler serves the API's endpoints from the daemon's snapshots and

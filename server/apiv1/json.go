@@ -90,6 +90,9 @@ func targetJSON(g Snapshot, pi, pos int, m scheduler.MemberRoute, state string, 
 		t := time.Unix(exp, 0).UTC()
 		j.CertExpiry = &t
 	}
+	if p, ok := g.Passive(m.ID); ok {
+		j.Passive = &p
+	}
 	if st.Latency > 0 {
 		l, s := st.Latency.Seconds(), st.Smoothed.Seconds()
 		j.LatencySeconds, j.SmoothedLatencySeconds = &l, &s

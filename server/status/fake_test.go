@@ -33,6 +33,7 @@ type fake struct {
 	status    map[uint32]scheduler.TargetStatus
 	errs      map[uint32]string
 	certs     map[uint32]int64
+	passive   map[uint32]api.PassiveJSON
 	events    []api.Event // newest first
 	discovery []discovery.PoolStatus
 	history   map[uint32][]api.HistoryResult
@@ -53,7 +54,7 @@ func newFake(t testing.TB, yml string) *fake {
 		t.Fatal(err)
 	}
 	f := &fake{cfg: cfg, routes: map[[2]int]scheduler.Route{}, status: map[uint32]scheduler.TargetStatus{},
-		errs: map[uint32]string{}, certs: map[uint32]int64{}, history: map[uint32][]api.HistoryResult{},
+		errs: map[uint32]string{}, certs: map[uint32]int64{}, passive: map[uint32]api.PassiveJSON{}, history: map[uint32][]api.HistoryResult{},
 		clock: fakeClock{time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}}
 	f.indexPools()
 	return f
@@ -135,13 +136,17 @@ func (f *fake) Status(id uint32) scheduler.TargetStatus { return f.status[id] }
 func (f *fake) Clock() scheduler.Clock                  { return f.clock }
 func (f *fake) LastError(id uint32) string              { return f.errs[id] }
 func (f *fake) CertExpiry(id uint32) int64              { return f.certs[id] }
-func (f *fake) Loaded() time.Time                       { return f.clock.now.Add(-time.Hour) }
-func (f *fake) HistoryCapacity() int                    { return 100 }
-func (f *fake) Build() (string, string)                 { return "v9.9.9-test", "abc123" }
-func (f *fake) TCPPath() string                         { return "connect" }
-func (f *fake) Now() time.Time                          { return f.clock.now }
-func (f *fake) Discovery() []discovery.PoolStatus       { return f.discovery }
-func (f *fake) StateAlert() string                      { return f.alert }
+func (f *fake) Passive(id uint32) (api.PassiveJSON, bool) {
+	p, ok := f.passive[id]
+	return p, ok
+}
+func (f *fake) Loaded() time.Time                 { return f.clock.now.Add(-time.Hour) }
+func (f *fake) HistoryCapacity() int              { return 100 }
+func (f *fake) Build() (string, string)           { return "v9.9.9-test", "abc123" }
+func (f *fake) TCPPath() string                   { return "connect" }
+func (f *fake) Now() time.Time                    { return f.clock.now }
+func (f *fake) Discovery() []discovery.PoolStatus { return f.discovery }
+func (f *fake) StateAlert() string                { return f.alert }
 
 func (f *fake) History(id uint32) ([]api.HistoryResult, bool) {
 	f.viewed = append(f.viewed, id)

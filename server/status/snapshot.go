@@ -38,6 +38,9 @@ type Snapshot interface {
 	// CertExpiry returns the Unix time at which the earliest certificate
 	// target id last presented expires; 0 when none was seen.
 	CertExpiry(id uint32) int64
+	// Passive returns what this host's connections to target id did, false
+	// when they are not watched.
+	Passive(id uint32) (api.PassiveJSON, bool)
 	// Loaded is when the configuration was loaded.
 	Loaded() time.Time
 	// History returns target id's kept results, oldest first, and whether

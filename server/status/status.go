@@ -604,6 +604,10 @@ func (h *Handler) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 	if exp := g.CertExpiry(id); exp != 0 {
 		certExpiry = time.Unix(exp, 0).UTC()
 	}
+	var passive *api.PassiveJSON
+	if p, ok := g.Passive(id); ok {
+		passive = &p
+	}
 	events := g.recentEvents(targetEvents, func(e *api.Event) bool {
 		return e.Target == view.Target && slices.Contains(e.Pools, p.Name)
 	})
@@ -617,6 +621,7 @@ func (h *Handler) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 		Settings    []setting
 		W1, W2      float64
 		CertExpiry  time.Time
+		Passive     *api.PassiveJSON
 		Results     []api.HistoryResult
 		Recorded    bool
 		Capacity    int
@@ -626,7 +631,7 @@ func (h *Handler) handleTargetPage(w http.ResponseWriter, r *http.Request) {
 	}{
 		pageBase: base, M: view, PoolURL: "pool?" + url.Values{"name": {p.Name}}.Encode(), Pools: pools,
 		Settings: checkSettings(c), W1: c.FailureWindow().Seconds(), W2: c.SuccessWindow(rtt).Seconds(),
-		CertExpiry: certExpiry, Results: results, Recorded: recorded, Capacity: g.HistoryCapacity(), Events: events,
+		CertExpiry: certExpiry, Passive: passive, Results: results, Recorded: recorded, Capacity: g.HistoryCapacity(), Events: events,
 		IntervalSec: c.Interval.Seconds(),
 		HistoryURL:  "api/v1/history?" + strings.TrimPrefix(view.URL, "target?"),
 	})

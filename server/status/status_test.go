@@ -126,6 +126,8 @@ pools:
 	f.routes[[2]int{0, 0}] = scheduler.Removed
 	f.errs[bad] = "<b>refused</b>"
 	f.certs[bad] = time.Date(2027, 1, 2, 0, 0, 0, 0, time.UTC).Unix()
+	hs := 0.0012
+	f.passive[bad] = api.PassiveJSON{Connected: 40, Refused: 7, Abandoned: 2, HandshakeSeconds: &hs, FailuresInARow: 7}
 	f.history[bad] = []api.HistoryResult{
 		{Time: f.clock.now.Add(-2 * time.Second), Outcome: "success", State: "healthy"},
 		{Time: f.clock.now.Add(-time.Second), Outcome: "refused", State: "unhealthy"},
@@ -152,7 +154,8 @@ func TestPagesFromSnapshot(t *testing.T) {
 	}{
 		{"/", []string{"v9.9.9-test", "State file not saved.", `href="pool?name=api"`, "1 healthy, routed", "1 unhealthy, removed", "198.18.9.9:80"}},
 		{"/pool?name=api&sort=state", []string{`data-target-row="198.18.0.1:80"`, `data-target-row="198.18.0.2:80"`, "&lt;b&gt;refused&lt;/b&gt;", "removed"}},
-		{"/" + target, []string{"198.18.0.1:80", "&lt;b&gt;refused&lt;/b&gt;", "2027-01-02", "unhealthy", "removed", "every 2s"}},
+		{"/" + target, []string{"198.18.0.1:80", "&lt;b&gt;refused&lt;/b&gt;", "2027-01-02", "unhealthy", "removed", "every 2s",
+			"this host's connections", "40 connected (handshake 1.2 ms), 7 refused", "7 failed in a row"}},
 		{"/events", []string{"198.18.9.9:80", "198.18.0.1:80"}},
 		{"/discovery", []string{"Discovery"}},
 	} {

@@ -116,6 +116,25 @@ type TargetJSON struct {
 	// state is unknown, last_error says why, and its id (≥ 2^31) is only a
 	// place in the listing.
 	Unresolved bool `json:"unresolved,omitempty"`
+	// Passive is what this host's connections to the target did, while
+	// its check watches them (passive evidence); absent otherwise.
+	Passive *PassiveJSON `json:"passive,omitempty"`
+}
+
+// PassiveJSON is what the connections other processes on this host opened
+// to a target did, while its check watches them (passive evidence).
+type PassiveJSON struct {
+	Connected   uint64 `json:"connected"`
+	Refused     uint64 `json:"refused"`
+	TimedOut    uint64 `json:"timed_out"`
+	Unreachable uint64 `json:"unreachable"`
+	Abandoned   uint64 `json:"abandoned"` // closed by the client while connecting: no evidence
+	Reset       uint64 `json:"reset"`     // reset after the handshake: not a failure
+	Retransmits uint64 `json:"retransmits"`
+	// HandshakeSeconds is the mean handshake time of the connected ones.
+	HandshakeSeconds *float64 `json:"handshake_seconds"`
+	// FailuresInARow is the current run of failed connections.
+	FailuresInARow uint32 `json:"failures_in_a_row"`
 }
 
 // EventsPage is the answer of a poll of /api/v1/events.
