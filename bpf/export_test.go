@@ -136,3 +136,10 @@ func (l *PassiveLookup) Lookup(family uint16, ap netip.AddrPort) (slot uint32, t
 
 // Close unloads the program.
 func (l *PassiveLookup) Close() error { return l.prog.Close() }
+
+// PassiveHome4 returns the hash of IPv4 target ap in a table seeded with
+// seed; its home cell is 1 + (hash & mask).
+func PassiveHome4(seed uint64, ap netip.AddrPort) uint64 { return layout4.home(seed, key4Of(ap)) }
+
+// PassiveProbes is the most cells a lookup reads.
+const PassiveProbes = watchProbes
