@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
@@ -876,5 +877,64 @@ func TestPassiveWatchMemory(t *testing.T) {
 		float64(mem["stats"])/mib, float64(mem["socks"])/mib, float64(mem["events"])/mib, float64(total)/mib, first, again)
 	if mem["watch4"] > 64<<20 {
 		t.Errorf("watch4 holds %d bytes for %d targets, want at most 64 MiB", mem["watch4"], targets)
+	}
+}
+
+// BenchmarkPassiveConnect connects to a watched loopback listener while a
+// million other IPv4 targets are watched, and reports the kernel's time in
+// the state-change program per run (BPF run-time statistics).
+func BenchmarkPassiveConnect(b *testing.B) {
+	testenv.RequirePrivileged(b, "CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN for run-time statistics")
+	p, err := bpf.OpenPassive(bpf.PassiveOptions{MaxTargets: 1 << 21, IncludeSelf: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	target := ln.Addr().(*net.TCPAddr).AddrPort()
+	entries := []bpf.WatchEntry{{Addr: target, Slot: 0, Threshold: 3}}
+	for i := 1; i <= 1_000_000; i++ {
+		a := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		entries = append(entries, bpf.WatchEntry{Addr: netip.AddrPortFrom(a, 443), Slot: uint32(i), Threshold: 3})
+	}
+	if err := p.Watch(entries); err != nil {
+		b.Fatal(err)
+	}
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stats.Close()
+	runs0, t0, err := bpf.PassiveStateRuns(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		c, err := net.Dial("tcp", target.String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+	}
+	runs, t, err := bpf.PassiveStateRuns(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if runs > runs0 {
+		b.ReportMetric(float64(t-t0)/float64(runs-runs0), "ns/run")
+		b.ReportMetric(float64(t-t0)/float64(b.N), "bpf-ns/connect")
 	}
 }
