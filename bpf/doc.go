@@ -26,11 +26,15 @@
 // tracepoint records and sk_err are read through CO-RE), 5.12 (atomic
 // fetch-and-add and exchange on map values), tracefs, and CAP_BPF with
 // CAP_PERFMON (or CAP_SYS_ADMIN); [PassiveAvailable] says which is missing.
-// Its memory: for each of watch4 and watch6, 16 B per MaxTargets rounded up
-// to a power of two (the buckets, allocated at load) and 72 B per watched
-// target (the kernel's hash element with key and value); 72 B per
-// [PassiveOptions.MaxTargets] for the stats array. A million IPv4 targets
-// take 85 MiB in watch4, 16 MiB in the empty watch6 and 69 MiB of stats.
+// Its memory: the watched targets are an open-addressing hash table per
+// address family (an array map, built whole by [Passive.Watch] and swapped
+// in), with a power of two of at least twice the family's targets as cells,
+// 16 B per cell for IPv4 and 24 B for IPv6, and none for a family without
+// targets; 72 B per [PassiveOptions.MaxTargets] for the stats array. A
+// million IPv4 targets take 32 MiB of table (64 MiB for a moment while
+// Watch replaces it) and 69 MiB of stats. A lookup reads at most 32 cells;
+// Watch places every target within them (at a load factor of 1/2, the
+// furthest lies about 10 cells from its home).
 //
 // Regenerate the bindings with `go generate ./bpf` (clang, libbpf-dev and
 // linux-libc-dev).

@@ -86,25 +86,43 @@ enum outcome {
 	OUT_RESET = 6        // reset by the peer after establishment
 };
 
-// watch_key4 and watch_key6 are the keys of the watch maps: the peer's
-// address and port in network order, as on the wire.
-struct watch_key4 {
-	__be32 addr;
-	__be16 port;
-	__u16 pad; // zero
+// The watched targets are two open-addressing hash tables with linear
+// probing, one per family, each an array map (cell4 or cell6 cells) that
+// user space builds whole and publishes through watch4 or watch6, an array
+// of maps with one entry: a published table is never written again, so the
+// program never sees one half-written, and the kernel frees a replaced one
+// after the programs that use it are done. Cell 0 is the table's header;
+// cells 1 to mask+1 hold the targets, a target at most WATCH_PROBES cells
+// after its home cell 1 + (hash & mask) (user space picks another seed, or
+// a bigger table, until they all are). A lookup stops at the target, at an
+// empty cell, or after WATCH_PROBES cells. The hash is MurmurHash3's
+// 64-bit finalizer over the key words, seeded per table; the Go side
+// (watchtable.go) computes the same.
+#define WATCH_PROBES 32
+
+// cell4 is an IPv4 target. In the header (cell 0), key is the seed and
+// slot the mask (cells - 1).
+struct cell4 {
+	__u64 key;       // address << 16 | port, both in network order read natively; 0: empty
+	__u32 slot;      // index into stats
+	__u16 threshold; // failures that make a trigger: every failure up to it is sent
+	__u16 flags;     // reserved, zero
 };
 
-struct watch_key6 {
-	__u8 addr[16];
-	__be16 port;
-	__u16 pad; // zero
+// cell6 is an IPv6 target. In the header (cell 0), hi is the seed and slot
+// the mask (cells - 1).
+struct cell6 {
+	__u64 hi;        // address bytes 0 to 7, read natively
+	__u64 lo;        // address bytes 8 to 15, read natively
+	__u16 port;      // network order read natively; 0: empty
+	__u16 threshold; // as in cell4
+	__u32 slot;      // index into stats
 };
 
 // watch_val says where a watched target's evidence goes.
 struct watch_val {
 	__u32 slot;      // index into stats
 	__u16 threshold; // failures that make a trigger: every failure up to it is sent
-	__u16 flags;     // reserved, zero
 };
 
 // stats are a target's counters, indexed by slot. The counters only grow;
@@ -143,28 +161,48 @@ struct event {
 	__u8 pad[3];
 };
 
-// Force the event type into BTF so that bpf2go emits its Go twin.
+// Force the event and cell types into BTF so that bpf2go emits their Go
+// twins (and the cells' sizes are known where the tables' templates name
+// them).
 const struct event *unused_passive_event __attribute__((unused));
+const struct cell4 *unused_passive_cell4 __attribute__((unused));
+const struct cell6 *unused_passive_cell6 __attribute__((unused));
 
 // Rate bound past the threshold: one record per RL_UNITS units of
 // 2^RL_SHIFT ns (24 × 1.05 ms ≈ 25 ms, at most 4 per 100 ms).
 #define RL_SHIFT 20
 #define RL_UNITS 24
 
+// watch4 and watch6 hold the published table of each family at index 0;
+// none while the family has no target.
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 1024); // set by user space before load
-	__type(key, struct watch_key4);
-	__type(value, struct watch_val);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	// The template: each table is created with its own size
+	// (BPF_F_INNER_MAP) and filled through mmap (BPF_F_MMAPABLE).
+	__array(values, struct {
+		__uint(type, BPF_MAP_TYPE_ARRAY);
+		__uint(map_flags, BPF_F_MMAPABLE | BPF_F_INNER_MAP);
+		__uint(max_entries, 1);
+		__type(key, __u32);
+		__type(value, struct cell4);
+	});
 } watch4 SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 1024); // set by user space before load
-	__type(key, struct watch_key6);
-	__type(value, struct watch_val);
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	// The template: each table is created with its own size
+	// (BPF_F_INNER_MAP) and filled through mmap (BPF_F_MMAPABLE).
+	__array(values, struct {
+		__uint(type, BPF_MAP_TYPE_ARRAY);
+		__uint(map_flags, BPF_F_MMAPABLE | BPF_F_INNER_MAP);
+		__uint(max_entries, 1);
+		__type(key, __u32);
+		__type(value, struct cell6);
+	});
 } watch6 SEC(".maps");
 
 struct {
@@ -240,26 +278,93 @@ struct peer {
 	__u8 addr6[16]; // AF_INET6
 };
 
-// lookup returns the watch entry of p, or NULL. An IPv4-mapped IPv6 peer
-// (an AF_INET6 socket connecting to IPv4) is looked up in watch4.
-static __always_inline struct watch_val *lookup(const struct peer *p)
+// mix is MurmurHash3's 64-bit finalizer.
+static __always_inline __u64 mix(__u64 x)
 {
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return x;
+}
+
+// lookup4 finds the IPv4 target key (as in cell4) and copies its entry to w.
+static __always_inline int lookup4(__u64 key, struct watch_val *w)
+{
+	__u32 idx = 0;
+	void *tab = bpf_map_lookup_elem(&watch4, &idx);
+	if (!tab)
+		return 0;
+	struct cell4 *c = bpf_map_lookup_elem(tab, &idx);
+	if (!c)
+		return 0;
+	__u32 mask = c->slot;
+	__u64 pos = mix(key ^ c->key);
+	for (__u32 i = 0; i < WATCH_PROBES; i++) {
+		idx = 1 + ((__u32)(pos + i) & mask);
+		c = bpf_map_lookup_elem(tab, &idx);
+		if (!c || !c->key)
+			return 0;
+		if (c->key == key) {
+			w->slot = c->slot;
+			w->threshold = c->threshold;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+// lookup6 finds the IPv6 target (hi, lo, port as in cell6) and copies its
+// entry to w.
+static __always_inline int lookup6(__u64 hi, __u64 lo, __u16 port, struct watch_val *w)
+{
+	__u32 idx = 0;
+	void *tab = bpf_map_lookup_elem(&watch6, &idx);
+	if (!tab)
+		return 0;
+	struct cell6 *c = bpf_map_lookup_elem(tab, &idx);
+	if (!c)
+		return 0;
+	__u32 mask = c->slot;
+	__u64 pos = mix(mix(mix(hi ^ c->hi) ^ lo) ^ port);
+	for (__u32 i = 0; i < WATCH_PROBES; i++) {
+		idx = 1 + ((__u32)(pos + i) & mask);
+		c = bpf_map_lookup_elem(tab, &idx);
+		if (!c || !c->port)
+			return 0;
+		if (c->hi == hi && c->lo == lo && c->port == port) {
+			w->slot = c->slot;
+			w->threshold = c->threshold;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+// lookup finds the watch entry of p and copies it to w; it reports whether
+// p is watched. An IPv4-mapped IPv6 peer (an AF_INET6 socket connecting to
+// IPv4) is looked up among the IPv4 targets.
+static __always_inline int lookup(const struct peer *p, struct watch_val *w)
+{
+	__u16 port = bpf_htons(p->port);
+	__u32 a4;
+
 	if (p->family == AF_INET) {
-		struct watch_key4 k = {.port = bpf_htons(p->port)};
-		__builtin_memcpy(&k.addr, p->addr4, 4);
-		return bpf_map_lookup_elem(&watch4, &k);
+		__builtin_memcpy(&a4, p->addr4, 4);
+		return lookup4((__u64)a4 << 16 | port, w);
 	}
 	if (p->family != AF_INET6)
-		return NULL;
+		return 0;
 	const __u8 *a = p->addr6;
 	if (!(a[0] | a[1] | a[2] | a[3] | a[4] | a[5] | a[6] | a[7] | a[8] | a[9]) && a[10] == 0xff && a[11] == 0xff) {
-		struct watch_key4 k = {.port = bpf_htons(p->port)};
-		__builtin_memcpy(&k.addr, a + 12, 4);
-		return bpf_map_lookup_elem(&watch4, &k);
+		__builtin_memcpy(&a4, a + 12, 4);
+		return lookup4((__u64)a4 << 16 | port, w);
 	}
-	struct watch_key6 k = {.port = bpf_htons(p->port)};
-	__builtin_memcpy(k.addr, a, 16);
-	return bpf_map_lookup_elem(&watch6, &k);
+	__u64 hi, lo;
+	__builtin_memcpy(&hi, a, 8);
+	__builtin_memcpy(&lo, a + 8, 8);
+	return lookup6(hi, lo, port, w);
 }
 
 // is_self reports whether the current task belongs to sonde's own process.
@@ -386,10 +491,12 @@ int passive_state(struct trace_event_raw_inet_sock_set_state *ctx)
 	p.port = ctx->dport;
 	bpf_core_read(p.addr4, sizeof(p.addr4), &ctx->daddr);
 	bpf_core_read(p.addr6, sizeof(p.addr6), &ctx->daddr_v6);
-	struct watch_val *w = lookup(&p);
+	struct watch_val wv = {};
+	int watched = lookup(&p, &wv);
+	const struct watch_val *w = &wv;
 
 	if (newstate == TCP_SYN_SENT) {
-		if (!w || is_self())
+		if (!watched || is_self())
 			return 0;
 		struct sock_state ns = {.start = bpf_ktime_get_ns(), .slot = w->slot};
 		bpf_map_update_elem(&socks, &key, &ns, BPF_ANY);
@@ -398,7 +505,7 @@ int passive_state(struct trace_event_raw_inet_sock_set_state *ctx)
 	if (!s) // the verifier does not follow the lookup above
 		return 0;
 	// The target left the watch map, or its slot went to another one.
-	if (!w || w->slot != s->slot) {
+	if (!watched || w->slot != s->slot) {
 		bpf_map_delete_elem(&socks, &key);
 		return 0;
 	}
@@ -421,10 +528,10 @@ static __always_inline void retransmitted(__u64 key, const struct peer *p)
 	struct sock_state *s = bpf_map_lookup_elem(&socks, &key);
 	if (!s)
 		return;
-	struct watch_val *w = lookup(p);
-	if (!w || w->slot != s->slot)
+	struct watch_val w = {};
+	if (!lookup(p, &w) || w.slot != s->slot)
 		return;
-	__u32 slot = w->slot;
+	__u32 slot = w.slot;
 	struct stats *st = bpf_map_lookup_elem(&stats, &slot);
 	if (!st)
 		return;
@@ -456,4 +563,21 @@ int passive_retransmit(void *ctx)
 	}
 	retransmitted(key, &p);
 	return 0;
+}
+
+// passive_lookup runs lookup for tests (BPF_PROG_TEST_RUN; user space never
+// attaches it): the packet, past its Ethernet header, is a struct peer; the
+// result is 0 when the peer is not watched, threshold << 24 | slot when it
+// is (thresholds are 1 to 255, slots below 2^24).
+SEC("socket")
+int passive_lookup(struct __sk_buff *skb)
+{
+	struct peer p = {};
+	struct watch_val w = {};
+
+	if (bpf_skb_load_bytes(skb, 0, &p, sizeof(p)))
+		return 0;
+	if (!lookup(&p, &w))
+		return 0;
+	return (__u32)w.threshold << 24 | (w.slot & 0xffffff);
 }

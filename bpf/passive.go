@@ -7,6 +7,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"sync"
@@ -199,7 +201,7 @@ func (o *PassiveOptions) setDefaults() error {
 // [Passive.Read] runs in one goroutine at a time.
 type Passive struct {
 	opt    PassiveOptions
-	objs   passiveObjects
+	objs   passiveObjs
 	links  []link.Link
 	reader *ringbuf.Reader
 
@@ -208,13 +210,31 @@ type Passive struct {
 	life   sync.RWMutex
 	closed bool
 
-	// watchMu serializes Watch; cur4 and cur6 are the watched set as it
-	// stands in the kernel maps.
-	watchMu sync.Mutex
-	cur4    map[uint64]passiveWatchVal // by packKey4
-	cur6    map[passiveWatchKey6]passiveWatchVal
+	// watchMu serializes Watch and guards what follows: cur4 and cur6
+	// are the watched set as the published tables hold it, tab4 and tab6
+	// the tables (nil while a family has none), tmpl4 and tmpl6 their
+	// templates, seed the source of their seeds.
+	watchMu      sync.Mutex
+	cur4         map[uint64]watchVal // by key4Of
+	cur6         map[watchKey6]watchVal
+	tab4, tab6   *ebpf.Map
+	tmpl4, tmpl6 *ebpf.MapSpec
+	seed         func() uint64
 
 	reading atomic.Bool
+}
+
+// passiveObjs are the objects OpenPassive loads: all of passive.c but the
+// test program passive_lookup.
+type passiveObjs struct {
+	passiveMaps
+	passiveVariables
+	PassiveState      *ebpf.Program `ebpf:"passive_state"`
+	PassiveRetransmit *ebpf.Program `ebpf:"passive_retransmit"`
+}
+
+func (o *passiveObjs) Close() error {
+	return errors.Join(o.PassiveRetransmit.Close(), o.PassiveState.Close(), o.passiveMaps.Close())
 }
 
 // ErrPassiveReading is returned by [Passive.Read] while another Read runs.
@@ -248,8 +268,6 @@ func OpenPassive(opt PassiveOptions) (_ *Passive, err error) {
 	if err != nil {
 		return nil, err
 	}
-	spec.Maps[passiveMapWatch4].MaxEntries = uint32(opt.MaxTargets)
-	spec.Maps[passiveMapWatch6].MaxEntries = uint32(opt.MaxTargets)
 	spec.Maps[passiveMapStats].MaxEntries = uint32(opt.MaxTargets)
 	spec.Maps[passiveMapSocks].MaxEntries = uint32(opt.MaxSockets)
 	spec.Maps[passiveMapEvents].MaxEntries = uint32(opt.RingBytes)
@@ -257,9 +275,12 @@ func OpenPassive(opt PassiveOptions) (_ *Passive, err error) {
 		return nil, err
 	}
 	p := &Passive{
-		opt:  opt,
-		cur4: map[uint64]passiveWatchVal{},
-		cur6: map[passiveWatchKey6]passiveWatchVal{},
+		opt:   opt,
+		cur4:  map[uint64]watchVal{},
+		cur6:  map[watchKey6]watchVal{},
+		tmpl4: spec.Maps[passiveMapWatch4].InnerMap,
+		tmpl6: spec.Maps[passiveMapWatch6].InnerMap,
+		seed:  rand.Uint64,
 	}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		if memlockErr != nil {
@@ -330,7 +351,8 @@ const passiveBatch = 1 << 14
 // target kept at the same address and slot keeps its counters; a slot that
 // gets a new target starts from zero. Connections in flight to a removed
 // target, or to one whose slot changed, stop counting. The set is checked
-// before anything changes; an error names the entry. Should the kernel
+// before anything changes; an error names the entry. Each family's targets
+// change at once (a new table replaces the old one); should the kernel
 // refuse a change midway, the watched set is the old one with part of the
 // changes applied, and a later Watch completes it.
 func (p *Passive) Watch(entries []WatchEntry) error {
@@ -346,75 +368,180 @@ func (p *Passive) Watch(entries []WatchEntry) error {
 	if err != nil {
 		return err
 	}
-	var del4 []passiveWatchKey4
-	var del6 []passiveWatchKey6
-	for k := range p.cur4 {
-		if _, ok := next4[k]; !ok {
-			del4 = append(del4, unpackKey4(k))
+	fresh := appendFresh(appendFresh(nil, p.cur4, next4), p.cur6, next6)
+	if len(fresh) > 0 {
+		// A slot that gets a new target may still be the slot of an old
+		// one in the published tables: take those targets out before the
+		// counters are zeroed, so that nothing of theirs is counted for the
+		// new one.
+		isFresh := make([]bool, p.opt.MaxTargets)
+		for _, s := range fresh {
+			isFresh[s] = true
+		}
+		if err := p.publish4(without(p.cur4, isFresh)); err != nil {
+			return err
+		}
+		if err := p.publish6(without(p.cur6, isFresh)); err != nil {
+			return err
+		}
+		if err := p.zeroStats(fresh); err != nil {
+			return err
 		}
 	}
-	for k := range p.cur6 {
-		if _, ok := next6[k]; !ok {
-			del6 = append(del6, k)
-		}
-	}
-	var put4 []passiveWatchKey4
-	var put6k []passiveWatchKey6
-	var put4v, put6v []passiveWatchVal
-	var fresh []uint32 // slots that get a new target
-	for k, v := range next4 {
-		old, ok := p.cur4[k]
-		if ok && old == v {
-			continue
-		}
-		if !ok || old.Slot != v.Slot {
-			fresh = append(fresh, v.Slot)
-		}
-		put4, put4v = append(put4, unpackKey4(k)), append(put4v, v)
-	}
-	for k, v := range next6 {
-		old, ok := p.cur6[k]
-		if ok && old == v {
-			continue
-		}
-		if !ok || old.Slot != v.Slot {
-			fresh = append(fresh, v.Slot)
-		}
-		put6k, put6v = append(put6k, k), append(put6v, v)
-	}
-
-	// Removals first: they free the slots that new targets take.
-	if err := batchDelete(p.objs.Watch4, del4, func(i int) { delete(p.cur4, packKey4(del4[i])) }); err != nil {
-		return fmt.Errorf("unwatch %s: %w", key4AddrPort(del4[firstFailed(err)]), unwrapBatch(err))
-	}
-	if err := batchDelete(p.objs.Watch6, del6, func(i int) { delete(p.cur6, del6[i]) }); err != nil {
-		return fmt.Errorf("unwatch %s: %w", key6AddrPort(del6[firstFailed(err)]), unwrapBatch(err))
-	}
-	if err := p.zeroStats(fresh); err != nil {
+	if err := p.publish4(next4); err != nil {
 		return err
 	}
-	if err := batchUpdate(p.objs.Watch4, put4, put4v, func(i int) { p.cur4[packKey4(put4[i])] = put4v[i] }); err != nil {
-		i := firstFailed(err)
-		return fmt.Errorf("watch %s (slot %d): %w", key4AddrPort(put4[i]), put4v[i].Slot, unwrapBatch(err))
+	return p.publish6(next6)
+}
+
+// appendFresh appends to fresh the slots of next that get a new target:
+// targets not in cur, or in cur with another slot.
+func appendFresh[K comparable](fresh []uint32, cur, next map[K]watchVal) []uint32 {
+	for k, v := range next {
+		if old, ok := cur[k]; !ok || old.Slot != v.Slot {
+			fresh = append(fresh, v.Slot)
+		}
 	}
-	if err := batchUpdate(p.objs.Watch6, put6k, put6v, func(i int) { p.cur6[put6k[i]] = put6v[i] }); err != nil {
-		i := firstFailed(err)
-		return fmt.Errorf("watch %s (slot %d): %w", key6AddrPort(put6k[i]), put6v[i].Slot, unwrapBatch(err))
+	return fresh
+}
+
+// without returns cur without the targets whose slot is marked in drop, or
+// cur itself when it has none.
+func without[K comparable](cur map[K]watchVal, drop []bool) map[K]watchVal {
+	n := 0
+	for _, v := range cur {
+		if drop[v.Slot] {
+			n++
+		}
 	}
+	if n == 0 {
+		return cur
+	}
+	out := make(map[K]watchVal, len(cur)-n)
+	for k, v := range cur {
+		if !drop[v.Slot] {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// publish4 and publish6 make next the family's watched set, when it is
+// not already.
+func (p *Passive) publish4(next map[uint64]watchVal) error {
+	if maps.Equal(p.cur4, next) {
+		return nil
+	}
+	if err := publish(p, p.objs.Watch4, p.tmpl4, layout4, &p.tab4, next); err != nil {
+		return fmt.Errorf("publish IPv4 watch table of %d targets: %w", len(next), err)
+	}
+	p.cur4 = next
 	return nil
 }
 
-// checkWatch validates entries and returns them as the kernel maps' keys
-// and values.
-func (p *Passive) checkWatch(entries []WatchEntry) (map[uint64]passiveWatchVal, map[passiveWatchKey6]passiveWatchVal, error) {
+func (p *Passive) publish6(next map[watchKey6]watchVal) error {
+	if maps.Equal(p.cur6, next) {
+		return nil
+	}
+	if err := publish(p, p.objs.Watch6, p.tmpl6, layout6, &p.tab6, next); err != nil {
+		return fmt.Errorf("publish IPv6 watch table of %d targets: %w", len(next), err)
+	}
+	p.cur6 = next
+	return nil
+}
+
+// tableSeeds is how many seeds a table size is tried with before a bigger
+// one: with at most half the cells used, a seed that leaves a target more
+// than watchProbes cells from its home is rare.
+const tableSeeds = 4
+
+// publish builds the table of entries and puts it into outer in place of
+// *tab, which it then closes; with no entries, outer is emptied. The table
+// is created from tmpl, filled through mmap, unmapped and frozen before it
+// is published: the program never sees it change.
+func publish[K comparable](p *Passive, outer *ebpf.Map, tmpl *ebpf.MapSpec, l *tableLayout[K], tab **ebpf.Map, entries map[K]watchVal) error {
+	if len(entries) == 0 {
+		if err := outer.Delete(uint32(0)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("remove table: %w", err)
+		}
+		err := (*tab).Close()
+		*tab = nil
+		return err
+	}
+	for cells := tableCells(len(entries)); cells <= maxTableCells; cells *= 2 {
+		m, ok, err := buildTable(tmpl, l, cells, entries, p.seed)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if err := outer.Put(uint32(0), m); err != nil {
+			return errors.Join(fmt.Errorf("publish table: %w", err), m.Close())
+		}
+		old := *tab
+		*tab = m
+		return old.Close()
+	}
+	return fmt.Errorf("no table of up to %d cells holds every target within %d cells of its home", maxTableCells, watchProbes)
+}
+
+// buildTable creates a table of cells cells from tmpl and fills it with
+// entries; ok is false (and no table returned) when no seed tried places
+// every target within watchProbes cells of its home.
+func buildTable[K comparable](tmpl *ebpf.MapSpec, l *tableLayout[K], cells int, entries map[K]watchVal, seed func() uint64) (_ *ebpf.Map, ok bool, err error) {
+	spec := tmpl.Copy()
+	spec.MaxEntries = uint32(cells + 1)
+	m, err := ebpf.NewMap(spec)
+	if err != nil {
+		return nil, false, fmt.Errorf("create table of %d cells: %w", cells, err)
+	}
+	defer func() {
+		if !ok {
+			err = errors.Join(err, m.Close())
+			m = nil
+		}
+	}()
+	size := l.tableBytes(cells)
+	pg := os.Getpagesize()
+	mem, err := unix.Mmap(m.FD(), 0, (size+pg-1)/pg*pg, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, false, fmt.Errorf("map table of %d cells: %w", cells, err)
+	}
+	buf := mem[:size]
+	for try := range tableSeeds {
+		if try > 0 {
+			clear(buf)
+		}
+		if ok = l.fill(buf, seed(), entries); ok {
+			break
+		}
+	}
+	if err := unix.Munmap(mem); err != nil {
+		ok = false
+		return nil, false, fmt.Errorf("unmap table: %w", err)
+	}
+	if !ok {
+		return nil, false, nil
+	}
+	if err := m.Freeze(); err != nil {
+		ok = false
+		return nil, false, fmt.Errorf("freeze table: %w", err)
+	}
+	return m, true, nil
+}
+
+// checkWatch validates entries and returns them as the tables' keys and
+// values.
+func (p *Passive) checkWatch(entries []WatchEntry) (map[uint64]watchVal, map[watchKey6]watchVal, error) {
 	n4 := 0
 	for _, e := range entries {
 		if e.Addr.Addr().Unmap().Is4() {
 			n4++
 		}
 	}
-	next4 := make(map[uint64]passiveWatchVal, n4)
-	next6 := make(map[passiveWatchKey6]passiveWatchVal, len(entries)-n4)
+	next4 := make(map[uint64]watchVal, n4)
+	next6 := make(map[watchKey6]watchVal, len(entries)-n4)
 	used := make([]uint64, (p.opt.MaxTargets+63)/64) // slots taken so far
 	for i, e := range entries {
 		addr := e.Addr.Addr().Unmap().WithZone("")
@@ -433,22 +560,20 @@ func (p *Passive) checkWatch(entries []WatchEntry) (map[uint64]passiveWatchVal, 
 			return nil, nil, fmt.Errorf("%s: slot %d already taken by entry %d", name(), e.Slot, slotOwner(entries[:i], e.Slot))
 		}
 		used[e.Slot/64] |= 1 << (e.Slot % 64)
-		v := passiveWatchVal{Slot: e.Slot, Threshold: uint16(e.Threshold)}
-		port := netOrder(e.Addr.Port())
+		v := watchVal{Slot: e.Slot, Threshold: uint16(e.Threshold)}
+		ap := netip.AddrPortFrom(addr, e.Addr.Port())
 		dup := false
 		if addr.Is4() {
-			a := addr.As4()
-			// Network order in memory.
-			k := packKey4(passiveWatchKey4{Addr: binary.NativeEndian.Uint32(a[:]), Port: port})
+			k := key4Of(ap)
 			_, dup = next4[k]
 			next4[k] = v
 		} else {
-			k := passiveWatchKey6{Addr: addr.As16(), Port: port}
+			k := key6Of(ap)
 			_, dup = next6[k]
 			next6[k] = v
 		}
 		if dup {
-			return nil, nil, fmt.Errorf("%s: %s watched twice", name(), netip.AddrPortFrom(addr, e.Addr.Port()))
+			return nil, nil, fmt.Errorf("%s: %s watched twice", name(), ap)
 		}
 	}
 	return next4, next6, nil
@@ -462,88 +587,6 @@ func slotOwner(entries []WatchEntry, slot uint32) int {
 		}
 	}
 	return -1
-}
-
-// netOrder returns v as it lies in memory in network order, read natively;
-// it is its own inverse.
-func netOrder(port uint16) uint16 {
-	var b [2]byte
-	binary.BigEndian.PutUint16(b[:], port)
-	return binary.NativeEndian.Uint16(b[:])
-}
-
-// packKey4 makes a watch4 key one integer, for a Go map that hashes fast.
-func packKey4(k passiveWatchKey4) uint64 { return uint64(k.Addr)<<16 | uint64(k.Port) }
-
-func unpackKey4(v uint64) passiveWatchKey4 {
-	return passiveWatchKey4{Addr: uint32(v >> 16), Port: uint16(v)}
-}
-
-func key4AddrPort(k passiveWatchKey4) netip.AddrPort {
-	var a [4]byte
-	binary.NativeEndian.PutUint32(a[:], k.Addr)
-	return netip.AddrPortFrom(netip.AddrFrom4(a), netOrder(k.Port))
-}
-
-func key6AddrPort(k passiveWatchKey6) netip.AddrPort {
-	return netip.AddrPortFrom(netip.AddrFrom16(k.Addr), netOrder(k.Port))
-}
-
-// batchError is a batch operation that failed at element Index.
-type batchError struct {
-	Index int
-	Err   error
-}
-
-func (e *batchError) Error() string { return e.Err.Error() }
-func (e *batchError) Unwrap() error { return e.Err }
-
-func firstFailed(err error) int {
-	var be *batchError
-	if errors.As(err, &be) {
-		return be.Index
-	}
-	return 0
-}
-
-func unwrapBatch(err error) error {
-	var be *batchError
-	if errors.As(err, &be) {
-		return be.Err
-	}
-	return err
-}
-
-// batchUpdate puts keys and values into m in batches, calling done for
-// each element the kernel took.
-func batchUpdate[K any](m *ebpf.Map, keys []K, values []passiveWatchVal, done func(int)) error {
-	for lo := 0; lo < len(keys); lo += passiveBatch {
-		hi := min(lo+passiveBatch, len(keys))
-		n, err := m.BatchUpdate(keys[lo:hi], values[lo:hi], nil)
-		for i := lo; i < lo+n; i++ {
-			done(i)
-		}
-		if err != nil {
-			return &batchError{Index: min(lo+n, len(keys)-1), Err: err}
-		}
-	}
-	return nil
-}
-
-// batchDelete deletes keys from m in batches, calling done for each element
-// deleted.
-func batchDelete[K any](m *ebpf.Map, keys []K, done func(int)) error {
-	for lo := 0; lo < len(keys); lo += passiveBatch {
-		hi := min(lo+passiveBatch, len(keys))
-		n, err := m.BatchDelete(keys[lo:hi], nil)
-		for i := lo; i < lo+n; i++ {
-			done(i)
-		}
-		if err != nil {
-			return &batchError{Index: min(lo+n, len(keys)-1), Err: err}
-		}
-	}
-	return nil
 }
 
 // zeroStats resets the counters of slots.
@@ -667,6 +710,6 @@ func (p *Passive) Close() error {
 	for i := len(p.links) - 1; i >= 0; i-- {
 		errs = append(errs, p.links[i].Close())
 	}
-	errs = append(errs, p.objs.Close())
+	errs = append(errs, p.tab6.Close(), p.tab4.Close(), p.objs.Close())
 	return errors.Join(errs...)
 }

@@ -46,27 +46,6 @@ type passiveStats struct {
 	RlLast      uint32
 }
 
-type passiveWatchKey4 struct {
-	_    structs.HostLayout
-	Addr uint32
-	Port uint16
-	Pad  uint16
-}
-
-type passiveWatchKey6 struct {
-	_    structs.HostLayout
-	Addr [16]uint8
-	Port uint16
-	Pad  uint16
-}
-
-type passiveWatchVal struct {
-	_         structs.HostLayout
-	Slot      uint32
-	Threshold uint16
-	Flags     uint16
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -76,6 +55,7 @@ const (
 	passiveMapStats              = "stats"
 	passiveMapWatch4             = "watch4"
 	passiveMapWatch6             = "watch6"
+	passiveProgPassiveLookup     = "passive_lookup"
 	passiveProgPassiveRetransmit = "passive_retransmit"
 	passiveProgPassiveState      = "passive_state"
 	passiveVarCfgExcludeSelf     = "cfg_exclude_self"
@@ -84,6 +64,8 @@ const (
 	passiveVarCfgSelfTgid        = "cfg_self_tgid"
 	passiveVarDroppedRate        = "dropped_rate"
 	passiveVarDroppedRing        = "dropped_ring"
+	passiveVarUnusedPassiveCell4 = "unused_passive_cell4"
+	passiveVarUnusedPassiveCell6 = "unused_passive_cell6"
 	passiveVarUnusedPassiveEvent = "unused_passive_event"
 )
 
@@ -129,6 +111,7 @@ type passiveSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type passiveProgramSpecs struct {
+	PassiveLookup     *ebpf.ProgramSpec `ebpf:"passive_lookup"`
 	PassiveRetransmit *ebpf.ProgramSpec `ebpf:"passive_retransmit"`
 	PassiveState      *ebpf.ProgramSpec `ebpf:"passive_state"`
 }
@@ -154,6 +137,8 @@ type passiveVariableSpecs struct {
 	CfgSelfTgid        *ebpf.VariableSpec `ebpf:"cfg_self_tgid"`
 	DroppedRate        *ebpf.VariableSpec `ebpf:"dropped_rate"`
 	DroppedRing        *ebpf.VariableSpec `ebpf:"dropped_ring"`
+	UnusedPassiveCell4 *ebpf.VariableSpec `ebpf:"unused_passive_cell4"`
+	UnusedPassiveCell6 *ebpf.VariableSpec `ebpf:"unused_passive_cell6"`
 	UnusedPassiveEvent *ebpf.VariableSpec `ebpf:"unused_passive_event"`
 }
 
@@ -204,6 +189,8 @@ type passiveVariables struct {
 	CfgSelfTgid        *ebpf.Variable `ebpf:"cfg_self_tgid"`
 	DroppedRate        *ebpf.Variable `ebpf:"dropped_rate"`
 	DroppedRing        *ebpf.Variable `ebpf:"dropped_ring"`
+	UnusedPassiveCell4 *ebpf.Variable `ebpf:"unused_passive_cell4"`
+	UnusedPassiveCell6 *ebpf.Variable `ebpf:"unused_passive_cell6"`
 	UnusedPassiveEvent *ebpf.Variable `ebpf:"unused_passive_event"`
 }
 
@@ -211,12 +198,14 @@ type passiveVariables struct {
 //
 // It can be passed to loadPassiveObjects or ebpf.CollectionSpec.LoadAndAssign.
 type passivePrograms struct {
+	PassiveLookup     *ebpf.Program `ebpf:"passive_lookup"`
 	PassiveRetransmit *ebpf.Program `ebpf:"passive_retransmit"`
 	PassiveState      *ebpf.Program `ebpf:"passive_state"`
 }
 
 func (p *passivePrograms) Close() error {
 	return _PassiveClose(
+		p.PassiveLookup,
 		p.PassiveRetransmit,
 		p.PassiveState,
 	)
