@@ -63,8 +63,9 @@ type passiveView struct {
 	slotOf map[uint32]uint32 // target id → slot
 }
 
-// passiveMinSlots is the fewest slots the observer is opened with: its maps
-// cost about 140 bytes per slot, and most fleets need no more.
+// passiveMinSlots is the fewest slots the observer is opened with: its
+// counters cost 72 bytes per slot (its watch table 32 bytes per watched
+// IPv4 endpoint), and most fleets need no more.
 const passiveMinSlots = 1 << 16
 
 func newPassiveWatch(d *Daemon) *passiveWatch {
@@ -355,10 +356,9 @@ var emptyPassiveTable, _ = passive.NewTable(nil)
 // open opens the observer for at least n endpoints and starts reading its
 // events; it reports whether it could. pw.mu is held.
 func (pw *passiveWatch) open(n int) bool {
-	size := passiveMinSlots
-	for size < 2*n {
-		size *= 2
-	}
+	// A quarter more than asked: a reload that adds a few targets needs
+	// no new observer (which would start every counter from zero).
+	size := max(passiveMinSlots, n+n/4)
 	obs, err := bpf.OpenPassive(bpf.PassiveOptions{MaxTargets: size})
 	if err != nil {
 		if pw.openErr == nil || pw.openErr.Error() != err.Error() {
