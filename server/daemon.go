@@ -22,6 +22,7 @@ import (
 	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/events"
 	"github.com/sondeprobe/sonde/server/history"
+	"github.com/sondeprobe/sonde/server/passivewatch"
 	"github.com/sondeprobe/sonde/server/remediate"
 	"github.com/sondeprobe/sonde/server/statefile"
 	"github.com/sondeprobe/sonde/server/web"
@@ -140,8 +141,8 @@ type Daemon struct {
 	obs     observer
 	mem     memoryTuner
 	errs    lastErrors
-	hist    *history.History // recent results of some targets, for the status page
-	passive *passiveWatch    // evidence from this host's own connections to the targets
+	hist    *history.History    // recent results of some targets, for the status page
+	passive *passivewatch.Watch // evidence from this host's own connections to the targets
 	// rem fires remediation actions. It outlives generations: budgets and
 	// instance state are kept by remediation name and address.
 	rem *remediate.Manager
@@ -241,7 +242,7 @@ func New(opt Options) (*Daemon, error) {
 	d.streams = events.NewStreams(d.events, d.adm.Stream, d.opt.WriteStall, d.opt.EventKeepAlive, d.log)
 	d.metrics = newMetrics(d)
 	d.passive = newPassiveWatch(d)
-	d.passive.register(d.metrics.reg)
+	d.passive.Register(d.metrics.reg)
 	d.rem = remediate.New(remediate.Options{Logger: opt.Logger, Registerer: d.metrics.reg})
 	if opt.StateFile != "" {
 		d.saves = statefile.NewHealth(d.metrics.reg)
@@ -376,7 +377,7 @@ func (d *Daemon) first(cfg *config.Config) (*generation, error) {
 	d.hooks.Replace(hooks)
 	g.decide(d)
 	d.publish(g)
-	d.passive.use(g)
+	d.passive.Use(g)
 	g.runRouter()
 	retire()
 	d.engine, d.probers, d.cancel = engine, ps, cancel
@@ -537,7 +538,7 @@ func (d *Daemon) apply(cfg *config.Config) (*generation, int, int, error) {
 	// still runs the removed targets until its shards apply the edit, and
 	// the generation knows them as gone.
 	d.publish(g)
-	d.passive.use(g)
+	d.passive.Use(g)
 	ed.Commit()
 	old.stopRouter()
 	g.runRouter()
@@ -569,7 +570,7 @@ func (d *Daemon) loaded(g *generation, reload bool, kept, added, removed int, to
 	}
 	d.log.Info(msg, "shard", g.cfg.Shard.String(), "checks", len(g.cfg.Checks), "pools", len(g.cfg.Pools), "targets", g.targets,
 		"streams", g.cfg.Streams(), "remediations", len(g.cfg.Remediations), "kept_state", kept, "added", added, "removed", removed,
-		"tcp_path", g.launch.tcpPath, "passive", d.passive.describe(), "took", took.Round(time.Millisecond))
+		"tcp_path", g.launch.tcpPath, "passive", d.passive.Describe(), "took", took.Round(time.Millisecond))
 	d.metrics.warnings.Set(float64(len(g.cfg.Warnings)))
 	for _, w := range g.cfg.Warnings {
 		d.log.Warn("configuration warning", "field", w.Field, "warning", w.Msg)
@@ -645,7 +646,7 @@ func (d *Daemon) Stop() error {
 	d.updateMu.Unlock()
 	d.cancel()
 	<-d.done
-	d.passive.stop()
+	d.passive.Stop()
 	d.updateMu.Lock()
 	d.cur.Load().stopRouter()
 	if d.opt.StateFile != "" {

@@ -57,7 +57,7 @@ func (s *snapshot) Status(id uint32) scheduler.TargetStatus   { return s.g.engin
 func (s *snapshot) Clock() scheduler.Clock                    { return s.g.engine.Clock() }
 func (s *snapshot) LastError(id uint32) string                { return s.g.lastError(id) }
 func (s *snapshot) CertExpiry(id uint32) int64                { return s.g.certExpiry(id) }
-func (s *snapshot) Passive(id uint32) (api.PassiveJSON, bool) { return s.d.passive.json(id) }
+func (s *snapshot) Passive(id uint32) (api.PassiveJSON, bool) { return s.d.passive.Target(id) }
 func (s *snapshot) Loaded() time.Time                         { return s.g.loaded }
 func (s *snapshot) HistoryCapacity() int                      { return s.d.hist.Results() }
 func (s *snapshot) Build() (version, revision string)         { return s.d.opt.Version, s.d.opt.Revision }

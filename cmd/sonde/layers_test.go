@@ -28,6 +28,9 @@ var forbidden = map[string][]string{
 	"server/statefile": {"server", "bench", "cmd"},
 	"server/events":    {"server", "bench", "cmd"},
 	"server/history":   {"server", "bench", "cmd"},
+	// Passive evidence reads the running configuration through its Fleet
+	// interface.
+	"server/passivewatch": {"server", "bench", "cmd"},
 	// The status page reads the daemon through its Snapshot interface
 	// alone, so it is tested without one; its templates and assets know
 	// nothing of sonde.
@@ -58,8 +61,9 @@ var forbidden = map[string][]string{
 // allowed are, per layer, the packages it may use although forbidden
 // names them: the parts of server/ that a part builds on.
 var allowed = map[string][]string{
-	"server/events":  {"server/web", "server/webhook"},
-	"server/history": {"server/web/api"},
+	"server/events":       {"server/web", "server/webhook"},
+	"server/history":      {"server/web/api"},
+	"server/passivewatch": {"server/web/api"},
 	// The status page shares the API lists' label filters and target
 	// names (server/apiv1/targetsel), so a filter means the same on both.
 	"server/status": {"server/apiv1/targetsel", "server/ui", "server/web", "server/web/api"},
