@@ -73,7 +73,7 @@ func runInOwnNamespace(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limit+20*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, nsenter, "--net=/run/netns/"+ns, "--", os.Args[0],
+	cmd := exec.CommandContext(ctx, nsenter, "--net=/var/run/netns/"+ns, "--", os.Args[0],
 		"-test.run=^TestHAProxyPassive$", "-test.count=1", "-test.v", "-test.timeout="+limit.String())
 	cmd.Env = append(os.Environ(), passiveNetnsEnv+"=1")
 	out, err := cmd.CombinedOutput()
@@ -488,7 +488,7 @@ func (sc *passiveScenario) countSyns() {
 	}
 	s.WriteString("  }\n}\n")
 	sc.nft(s.String())
-	sc.t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", "ip", sc.nftTable).Run() })
+	sc.t.Cleanup(func() { _ = exec.Command(testenv.Tool(sc.t, "nft", "nftables"), "delete", "table", "ip", sc.nftTable).Run() })
 }
 
 // drop makes backend i drop every packet sent to it, after counting SYNs.
