@@ -488,9 +488,8 @@ func (sc *passiveScenario) countSyns() {
 	}
 	s.WriteString("  }\n}\n")
 	sc.nft(s.String())
-	sc.t.Cleanup(func() {
-		_ = exec.Command(testenv.Tool(sc.t, "nft", "nftables"), "delete", "table", "ip", sc.nftTable).Run()
-	})
+	nft := testenv.Tool(sc.t, "nft", "nftables")
+	sc.t.Cleanup(func() { _ = exec.Command(nft, "delete", "table", "ip", sc.nftTable).Run() })
 }
 
 // drop makes backend i drop every packet sent to it, after counting SYNs.
