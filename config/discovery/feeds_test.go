@@ -458,10 +458,17 @@ func TestSameAnswerAgain(t *testing.T) {
 	}
 
 	s.json(`[{"targets": ["not an address"]}]`)
-	// Each poll of the source counts as an update until the runner, after
-	// its debounce, refuses the answer again: the state is read once the
-	// refusals have been counted, as the status shows it between polls.
-	waitStatus(t, run, func(st SourceStatus) bool {
-		return st.Refused >= 3 && st.State == "failing" && strings.HasPrefix(st.LastError, "update refused: 1 of the 1 targets it gave are invalid") && st.Targets == 1
+	waitStatus(t, run, func(st SourceStatus) bool { return st.Refused >= 1 })
+	// Each poll counts as an update, and the runner refuses the answer
+	// again only after its debounce: in between, the source that gives
+	// the refused answer again is failing all the same.
+	refused := waitStatus(t, run, func(st SourceStatus) bool {
+		if st.State != "failing" {
+			t.Fatalf("status %+v: the refused answer given again shows as %s", st, st.State)
+		}
+		return st.Refused >= 3
 	})
+	if !strings.HasPrefix(refused.LastError, "update refused: 1 of the 1 targets it gave are invalid") || refused.Targets != 1 {
+		t.Errorf("status %+v: want the refusal as last error and the one target kept", refused)
+	}
 }

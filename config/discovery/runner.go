@@ -353,6 +353,9 @@ func (r *Runner) relabel(s *source, rl *relabeler) bool {
 		r.refuse(s, tried{out.version, rl}, fmt.Sprintf("update refused: relabeling its %d targets took longer than %s", out.total, r.opt.RelabelBudget(out.total)))
 	default:
 		s.out, s.lastDropped = out, out.dropped
+		s.mu.Lock()
+		s.refusedVersion = 0
+		s.mu.Unlock()
 	}
 	return true
 }
@@ -369,6 +372,7 @@ func (r *Runner) refuse(s *source, as tried, msg string) {
 	s.mu.Lock()
 	s.refused++
 	s.refusedUpdates = s.updates
+	s.refusedVersion = as.version
 	s.mu.Unlock()
 	s.note(msg)
 	r.opt.Logger.Warn("discovery update refused", "pool", s.pool, "source", s.spec.Name(), "reason", msg, "kept_targets", kept)

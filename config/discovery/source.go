@@ -70,6 +70,11 @@ type source struct {
 	refusedAs      tried
 	refusedMsg     string
 	refusedUpdates uint64
+	// refusedVersion, guarded by mu, is the content version whose last
+	// relabeling was refused, 0 once one is accepted: while the source
+	// gives that content again it is failing, also before the runner
+	// refuses it again.
+	refusedVersion uint64
 }
 
 // tried is a relabeling of one version of a source's content with one set
@@ -328,6 +333,8 @@ func (s *source) stateLocked(now time.Time) string {
 	switch {
 	case s.failed.IsZero() && s.update.IsZero():
 		return "starting"
+	case s.refusedVersion != 0 && s.refusedVersion == s.version.Load():
+		return "failing"
 	case s.failed.After(s.update) && (refreshes(s.mech) || now.Sub(s.failed) < watchFailureWindow):
 		return "failing"
 	}
