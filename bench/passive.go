@@ -653,6 +653,9 @@ func (r *passiveResult) report(s *Scenario) {
 			}
 		}
 		s.addRuns("CPU: client rate", rates, "connections/s")
+		if m := median(rates); m < float64(passiveCPURate)*0.95 {
+			s.note("the client reached %.0f connections/s (median of the rounds), not %d: the machine could not carry more; costs are per connection and scaled to %d/s", m, passiveCPURate, passiveCPURate)
+		}
 		s.add("CPU: work per connection, observer off", o.off, "µs")
 		s.add("CPU: work per connection, observer on", o.on, "µs")
 		s.add("CPU: observer cost per connection (paired)", o.cost, "µs")

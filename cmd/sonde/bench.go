@@ -296,6 +296,12 @@ func runBenchConnectLoad(ctx context.Context, args []string, stdout, stderr io.W
 	if port < 1 || port > 65535 {
 		return usageError(fmt.Errorf("bench connect-load: -port: %d is out of range 1..65535", port))
 	}
+	if cfg.Workers < 1 {
+		return usageError(fmt.Errorf("bench connect-load: -workers: %d, want at least 1", cfg.Workers))
+	}
+	if cfg.Duration <= 0 {
+		return usageError(fmt.Errorf("bench connect-load: -duration: %v, want more than 0", cfg.Duration))
+	}
 	if fs.NArg() == 0 {
 		return usageError(errors.New("bench connect-load: want at least one PREFIX"))
 	}
@@ -318,6 +324,9 @@ func runBenchConnectLoad(ctx context.Context, args []string, stdout, stderr io.W
 	if err := cfg.Validate(); err != nil {
 		return usageError(err)
 	}
+	if err := loadStaysInside(cfg.Targets); err != nil {
+		return err
+	}
 	res, err := bench.ConnectLoad(ctx, cfg)
 	if err != nil && res.Connections == 0 {
 		return err
@@ -330,4 +339,40 @@ func runBenchConnectLoad(ctx context.Context, args []string, stdout, stderr io.W
 		return errors.Join(err, werr)
 	}
 	return err
+}
+
+// loadStaysInside refuses a load to addresses other than loopback where
+// the network namespace has an IPv4 default route: the load is for test
+// fleets, whose prober namespaces route the fleet's prefix only, and must
+// not leave the machine.
+func loadStaysInside(targets []netip.AddrPort) error {
+	b, err := os.ReadFile("/proc/net/route")
+	if err != nil {
+		return fmt.Errorf("bench connect-load: read the routes: %w", err)
+	}
+	if !hasDefaultRoute(string(b)) {
+		return nil
+	}
+	for _, t := range targets {
+		if !t.Addr().IsLoopback() {
+			return fmt.Errorf("bench connect-load: %s is not loopback, and this network namespace has a default route: run it inside a test fleet's prober namespace (ip netns exec NS sonde bench connect-load …), which has none", t.Addr())
+		}
+	}
+	return nil
+}
+
+// hasDefaultRoute reports whether /proc/net/route text has a route to
+// 0.0.0.0/0.
+func hasDefaultRoute(table string) bool {
+	for i, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		// Iface Destination Gateway Flags RefCnt Use Metric Mask ...
+		if i == 0 || len(f) < 8 {
+			continue
+		}
+		if f[1] == "00000000" && f[7] == "00000000" {
+			return true
+		}
+	}
+	return false
 }
