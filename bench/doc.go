@@ -1,7 +1,7 @@
 // Package bench measures sonde against private test fleets (package
 // bench/fleet): the scenarios of `sonde bench` (sweep, steady, detect, http,
-// faults, compare) and their report. Package bench/ceiling is the same-run
-// ceiling the sweeps are compared with.
+// faults, compare, passive) and their report. Package bench/ceiling is the
+// same-run ceiling the sweeps are compared with.
 //
 // [Run] builds the bench fleet: [BenchPrefix] with the static subsets whose
 // outcome [Truth] gives, answered by the kernel or by the XDP responder

@@ -430,6 +430,12 @@ func newEventReader(ctx context.Context, d *daemon) (*eventReader, error) {
 
 // next returns the state events since the last call.
 func (r *eventReader) next(ctx context.Context) ([]faultEvent, error) {
+	evs, err := r.all(ctx)
+	return slices.DeleteFunc(evs, func(x faultEvent) bool { return x.Kind != "state" }), err
+}
+
+// all returns the events of every kind since the last call.
+func (r *eventReader) all(ctx context.Context) ([]faultEvent, error) {
 	var page struct {
 		Events []faultEvent `json:"events"`
 		Next   uint64       `json:"next"`
@@ -438,7 +444,7 @@ func (r *eventReader) next(ctx context.Context) ([]faultEvent, error) {
 		return nil, err
 	}
 	r.since = page.Next
-	return slices.DeleteFunc(page.Events, func(x faultEvent) bool { return x.Kind != "state" }), nil
+	return page.Events, nil
 }
 
 func prefixesContain(ps []netip.Prefix, a netip.Addr) bool {

@@ -66,29 +66,55 @@ func (m Machine) String() string {
 // cpuTicks reads the machine's busy and total CPU time from /proc/stat, in
 // clock ticks (USER_HZ).
 func cpuTicks() (busy, total uint64, err error) {
+	t, err := readCPUStat()
+	return t.busy, t.total, err
+}
+
+// cpuStat is the machine's CPU time from the first line of /proc/stat, in
+// clock ticks (USER_HZ).
+type cpuStat struct {
+	busy, total uint64
+	irq         uint64 // hard and soft interrupts: part of busy
+	steal       uint64 // taken by the hypervisor for other guests: not in busy or total
+}
+
+func readCPUStat() (cpuStat, error) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0, fmt.Errorf("read /proc/stat: %w", err)
+		return cpuStat{}, fmt.Errorf("read /proc/stat: %w", err)
 	}
 	line, _, _ := bytes.Cut(b, []byte("\n"))
-	f := strings.Fields(string(line))
+	return parseCPUStat(string(line))
+}
+
+// parseCPUStat parses the "cpu" line of /proc/stat: user nice system idle
+// iowait irq softirq steal guest guest_nice.
+func parseCPUStat(line string) (cpuStat, error) {
+	var t cpuStat
+	f := strings.Fields(line)
 	if len(f) < 5 || f[0] != "cpu" {
-		return 0, 0, fmt.Errorf("unexpected /proc/stat line %q", line)
+		return t, fmt.Errorf("unexpected /proc/stat line %q", line)
 	}
 	for i, s := range f[1:] {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/stat field %d: %w", i+1, err)
+			return cpuStat{}, fmt.Errorf("/proc/stat field %d: %w", i+1, err)
 		}
-		if i >= 7 { // guest and guest_nice are already in user and nice
+		if i == 7 {
+			t.steal = v
+		}
+		if i >= 7 { // steal is not this machine's work; guest and guest_nice are already in user and nice
 			break
 		}
-		total += v
+		t.total += v
 		if i != 3 && i != 4 { // idle and iowait
-			busy += v
+			t.busy += v
+		}
+		if i == 5 || i == 6 {
+			t.irq += v
 		}
 	}
-	return busy, total, nil
+	return t, nil
 }
 
 // clockTicks is USER_HZ, the unit of /proc/stat and /proc/PID/stat times;

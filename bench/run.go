@@ -15,10 +15,11 @@ import (
 
 // Scenarios are the names of the scenarios [Run] knows, in the order it runs
 // them.
-var Scenarios = []string{"sweep", "steady", "detect", "http", "compare", "faults"}
+var Scenarios = []string{"sweep", "steady", "detect", "http", "compare", "faults", "passive"}
 
 // DefaultScenarios are those [Run] runs when none is named: all but faults,
-// which measures trust rather than speed and takes about ten minutes.
+// which measures trust rather than speed and takes about ten minutes, and
+// passive, which waits minutes for active detection at a 30 s interval.
 var DefaultScenarios = Scenarios[:5]
 
 // Options configure [Run]. Binary is required; the zero value of every other
@@ -343,6 +344,8 @@ func (e *env) run(ctx context.Context, name string, s *Scenario) error {
 		return e.runCompare(ctx, s)
 	case "faults":
 		return e.runFaults(ctx, s)
+	case "passive":
+		return e.runPassive(ctx, s)
 	}
 	return fmt.Errorf("%w %q", ErrUnknownScenario, name)
 }
@@ -357,10 +360,25 @@ func (e *env) command(ctx context.Context, name string, args ...string) *exec.Cm
 	return cmd
 }
 
+// commandKeepingMounts is command with nsenter in place of `ip netns
+// exec`: it enters the prober namespace's network only. `ip netns exec`
+// also mounts a sysfs of that namespace over /sys, which hides tracefs
+// (/sys/kernel/tracing) from the command, and with it the tracepoints that
+// sonde's passive observer attaches to.
+func (e *env) commandKeepingMounts(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + e.fleet.ProberNS, "--", name}, args...)...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
 // commandLine formats a command for the report, without the namespace
 // wrapper, which the reader would spell differently.
 func commandLine(cmd *exec.Cmd) string {
 	args := cmd.Args
+	if len(args) > 3 && args[0] == "nsenter" && strings.HasPrefix(args[1], "--net=") && args[2] == "--" {
+		return "nsenter --net=/run/netns/PROBER_NS -- " + strings.Join(args[3:], " ")
+	}
 	if len(args) > 4 && args[0] == "ip" && args[1] == "netns" && args[2] == "exec" {
 		args = args[4:]
 	}

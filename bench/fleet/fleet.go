@@ -516,6 +516,48 @@ func (f *Fleet) SetDrop(prefixes []netip.Prefix) error {
 	return nil
 }
 
+// SetReject makes the fleet answer every TCP connection to prefixes with an
+// RST from now on, as a host whose service stopped listening does, on top
+// of [Config.Reject], replacing the prefixes of the previous call;
+// SetReject(nil) ends it. The change is one nftables transaction. It needs
+// the kernel's fleet: the XDP responder has no such rule.
+func (f *Fleet) SetReject(prefixes []netip.Prefix) error {
+	if f.resp != nil {
+		return errors.New("set rejected prefixes: the XDP fleet cannot reject at run time")
+	}
+	var b strings.Builder
+	b.WriteString("table inet sonde_fleet_rej\ndelete table inet sonde_fleet_rej\n")
+	var v4, v6 []string
+	for _, p := range prefixes {
+		if p.Addr().Is4() {
+			v4 = append(v4, p.Masked().String())
+		} else {
+			v6 = append(v6, p.Masked().String())
+		}
+	}
+	if len(v4)+len(v6) > 0 {
+		b.WriteString("table inet sonde_fleet_rej {\n")
+		var rules []string
+		if len(v4) > 0 {
+			writeSet(&b, "rej4", "ipv4_addr", true, v4)
+			rules = append(rules, "    meta l4proto tcp ip daddr @rej4 reject with tcp reset\n")
+		}
+		if len(v6) > 0 {
+			writeSet(&b, "rej6", "ipv6_addr", true, v6)
+			rules = append(rules, "    meta l4proto tcp ip6 daddr @rej6 reject with tcp reset\n")
+		}
+		b.WriteString("  chain input {\n    type filter hook input priority -10; policy accept;\n")
+		for _, r := range rules {
+			b.WriteString(r)
+		}
+		b.WriteString("  }\n}\n")
+	}
+	if err := f.nft(b.String()); err != nil {
+		return fmt.Errorf("set rejected prefixes: %w", err)
+	}
+	return nil
+}
+
 // Run runs a command inside namespace ns (`ip netns exec`) and returns an
 // error with its output when it fails.
 func (f *Fleet) Run(ns string, name string, args ...string) error {

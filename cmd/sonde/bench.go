@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 
 const benchUsage = `Usage: sonde bench [-scenario NAME[,NAME…]] [-fleet xdp|kernel|both] [-json] [-keep] [-quick] [flags]
        sonde bench ceiling -interface IF -source IP -next-hop-mac MAC -port P PREFIX
+       sonde bench connect-load -port P [-rate N] [-duration D] PREFIX…
 
 Builds a private test fleet (two network namespaces joined by a veth; the
 fleet side answers for 198.18.0.0/15, with known subsets dropped and
@@ -31,7 +33,7 @@ rejected), runs the scenarios against it and prints what they measured, with
 the machine they ran on. Nothing leaves the two namespaces. The fleet is
 removed at the end, also on Ctrl-C, unless -keep. Needs root.
 
-Scenarios (default: all but faults, in this order):
+Scenarios (default: all but faults and passive, in this order):
   sweep    sonde scan of the whole fleet as fast as it stays exact
   steady   sonde run with -targets TCP targets at -interval for -duration
   detect   a slice of the fleet starts dropping; time to unhealthy vs W1/W3
@@ -41,6 +43,10 @@ Scenarios (default: all but faults, in this order):
            while the link loses, duplicates, reorders or delays packets, or
            the prober is starved (-faults): false "unhealthy" per minute, and
            the detection of a real outage under the same fault (~10 min)
+  passive  passive evidence: a client process connects to the targets; some
+           start refusing: time to unhealthy at interval 30s with and
+           without a passive block (~3 min); the observer's CPU at 20,000
+           connections/s with and without it; its maps for 1M targets
 
 Two fleets answer for the same addresses with the same ground truth: the
 kernel's (listeners and nftables rules in the fleet namespace) and an XDP
@@ -58,6 +64,9 @@ Flags:
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "ceiling" {
 		return runBenchCeiling(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "connect-load" {
+		return runBenchConnectLoad(ctx, args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -245,4 +254,125 @@ func runBenchCeiling(ctx context.Context, args []string, stdout, stderr io.Write
 	fmt.Fprintf(stderr, "ceiling: %d probes in %.3fs (%.0f probes/s); syn-ack %d, rst %d, unreachable %d, invalid %d, duplicate %d, ring drops %d; cpu %.3fs user+sys\n",
 		res.Probes, sec, float64(res.Probes)/sec, res.SynAck, res.RST, res.Unreach, res.Invalid, res.Duplicate, res.RingDrops, res.CPU)
 	return err
+}
+
+const connectLoadUsage = `Usage: sonde bench connect-load -port P [-rate N] [-duration D] [-count N] [-workers N] [-timeout D] PREFIX…
+
+Connects to every address of the PREFIXes on port P in turn, at -rate
+connections a second (0: as fast as it goes), until -count connections
+were made or -duration passed, and closes each connection at once with an
+RST. Prints one line of JSON: the connections by outcome and the CPU time
+they took this process. sonde bench runs it in its prober namespace as the
+client traffic of the passive scenario: a process other than sonde's, whose
+connections the passive observer counts.
+
+Flags:
+`
+
+// runBenchConnectLoad implements `sonde bench connect-load`.
+func runBenchConnectLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench connect-load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, connectLoadUsage)
+		fs.PrintDefaults()
+	}
+	var (
+		cfg  bench.LoadConfig
+		port uint
+	)
+	fs.UintVar(&port, "port", 0, "TCP `port` to connect to (required)")
+	fs.IntVar(&cfg.Rate, "rate", 0, "connections a `second`, all workers together (0: as fast as they go)")
+	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long the load lasts at most")
+	fs.IntVar(&cfg.Count, "count", 0, "connections to make at most (default rate × duration)")
+	fs.IntVar(&cfg.Workers, "workers", 2, "threads connecting in parallel")
+	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "each connect's timeout")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return silentExit(exitOK)
+		}
+		return usageError(err)
+	}
+	if port < 1 || port > 65535 {
+		return usageError(fmt.Errorf("bench connect-load: -port: %d is out of range 1..65535", port))
+	}
+	if cfg.Workers < 1 {
+		return usageError(fmt.Errorf("bench connect-load: -workers: %d, want at least 1", cfg.Workers))
+	}
+	if cfg.Duration <= 0 {
+		return usageError(fmt.Errorf("bench connect-load: -duration: %v, want more than 0", cfg.Duration))
+	}
+	if fs.NArg() == 0 {
+		return usageError(errors.New("bench connect-load: want at least one PREFIX"))
+	}
+	const maxTargets = 1 << 16
+	for _, a := range fs.Args() {
+		p, err := netip.ParsePrefix(a)
+		if err != nil {
+			return usageError(fmt.Errorf("bench connect-load: %w", err))
+		}
+		if !p.Addr().Is4() || p.Bits() < 16 {
+			return usageError(fmt.Errorf("bench connect-load: prefix %s: want IPv4, /16 or longer", p))
+		}
+		for x := p.Masked().Addr(); p.Contains(x) && len(cfg.Targets) <= maxTargets; x = x.Next() {
+			cfg.Targets = append(cfg.Targets, netip.AddrPortFrom(x, uint16(port)))
+		}
+	}
+	if len(cfg.Targets) > maxTargets {
+		return usageError(fmt.Errorf("bench connect-load: more than %d targets", maxTargets))
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageError(err)
+	}
+	if err := loadStaysInside(cfg.Targets); err != nil {
+		return err
+	}
+	res, err := bench.ConnectLoad(ctx, cfg)
+	if err != nil && res.Connections == 0 {
+		return err
+	}
+	line, jerr := json.Marshal(res)
+	if jerr != nil {
+		return errors.Join(err, jerr)
+	}
+	if _, werr := fmt.Fprintf(stdout, "%s\n", line); werr != nil {
+		return errors.Join(err, werr)
+	}
+	return err
+}
+
+// loadStaysInside refuses a load to addresses other than loopback where
+// the network namespace has an IPv4 default route: the load is for test
+// fleets, whose prober namespaces route the fleet's prefix only, and must
+// not leave the machine.
+func loadStaysInside(targets []netip.AddrPort) error {
+	b, err := os.ReadFile("/proc/net/route")
+	if err != nil {
+		return fmt.Errorf("bench connect-load: read the routes: %w", err)
+	}
+	if !hasDefaultRoute(string(b)) {
+		return nil
+	}
+	for _, t := range targets {
+		if !t.Addr().IsLoopback() {
+			return fmt.Errorf("bench connect-load: %s is not loopback, and this network namespace has a default route: run it inside a test fleet's prober namespace (ip netns exec NS sonde bench connect-load …), which has none", t.Addr())
+		}
+	}
+	return nil
+}
+
+// hasDefaultRoute reports whether /proc/net/route text has a route to
+// 0.0.0.0/0.
+func hasDefaultRoute(table string) bool {
+	for i, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		// Iface Destination Gateway Flags RefCnt Use Metric Mask ...
+		if i == 0 || len(f) < 8 {
+			continue
+		}
+		if f[1] == "00000000" && f[7] == "00000000" {
+			return true
+		}
+	}
+	return false
 }

@@ -27,6 +27,14 @@ func TestBenchUsage(t *testing.T) {
 		{"ceiling", "-port", "80", "-source", "192.0.2.1", "-next-hop-mac", "02:00:00:00:00:01", "-interface", "veth0", "not-a-prefix"},
 		{"ceiling", "-port", "0", "-source", "192.0.2.1", "-next-hop-mac", "02:00:00:00:00:01", "-interface", "veth0", "198.18.0.0/16"},
 		{"ceiling", "-port", "80", "-source", "bogus", "-next-hop-mac", "02:00:00:00:00:01", "-interface", "veth0", "198.18.0.0/16"},
+		{"connect-load", "-port", "80"},
+		{"connect-load", "127.0.0.0/24"},
+		{"connect-load", "-port", "80", "not-a-prefix"},
+		{"connect-load", "-port", "80", "2001:db8::/120"},
+		{"connect-load", "-port", "80", "10.0.0.0/8"},
+		{"connect-load", "-port", "80", "-duration", "1h", "127.0.0.0/24"},
+		{"connect-load", "-port", "80", "-rate", "-5", "127.0.0.0/24"},
+		{"connect-load", "-port", "80", "-workers", "0", "127.0.0.0/24"},
 	} {
 		var stderr bytes.Buffer
 		err := runBench(context.Background(), args, &bytes.Buffer{}, &stderr)
@@ -139,6 +147,23 @@ func TestBenchSmoke(t *testing.T) {
 			if _, err := os.Stat("/run/netns/" + ns); err == nil {
 				t.Errorf("namespace %s left behind", ns)
 			}
+		}
+	}
+}
+
+func TestHasDefaultRoute(t *testing.T) {
+	const head = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n"
+	for _, tc := range []struct {
+		name, table string
+		want        bool
+	}{
+		{"default route", head + "eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n", true},
+		{"fleet prefix only, as in a prober namespace", head + "sp1\t000012C6\t020200C0\t0003\t0\t0\t0\t0000FEFF\t0\t0\t0\n", false},
+		{"header only", head, false},
+		{"empty", "", false},
+	} {
+		if got := hasDefaultRoute(tc.table); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
