@@ -4,9 +4,9 @@
 // Two programs live here. capture.c catches the replies to SYN probes on the
 // probing interface's ingress and pushes them to a BPF ring buffer; [Capture]
 // loads it, attaches it and reads the ring. passive.c watches the TCP
-// connections any process on the host opens to watched targets, on the
-// tracepoints sock/inet_sock_set_state and tcp/tcp_retransmit_skb, and counts
-// how they fare; [Passive] loads it (see [OpenPassive]). Minimum kernels for
+// connections any process on the host opens to watched targets, on the raw
+// tracepoints inet_sock_set_state and tcp_retransmit_skb, and counts how
+// they fare; [Passive] loads it (see [OpenPassive]). Minimum kernels for
 // capture:
 //
 //   - 5.8: BPF ring buffer and bpf_ringbuf_query (required).
@@ -23,9 +23,11 @@
 // Loading capture needs CAP_BPF and CAP_NET_ADMIN (or CAP_SYS_ADMIN).
 //
 // Passive observation needs kernel BTF (/sys/kernel/btf/vmlinux: the
-// tracepoint records and sk_err are read through CO-RE), 5.12 (atomic
-// fetch-and-add and exchange on map values), tracefs, and CAP_BPF with
-// CAP_PERFMON (or CAP_SYS_ADMIN); [PassiveAvailable] says which is missing.
+// socket's fields are read through CO-RE), 5.12 (atomic fetch-and-add and
+// exchange on map values), and CAP_BPF with CAP_PERFMON (or CAP_SYS_ADMIN);
+// [PassiveAvailable] says which is missing. It does not need tracefs: raw
+// tracepoints are attached through the bpf system call alone, so it works
+// under ip netns exec and in containers that do not mount tracefs.
 // Its memory: the watched targets are an open-addressing hash table per
 // address family (an array map, built whole by [Passive.Watch] and swapped
 // in), with a power of two of at least twice the family's targets as cells,

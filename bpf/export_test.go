@@ -145,8 +145,8 @@ func PassiveHome4(seed uint64, ap netip.AddrPort) uint64 { return layout4.home(s
 // PassiveProbes is the most cells a lookup reads.
 const PassiveProbes = watchProbes
 
-// PassiveStateRuns returns how often the kernel ran p's program on
-// sock/inet_sock_set_state and for how long in all, while run-time
+// PassiveStateRuns returns how often the kernel ran p's program on the raw
+// tracepoint inet_sock_set_state and for how long in all, while run-time
 // statistics are enabled (ebpf.EnableStats).
 func PassiveStateRuns(p *Passive) (runs uint64, total time.Duration, err error) {
 	st, err := p.objs.PassiveState.Stats()

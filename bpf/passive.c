@@ -7,11 +7,16 @@
 // go to user space through a ring buffer, rate-bounded per target; the exact
 // counts are always in the per-target stats array.
 //
-// It attaches to two tracepoints (no fentry/fexit, no kprobes):
-//   - sock/inet_sock_set_state, for every TCP state change;
-//   - tcp/tcp_retransmit_skb, for every retransmitted segment.
-// Their records are read through CO-RE (the struct trace_event_raw_* below,
-// relocated against the kernel's BTF), as is sk->sk_err.
+// It attaches to two raw tracepoints (no fentry/fexit, no kprobes, and no
+// tracefs: a raw tracepoint is attached by name through the bpf system
+// call, so it works where tracefs is not mounted, as under ip netns exec):
+//   - inet_sock_set_state (sk, oldstate, newstate), for every state change
+//     of an inet socket;
+//   - tcp_retransmit_skb (sk, skb, ...), for every retransmitted segment.
+// Their first argument is the struct sock; its fields (family, peer
+// address and port, protocol, sk_err, sk_err_soft) are read through CO-RE,
+// relocated against the kernel's BTF (struct sock_common and struct sock
+// below declare only what is read).
 //
 // A connection is followed from its CLOSE -> SYN_SENT transition, which runs
 // in the connect() caller's context, when its peer (address, port) is in
@@ -234,49 +239,51 @@ volatile const __u32 cfg_self_tgid;   // its process id in that namespace
 volatile __u64 dropped_rate; // failure records left out by the rate bound
 volatile __u64 dropped_ring; // records lost to a full ring
 
-// The tracepoints' records, as far as this program reads them. Field
-// offsets come from the kernel's BTF (CO-RE), not from these declarations.
-struct trace_event_raw_inet_sock_set_state {
-	const void *skaddr;
-	int oldstate;
-	int newstate;
-	__u16 dport;
-	__u16 family;
-	__u16 protocol;
-	__u8 daddr[4];
-	__u8 daddr_v6[16];
-} __attribute__((preserve_access_index));
+// The kernel's socket, as far as this program reads it. Field offsets come
+// from the kernel's BTF (CO-RE), not from these declarations; a field that
+// the kernel keeps in an anonymous union (skc_daddr, skc_dport) is found
+// there by name.
+struct sonde_in6_addr {
+	__u8 bytes[16];
+};
 
-// tcp_retransmit_skb has its own record since Linux 6.12 (with err);
-// before, it was an event of class tcp_event_sk_skb with the same fields.
-struct trace_event_raw_tcp_retransmit_skb {
-	const void *skaddr;
-	__u16 dport;
-	__u16 family;
-	__u8 daddr[4];
-	__u8 daddr_v6[16];
-} __attribute__((preserve_access_index));
-
-struct trace_event_raw_tcp_event_sk_skb {
-	const void *skaddr;
-	__u16 dport;
-	__u16 family;
-	__u8 daddr[4];
-	__u8 daddr_v6[16];
+struct sock_common {
+	__u32 skc_daddr;                     // IPv4 peer, network order
+	__u16 skc_dport;                     // peer port, network order
+	unsigned short skc_family;           // AF_INET or AF_INET6
+	struct sonde_in6_addr skc_v6_daddr;  // IPv6 peer; only with CONFIG_IPV6
 } __attribute__((preserve_access_index));
 
 struct sock {
+	struct sock_common __sk_common;
+	__u16 sk_protocol; // a u16 of its own since Linux 5.6, a bit field before
 	int sk_err;
 	int sk_err_soft;
 } __attribute__((preserve_access_index));
 
-// peer is a connection's remote end as the tracepoints report it.
+// peer is a connection's remote end, as peer_of reads it from the socket.
 struct peer {
 	__u16 family;   // AF_INET or AF_INET6
 	__u16 port;     // host order
 	__u8 addr4[4];  // AF_INET
 	__u8 addr6[16]; // AF_INET6
 };
+
+// peer_of reads the remote end of sk into p. An AF_INET6 socket's address
+// is not read on a kernel without IPv6 (no skc_v6_daddr): no IPv6 target
+// matches a zero address.
+static __always_inline void peer_of(const struct sock *sk, struct peer *p)
+{
+	__u16 port = 0;
+
+	bpf_core_read(&p->family, sizeof(p->family), &sk->__sk_common.skc_family);
+	bpf_core_read(&port, sizeof(port), &sk->__sk_common.skc_dport);
+	p->port = bpf_ntohs(port);
+	if (p->family == AF_INET)
+		bpf_core_read(p->addr4, sizeof(p->addr4), &sk->__sk_common.skc_daddr);
+	else if (p->family == AF_INET6 && bpf_core_field_exists(sk->__sk_common.skc_v6_daddr))
+		bpf_core_read(p->addr6, sizeof(p->addr6), &sk->__sk_common.skc_v6_daddr);
+}
 
 // mix is MurmurHash3's 64-bit finalizer.
 static __always_inline __u64 mix(__u64 x)
@@ -441,13 +448,13 @@ static __always_inline void connected(struct stats *st, const struct watch_val *
 }
 
 // closed classifies the close of a followed connection.
-static __always_inline void closed(struct stats *st, const struct watch_val *w, struct sock_state *s, const void *sk)
+static __always_inline void closed(struct stats *st, const struct watch_val *w, struct sock_state *s, const struct sock *sk)
 {
 	int err = 0;
 
-	bpf_core_read(&err, sizeof(err), &((struct sock *)sk)->sk_err);
+	bpf_core_read(&err, sizeof(err), &sk->sk_err);
 	if (!err && !s->established)
-		bpf_core_read(&err, sizeof(err), &((struct sock *)sk)->sk_err_soft);
+		bpf_core_read(&err, sizeof(err), &sk->sk_err_soft);
 	if (!s->established) {
 		if (err == ECONNREFUSED)
 			fail(st, w, OUT_REFUSED, s->retransmits);
@@ -469,28 +476,30 @@ static __always_inline void closed(struct stats *st, const struct watch_val *w, 
 		fail(st, w, OUT_UNREACHABLE, s->retransmits);
 }
 
-SEC("tracepoint/sock/inet_sock_set_state")
-int passive_state(struct trace_event_raw_inet_sock_set_state *ctx)
+// passive_state runs on every state change of an inet socket (TCP, and
+// others, which it leaves alone).
+SEC("raw_tracepoint/inet_sock_set_state")
+int passive_state(struct bpf_raw_tracepoint_args *ctx)
 {
+	const struct sock *sk = (const struct sock *)ctx->args[0];
+	int oldstate = (int)ctx->args[1], newstate = (int)ctx->args[2];
 	struct peer p = {};
+	__u16 protocol = 0;
 
-	if (ctx->protocol != IPPROTO_TCP)
-		return 0;
-	int oldstate = ctx->oldstate, newstate = ctx->newstate;
 	if (!(oldstate == TCP_CLOSE && newstate == TCP_SYN_SENT) &&
 	    !(oldstate == TCP_SYN_SENT && newstate == TCP_ESTABLISHED) && newstate != TCP_CLOSE)
 		return 0;
-	__u64 key = (__u64)ctx->skaddr;
+	bpf_core_read(&protocol, sizeof(protocol), &sk->sk_protocol);
+	if (protocol != IPPROTO_TCP)
+		return 0;
+	__u64 key = (__u64)sk;
 	struct sock_state *s = NULL;
 	if (newstate != TCP_SYN_SENT) {
 		s = bpf_map_lookup_elem(&socks, &key);
 		if (!s)
 			return 0;
 	}
-	p.family = ctx->family;
-	p.port = ctx->dport;
-	bpf_core_read(p.addr4, sizeof(p.addr4), &ctx->daddr);
-	bpf_core_read(p.addr6, sizeof(p.addr6), &ctx->daddr_v6);
+	peer_of(sk, &p);
 	struct watch_val wv = {};
 	int watched = lookup(&p, &wv);
 	const struct watch_val *w = &wv;
@@ -517,51 +526,34 @@ int passive_state(struct trace_event_raw_inet_sock_set_state *ctx)
 		connected(st, w, s);
 		return 0;
 	}
-	closed(st, w, s, ctx->skaddr);
+	closed(st, w, s, sk);
 	bpf_map_delete_elem(&socks, &key);
 	return 0;
 }
 
-// retransmitted counts a retransmission of the followed socket sk to peer p.
-static __always_inline void retransmitted(__u64 key, const struct peer *p)
+// passive_retransmit counts a retransmission of a followed socket. Linux
+// 6.12 added a third argument (err); only the first is read.
+SEC("raw_tracepoint/tcp_retransmit_skb")
+int passive_retransmit(struct bpf_raw_tracepoint_args *ctx)
 {
+	const struct sock *sk = (const struct sock *)ctx->args[0];
+	__u64 key = (__u64)sk;
+
 	struct sock_state *s = bpf_map_lookup_elem(&socks, &key);
 	if (!s)
-		return;
+		return 0;
+	struct peer p = {};
+	peer_of(sk, &p);
 	struct watch_val w = {};
-	if (!lookup(p, &w) || w.slot != s->slot)
-		return;
+	if (!lookup(&p, &w) || w.slot != s->slot)
+		return 0;
 	__u32 slot = w.slot;
 	struct stats *st = bpf_map_lookup_elem(&stats, &slot);
 	if (!st)
-		return;
+		return 0;
 	if (s->retransmits < 0xffff)
 		s->retransmits++; // one CPU at a time: the socket is locked
 	__sync_fetch_and_add(&st->retransmits, 1);
-}
-
-SEC("tracepoint/tcp/tcp_retransmit_skb")
-int passive_retransmit(void *ctx)
-{
-	struct peer p = {};
-	__u64 key;
-
-	if (bpf_core_type_exists(struct trace_event_raw_tcp_retransmit_skb)) {
-		struct trace_event_raw_tcp_retransmit_skb *r = ctx;
-		key = (__u64)r->skaddr;
-		p.family = r->family;
-		p.port = r->dport;
-		bpf_core_read(p.addr4, sizeof(p.addr4), &r->daddr);
-		bpf_core_read(p.addr6, sizeof(p.addr6), &r->daddr_v6);
-	} else {
-		struct trace_event_raw_tcp_event_sk_skb *r = ctx;
-		key = (__u64)r->skaddr;
-		p.family = r->family;
-		p.port = r->dport;
-		bpf_core_read(p.addr4, sizeof(p.addr4), &r->daddr);
-		bpf_core_read(p.addr6, sizeof(p.addr6), &r->daddr_v6);
-	}
-	retransmitted(key, &p);
 	return 0;
 }
 

@@ -196,9 +196,9 @@ func (o *PassiveOptions) setDefaults() error {
 	return nil
 }
 
-// Passive owns the loaded passive-observation programs, their tracepoint
-// links, maps and ring reader. All methods are safe for concurrent use;
-// [Passive.Read] runs in one goroutine at a time.
+// Passive owns the loaded passive-observation programs, their raw
+// tracepoint links, maps and ring reader. All methods are safe for
+// concurrent use; [Passive.Read] runs in one goroutine at a time.
 type Passive struct {
 	opt    PassiveOptions
 	objs   passiveObjs
@@ -242,8 +242,9 @@ var ErrPassiveReading = errors.New("passive: Read already running")
 
 // PassiveAvailable reports whether this process can observe connections
 // passively: it checks the kernel's BTF, then loads the programs and attaches
-// them to their tracepoints (needs CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN,
-// and tracefs), and detaches them at once. The error says what is missing.
+// them to their raw tracepoints (needs CAP_BPF and CAP_PERFMON, or
+// CAP_SYS_ADMIN; not tracefs), and detaches them at once. The error says
+// what is missing.
 func PassiveAvailable() error {
 	if _, err := btf.LoadKernelSpec(); err != nil {
 		return fmt.Errorf("kernel BTF (/sys/kernel/btf/vmlinux) unavailable: %w", err)
@@ -256,9 +257,10 @@ func PassiveAvailable() error {
 }
 
 // OpenPassive loads the passive-observation programs with opt and attaches
-// them to the tracepoints sock/inet_sock_set_state and tcp/tcp_retransmit_skb.
-// Nothing is watched until [Passive.Watch]. Minimum kernel 5.12 (BPF atomics
-// with fetch), with BTF.
+// them to the raw tracepoints inet_sock_set_state and tcp_retransmit_skb,
+// through the bpf system call alone: tracefs need not be mounted (it is not
+// under ip netns exec, nor in many containers). Nothing is watched until
+// [Passive.Watch]. Minimum kernel 5.12 (BPF atomics with fetch), with BTF.
 func OpenPassive(opt PassiveOptions) (_ *Passive, err error) {
 	if err := opt.setDefaults(); err != nil {
 		return nil, err
@@ -294,15 +296,15 @@ func OpenPassive(opt PassiveOptions) (_ *Passive, err error) {
 		}
 	}()
 	for _, tp := range []struct {
-		group, name string
-		prog        *ebpf.Program
+		name string
+		prog *ebpf.Program
 	}{
-		{"sock", "inet_sock_set_state", p.objs.PassiveState},
-		{"tcp", "tcp_retransmit_skb", p.objs.PassiveRetransmit},
+		{"inet_sock_set_state", p.objs.PassiveState},
+		{"tcp_retransmit_skb", p.objs.PassiveRetransmit},
 	} {
-		l, err := link.Tracepoint(tp.group, tp.name, tp.prog, nil)
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp.name, Program: tp.prog})
 		if err != nil {
-			return nil, fmt.Errorf("attach tracepoint %s/%s (needs tracefs and CAP_PERFMON): %w", tp.group, tp.name, err)
+			return nil, fmt.Errorf("attach raw tracepoint %s (needs CAP_BPF and CAP_PERFMON): %w", tp.name, err)
 		}
 		p.links = append(p.links, l)
 	}

@@ -584,6 +584,79 @@ func TestPassiveWatchErrors(t *testing.T) {
 }
 
 // TestPassiveReadStops checks that Read returns on cancel and on Close, and
+// passiveNoTracefsEnv marks the copy of the test binary that
+// TestPassiveWithoutTracefs runs under ip netns exec.
+const passiveNoTracefsEnv = "SONDE_TEST_PASSIVE_NO_TRACEFS"
+
+// TestPassiveWithoutTracefs runs the observer in a copy of the test binary
+// under ip netns exec, which gives the copy a mount namespace with a fresh
+// /sys where neither tracefs nor debugfs is mounted, and checks that it
+// attaches there and sees a connect refused in that network namespace.
+func TestPassiveWithoutTracefs(t *testing.T) {
+	if os.Getenv(passiveNoTracefsEnv) == "1" {
+		passiveWithoutTracefs(t)
+		return
+	}
+	testenv.RequirePrivileged(t, "network and mount namespaces, CAP_BPF, CAP_PERFMON")
+	ns := testenv.LoopbackNamespace(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.Tool(t, "ip", "iproute2"), "netns", "exec", ns, os.Args[0],
+		"-test.run=^TestPassiveWithoutTracefs$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), passiveNoTracefsEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("in network namespace %s: %v\n%s", ns, err, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: TestPassiveWithoutTracefs") {
+		t.Fatalf("the copy in network namespace %s did not pass:\n%s", ns, out)
+	}
+	t.Logf("in network namespace %s:\n%s", ns, out)
+}
+
+// passiveWithoutTracefs is TestPassiveWithoutTracefs in the copy: it checks
+// that tracefs is out of reach, then watches a closed port of its network
+// namespace and connects to it.
+func passiveWithoutTracefs(t *testing.T) {
+	// Where the tracepoint library looks for tracefs.
+	for _, dir := range []string{"/sys/kernel/tracing", "/sys/kernel/debug", "/sys/kernel/debug/tracing"} {
+		var fs unix.Statfs_t
+		if err := unix.Statfs(dir, &fs); err == nil && (fs.Type == unix.TRACEFS_MAGIC || fs.Type == unix.DEBUGFS_MAGIC) {
+			t.Fatalf("%s is mounted here (file system type %#x): the test needs a mount namespace without tracefs", dir, fs.Type)
+		}
+	}
+	// A port nobody listens on: this network namespace is the test's own.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := ln.Addr().(*net.TCPAddr).AddrPort()
+	ln.Close()
+	p := openPassive(t, bpf.PassiveOptions{MaxTargets: 4, IncludeSelf: true})
+	c := collect(t, p)
+	if err := p.Watch([]bpf.WatchEntry{{Addr: target, Slot: 0, Threshold: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if conn, err := net.DialTimeout("tcp", target.String(), 5*time.Second); err == nil {
+		conn.Close()
+		t.Fatalf("%s accepted a connection; want it refused", target)
+	} else if !errors.Is(err, unix.ECONNREFUSED) {
+		t.Fatalf("connect to %s: %v, want connection refused", target, err)
+	}
+	s := stats(t, p, 0, "the refusal", func(s bpf.PassiveStats) bool { return s.Refused >= 1 })
+	if want := (bpf.PassiveStats{Refused: 1, Run: 1}); s != want {
+		t.Errorf("stats = %+v, want %+v", s, want)
+	}
+	want := []bpf.PassiveEvent{{Slot: 0, Outcome: bpf.PassiveRefused, Run: 1}}
+	got := testenv.Eventually(t, "the refusal's event", func() ([]bpf.PassiveEvent, bool) {
+		evs := c.of(0, true)
+		return evs, len(evs) >= 1
+	})
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
 // refuses a second reader.
 func TestPassiveReadStops(t *testing.T) {
 	testenv.RequirePrivileged(t, "CAP_BPF, CAP_PERFMON")
