@@ -77,13 +77,6 @@ func (l *lockedBuffer) tail(n int) string {
 // prober namespace, serving on 127.0.0.1:port there. It returns once the
 // process started; use waitReady.
 func (e *env) startDaemon(ctx context.Context, name, config string, port int, extra ...string) (*daemon, error) {
-	return e.startDaemonWith(ctx, e.command, name, config, port, extra...)
-}
-
-// startDaemonWith is startDaemon with the command made by command, which
-// runs its arguments in the prober namespace.
-func (e *env) startDaemonWith(ctx context.Context, command func(ctx context.Context, name string, args ...string) *exec.Cmd,
-	name, config string, port int, extra ...string) (*daemon, error) {
 	path := filepath.Join(e.dir, name+".yaml")
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		return nil, fmt.Errorf("write daemon config: %w", err)
@@ -91,7 +84,7 @@ func (e *env) startDaemonWith(ctx context.Context, command func(ctx context.Cont
 	listen := fmt.Sprintf("127.0.0.1:%d", port)
 	args := append([]string{"run", "-config", path, "-listen", listen, "-log-level", "warn"}, extra...)
 	d := &daemon{
-		cmd:    command(ctx, e.opt.Binary, args...),
+		cmd:    e.command(ctx, e.opt.Binary, args...),
 		base:   "http://" + listen,
 		client: nsClient(e.fleet.ProberNS, 4),
 		done:   make(chan struct{}),

@@ -139,10 +139,7 @@ func (e *env) passiveDetect(ctx context.Context, s *Scenario, p passivePlan, wit
 	}
 	e.opt.Progress("passive: detection", "passive", withPassive)
 	cfg := passiveConfig(p, withPassive)
-	if _, err := exec.LookPath("nsenter"); err != nil {
-		return r, fmt.Errorf("the passive observer needs tracefs, which `ip netns exec` hides; nsenter (util-linux) runs the daemon without hiding it: %w", err)
-	}
-	d, err := e.startDaemonWith(ctx, e.commandKeepingMounts, name, cfg, passivePort)
+	d, err := e.startDaemon(ctx, name, cfg, passivePort)
 	if err != nil {
 		return r, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -306,13 +305,5 @@ func TestPassiveConfig(t *testing.T) {
 	}
 	if strings.Replace(with, ", passive: {failures: 3, window: 10s, action: recheck}", "", 1) != without {
 		t.Errorf("the configs differ by more than the passive block:\n%s\n%s", with, without)
-	}
-}
-
-func TestCommandLineNsenter(t *testing.T) {
-	t.Parallel()
-	cmd := exec.Command("nsenter", "--net=/run/netns/sonde-1234-p", "--", "/bin/sonde", "run", "-config", "x.yaml")
-	if got, want := commandLine(cmd), "nsenter --net=/run/netns/PROBER_NS -- /bin/sonde run -config x.yaml"; got != want {
-		t.Errorf("got %q, want %q", got, want)
 	}
 }

@@ -360,25 +360,10 @@ func (e *env) command(ctx context.Context, name string, args ...string) *exec.Cm
 	return cmd
 }
 
-// commandKeepingMounts is command with nsenter in place of `ip netns
-// exec`: it enters the prober namespace's network only. `ip netns exec`
-// also mounts a sysfs of that namespace over /sys, which hides tracefs
-// (/sys/kernel/tracing) from the command, and with it the tracepoints that
-// sonde's passive observer attaches to.
-func (e *env) commandKeepingMounts(ctx context.Context, name string, args ...string) *exec.Cmd {
-	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=/run/netns/" + e.fleet.ProberNS, "--", name}, args...)...)
-	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
-	cmd.WaitDelay = 5 * time.Second
-	return cmd
-}
-
 // commandLine formats a command for the report, without the namespace
 // wrapper, which the reader would spell differently.
 func commandLine(cmd *exec.Cmd) string {
 	args := cmd.Args
-	if len(args) > 3 && args[0] == "nsenter" && strings.HasPrefix(args[1], "--net=") && args[2] == "--" {
-		return "nsenter --net=/run/netns/PROBER_NS -- " + strings.Join(args[3:], " ")
-	}
 	if len(args) > 4 && args[0] == "ip" && args[1] == "netns" && args[2] == "exec" {
 		args = args[4:]
 	}

@@ -59,10 +59,8 @@ func TestHAProxyPassive(t *testing.T) {
 // runInOwnNamespace runs TestHAProxyPassive again in a copy of the test
 // binary inside a network namespace with only lo up, and fails t unless it
 // passed there. The copy's output, detection times included, goes to t's
-// log. It enters the network namespace alone (nsenter --net), not as ip
-// netns exec does, which also gives the copy a mount namespace with a
-// fresh /sys where tracefs is not mounted: the observer's tracepoints
-// could not be attached there.
+// log. It enters the network namespace alone (nsenter --net); the
+// observer's raw tracepoints would attach under ip netns exec too.
 func runInOwnNamespace(t *testing.T) {
 	nsenter := testenv.Tool(t, "nsenter", "util-linux")
 	ns := testenv.LoopbackNamespace(t)
