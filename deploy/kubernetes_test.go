@@ -340,7 +340,7 @@ func checkSecurity(t *testing.T, spec corev1.PodSpec, c corev1.Container, token 
 	for _, c := range sc.Capabilities.Drop {
 		drop = append(drop, string(c))
 	}
-	if want := setOf("NET_RAW", "NET_ADMIN", "BPF"); !slices.Equal(setOf(add...), want) || len(add) != len(want) {
+	if want := setOf("NET_RAW", "NET_ADMIN", "BPF", "PERFMON"); !slices.Equal(setOf(add...), want) || len(add) != len(want) {
 		t.Errorf("capabilities add %v, want exactly %v", add, want)
 	}
 	if !slices.Equal(drop, []string{"ALL"}) {

@@ -60,7 +60,8 @@ func (u unit) one(t *testing.T, key string) string {
 }
 
 // TestSystemdUnit checks that the sandbox keeps what sonde needs: exactly
-// its three capabilities, the socket families of raw SYNs, AF_PACKET and
+// its four capabilities (the SYN prober's three and CAP_PERFMON for passive
+// evidence), the socket families of raw SYNs, AF_PACKET and
 // netlink, the bpf() system call, the network of the host.
 func TestSystemdUnit(t *testing.T) {
 	u := readUnit(t, unitFile)
@@ -81,7 +82,7 @@ func TestSystemdUnit(t *testing.T) {
 	if got := u.one(t, "ExecReload"); !strings.Contains(got, "kill -HUP $MAINPID") {
 		t.Errorf("ExecReload %q, want SIGHUP to the main process", got)
 	}
-	caps := setOf("CAP_NET_RAW", "CAP_NET_ADMIN", "CAP_BPF")
+	caps := setOf("CAP_NET_RAW", "CAP_NET_ADMIN", "CAP_BPF", "CAP_PERFMON")
 	for _, k := range []string{"AmbientCapabilities", "CapabilityBoundingSet"} {
 		if got := setOf(strings.Fields(u.one(t, k))...); !slices.Equal(got, caps) {
 			t.Errorf("%s = %v, want exactly %v", k, got, caps)

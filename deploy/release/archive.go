@@ -121,5 +121,8 @@ func fileCapabilities(caps ...int) []byte {
 }
 
 // sondeCapabilities are the capabilities of the SYN prober with eBPF reply
-// capture: raw sockets, attaching the TC/TCX program, loading it.
-var sondeCapabilities = []int{unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF}
+// capture (raw sockets, attaching the TC/TCX program, loading it) and of
+// passive evidence (CAP_BPF and CAP_PERFMON for the tracing programs).
+// `sonde run` drops CAP_PERFMON after start unless a check asks for
+// passive evidence.
+var sondeCapabilities = []int{unix.CAP_NET_RAW, unix.CAP_NET_ADMIN, unix.CAP_BPF, unix.CAP_PERFMON}

@@ -15,11 +15,12 @@ import (
 	"github.com/sondeprobe/sonde/internal/testenv"
 )
 
-// TestFileCapabilities: the xattr value for cap_net_raw,cap_net_admin,cap_bpf+ep,
-// byte by byte: revision 2 with the effective flag, NET_ADMIN (12) and
-// NET_RAW (13) in the low word, BPF (39) in the high word, none inheritable.
+// TestFileCapabilities: the xattr value for
+// cap_net_raw,cap_net_admin,cap_bpf,cap_perfmon+ep, byte by byte: revision
+// 2 with the effective flag, NET_ADMIN (12) and NET_RAW (13) in the low
+// word, PERFMON (38) and BPF (39) in the high word, none inheritable.
 func TestFileCapabilities(t *testing.T) {
-	want := "01000002" + "00300000" + "00000000" + "80000000" + "00000000"
+	want := "01000002" + "00300000" + "00000000" + "c0000000" + "00000000"
 	if got := hex.EncodeToString(fileCapabilities(sondeCapabilities...)); got != want {
 		t.Errorf("security.capability %s, want %s", got, want)
 	}
@@ -34,7 +35,7 @@ func TestFileCapabilitiesMatchSetcap(t *testing.T) {
 	if err := os.WriteFile(path, []byte("x"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	mustRun(t, setcap, "cap_net_raw,cap_net_admin,cap_bpf+ep", path)
+	mustRun(t, setcap, "cap_net_raw,cap_net_admin,cap_bpf,cap_perfmon+ep", path)
 	buf := make([]byte, 64)
 	n, err := unix.Getxattr(path, "security.capability", buf)
 	if err != nil {

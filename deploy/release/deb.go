@@ -109,8 +109,8 @@ func debInfo(in *inputs, a arch, unitFile string, scripts nfpm.Scripts) *nfpm.In
 			"sonde probes TCP endpoints with raw SYNs whose replies an eBPF program\n" +
 			"catches, and HTTP(S) and connect() checks, and says within a known time\n" +
 			"which endpoints are healthy: Prometheus metrics, a JSON API, a status\n" +
-			"page and webhooks. The unit runs it with only CAP_NET_RAW, CAP_NET_ADMIN\n" +
-			"and CAP_BPF; it is installed but not enabled.",
+			"page and webhooks. The unit runs it with only CAP_NET_RAW, CAP_NET_ADMIN,\n" +
+			"CAP_BPF and CAP_PERFMON; it is installed but not enabled.",
 		MTime: in.created,
 		Overridables: nfpm.Overridables{
 			// Go's TLS reads the system's CA bundle for HTTPS checks.

@@ -194,7 +194,7 @@ func buildImage(in *inputs, a arch, base v1.Layer) (v1.Image, error) {
 		mutate.Addendum{Layer: base, MediaType: types.OCILayer, History: v1.History{Created: created,
 			CreatedBy: "sonde-release: /etc/passwd, /etc/group (sonde is 65532), /etc/nsswitch.conf, CA certificates, /tmp"}},
 		mutate.Addendum{Layer: bin, MediaType: types.OCILayer, History: v1.History{Created: created,
-			CreatedBy: "sonde-release: /usr/local/bin/sonde with cap_net_raw,cap_net_admin,cap_bpf+ep"}})
+			CreatedBy: "sonde-release: /usr/local/bin/sonde with cap_net_raw,cap_net_admin,cap_bpf,cap_perfmon+ep"}})
 	if err != nil {
 		return nil, err
 	}

@@ -219,7 +219,7 @@ func checkBinaryLayer(t *testing.T, goarch string, files map[string]tarFile) {
 		return
 	}
 	if got, want := sonde.hdr.PAXRecords["SCHILY.xattr.security.capability"], string(fileCapabilities(sondeCapabilities...)); got != want {
-		t.Errorf("%s: %s security.capability %x, want %x (cap_net_raw,cap_net_admin,cap_bpf+ep)", goarch, imageBinary, got, want)
+		t.Errorf("%s: %s security.capability %x, want %x (cap_net_raw,cap_net_admin,cap_bpf,cap_perfmon+ep)", goarch, imageBinary, got, want)
 	}
 	checkELF(t, goarch+" "+imageBinary, sonde.data, goarch)
 }

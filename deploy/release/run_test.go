@@ -72,8 +72,8 @@ func TestImageRunsAsNonRoot(t *testing.T) {
 	img := imageFor(t, a, "amd64")
 	rootfs := unpackImage(t, img)
 	getcap := mustRun(t, testenv.Tool(t, "getcap", "libcap2-bin"), filepath.Join(rootfs, imageBinary))
-	if !strings.Contains(getcap, "cap_net_admin,cap_net_raw,cap_bpf=ep") {
-		t.Errorf("getcap after unpacking: %q, want cap_net_admin,cap_net_raw,cap_bpf=ep", getcap)
+	if !strings.Contains(getcap, "cap_net_admin,cap_net_raw,cap_perfmon,cap_bpf=ep") {
+		t.Errorf("getcap after unpacking: %q, want cap_net_admin,cap_net_raw,cap_perfmon,cap_bpf=ep", getcap)
 	}
 	// What a runtime mounts: /proc (sonde reads the local port range) and a
 	// read-only /sys of the container's network namespace.
@@ -209,7 +209,7 @@ func TestImagePodman(t *testing.T) {
 	}
 	archive := filepath.Join(r.dist, archiveName(r.version))
 	out, err := exec.Command(podman, "run", "--rm", "--network", "none", "--pull", "never",
-		"--cap-drop", "all", "--cap-add", "net_raw,net_admin,bpf", "oci-archive:"+archive, "version").CombinedOutput()
+		"--cap-drop", "all", "--cap-add", "net_raw,net_admin,bpf,perfmon", "oci-archive:"+archive, "version").CombinedOutput()
 	if err != nil {
 		t.Skipf("podman cannot run a container on this machine (%v); TestImageRunsAsNonRoot runs the image without a runtime:\n%s", err, out)
 	}
