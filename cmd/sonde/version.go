@@ -79,7 +79,7 @@ func runVersion(args []string, stdout io.Writer) error {
 }
 
 // capSet is the subset of the effective capabilities sonde cares about.
-type capSet struct{ netRaw, bpf, netAdmin bool }
+type capSet struct{ netRaw, bpf, netAdmin, perfmon bool }
 
 // effectiveCaps reads the process's effective capabilities.
 func effectiveCaps() (capSet, error) {
@@ -89,7 +89,7 @@ func effectiveCaps() (capSet, error) {
 		return capSet{}, fmt.Errorf("capget: %w", err)
 	}
 	has := func(c int) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
-	return capSet{netRaw: has(unix.CAP_NET_RAW), bpf: has(unix.CAP_BPF), netAdmin: has(unix.CAP_NET_ADMIN)}, nil
+	return capSet{netRaw: has(unix.CAP_NET_RAW), bpf: has(unix.CAP_BPF), netAdmin: has(unix.CAP_NET_ADMIN), perfmon: has(unix.CAP_PERFMON)}, nil
 }
 
 // String lists the capabilities present.
@@ -98,13 +98,13 @@ func (c capSet) String() string {
 	for _, x := range []struct {
 		ok   bool
 		name string
-	}{{c.netRaw, "CAP_NET_RAW"}, {c.bpf, "CAP_BPF"}, {c.netAdmin, "CAP_NET_ADMIN"}} {
+	}{{c.netRaw, "CAP_NET_RAW"}, {c.bpf, "CAP_BPF"}, {c.netAdmin, "CAP_NET_ADMIN"}, {c.perfmon, "CAP_PERFMON"}} {
 		if x.ok {
 			have = append(have, x.name)
 		}
 	}
 	if len(have) == 0 {
-		return "none of CAP_NET_RAW, CAP_BPF, CAP_NET_ADMIN"
+		return "none of CAP_NET_RAW, CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON"
 	}
 	return strings.Join(have, ", ")
 }

@@ -18,11 +18,12 @@ func TestCapSetPath(t *testing.T) {
 		path probe.TCPPath
 		text string
 	}{
-		{capSet{true, true, true}, probe.PathSynBPF, "CAP_NET_RAW, CAP_BPF, CAP_NET_ADMIN"},
+		{capSet{true, true, true, false}, probe.PathSynBPF, "CAP_NET_RAW, CAP_BPF, CAP_NET_ADMIN"},
+		{capSet{true, true, true, true}, probe.PathSynBPF, "CAP_NET_RAW, CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON"},
 		{capSet{netRaw: true}, probe.PathSynPacket, "CAP_NET_RAW"},
 		{capSet{netRaw: true, bpf: true}, probe.PathSynPacket, "CAP_NET_RAW, CAP_BPF"},
 		{capSet{bpf: true, netAdmin: true}, probe.PathConnect, "CAP_BPF, CAP_NET_ADMIN"},
-		{capSet{}, probe.PathConnect, "none of CAP_NET_RAW, CAP_BPF, CAP_NET_ADMIN"},
+		{capSet{}, probe.PathConnect, "none of CAP_NET_RAW, CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON"},
 	}
 	for _, tt := range tests {
 		if got, _ := tt.caps.tcpPath(); got != tt.path {
