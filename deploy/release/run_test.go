@@ -115,7 +115,7 @@ func TestImageRunsAsNonRoot(t *testing.T) {
 	}
 	t.Logf("sonde version as 65532:\n%s", out)
 	for _, want := range []string{"sonde " + r.version + " (", "revision: " + r.revision + "\n",
-		"capabilities: CAP_NET_RAW, CAP_BPF, CAP_NET_ADMIN\n", "tcp probe path: syn-bpf "} {
+		"capabilities: CAP_NET_RAW, CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON\n", "tcp probe path: syn-bpf "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("sonde version as 65532 lacks %q:\n%s", want, out)
 		}
