@@ -532,10 +532,6 @@ func passiveMemory(n int) (memResult, error) {
 		return r, err
 	}
 	defer obs.Close()
-	after, err := bpfFDs(bpfMapFD)
-	if err != nil {
-		return r, err
-	}
 	entries := make([]bpf.WatchEntry, n)
 	for i := range entries {
 		entries[i] = bpf.WatchEntry{
@@ -549,6 +545,12 @@ func passiveMemory(n int) (memResult, error) {
 		return r, err
 	}
 	r.watch = time.Since(start)
+	// After Watch: the watch tables it built are maps of their own, held
+	// by the observer and published through its maps of maps.
+	after, err := bpfFDs(bpfMapFD)
+	if err != nil {
+		return r, err
+	}
 	r.maps, err = mapMemory(newFDs(before, after))
 	return r, err
 }
