@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/sondeprobe/sonde/scheduler/internal/ring"
 )
 
 // RouteKind tells what a [RouteEvent] reports.
@@ -106,7 +108,7 @@ type Router struct {
 	state []State             // per target, the state the decisions were taken with
 	sick  map[uint32]int64    // per unhealthy target, when it became so: the key of its entries in the pools' sick lists; only unhealthy targets are in it
 
-	in      *ring[uint32]
+	in      *ring.Ring[uint32]
 	lost    atomic.Bool // a notice found the ring full: re-read every target
 	parked  atomic.Bool
 	wake    chan struct{}
@@ -179,7 +181,7 @@ func NewRouter(e *Engine, pools []*Pool, opt RouterOptions) *Router {
 		first: make([]uint16, n),
 		state: make([]State, n),
 		sick:  map[uint32]int64{},
-		in:    newRing[uint32](opt.RingSize),
+		in:    ring.New[uint32](opt.RingSize),
 		wake:  make(chan struct{}, 1),
 		now:   e.clock.Nanotime(),
 	}
@@ -252,7 +254,7 @@ func compareSick(a, b sickEntry) int {
 // Notify tells the router that target id changed state. It is safe for
 // concurrent use, never blocks and allocates nothing.
 func (r *Router) Notify(id uint32) {
-	if !r.in.push(&id) {
+	if !r.in.Push(&id) {
 		r.lost.Store(true)
 	}
 	if r.parked.Load() && r.parked.CompareAndSwap(true, false) {
@@ -270,14 +272,14 @@ func (r *Router) Step(now int64) int64 {
 	r.now = now
 	if r.lost.Swap(false) {
 		var id uint32
-		for r.in.pop(&id) {
+		for r.in.Pop(&id) {
 		}
 		for id := range r.state {
 			r.apply(uint32(id))
 		}
 	}
 	var id uint32
-	for r.in.pop(&id) {
+	for r.in.Pop(&id) {
 		r.apply(id)
 	}
 	next := int64(-1)
@@ -318,7 +320,7 @@ func (r *Router) Run(ctx context.Context) {
 			continue
 		}
 		r.parked.Store(true)
-		if !r.in.empty() || r.lost.Load() {
+		if !r.in.Empty() || r.lost.Load() {
 			r.parked.Store(false)
 			continue
 		}
