@@ -12,9 +12,9 @@ type cacheLine [64]byte
 
 // Ring is a bounded lock-free queue with many producers and one consumer:
 // probe results from prober goroutines to the owning shard, and state-change
-// notices from shards to the pool policy's router. Each slot carries a sequence number
-// that tells producers and the consumer whose turn it is, so neither side
-// takes a lock and nothing is allocated after construction.
+// notices from shards to the pool policy's router. Each slot carries a
+// sequence number that tells producers and the consumer whose turn it is, so
+// neither side takes a lock and nothing is allocated after construction.
 type Ring[T any] struct {
 	_     cacheLine
 	tail  atomic.Uint64 // next position producers claim
