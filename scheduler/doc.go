@@ -56,9 +56,8 @@
 // max(recheck gap, probe time) after the evidence; without traffic W1–W3
 // remain the guarantees.
 //
-// A [Router] applies the pool policy ([PoolPolicy]: P1 cap, P2 fail-open, E7
-// preferred set) as states change: the observer notifies it of each change
-// through a lock-free ring, and its own goroutine updates the pools'
-// decisions, publishes them for readers and reports each change as a
-// [RouteEvent]. Probes cost it nothing.
+// What pools do with these states — the pool policy's traffic decisions — is
+// package [github.com/sondeprobe/sonde/scheduler/policy], built on this
+// package's API: [Engine.Status], the [Clock] and the [Observer]'s state
+// changes.
 package scheduler

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/scheduler/internal/ring"
 )
 
 // TargetSpec describes one target to the engine.
@@ -251,7 +252,7 @@ func (e *Engine) newShard(idx int, opt Options) *shard {
 	s := &shard{
 		e:    e,
 		idx:  idx,
-		ring: newRing[arrival](opt.RingSize),
+		ring: ring.New[arrival](opt.RingSize),
 		rng:  mix64(opt.Seed+uint64(idx)) | 1,
 		wake: make(chan struct{}, 1),
 	}

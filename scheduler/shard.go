@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/scheduler/internal/ring"
 )
 
 // Per-target flags kept by a shard.
@@ -81,7 +82,7 @@ type shard struct {
 	tab       *checkTable
 	wheel     *wheel
 	deadlines []deadlineQueue // one per distinct timeout; checkTable.queueOf maps checks to them
-	ring      *ring[arrival]
+	ring      *ring.Ring[arrival]
 	batches   [][]probe.Request // per launcher
 	resends   [][]probe.Request // per launcher: retransmissions to hand to its Resend
 	settled   []int64           // per launcher that is a Settler: its Settled as read this step
@@ -295,7 +296,7 @@ func (s *shard) stageFront(q *deadlineQueue, j int) (*record, bool) {
 func (s *shard) drain() {
 	for {
 		n := 0
-		for n < len(s.rx) && s.ring.pop(&s.rx[n]) {
+		for n < len(s.rx) && s.ring.Pop(&s.rx[n]) {
 			n++
 		}
 		if n == 0 {
@@ -653,7 +654,7 @@ func (s *shard) run(ctx context.Context) {
 		}
 		s.soon.Store(int64(wait) <= s.e.tick)
 		s.parked.Store(true)
-		if !s.ring.empty() || s.overflowed.Load() || s.inbox.Load() != nil {
+		if !s.ring.Empty() || s.overflowed.Load() || s.inbox.Load() != nil {
 			s.parked.Store(false)
 			continue
 		}
@@ -680,7 +681,7 @@ func (s *shard) deliver(r *probe.Result, i uint32) (overflowed bool) {
 
 // enqueue is [shard.deliver] for any arrival.
 func (s *shard) enqueue(a *arrival) (overflowed bool) {
-	if !s.ring.push(a) {
+	if !s.ring.Push(a) {
 		s.overflowMu.Lock()
 		s.overflow = append(s.overflow, *a)
 		s.overflowed.Store(true)

@@ -30,13 +30,6 @@ type sim struct {
 	sent   []probe.Request // every dispatched request, in order
 	events []Event
 	result []appliedResult
-	// router, when set, is notified of every state change and stepped
-	// with the engine; routes collects its events.
-	router *Router
-	routes []RouteEvent
-	// routeByHand leaves stepping the router to the test, so notices
-	// pile up between its steps.
-	routeByHand bool
 }
 
 type appliedResult struct {
@@ -59,34 +52,7 @@ func (s *sim) Launch(lane int, batch []probe.Request) {
 }
 
 func (s *sim) Result(id uint32, r probe.Result) { s.result = append(s.result, appliedResult{id, r}) }
-func (s *sim) Route(ev RouteEvent)              { s.routes = append(s.routes, ev) }
-
-func (s *sim) Transition(e Event) {
-	s.events = append(s.events, e)
-	if s.router != nil {
-		s.router.Notify(e.Target)
-	}
-}
-
-// route builds a router over pools, reporting to the sim, stepped with the
-// engine from now on.
-func (s *sim) route(pools []*Pool, opt RouterOptions) *Router {
-	opt.Observer = s
-	s.router = NewRouter(s.eng, pools, opt)
-	return s.router
-}
-
-// step steps the engine and the router at now and returns the next time
-// either has something to do, -1 for none.
-func (s *sim) step(now int64) int64 {
-	next := s.eng.Step(now)
-	if s.router != nil && !s.routeByHand {
-		if r := s.router.Step(now); r >= 0 && (next < 0 || r < next) {
-			next = r
-		}
-	}
-	return next
-}
+func (s *sim) Transition(e Event)               { s.events = append(s.events, e) }
 
 // newSim builds an engine over a copy of checks whose Launcher is the sim,
 // and targets. It leaves checks as they are, so tests may share them.
@@ -108,7 +74,7 @@ func newSim(t *testing.T, checks []Check, targets []TargetSpec, shards int) *sim
 
 // runUntil advances simulated time to end, processing every event before it.
 func (s *sim) runUntil(end int64) {
-	next := s.step(s.clock.Nanotime())
+	next := s.eng.Step(s.clock.Nanotime())
 	for {
 		at := next
 		if len(s.pending) > 0 && (at < 0 || s.pending[0].Done < at) {
@@ -122,7 +88,7 @@ func (s *sim) runUntil(end int64) {
 		for len(s.pending) > 0 && s.pending[0].Done <= at {
 			s.eng.Deliver(heap.Pop(&s.pending).(probe.Result))
 		}
-		next = s.step(at)
+		next = s.eng.Step(at)
 	}
 }
 

@@ -23,6 +23,10 @@ type shardCounts struct {
 	lateCount                                                            [len(LatenessBuckets) + 1]uint64
 }
 
+// cacheLine pads hot atomics apart so that writers and readers do not share
+// a cache line.
+type cacheLine [64]byte
+
 // shardStats are a shard's published counters: the shard stores its tallies
 // after every step; readers load them at any time.
 type shardStats struct {

@@ -58,7 +58,7 @@ func TestDeliverWakes(t *testing.T) {
 		t.Fatal("an overflowing result did not wake the shard")
 	}
 	s.step(0)
-	if !s.ring.empty() || s.overflowed.Load() {
+	if !s.ring.Empty() || s.overflowed.Load() {
 		t.Fatal("step left results in the ring or the overflow list")
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/sondeprobe/sonde/probe/endpoint"
 	"github.com/sondeprobe/sonde/probe/syn"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/scheduler/policy"
 	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/events"
 	"github.com/sondeprobe/sonde/server/history"
@@ -417,7 +418,7 @@ func (d *Daemon) newGeneration(cfg *config.Config, e *scheduler.Engine, ls *laun
 // g's pools have the same names in the same order, a new one otherwise.
 func (d *Daemon) layoutOf(g *generation) uint32 {
 	old := d.cur.Load()
-	if old != nil && slices.EqualFunc(old.pools, g.pools, func(a, b *scheduler.Pool) bool { return a.Name == b.Name }) {
+	if old != nil && slices.EqualFunc(old.pools, g.pools, func(a, b *policy.Pool) bool { return a.Name == b.Name }) {
 		return old.layout
 	}
 	return d.layouts.Add(1)

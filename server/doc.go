@@ -24,7 +24,7 @@
 // in every pool that lists one.
 //
 // Decisions leave the daemon as events: the engine's state changes and the
-// route decisions of each generation's scheduler.Router (removed, put back,
+// route decisions of each generation's policy.Router (removed, put back,
 // preferred, fail-open) are numbered in one event log (server/events), a
 // ring that the API pages, that event streams (Server-Sent Events) follow
 // by cursor, and that feeds each event webhook's bounded queue, delivered

@@ -10,6 +10,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/scheduler/policy"
 	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/history"
 	"github.com/sondeprobe/sonde/server/remediate"
@@ -29,9 +30,9 @@ import (
 type generation struct {
 	cfg      *config.Config
 	engine   *scheduler.Engine
-	router   *scheduler.Router // the pools' decisions; built by decide
+	router   *policy.Router // the pools' decisions; built by decide
 	launch   *launchers
-	pools    []*scheduler.Pool
+	pools    []*policy.Pool
 	members  map[uint32][]uint32 // leaders of shared streams (P4): the other enabled members
 	errs     *lastErrors         // why each failing stream failed, by leader id, for the API
 	slots    []uint16            // per check, its index in the engine's checks
@@ -54,13 +55,13 @@ type generation struct {
 }
 
 // indexPools builds the scheduler pools. Which pools list a target the
-// generation's router tells (scheduler.Router.FirstPool, MorePools).
+// generation's router tells (policy.Router.FirstPool, MorePools).
 func (g *generation) indexPools() {
 	cfg := g.cfg
 	for _, p := range cfg.Pools {
-		g.pools = append(g.pools, &scheduler.Pool{
+		g.pools = append(g.pools, &policy.Pool{
 			Name: p.Name,
-			Policy: scheduler.PoolPolicy{
+			Policy: policy.PoolPolicy{
 				MaxUnhealthyPercent: p.MaxUnhealthyPercent,
 				FailOpen:            p.FailOpen,
 				LatencyMargin:       p.LatencyMargin,
@@ -126,7 +127,7 @@ func (g *generation) keepCerts(old *generation, removed []uint32) {
 // decide takes the pools' decisions from the targets' current states,
 // without events: the router that runRouter runs.
 func (g *generation) decide(d *Daemon) {
-	g.router = scheduler.NewRouter(g.engine, g.pools, scheduler.RouterOptions{Observer: &routeObserver{o: &d.obs, g: g}})
+	g.router = policy.NewRouter(g.engine, g.pools, policy.RouterOptions{Observer: &routeObserver{o: &d.obs, g: g}})
 }
 
 // runRouter runs the generation's router until stopRouter.

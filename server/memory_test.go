@@ -13,6 +13,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/scheduler/policy"
 )
 
 const memoryConfig = `
@@ -125,9 +126,9 @@ func TestTransitionAllocations(t *testing.T) {
 // TestRouteLogs checks that route and preference changes are logged at
 // info, like state changes, and that at warn they box no log arguments.
 func TestRouteLogs(t *testing.T) {
-	changes := []scheduler.RouteEvent{
-		{Kind: scheduler.RouteChanged, From: scheduler.Routed, To: scheduler.Removed, Cause: scheduler.CauseState, State: scheduler.Unhealthy},
-		{Kind: scheduler.PreferredChanged, On: true, Cause: scheduler.CauseLatency, State: scheduler.Healthy},
+	changes := []policy.RouteEvent{
+		{Kind: policy.RouteChanged, From: policy.Routed, To: policy.Removed, Cause: policy.CauseState, State: scheduler.Unhealthy},
+		{Kind: policy.PreferredChanged, On: true, Cause: policy.CauseLatency, State: scheduler.Healthy},
 	}
 	var logs bytes.Buffer
 	ob := testObserverWith(t, memoryConfig, slog.New(slog.NewTextHandler(&logs, nil)))

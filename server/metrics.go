@@ -9,6 +9,7 @@ import (
 
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/scheduler/policy"
 	"github.com/sondeprobe/sonde/server/events"
 )
 
@@ -139,7 +140,7 @@ type poolInstruments struct {
 	duration prometheus.Observer
 	phases   [len(phaseNames)]prometheus.Observer
 	changes  [3]prometheus.Counter // by scheduler.State
-	routes   [3]prometheus.Counter // by scheduler.Route, up to Pending
+	routes   [3]prometheus.Counter // by policy.Route, up to Pending
 }
 
 // instruments resolves the per-result instruments of pool with protocol.
@@ -154,7 +155,7 @@ func (m *metrics) instruments(pool, protocol string) *poolInstruments {
 	for st := scheduler.Unknown; st <= scheduler.Unhealthy; st++ {
 		pi.changes[st] = m.changes.WithLabelValues(pool, st.String())
 	}
-	for r := scheduler.Routed; r <= scheduler.Pending; r++ {
+	for r := policy.Routed; r <= policy.Pending; r++ {
 		pi.routes[r] = m.routes.WithLabelValues(pool, r.String())
 	}
 	return pi

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/scheduler/policy"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -179,7 +180,7 @@ type routeObserver struct {
 
 // Route records a decision of the pool policy: an event for the API, a
 // counter and a log line. It runs on the router's goroutine.
-func (ro *routeObserver) Route(e scheduler.RouteEvent) {
+func (ro *routeObserver) Route(e policy.RouteEvent) {
 	o, g := ro.o, ro.g
 	pool := g.cfg.Pools[e.Pool].Name
 	ev := api.Event{
@@ -192,32 +193,32 @@ func (ro *routeObserver) Route(e scheduler.RouteEvent) {
 		Reason: e.Cause.String(),
 	}
 	switch e.Kind {
-	case scheduler.RouteChanged:
+	case policy.RouteChanged:
 		ev.From, ev.To = e.From.String(), e.To.String()
-		if e.Cause == scheduler.CauseState {
+		if e.Cause == policy.CauseState {
 			ev.Reason = e.State.String()
 		}
 		if int(e.To) < len(g.inst[e.Pool].routes) { // the router never routes to Excluded
 			g.inst[e.Pool].routes[e.To].Inc()
 		}
-	case scheduler.PreferredChanged:
+	case policy.PreferredChanged:
 		ev.From, ev.To = pick2(preferredNames, e.On)
-		if e.Cause == scheduler.CauseState {
+		if e.Cause == policy.CauseState {
 			ev.Reason = e.State.String()
 		}
-	case scheduler.FailOpenChanged:
+	case policy.FailOpenChanged:
 		ev.From, ev.To = pick2(failOpenNames, e.On)
 		ev.Reason = e.State.String()
 	}
 	o.d.events.Add(ev)
 	switch {
-	case e.Kind == scheduler.FailOpenChanged && e.On:
+	case e.Kind == policy.FailOpenChanged && e.On:
 		o.d.log.Warn("pool fails open: no target is healthy, every one stays in rotation", "pool", pool, "target", ev.Target, "reason", ev.Reason)
-	case e.Kind == scheduler.FailOpenChanged:
+	case e.Kind == policy.FailOpenChanged:
 		o.d.log.Info("pool no longer fails open", "pool", pool, "target", ev.Target, "reason", ev.Reason)
-	case o.info && e.Kind == scheduler.RouteChanged:
+	case o.info && e.Kind == policy.RouteChanged:
 		o.d.log.Info("route change", "pool", pool, "target", ev.Target, "from", ev.From, "to", ev.To, "reason", ev.Reason)
-	case o.info && e.Kind == scheduler.PreferredChanged:
+	case o.info && e.Kind == policy.PreferredChanged:
 		o.d.log.Info("preference change", "pool", pool, "target", ev.Target, "from", ev.From, "to", ev.To, "reason", ev.Reason)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/scheduler/policy"
 	"github.com/sondeprobe/sonde/server/apiv1"
 	"github.com/sondeprobe/sonde/server/history"
 	"github.com/sondeprobe/sonde/server/remediate"
@@ -42,16 +43,16 @@ func (d *Daemon) apiSnapshot() apiv1.Snapshot {
 	return &snapshot{d: d, g: g}
 }
 
-func (s *snapshot) Layout() uint32                       { return s.g.layout }
-func (s *snapshot) Summary(pi int) scheduler.PoolSummary { return s.g.router.Summary(pi) }
+func (s *snapshot) Layout() uint32                    { return s.g.layout }
+func (s *snapshot) Summary(pi int) policy.PoolSummary { return s.g.router.Summary(pi) }
 func (s *snapshot) Ranks(pi int) []uint32 {
 	return s.g.rankCache[pi].Ranks(func() []uint32 { return s.g.router.Ranks(pi) })
 }
 
 func (s *snapshot) Config() *config.Config                    { return s.g.cfg }
-func (s *snapshot) Pools() []*scheduler.Pool                  { return s.g.pools }
+func (s *snapshot) Pools() []*policy.Pool                     { return s.g.pools }
 func (s *snapshot) PoolSummary(pi int) api.PoolJSON           { return apiv1.PoolJSON(s, pi) }
-func (s *snapshot) Route(pi, m int) (scheduler.Route, bool)   { return s.g.router.Route(pi, m) }
+func (s *snapshot) Route(pi, m int) (policy.Route, bool)      { return s.g.router.Route(pi, m) }
 func (s *snapshot) PoolsOf(id uint32, fn func(pi int))        { s.g.poolsOf(id, fn) }
 func (s *snapshot) Status(id uint32) scheduler.TargetStatus   { return s.g.engine.Status(id) }
 func (s *snapshot) Clock() scheduler.Clock                    { return s.g.engine.Clock() }

@@ -11,6 +11,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/scheduler/policy"
 	"github.com/sondeprobe/sonde/server/events"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
@@ -25,7 +26,7 @@ func (c fakeClock) Nanotime() int64 { return c.now.UnixNano() }
 // member routed, and the states and errors it is given.
 type fake struct {
 	cfg    *config.Config
-	pools  []*scheduler.Pool
+	pools  []*policy.Pool
 	status map[uint32]scheduler.TargetStatus
 	errs   map[uint32]string
 	layout uint32
@@ -39,15 +40,15 @@ func newFake(t *testing.T, yml string) *fake {
 	}
 	f := &fake{cfg: cfg, status: map[uint32]scheduler.TargetStatus{}, errs: map[uint32]string{}, layout: 7}
 	for _, p := range cfg.Pools {
-		f.pools = append(f.pools, &scheduler.Pool{Name: p.Name, Members: p.Members, Disabled: p.Disabled, Unprobed: !p.HealthChecks})
+		f.pools = append(f.pools, &policy.Pool{Name: p.Name, Members: p.Members, Disabled: p.Disabled, Unprobed: !p.HealthChecks})
 	}
 	return f
 }
 
 func (f *fake) Config() *config.Config                  { return f.cfg }
-func (f *fake) Pools() []*scheduler.Pool                { return f.pools }
+func (f *fake) Pools() []*policy.Pool                   { return f.pools }
 func (f *fake) Layout() uint32                          { return f.layout }
-func (f *fake) Route(int, int) (scheduler.Route, bool)  { return scheduler.Routed, false }
+func (f *fake) Route(int, int) (policy.Route, bool)     { return policy.Routed, false }
 func (f *fake) Ranks(pi int) []uint32                   { return make([]uint32, len(f.pools[pi].Members)) }
 func (f *fake) Status(id uint32) scheduler.TargetStatus { return f.status[id] }
 func (f *fake) Clock() scheduler.Clock                  { return fakeClock{time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)} }
@@ -55,8 +56,8 @@ func (f *fake) LastError(id uint32) string              { return f.errs[id] }
 func (f *fake) CertExpiry(uint32) int64                 { return 0 }
 func (f *fake) Passive(uint32) (api.PassiveJSON, bool)  { return api.PassiveJSON{}, false }
 
-func (f *fake) Summary(pi int) scheduler.PoolSummary {
-	s := scheduler.PoolSummary{Members: len(f.pools[pi].Members)}
+func (f *fake) Summary(pi int) policy.PoolSummary {
+	s := policy.PoolSummary{Members: len(f.pools[pi].Members)}
 	for _, id := range f.pools[pi].Members {
 		switch f.status[id].State {
 		case scheduler.Healthy:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/scheduler/policy"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -24,17 +25,17 @@ type Snapshot interface {
 	// Hostnames indexed by target id, pool members are target ids.
 	Config() *config.Config
 	// Pools are the engine's pools, in the configuration's order.
-	Pools() []*scheduler.Pool
+	Pools() []*policy.Pool
 	// Layout identifies the pools' names and order: a cursor of another
 	// layout is gone.
 	Layout() uint32
 	// Summary returns pool pi's counts, as of the latest decisions.
-	Summary(pi int) scheduler.PoolSummary
+	Summary(pi int) policy.PoolSummary
 	// Route returns the route of member m of pool pi, and whether it is
 	// preferred.
-	Route(pi, m int) (scheduler.Route, bool)
+	Route(pi, m int) (policy.Route, bool)
 	// Ranks returns pool pi's latency ranks by member position (see
-	// scheduler.Router.Ranks), at most a little old (see RankCache).
+	// policy.Router.Ranks), at most a little old (see RankCache).
 	Ranks(pi int) []uint32
 	// Status returns target id's health state.
 	Status(id uint32) scheduler.TargetStatus

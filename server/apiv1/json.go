@@ -7,6 +7,7 @@ import (
 
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/scheduler/policy"
 	"github.com/sondeprobe/sonde/server/apiv1/targetsel"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
@@ -49,13 +50,13 @@ func unresolvedJSON(g Snapshot, pi, i int) api.TargetJSON {
 	c := g.Config().Checks[cp.CheckIndex]
 	return api.TargetJSON{
 		ID: UnresolvedBase + uint32(i), Target: targetsel.Unresolved(&u), Host: u.Host, Pool: cp.Name, Check: c.Name, Protocol: c.Protocol.String(),
-		State: "unknown", Route: scheduler.Excluded.String(), LastOutcome: "unresolved", LastError: u.Err, StateSince: u.Since,
+		State: "unknown", Route: policy.Excluded.String(), LastOutcome: "unresolved", LastError: u.Err, StateSince: u.Since,
 		FailureWindowSeconds: c.FailureWindow().Seconds(), SuccessWindowSeconds: c.SuccessWindow(c.Timeout).Seconds(),
 		Labels: labelMap(u.Labels), Unresolved: true,
 	}
 }
 
-func targetJSON(g Snapshot, pi, pos int, m scheduler.MemberRoute, state string, clock scheduler.Clock) api.TargetJSON {
+func targetJSON(g Snapshot, pi, pos int, m policy.MemberRoute, state string, clock scheduler.Clock) api.TargetJSON {
 	t := g.Config().Targets[m.ID]
 	c := g.Config().Checks[t.Check]
 	st := m.Status

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/scheduler/policy"
 	"github.com/sondeprobe/sonde/server/apiv1/targetsel"
 	"github.com/sondeprobe/sonde/server/web"
 )
@@ -236,9 +237,9 @@ func (g *view) listTargets(f *targetFilter, emit func(v any) error) (cursor, boo
 				state = "unprobed"
 			}
 			if f.state == "" || f.state == state {
-				m := scheduler.MemberRoute{ID: id, Status: st}
+				m := policy.MemberRoute{ID: id, Status: st}
 				m.Route, m.Preferred = g.Route(pi, pos)
-				if m.Route == scheduler.Routed && st.State == scheduler.Healthy {
+				if m.Route == policy.Routed && st.State == scheduler.Healthy {
 					m.Rank = int(ranks[pos])
 				}
 				if err = emit(targetJSON(g, pi, pos, m, state, clock)); err != nil {
@@ -373,13 +374,13 @@ type RankCache struct {
 }
 
 type ranking struct {
-	ranks []uint32 // by member position, see scheduler.Router.Ranks
+	ranks []uint32 // by member position, see policy.Router.Ranks
 	at    time.Time
 	took  time.Duration
 }
 
 // Ranks returns the pool's latency ranks, ranking it with rank (see
-// scheduler.Router.Ranks) when the latest ranking is too old. While one
+// policy.Router.Ranks) when the latest ranking is too old. While one
 // request ranks the pool again, others use the previous ranking.
 func (rc *RankCache) Ranks(rank func() []uint32) []uint32 {
 	b := rc.cur.Load()

@@ -14,6 +14,7 @@ import (
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/probe/endpoint"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/scheduler/policy"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -28,8 +29,8 @@ func (c fakeClock) Nanotime() int64 { return c.now.UnixNano() }
 // and history it is given.
 type fake struct {
 	cfg       *config.Config
-	pools     []*scheduler.Pool
-	routes    map[[2]int]scheduler.Route // by pool and member; default Routed
+	pools     []*policy.Pool
+	routes    map[[2]int]policy.Route // by pool and member; default Routed
 	status    map[uint32]scheduler.TargetStatus
 	errs      map[uint32]string
 	certs     map[uint32]int64
@@ -53,7 +54,7 @@ func newFake(t testing.TB, yml string) *fake {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fake{cfg: cfg, routes: map[[2]int]scheduler.Route{}, status: map[uint32]scheduler.TargetStatus{},
+	f := &fake{cfg: cfg, routes: map[[2]int]policy.Route{}, status: map[uint32]scheduler.TargetStatus{},
 		errs: map[uint32]string{}, certs: map[uint32]int64{}, passive: map[uint32]api.PassiveJSON{}, history: map[uint32][]api.HistoryResult{},
 		clock: fakeClock{time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}}
 	f.indexPools()
@@ -64,7 +65,7 @@ func newFake(t testing.TB, yml string) *fake {
 func (f *fake) indexPools() {
 	f.pools = nil
 	for _, p := range f.cfg.Pools {
-		f.pools = append(f.pools, &scheduler.Pool{Name: p.Name, Members: p.Members, Disabled: p.Disabled, Unprobed: !p.HealthChecks})
+		f.pools = append(f.pools, &policy.Pool{Name: p.Name, Members: p.Members, Disabled: p.Disabled, Unprobed: !p.HealthChecks})
 	}
 }
 
@@ -85,8 +86,8 @@ func (f *fake) serve(path string) *httptest.ResponseRecorder {
 	return httptestGet(mux, path)
 }
 
-func (f *fake) Config() *config.Config   { return f.cfg }
-func (f *fake) Pools() []*scheduler.Pool { return f.pools }
+func (f *fake) Config() *config.Config { return f.cfg }
+func (f *fake) Pools() []*policy.Pool  { return f.pools }
 
 func (f *fake) PoolSummary(pi int) api.PoolJSON {
 	cp := f.cfg.Pools[pi]
@@ -96,7 +97,7 @@ func (f *fake) PoolSummary(pi int) api.PoolJSON {
 	for m, id := range cp.Members {
 		rt, _ := f.Route(pi, m)
 		switch st := f.status[id]; {
-		case rt == scheduler.Excluded:
+		case rt == policy.Excluded:
 			j.Disabled++
 			continue
 		case !cp.HealthChecks:
@@ -108,7 +109,7 @@ func (f *fake) PoolSummary(pi int) api.PoolJSON {
 		default:
 			j.Unknown++
 		}
-		if rt == scheduler.Removed {
+		if rt == policy.Removed {
 			j.Removed++
 		} else {
 			j.Routable++
@@ -117,11 +118,11 @@ func (f *fake) PoolSummary(pi int) api.PoolJSON {
 	return j
 }
 
-func (f *fake) Route(pi, m int) (scheduler.Route, bool) {
+func (f *fake) Route(pi, m int) (policy.Route, bool) {
 	if r, ok := f.routes[[2]int{pi, m}]; ok {
 		return r, false
 	}
-	return scheduler.Routed, false
+	return policy.Routed, false
 }
 
 func (f *fake) PoolsOf(id uint32, fn func(pi int)) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/scheduler/policy"
 	"github.com/sondeprobe/sonde/server/apiv1/targetsel"
 )
 
@@ -36,15 +37,15 @@ const (
 // memberState is the state of a pool member as the API and the status page
 // name it: its health state, or disabled (excluded in this pool) or
 // unprobed (the pool's health checks are off).
-func memberState(p *scheduler.Pool, route scheduler.Route, st scheduler.TargetStatus) string {
+func memberState(p *policy.Pool, route policy.Route, st scheduler.TargetStatus) string {
 	return memberStates[stateIndex(p, route, st)]
 }
 
 // stateIndex is memberState as an index of memberStates, which is also the
 // order of states in a sort: the troubled first.
-func stateIndex(p *scheduler.Pool, route scheduler.Route, st scheduler.TargetStatus) int {
+func stateIndex(p *policy.Pool, route policy.Route, st scheduler.TargetStatus) int {
 	switch {
-	case route == scheduler.Excluded:
+	case route == policy.Excluded:
 		return 3
 	case p.Unprobed:
 		return 4
@@ -73,11 +74,11 @@ const (
 	outcomeUnresolved = outcomeNone + 1
 )
 
-// routeNames returns the routes' names indexed by scheduler.Route.
+// routeNames returns the routes' names indexed by policy.Route.
 func routeNames() []string {
-	out := make([]string, scheduler.Excluded+1)
+	out := make([]string, policy.Excluded+1)
 	for r := range out {
-		out[r] = scheduler.Route(r).String()
+		out[r] = policy.Route(r).String()
 	}
 	return out
 }
@@ -243,7 +244,7 @@ func addrKey(ap netip.AddrPort) (k [18]byte) {
 }
 
 // routeRank orders routes in a sort: the troubled first.
-var routeRank = [...]int64{scheduler.Removed: 0, scheduler.Pending: 1, scheduler.Routed: 2, scheduler.Excluded: 3}
+var routeRank = [...]int64{policy.Removed: 0, policy.Pending: 1, policy.Routed: 2, policy.Excluded: 3}
 
 // member is what a pass over a pool reads of one row: a member, or one of
 // the pool's unresolved targets.
@@ -251,7 +252,7 @@ type member struct {
 	m     int // index in the pool's members
 	u     int // index+1 in the pool's unresolved targets; 0 for a member
 	id    uint32
-	route scheduler.Route
+	route policy.Route
 	pref  bool
 	st    scheduler.TargetStatus // of an unresolved target: Since alone
 	state int                    // index of memberStates
@@ -332,7 +333,7 @@ func (g *view) listPool(pi int, q *poolQuery) poolListing {
 		outcome = int(o)
 	}
 	var states [5]int
-	var routes [scheduler.Excluded + 1]int
+	var routes [policy.Excluded + 1]int
 	var outcomes [outcomeUnresolved + 1]int
 	back := q.Before != nil
 	cursor := q.After
@@ -396,9 +397,9 @@ func (g *view) listPool(pi int, q *poolQuery) poolListing {
 	for i := range cp.Unresolved {
 		u := &cp.Unresolved[i]
 		states[1]++
-		routes[scheduler.Excluded]++
+		routes[policy.Excluded]++
 		outcomes[outcomeUnresolved]++
-		if state >= 0 && state != 1 || route >= 0 && route != int(scheduler.Excluded) || outcome >= 0 && outcome != outcomeUnresolved {
+		if state >= 0 && state != 1 || route >= 0 && route != int(policy.Excluded) || outcome >= 0 && outcome != outcomeUnresolved {
 			continue
 		}
 		if len(q.labels) > 0 && !q.labels.Matches(u.Labels) {
@@ -410,7 +411,7 @@ func (g *view) listPool(pi int, q *poolQuery) poolListing {
 				continue
 			}
 		}
-		mb := member{u: i + 1, route: scheduler.Excluded, state: 1, err: u.Err}
+		mb := member{u: i + 1, route: policy.Excluded, state: 1, err: u.Err}
 		mb.st.Since = 1<<63 - 1 // unknown: last
 		if !u.Since.IsZero() {
 			mb.st.Since = u.Since.UnixNano() - int64(off)
@@ -422,7 +423,7 @@ func (g *view) listPool(pi int, q *poolQuery) poolListing {
 		out.States[memberStates[i]] = n
 	}
 	for r, n := range routes {
-		out.Routes[scheduler.Route(r).String()] = n
+		out.Routes[policy.Route(r).String()] = n
 	}
 	for o, n := range outcomes {
 		switch o {
@@ -610,7 +611,7 @@ func (g *view) memberView(pi int, mb *member, off time.Duration) memberView {
 func (g *view) unresolvedView(pi, i int) memberView {
 	u := &g.Config().Pools[pi].Unresolved[i]
 	v := memberView{
-		Target: targetsel.Unresolved(u), Pool: g.Pools()[pi].Name, State: memberStates[1], Route: scheduler.Excluded.String(),
+		Target: targetsel.Unresolved(u), Pool: g.Pools()[pi].Name, State: memberStates[1], Route: policy.Excluded.String(),
 		Outcome: unresolvedOutcome, Error: u.Err, Since: u.Since, Labels: labelViews(u.Labels), Unresolved: true,
 	}
 	v.URL = targetURL(v.Pool, v.Target, "")

@@ -6,6 +6,7 @@ import (
 	"github.com/sondeprobe/sonde/config"
 	"github.com/sondeprobe/sonde/config/discovery"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/scheduler/policy"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
 
@@ -20,12 +21,12 @@ type Snapshot interface {
 	// Hostnames indexed by target id, pool members are target ids.
 	Config() *config.Config
 	// Pools are the engine's pools, in the configuration's order.
-	Pools() []*scheduler.Pool
+	Pools() []*policy.Pool
 	// PoolSummary describes pool pi with its counts, as the API does.
 	PoolSummary(pi int) api.PoolJSON
 	// Route returns the route of member m of pool pi, and whether it is
 	// preferred.
-	Route(pi, m int) (scheduler.Route, bool)
+	Route(pi, m int) (policy.Route, bool)
 	// PoolsOf calls fn for every pool that lists target id.
 	PoolsOf(id uint32, fn func(pi int))
 	// Status returns target id's health state.

@@ -16,6 +16,7 @@ import (
 	_ "github.com/sondeprobe/sonde/config/discovery/kinds" // static_configs
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/scheduler/policy"
 	"github.com/sondeprobe/sonde/server/ui"
 	"github.com/sondeprobe/sonde/server/web/api"
 )
@@ -123,7 +124,7 @@ pools:
 		Streak: 4, Since: ns - int64(time.Minute), LastProbe: ns - int64(time.Second)}
 	f.status[good] = scheduler.TargetStatus{State: scheduler.Healthy, Probed: true, LastOutcome: probe.Success,
 		LastStatus: 200, Latency: 3 * time.Millisecond, Since: ns - int64(time.Hour), LastProbe: ns}
-	f.routes[[2]int{0, 0}] = scheduler.Removed
+	f.routes[[2]int{0, 0}] = policy.Removed
 	f.errs[bad] = "<b>refused</b>"
 	f.certs[bad] = time.Date(2027, 1, 2, 0, 0, 0, 0, time.UTC).Unix()
 	hs := 0.0012

@@ -9,7 +9,7 @@ package api
 import "time"
 
 // The kinds of events, in Event.Kind: a target's state change, and the
-// route decisions of the pool policy (scheduler.RouteKind names).
+// route decisions of the pool policy (policy.RouteKind names).
 const (
 	KindState     = "state"     // a target's health state changed
 	KindRoute     = "route"     // a pool member was removed, put back, or decided (routed, removed, pending)

@@ -1,4 +1,4 @@
-package scheduler
+package policy
 
 import (
 	"cmp"
@@ -6,6 +6,9 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/sondeprobe/sonde/scheduler"
+	"github.com/sondeprobe/sonde/scheduler/internal/ring"
 )
 
 // RouteKind tells what a [RouteEvent] reports.
@@ -54,8 +57,8 @@ type RouteEvent struct {
 	To     Route  // RouteChanged: the route after
 	On     bool   // PreferredChanged: now preferred; FailOpenChanged: now failing open
 	Cause  RouteCause
-	State  State // Target's state when the decision was taken
-	At     int64 // Nanotime of the state change or ranking behind the decision
+	State  scheduler.State // Target's state when the decision was taken
+	At     int64           // Nanotime of the state change or ranking behind the decision
 }
 
 // RouteObserver is told about route decisions. Route is called on the
@@ -96,17 +99,17 @@ type RouterOptions struct {
 // Readers ([Router.Summary], [Router.Route], [Router.Routes]) load published
 // atomics and are safe for concurrent use.
 type Router struct {
-	e     *Engine
+	e     *scheduler.Engine
 	obs   RouteObserver
 	opt   RouterOptions
 	pools []*poolRoute
 
 	first []uint16            // per target, index+1 of the first pool listing it, 0 for none
 	more  map[uint32][]uint16 // targets in several pools: the other pools
-	state []State             // per target, the state the decisions were taken with
+	state []scheduler.State   // per target, the state the decisions were taken with
 	sick  map[uint32]int64    // per unhealthy target, when it became so: the key of its entries in the pools' sick lists; only unhealthy targets are in it
 
-	in      *ring[uint32]
+	in      *ring.Ring[uint32]
 	lost    atomic.Bool // a notice found the ring full: re-read every target
 	parked  atomic.Bool
 	wake    chan struct{}
@@ -153,15 +156,22 @@ const (
 	memberFlags   = 32 / routeBits
 )
 
+// maxPark bounds how long an idle router sleeps, so it notices a stopped
+// context even with no ranking due.
+const maxPark = time.Second
+
+// noMember is an id no target has.
+const noMember = ^uint32(0)
+
 // compactAbove is the number of dead entries beyond which sick is compacted
 // once they are half of it.
 const compactAbove = 64
 
 // NewRouter returns a router over pools, whose members are targets of e,
 // with every decision taken from the members' current states (after any
-// [Engine.Restore]) and no event reported for them. Call it before e runs
-// and start [Router.Run] with it.
-func NewRouter(e *Engine, pools []*Pool, opt RouterOptions) *Router {
+// [scheduler.Engine.Restore]) and no event reported for them. Call it before
+// e runs and start [Router.Run] with it.
+func NewRouter(e *scheduler.Engine, pools []*Pool, opt RouterOptions) *Router {
 	if opt.RankDelay <= 0 {
 		opt.RankDelay = time.Second
 	}
@@ -177,16 +187,16 @@ func NewRouter(e *Engine, pools []*Pool, opt RouterOptions) *Router {
 		obs:   opt.Observer,
 		opt:   opt,
 		first: make([]uint16, n),
-		state: make([]State, n),
+		state: make([]scheduler.State, n),
 		sick:  map[uint32]int64{},
-		in:    newRing[uint32](opt.RingSize),
+		in:    ring.New[uint32](opt.RingSize),
 		wake:  make(chan struct{}, 1),
-		now:   e.clock.Nanotime(),
+		now:   e.Clock().Nanotime(),
 	}
 	for id := range n {
 		st := e.Status(uint32(id))
 		r.state[id] = st.State
-		if st.State == Unhealthy {
+		if st.State == scheduler.Unhealthy {
 			r.sick[uint32(id)] = st.Since
 		}
 	}
@@ -222,10 +232,10 @@ func (r *Router) initPool(pr *poolRoute) {
 			return
 		}
 		switch r.state[id] {
-		case Healthy:
+		case scheduler.Healthy:
 			pr.healthy++
 			pr.setFlags(m, uint32(Routed))
-		case Unhealthy:
+		case scheduler.Unhealthy:
 			pr.unhealthy++
 			pr.sick = append(pr.sick, sickEntry{since: r.sick[id], id: id})
 			pr.setFlags(m, uint32(Routed))
@@ -237,7 +247,7 @@ func (r *Router) initPool(pr *poolRoute) {
 	slices.SortFunc(pr.sick, compareSick)
 	pr.failOpen = pr.failingOpen()
 	r.pending = r.pending[:0]
-	r.rebalance(pr, noEntry, CauseCap)
+	r.rebalance(pr, noMember, CauseCap)
 	r.pending = r.pending[:0] // decisions at start are not events
 	if !pr.p.Unprobed {
 		r.rank(pr, false)
@@ -252,7 +262,7 @@ func compareSick(a, b sickEntry) int {
 // Notify tells the router that target id changed state. It is safe for
 // concurrent use, never blocks and allocates nothing.
 func (r *Router) Notify(id uint32) {
-	if !r.in.push(&id) {
+	if !r.in.Push(&id) {
 		r.lost.Store(true)
 	}
 	if r.parked.Load() && r.parked.CompareAndSwap(true, false) {
@@ -265,19 +275,19 @@ func (r *Router) Notify(id uint32) {
 
 // Step applies every state change notified so far and ranks the pools whose
 // ranking is due at now, and returns the Nanotime of the next ranking due.
-// It is for simulations with a [SimClock]; do not mix it with Run.
+// It is for simulations with a [scheduler.SimClock]; do not mix it with Run.
 func (r *Router) Step(now int64) int64 {
 	r.now = now
 	if r.lost.Swap(false) {
 		var id uint32
-		for r.in.pop(&id) {
+		for r.in.Pop(&id) {
 		}
 		for id := range r.state {
 			r.apply(uint32(id))
 		}
 	}
 	var id uint32
-	for r.in.pop(&id) {
+	for r.in.Pop(&id) {
 		r.apply(id)
 	}
 	next := int64(-1)
@@ -305,7 +315,7 @@ func (r *Router) Step(now int64) int64 {
 // Run applies state changes as they are notified and ranks pools when due,
 // until ctx is done.
 func (r *Router) Run(ctx context.Context) {
-	clock := r.e.clock
+	clock := r.e.Clock()
 	timer := time.NewTimer(maxPark)
 	defer timer.Stop()
 	for ctx.Err() == nil {
@@ -318,7 +328,7 @@ func (r *Router) Run(ctx context.Context) {
 			continue
 		}
 		r.parked.Store(true)
-		if !r.in.empty() || r.lost.Load() {
+		if !r.in.Empty() || r.lost.Load() {
 			r.parked.Store(false)
 			continue
 		}
@@ -342,17 +352,17 @@ func (r *Router) apply(id uint32) {
 	st := r.e.Status(id)
 	from := r.state[id]
 	var oldSince int64
-	if from == Unhealthy {
+	if from == scheduler.Unhealthy {
 		oldSince = r.sick[id] // the map holds only the unhealthy: no lookup for the others
 	}
-	if st.State == from && (from != Unhealthy || st.Since == oldSince) {
+	if st.State == from && (from != scheduler.Unhealthy || st.Since == oldSince) {
 		return
 	}
 	r.state[id] = st.State
 	switch {
-	case st.State == Unhealthy:
+	case st.State == scheduler.Unhealthy:
 		r.sick[id] = st.Since
-	case from == Unhealthy:
+	case from == scheduler.Unhealthy:
 		delete(r.sick, id)
 	}
 	r.change(r.pools[r.first[id]-1], id, from, oldSince, st.Since)
@@ -365,7 +375,7 @@ func (r *Router) apply(id uint32) {
 // to its current state, entered at since, to pool pr, and reports the
 // decisions that change: the member's own first, then the pool's, then
 // those of other members.
-func (r *Router) change(pr *poolRoute, id uint32, from State, oldSince, since int64) {
+func (r *Router) change(pr *poolRoute, id uint32, from scheduler.State, oldSince, since int64) {
 	m := pr.member(id)
 	old := pr.loadFlags(m)
 	if Route(old&routeMask) == Excluded || pr.p.Unprobed {
@@ -374,27 +384,27 @@ func (r *Router) change(pr *poolRoute, id uint32, from State, oldSince, since in
 	to := r.state[id]
 	pr.count(from, -1)
 	pr.count(to, 1)
-	if from == Unhealthy {
+	if from == scheduler.Unhealthy {
 		pr.drop(oldSince, id)
 	}
 	route := Routed
 	switch to {
-	case Unknown:
+	case scheduler.Unknown:
 		route = Pending
-	case Unhealthy:
+	case scheduler.Unhealthy:
 		if pr.insert(since, id) {
 			route = Removed
 		}
 	}
 	flags := uint32(route)
-	if to == Healthy {
+	if to == scheduler.Healthy {
 		flags |= old & flagPreferred // a ranking decides
 	}
 	if old&flagPreferred != 0 && flags&flagPreferred == 0 {
 		pr.preferred--
 	}
 	pr.setFlags(m, flags)
-	if from == Healthy || to == Healthy {
+	if from == scheduler.Healthy || to == scheduler.Healthy {
 		pr.rankDirty = true
 	}
 	pr.changed = true
@@ -475,9 +485,9 @@ func (r *Router) reroute(pr *poolRoute, id uint32, route Route, own uint32, caus
 func (r *Router) rank(pr *poolRoute, report bool) {
 	pr.lastRank, pr.rankDirty = r.now, false
 	var fastest time.Duration
-	fastestID := noEntry
+	fastestID := noMember
 	pr.p.Each(func(id uint32, disabled bool) {
-		if disabled || r.state[id] != Healthy {
+		if disabled || r.state[id] != scheduler.Healthy {
 			return
 		}
 		if l := r.e.Status(id).Smoothed; l > 0 && (fastest == 0 || l < fastest || l == fastest && id < fastestID) {
@@ -491,7 +501,7 @@ func (r *Router) rank(pr *poolRoute, report bool) {
 			continue
 		}
 		want := false
-		if r.state[id] == Healthy {
+		if r.state[id] == scheduler.Healthy {
 			l := r.e.Status(id).Smoothed
 			want = fastest == 0 || id == fastestID || (l != 0 && l <= fastest+margin)
 		}
@@ -530,11 +540,11 @@ func (pr *poolRoute) setFlags(m int, f uint32) {
 	w.Store(w.Load()&^(memberMask<<shift) | f<<shift)
 }
 
-func (pr *poolRoute) count(s State, d int) {
+func (pr *poolRoute) count(s scheduler.State, d int) {
 	switch s {
-	case Healthy:
+	case scheduler.Healthy:
 		pr.healthy += d
-	case Unhealthy:
+	case scheduler.Unhealthy:
 		pr.unhealthy += d
 	default:
 		pr.unknown += d
@@ -667,7 +677,7 @@ func (r *Router) Routes(pi int) []MemberRoute {
 	for m, id := range p.Members {
 		route, pref := r.Route(pi, m)
 		out[m] = MemberRoute{ID: id, Status: r.e.Status(id), Route: route, Preferred: pref}
-		if route == Routed && !p.Unprobed && out[m].Status.State == Healthy {
+		if route == Routed && !p.Unprobed && out[m].Status.State == scheduler.Healthy {
 			well = append(well, &out[m])
 		}
 	}

@@ -1,4 +1,4 @@
-package scheduler
+package policy
 
 import (
 	"cmp"
@@ -13,14 +13,15 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/scheduler"
 )
 
 // routeSim is a pool of n targets probed every second (rise 1, fall 2) with
 // a router: a target refuses while its sick function says so.
 func routeSim(t *testing.T, n int, policy PoolPolicy, sick func(id uint32, at time.Duration) bool, opt RouterOptions) (*sim, *Pool) {
 	t.Helper()
-	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 2}}}
-	targets := make([]TargetSpec, n)
+	checks := []scheduler.Check{{Timing: scheduler.Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 2}}}
+	targets := make([]scheduler.TargetSpec, n)
 	p := &Pool{Name: "web", Policy: policy}
 	for i := range targets {
 		targets[i].Leader = uint32(i)
@@ -163,7 +164,7 @@ func checkReplay(t *testing.T, s *sim, pi int) {
 // reference decides a pool from the engine's states the way the policy reads:
 // the unhealthy members unhealthy longest (ties by id) are removed, up to the
 // policy's number.
-func reference(e *Engine, p *Pool) (map[uint32]Route, PoolSummary) {
+func reference(e *scheduler.Engine, p *Pool) (map[uint32]Route, PoolSummary) {
 	routes := map[uint32]Route{}
 	var s PoolSummary
 	var sick []uint32
@@ -174,10 +175,10 @@ func reference(e *Engine, p *Pool) (map[uint32]Route, PoolSummary) {
 		case disabled:
 			s.Disabled++
 			routes[id] = Excluded
-		case st.State == Healthy:
+		case st.State == scheduler.Healthy:
 			s.Healthy++
 			routes[id] = Routed
-		case st.State == Unhealthy:
+		case st.State == scheduler.Unhealthy:
 			s.Unhealthy++
 			routes[id] = Routed
 			sick = append(sick, id)
@@ -217,8 +218,8 @@ func TestRouterMatchesReference(t *testing.T) {
 			for i := range flip {
 				flip[i] = time.Duration(2+rng.IntN(9)) * sec
 			}
-			checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
-			targets := make([]TargetSpec, n)
+			checks := []scheduler.Check{{Timing: scheduler.Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
+			targets := make([]scheduler.TargetSpec, n)
 			for i := range targets {
 				targets[i].Leader = uint32(i)
 			}
@@ -275,8 +276,8 @@ func TestRouterMatchesReference(t *testing.T) {
 func TestRouterPreferred(t *testing.T) {
 	t.Parallel()
 	lat := map[uint32]time.Duration{0: 30 * time.Millisecond, 1: 10 * time.Millisecond, 2: 14 * time.Millisecond, 3: 12 * time.Millisecond}
-	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
-	targets := []TargetSpec{{Leader: 0}, {Leader: 1}, {Leader: 2}, {Leader: 3}}
+	checks := []scheduler.Check{{Timing: scheduler.Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
+	targets := []scheduler.TargetSpec{{Leader: 0}, {Leader: 1}, {Leader: 2}, {Leader: 3}}
 	s := newSim(t, checks, targets, 1)
 	s.behave = func(req probe.Request) answer {
 		if req.ID == 3 && req.Sent > int64(20*sec) {
@@ -323,8 +324,8 @@ func TestRouterNotifyAllocations(t *testing.T) {
 // routed whatever their states do, and no event is reported for them.
 func TestRouterUnprobed(t *testing.T) {
 	t.Parallel()
-	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
-	targets := []TargetSpec{{Leader: 0}, {Leader: 1}}
+	checks := []scheduler.Check{{Timing: scheduler.Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
+	targets := []scheduler.TargetSpec{{Leader: 0}, {Leader: 1}}
 	s := newSim(t, checks, targets, 1)
 	s.behave = func(req probe.Request) answer {
 		if req.ID == 0 && req.Sent > int64(3*sec) {
@@ -396,8 +397,8 @@ func TestRouterSplitPool(t *testing.T) {
 				sick[i] = rng.IntN(3) == 0
 				lat[i] = time.Duration(1+rng.IntN(30)) * time.Millisecond
 			}
-			checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
-			targets := make([]TargetSpec, n)
+			checks := []scheduler.Check{{Timing: scheduler.Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
+			targets := make([]scheduler.TargetSpec, n)
 			for i := range targets {
 				targets[i].Leader = uint32(i)
 			}
@@ -463,8 +464,8 @@ func TestRouterSplitPool(t *testing.T) {
 // rounds down to 0, keeps its unhealthy target in rotation.
 func TestRouterSmallSlice(t *testing.T) {
 	t.Parallel()
-	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
-	targets := []TargetSpec{{Leader: 0}, {Leader: 1}, {Leader: 2}, {Leader: 3}}
+	checks := []scheduler.Check{{Timing: scheduler.Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 1}}}
+	targets := []scheduler.TargetSpec{{Leader: 0}, {Leader: 1}, {Leader: 2}, {Leader: 3}}
 	s := newSim(t, checks, targets, 1)
 	s.behave = func(req probe.Request) answer {
 		if req.ID >= 2 {

@@ -1,9 +1,11 @@
-package scheduler
+package policy
 
 import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/sondeprobe/sonde/scheduler"
 )
 
 // PoolPolicy is how a pool turns its targets' health into traffic decisions.
@@ -93,7 +95,7 @@ func (p *Pool) Each(fn func(id uint32, disabled bool)) {
 // MemberRoute is one member's decision.
 type MemberRoute struct {
 	ID        uint32
-	Status    TargetStatus
+	Status    scheduler.TargetStatus
 	Route     Route
 	Preferred bool // healthy and within the latency margin of the fastest at the latest ranking (E7)
 	Rank      int  // 1-based latency rank among healthy routed members, 0 otherwise

@@ -1,4 +1,6 @@
-package scheduler
+// Package ring is the bounded lock-free queue of the scheduler's packages:
+// many producers, one consumer, nothing allocated after construction.
+package ring
 
 import (
 	"sync/atomic"
@@ -8,12 +10,12 @@ import (
 // a cache line.
 type cacheLine [64]byte
 
-// ring is a bounded lock-free queue with many producers and one consumer:
+// Ring is a bounded lock-free queue with many producers and one consumer:
 // probe results from prober goroutines to the owning shard, and state-change
-// notices from shards to the [Router]. Each slot carries a sequence number
-// that tells producers and the consumer whose turn it is, so neither side
-// takes a lock and nothing is allocated after construction.
-type ring[T any] struct {
+// notices from shards to the pool policy's router. Each slot carries a
+// sequence number that tells producers and the consumer whose turn it is, so
+// neither side takes a lock and nothing is allocated after construction.
+type Ring[T any] struct {
 	_     cacheLine
 	tail  atomic.Uint64 // next position producers claim
 	_     cacheLine
@@ -28,24 +30,24 @@ type ringSlot[T any] struct {
 	r   T
 }
 
-// newRing returns a ring with room for size items; size is rounded up to a
+// New returns a ring with room for size items; size is rounded up to a
 // power of two.
-func newRing[T any](size int) *ring[T] {
+func New[T any](size int) *Ring[T] {
 	n := 1
 	for n < size {
 		n <<= 1
 	}
-	r := &ring[T]{mask: uint64(n - 1), slots: make([]ringSlot[T], n)}
+	r := &Ring[T]{mask: uint64(n - 1), slots: make([]ringSlot[T], n)}
 	for i := range r.slots {
 		r.slots[i].seq.Store(uint64(i))
 	}
 	return r
 }
 
-// push appends *res and reports whether there was room. Producers never wait
+// Push appends *res and reports whether there was room. Producers never wait
 // on each other for long: a failed compare-and-swap means another producer
 // made progress.
-func (q *ring[T]) push(res *T) bool {
+func (q *Ring[T]) Push(res *T) bool {
 	for {
 		pos := q.tail.Load()
 		s := &q.slots[pos&q.mask]
@@ -63,9 +65,9 @@ func (q *ring[T]) push(res *T) bool {
 	}
 }
 
-// pop removes the oldest item into res. It reports false when the ring is
+// Pop removes the oldest item into res. It reports false when the ring is
 // empty. Only the consumer calls it.
-func (q *ring[T]) pop(res *T) bool {
+func (q *Ring[T]) Pop(res *T) bool {
 	s := &q.slots[q.head&q.mask]
 	if s.seq.Load() != q.head+1 {
 		return false
@@ -76,8 +78,8 @@ func (q *ring[T]) pop(res *T) bool {
 	return true
 }
 
-// empty reports whether the consumer would find nothing. Only the consumer
+// Empty reports whether the consumer would find nothing. Only the consumer
 // calls it.
-func (q *ring[T]) empty() bool {
+func (q *Ring[T]) Empty() bool {
 	return q.slots[q.head&q.mask].seq.Load() != q.head+1
 }

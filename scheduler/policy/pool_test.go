@@ -1,4 +1,4 @@
-package scheduler
+package policy
 
 import (
 	"testing"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/sondeprobe/sonde/probe"
+	"github.com/sondeprobe/sonde/scheduler"
 )
 
 func TestPolicyRemoved(t *testing.T) {
@@ -37,7 +38,7 @@ func TestPolicyRemoved(t *testing.T) {
 }
 
 // decide returns a router's decisions for p from e's current states.
-func decide(e *Engine, p *Pool) ([]MemberRoute, PoolSummary) {
+func decide(e *scheduler.Engine, p *Pool) ([]MemberRoute, PoolSummary) {
 	r := NewRouter(e, []*Pool{p}, RouterOptions{RingSize: 1})
 	return r.Routes(0), r.Summary(0)
 }
@@ -46,8 +47,8 @@ func decide(e *Engine, p *Pool) ([]MemberRoute, PoolSummary) {
 // sick refuses from the time given, and runs it long enough to decide all.
 func poolSim(t *testing.T, n int, sickFrom map[uint32]time.Duration, latency func(id uint32) time.Duration) *sim {
 	t.Helper()
-	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 2}}}
-	targets := make([]TargetSpec, n)
+	checks := []scheduler.Check{{Timing: scheduler.Timing{Interval: sec, Timeout: sec, Rise: 1, Fall: 2}}}
+	targets := make([]scheduler.TargetSpec, n)
 	for i := range targets {
 		targets[i].Leader = uint32(i)
 	}
@@ -107,8 +108,8 @@ func TestPoolFailOpen(t *testing.T) {
 // and undecided members are pending.
 func TestPoolDisabledAndPending(t *testing.T) {
 	t.Parallel()
-	checks := []Check{{Timing: Timing{Interval: sec, Timeout: sec, Rise: 3, Fall: 3}}}
-	targets := []TargetSpec{{Leader: 0}, {Leader: 1}, {Leader: 2}}
+	checks := []scheduler.Check{{Timing: scheduler.Timing{Interval: sec, Timeout: sec, Rise: 3, Fall: 3}}}
+	targets := []scheduler.TargetSpec{{Leader: 0}, {Leader: 1}, {Leader: 2}}
 	s := newSim(t, checks, targets, 1)
 	s.runFor(1500 * time.Millisecond) // one result each: still unknown with rise 3
 	p := &Pool{Policy: PoolPolicy{MaxUnhealthyPercent: 50}, Members: []uint32{0, 1, 2}, Disabled: []uint32{1}}

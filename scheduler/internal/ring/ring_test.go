@@ -1,4 +1,4 @@
-package scheduler
+package ring
 
 import (
 	"runtime"
@@ -13,13 +13,13 @@ import (
 // exactly once and in each producer's order.
 func TestRingManyProducers(t *testing.T) {
 	const producers, each = 4, 20000
-	q := newRing[probe.Result](64)
+	q := New[probe.Result](64)
 	var wg sync.WaitGroup
 	for p := range producers {
 		wg.Go(func() {
 			for i := range each {
 				r := probe.Result{ID: uint32(p), Gen: uint32(i)}
-				for !q.push(&r) {
+				for !q.Push(&r) {
 					runtime.Gosched()
 				}
 			}
@@ -28,7 +28,7 @@ func TestRingManyProducers(t *testing.T) {
 	next := make([]uint32, producers)
 	var r probe.Result
 	for got := 0; got < producers*each; {
-		if !q.pop(&r) {
+		if !q.Pop(&r) {
 			continue
 		}
 		if r.Gen != next[r.ID] {
@@ -38,14 +38,14 @@ func TestRingManyProducers(t *testing.T) {
 		got++
 	}
 	wg.Wait()
-	if !q.empty() {
+	if !q.Empty() {
 		t.Fatal("ring not empty after all results were taken")
 	}
 }
 
 func TestRingSizeRoundsUp(t *testing.T) {
 	t.Parallel()
-	if q := newRing[probe.Result](1000); len(q.slots) != 1024 {
+	if q := New[probe.Result](1000); len(q.slots) != 1024 {
 		t.Fatalf("ring of 1000 has %d slots, want 1024", len(q.slots))
 	}
 }

@@ -1,8 +1,10 @@
-package scheduler
+package policy
 
 import (
 	"slices"
 	"time"
+
+	"github.com/sondeprobe/sonde/scheduler"
 )
 
 // noLatency sorts members without a latency sample after every other one:
@@ -28,7 +30,7 @@ func (r *Router) Ranks(pi int) []uint32 {
 			continue
 		}
 		st := r.e.Status(id)
-		if st.State != Healthy {
+		if st.State != scheduler.Healthy {
 			continue
 		}
 		us := uint64(st.Smoothed / time.Microsecond)

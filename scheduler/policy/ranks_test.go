@@ -1,4 +1,4 @@
-package scheduler
+package policy
 
 import (
 	"math/rand/v2"
