@@ -693,6 +693,27 @@ func (p *Passive) Dropped() uint64 {
 	return r + f
 }
 
+// Missed returns the times since load that the kernel did not run one of
+// the observer's programs because a BPF program was already running on
+// that CPU (a softirq, a timer's SYN timeout say, interrupting one): each
+// is a state change or a retransmission of some socket that went unseen,
+// so an outcome may be missing from the counters. Linux 5.12 and later;
+// 0 after Close.
+func (p *Passive) Missed() uint64 {
+	p.life.RLock()
+	defer p.life.RUnlock()
+	if p.closed {
+		return 0
+	}
+	var n uint64
+	for _, prog := range []*ebpf.Program{p.objs.PassiveState, p.objs.PassiveRetransmit} {
+		if st, err := prog.Stats(); err == nil {
+			n += st.RecursionMisses
+		}
+	}
+	return n
+}
+
 // Close stops a blocked Read, detaches the programs and frees their maps, in
 // the reverse order of their creation. It returns every failure joined;
 // later calls return nil.

@@ -316,6 +316,30 @@ func TestPassiveOutcomes(t *testing.T) {
 	wg.Go(func() { dialFrom(t, n.client, at6(7009), 5*time.Second, "close", 1) })
 	wg.Wait()
 
+	// A state change the kernel did not run the program for (another BPF
+	// program was running on that CPU: a timer's SYN timeout interrupting
+	// one, on a busy machine) leaves its outcome uncounted: such a case is
+	// tried once more, and only then.
+	retried := map[int]bool{}
+	for i, c := range cases {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			s, err := p.Stats(uint32(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.want(s) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if s, _ := p.Stats(uint32(i)); !c.want(s) && p.Missed() > 0 && !retried[i] {
+			t.Logf("%s: %+v with %d program runs missed by the kernel; trying once more", c.name, s, p.Missed())
+			retried[i] = true
+			dialFrom(t, n.client, c.dial.addr, c.dial.timeout, c.dial.mode, 1)
+		}
+	}
+
 	total := bpf.PassiveStats{}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -332,12 +356,12 @@ func TestPassiveOutcomes(t *testing.T) {
 	}
 	// One attempt per target, each counted once: the unwatched ones added
 	// nothing anywhere.
-	if attempts := total.Connected + total.Refused + total.TimedOut + total.Unreachable + total.Abandoned; attempts != uint64(len(cases)) {
-		t.Errorf("%d attempts counted in all, want %d: %+v", attempts, len(cases), total)
+	if attempts := total.Connected + total.Refused + total.TimedOut + total.Unreachable + total.Abandoned; attempts > uint64(len(cases)+len(retried)) || attempts < uint64(len(cases)) {
+		t.Errorf("%d attempts counted in all, want %d (%d tried again): %+v", attempts, len(cases), len(retried), total)
 	}
 	events.mu.Lock()
 	defer events.mu.Unlock()
-	if len(events.events) != 5 {
+	if len(events.events) < 5 || len(events.events) > 5+len(retried) {
 		t.Errorf("events = %+v, want the 5 above", events.events)
 	}
 	for _, ev := range events.events {

@@ -161,25 +161,32 @@ var dropsDesc = prometheus.NewDesc("sonde_passive_events_dropped_total",
 	"Failure records of the passive observer not sent to sonde, by reason: rate_limited (past a target's threshold, more than about four per 100 ms) or ring_full. Connection counters stay exact.",
 	[]string{"reason"}, nil)
 
+var missedDesc = prometheus.NewDesc("sonde_passive_missed_total",
+	"Socket state changes and retransmissions the kernel did not run the passive observer for, because another BPF program was running on that CPU: their connections' outcomes may be missing from the counters.",
+	nil, nil)
+
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	c.conns.Describe(ch)
 	c.retrans.Describe(ch)
 	ch <- dropsDesc
+	ch <- missedDesc
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	w := (*Watch)(c)
 	w.mu.Lock()
 	w.harvest()
-	var rate, full uint64
+	var rate, full, missed uint64
 	if w.obs != nil {
 		rate, full = w.obs.Drops()
+		missed = w.obs.Missed()
 	}
 	w.mu.Unlock()
 	c.conns.Collect(ch)
 	c.retrans.Collect(ch)
 	ch <- prometheus.MustNewConstMetric(dropsDesc, prometheus.CounterValue, float64(rate), "rate_limited")
 	ch <- prometheus.MustNewConstMetric(dropsDesc, prometheus.CounterValue, float64(full), "ring_full")
+	ch <- prometheus.MustNewConstMetric(missedDesc, prometheus.CounterValue, float64(missed))
 }
 
 // outcomes are the outcome labels of sonde_passive_connections_total.
