@@ -18,92 +18,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sondeprobe/sonde/bench/fleet"
+	"github.com/sondeprobe/sonde/bench/host"
 	"github.com/sondeprobe/sonde/internal/netns"
 	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/probe"
 )
-
-func TestParseMetrics(t *testing.T) {
-	t.Parallel()
-	text := `# HELP sonde_probes_total Probe outcomes.
-# TYPE sonde_probes_total counter
-sonde_probes_total{outcome="success",pool="a",protocol="tcp"} 10
-sonde_probes_total{outcome="timeout",pool="a",protocol="tcp"} 2
-sonde_probes_total{outcome="success",pool="b",protocol="tcp"} 5
-sonde_build_info{goversion="go1.26",version="with \"quotes\", commas"} 1
-sonde_lat_bucket{le="0.001"} 1
-sonde_lat_bucket{le="0.01"} 3
-sonde_lat_bucket{le="+Inf"} 4
-sonde_lat_sum 0.5
-sonde_lat_count 4
-sonde_scheduler_probes_dispatched_total 1.5e+06
-`
-	sc, err := parseMetrics(strings.NewReader(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name   string
-		metric string
-		labels map[string]string
-		want   float64
-	}{
-		{"all series", "sonde_probes_total", nil, 17},
-		{"one label", "sonde_probes_total", map[string]string{"pool": "a"}, 12},
-		{"two labels", "sonde_probes_total", map[string]string{"pool": "a", "outcome": "success"}, 10},
-		{"no match", "sonde_probes_total", map[string]string{"pool": "c"}, 0},
-		{"escaped label value", "sonde_build_info", map[string]string{"version": `with "quotes", commas`}, 1},
-		{"exponent", "sonde_scheduler_probes_dispatched_total", nil, 1.5e6},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := sc.sum(tt.metric, tt.labels); got != tt.want {
-				t.Errorf("sum = %v, want %v", got, tt.want)
-			}
-		})
-	}
-	h := sc.histogram("sonde_lat", nil)
-	want := []bucket{{0.001, 1}, {0.01, 3}, {math.Inf(1), 4}}
-	if diff := cmp.Diff(want, h, cmp.AllowUnexported(bucket{})); diff != "" {
-		t.Errorf("histogram (-want +got):\n%s", diff)
-	}
-	for _, bad := range []string{`x{a="b} 1`, `x{a=b} 1`, `x`, `x{a="b"} notanumber`} {
-		if _, err := parseMetrics(strings.NewReader(bad)); err == nil {
-			t.Errorf("parseMetrics(%q) succeeded", bad)
-		}
-	}
-}
-
-func TestQuantile(t *testing.T) {
-	t.Parallel()
-	bs := []bucket{{0.001, 50}, {0.01, 90}, {0.1, 100}, {math.Inf(1), 100}}
-	tests := []struct {
-		q, want float64
-	}{
-		{0.5, 0.001},
-		{0.25, 0.0005},
-		{0.7, 0.0055},
-		{0.99, 0.091},
-	}
-	for _, tt := range tests {
-		if got := quantile(tt.q, bs); math.Abs(got-tt.want) > 1e-9 {
-			t.Errorf("quantile(%v) = %v, want %v", tt.q, got, tt.want)
-		}
-	}
-	if got := maxBound(bs); got != 0.1 {
-		t.Errorf("maxBound = %v, want 0.1", got)
-	}
-	if got := quantile(0.5, []bucket{{1, 0}, {math.Inf(1), 0}}); !math.IsNaN(got) {
-		t.Errorf("quantile of an empty histogram = %v, want NaN", got)
-	}
-	if got := quantile(0.99, []bucket{{1, 1}, {math.Inf(1), 10}}); got != 1 {
-		t.Errorf("quantile in the +Inf bucket = %v, want the highest bound 1", got)
-	}
-	d := histogramDelta([]bucket{{1, 5}, {math.Inf(1), 6}}, []bucket{{1, 8}, {math.Inf(1), 10}})
-	if diff := cmp.Diff([]bucket{{1, 3}, {math.Inf(1), 4}}, d, cmp.AllowUnexported(bucket{})); diff != "" {
-		t.Errorf("histogramDelta (-want +got):\n%s", diff)
-	}
-}
 
 func TestBlocks(t *testing.T) {
 	t.Parallel()
@@ -163,48 +82,6 @@ func TestTruthMatchesFleet(t *testing.T) {
 	}
 }
 
-func TestParseNetDev(t *testing.T) {
-	t.Parallel()
-	text := `Inter-|   Receive                                                |  Transmit
- face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
-    lo:       0       0    0    0    0     0          0         0        0       0    0    0    0     0       0          0
-spab12:  123456    1000    0    0    0     0          0         0   654321    2000    0    0    0     0       0          0
-`
-	rx, tx, err := parseNetDev([]byte(text), "spab12")
-	if err != nil || rx != 1000 || tx != 2000 {
-		t.Errorf("parseNetDev = %d, %d, %v; want 1000, 2000, nil", rx, tx, err)
-	}
-	if _, _, err := parseNetDev([]byte(text), "missing"); err == nil {
-		t.Error("parseNetDev of a missing interface succeeded")
-	}
-}
-
-func TestSendWindow(t *testing.T) {
-	t.Parallel()
-	t0 := time.Unix(1000, 0)
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	samples := []LinkSample{
-		{At: at(0), TxPkts: 100, RxPkts: 50, Busy: 10},
-		{At: at(2), TxPkts: 101, RxPkts: 50, Busy: 10}, // noise
-		{At: at(4), TxPkts: 101, RxPkts: 50, Busy: 10},
-		{At: at(6), TxPkts: 1101, RxPkts: 550, Busy: 11},
-		{At: at(8), TxPkts: 2101, RxPkts: 1050, Busy: 12},
-		{At: at(10), TxPkts: 2102, RxPkts: 1051, Busy: 12}, // noise
-		{At: at(12), TxPkts: 2102, RxPkts: 1051, Busy: 12},
-	}
-	w, ok := SendWindow(samples)
-	if !ok {
-		t.Fatal("no window")
-	}
-	want := WireWindow{Start: at(4), End: at(8), Tx: 2000, Rx: 1000, CPU: 0.02}
-	if diff := cmp.Diff(want, w); diff != "" {
-		t.Errorf("SendWindow (-want +got):\n%s", diff)
-	}
-	if _, ok := SendWindow(samples[:3]); ok {
-		t.Error("noise alone makes a window")
-	}
-}
-
 func TestReportOutput(t *testing.T) {
 	t.Parallel()
 	s := &Scenario{Name: "sweep", Measure: "a sweep"}
@@ -221,7 +98,7 @@ func TestReportOutput(t *testing.T) {
 	if m, _ := s.Metric("sent"); m.Value != 200000 {
 		t.Errorf("median %v, want 200000", m.Value)
 	}
-	r := &Report{Machine: Machine{CPU: "test CPU", Cores: 2}, Scenarios: []*Scenario{s}}
+	r := &Report{Machine: host.Machine{CPU: "test CPU", Cores: 2}, Scenarios: []*Scenario{s}}
 	var b bytes.Buffer
 	if err := r.WriteTable(&b); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sondeprobe/sonde/bench/promtext"
 	"github.com/sondeprobe/sonde/internal/netns"
 )
 
@@ -155,12 +156,12 @@ func (d *daemon) get(ctx context.Context, path string) ([]byte, error) {
 }
 
 // scrape reads the daemon's /metrics.
-func (d *daemon) scrape(ctx context.Context) (scrape, error) {
+func (d *daemon) scrape(ctx context.Context) (promtext.Scrape, error) {
 	b, err := d.get(ctx, "/metrics")
 	if err != nil {
 		return nil, err
 	}
-	return parseMetrics(bytes.NewReader(b))
+	return promtext.Parse(bytes.NewReader(b))
 }
 
 // getJSON fetches path and decodes it into v.

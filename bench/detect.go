@@ -69,8 +69,8 @@ func (e *env) runDetect(ctx context.Context, s *Scenario) error {
 		return err
 	}
 	check := map[string]string{"check": "detect"}
-	w1 := m.sum("sonde_check_failure_window_seconds", check)
-	w3 := m.sum("sonde_check_failure_window_from_onset_seconds", check)
+	w1 := m.Sum("sonde_check_failure_window_seconds", check)
+	w3 := m.Sum("sonde_check_failure_window_from_onset_seconds", check)
 	if w1 <= 0 || w3 <= 0 {
 		return fmt.Errorf("the daemon exports no failure windows for check detect")
 	}

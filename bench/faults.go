@@ -256,8 +256,8 @@ func (e *env) runFault(ctx context.Context, s *Scenario, f fault) ([]faultRow, e
 	}
 	w1, w3 := map[string]float64{}, map[string]float64{}
 	for _, mode := range faultModes {
-		w1[mode] = m.sum("sonde_check_failure_window_seconds", map[string]string{"check": mode})
-		w3[mode] = m.sum("sonde_check_failure_window_from_onset_seconds", map[string]string{"check": mode})
+		w1[mode] = m.Sum("sonde_check_failure_window_seconds", map[string]string{"check": mode})
+		w3[mode] = m.Sum("sonde_check_failure_window_from_onset_seconds", map[string]string{"check": mode})
 	}
 	detected := map[string]map[netip.Addr]float64{}
 	during := map[string]int{}
@@ -307,7 +307,7 @@ func (e *env) runFault(ctx context.Context, s *Scenario, f fault) ([]faultRow, e
 		s.note("%s: the stage lost %d and duplicated %d TCP packets and delayed %d frames so far (cumulative)", f.Name, lost, dup, delayed)
 	}
 	for _, cause := range []string{"capture", "late", "buffers", "descriptors", "ports", "permissions"} {
-		if n := after.sum("sonde_probe_local_errors_total", map[string]string{"cause": cause}) - before.sum("sonde_probe_local_errors_total", map[string]string{"cause": cause}); n > 0 {
+		if n := after.Sum("sonde_probe_local_errors_total", map[string]string{"cause": cause}) - before.Sum("sonde_probe_local_errors_total", map[string]string{"cause": cause}); n > 0 {
 			s.note("%s: local errors (%s): %.0f", f.Name, cause, n)
 		}
 	}
@@ -315,11 +315,11 @@ func (e *env) runFault(ctx context.Context, s *Scenario, f fault) ([]faultRow, e
 	// applied never outnumber probes dispatched (the engine publishes both
 	// together). Answers that come after their probe ended are dropped and
 	// counted as stale.
-	results, dispatched := after.sum("sonde_scheduler_results_total", nil), after.sum("sonde_scheduler_probes_dispatched_total", nil)
+	results, dispatched := after.Sum("sonde_scheduler_results_total", nil), after.Sum("sonde_scheduler_probes_dispatched_total", nil)
 	s.note("%s: %.0f results applied for %.0f probes dispatched since the start (the rest were in flight); %.0f answers came after their probe ended (dropped); the prober dropped %.0f duplicate SYN replies",
 		f.Name, results, dispatched,
-		after.sum("sonde_scheduler_stale_answers_total", nil)-before.sum("sonde_scheduler_stale_answers_total", nil),
-		after.sum("sonde_syn_duplicate_replies_total", nil)-before.sum("sonde_syn_duplicate_replies_total", nil))
+		after.Sum("sonde_scheduler_stale_answers_total", nil)-before.Sum("sonde_scheduler_stale_answers_total", nil),
+		after.Sum("sonde_syn_duplicate_replies_total", nil)-before.Sum("sonde_syn_duplicate_replies_total", nil))
 	s.add(f.Name+": duplicate results", math.Max(0, results-dispatched), "results")
 
 	var rows []faultRow
@@ -329,12 +329,12 @@ func (e *env) runFault(ctx context.Context, s *Scenario, f fault) ([]faultRow, e
 			falseTransitions:  falses[mode],
 			falsePerMin:       float64(falses[mode]) / p.measure.Minutes(),
 			falseDuringOutage: during[mode],
-			localErrors: after.sum("sonde_probes_total", map[string]string{"pool": mode, "outcome": "local_error"}) -
-				before.sum("sonde_probes_total", map[string]string{"pool": mode, "outcome": "local_error"}),
+			localErrors: after.Sum("sonde_probes_total", map[string]string{"pool": mode, "outcome": "local_error"}) -
+				before.Sum("sonde_probes_total", map[string]string{"pool": mode, "outcome": "local_error"}),
 			detected: len(detected[mode]), sliceN: p.slice, w1: w1[mode], w3: w3[mode],
 		}
 		if mode == "syn" {
-			r.retransmits = after.sum("sonde_syn_retransmits_total", nil) - before.sum("sonde_syn_retransmits_total", nil)
+			r.retransmits = after.Sum("sonde_syn_retransmits_total", nil) - before.Sum("sonde_syn_retransmits_total", nil)
 		}
 		var ts []float64
 		for _, t := range detected[mode] {

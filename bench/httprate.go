@@ -6,6 +6,9 @@ import (
 	"regexp"
 	"strconv"
 	"time"
+
+	"github.com/sondeprobe/sonde/bench/host"
+	"github.com/sondeprobe/sonde/bench/promtext"
 )
 
 // Ports where the http scenario's daemons serve (prober namespace).
@@ -58,11 +61,11 @@ func (e *env) daemonRate(ctx context.Context, s *Scenario, name, config string, 
 	if err != nil {
 		return r, err
 	}
-	p0, err := readProc(d.pid())
+	p0, err := host.ReadProcess(d.pid())
 	if err != nil {
 		return r, err
 	}
-	c0, t0 := readMachineCPU(), time.Now()
+	c0, t0 := host.MarkCPU(), time.Now()
 	if err := d.sleep(ctx, dur); err != nil {
 		return r, err
 	}
@@ -71,17 +74,17 @@ func (e *env) daemonRate(ctx context.Context, s *Scenario, name, config string, 
 		return r, err
 	}
 	el := time.Since(t0).Seconds()
-	machine := c0.since()
-	p1, err := readProc(d.pid())
+	machine := c0.Since()
+	p1, err := host.ReadProcess(d.pid())
 	if err != nil {
 		return r, err
 	}
 	pool := map[string]string{"pool": name}
 	ok := map[string]string{"pool": name, "outcome": "success"}
-	r.rate = (m1.sum("sonde_probes_total", ok) - m0.sum("sonde_probes_total", ok)) / el
-	r.fails = (m1.sum("sonde_probes_total", pool)-m0.sum("sonde_probes_total", pool))/el - r.rate
-	lat := histogramDelta(m0.histogram("sonde_probe_duration_seconds", pool), m1.histogram("sonde_probe_duration_seconds", pool))
-	r.p50, r.p99 = quantile(0.5, lat)*1e3, quantile(0.99, lat)*1e3
+	r.rate = (m1.Sum("sonde_probes_total", ok) - m0.Sum("sonde_probes_total", ok)) / el
+	r.fails = (m1.Sum("sonde_probes_total", pool)-m0.Sum("sonde_probes_total", pool))/el - r.rate
+	lat := promtext.HistogramDelta(m0.Histogram("sonde_probe_duration_seconds", pool), m1.Histogram("sonde_probe_duration_seconds", pool))
+	r.p50, r.p99 = promtext.Quantile(0.5, lat)*1e3, promtext.Quantile(0.99, lat)*1e3
 	r.cpu = (p1.CPU - p0.CPU) / el * 100
 	r.user, r.sys = (p1.User-p0.User)/el, (p1.System-p0.System)/el
 	r.machineShare = machine / el / float64(e.numCPU()) * 100

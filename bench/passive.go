@@ -16,6 +16,9 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/sondeprobe/sonde/bench/bpfobjs"
+	"github.com/sondeprobe/sonde/bench/connload"
+	"github.com/sondeprobe/sonde/bench/host"
 	"github.com/sondeprobe/sonde/bpf"
 )
 
@@ -116,7 +119,7 @@ type detectRun struct {
 	waited       float64   // seconds detection was awaited after the onset
 	falseUnhealthy,
 	falseTriggers, triggers int
-	load LoadResult
+	load connload.Result
 }
 
 // passiveConfig returns the daemon's configuration for the detection runs.
@@ -157,12 +160,12 @@ func (e *env) passiveDetect(ctx context.Context, s *Scenario, p passivePlan, wit
 		return r, err
 	}
 	check := map[string]string{"check": "passive"}
-	r.w1 = m.sum("sonde_check_failure_window_seconds", check)
-	r.w3 = m.sum("sonde_check_failure_window_from_onset_seconds", check)
+	r.w1 = m.Sum("sonde_check_failure_window_seconds", check)
+	r.w3 = m.Sum("sonde_check_failure_window_from_onset_seconds", check)
 	if r.w1 <= 0 || r.w3 <= 0 {
 		return r, errors.New("the daemon exports no failure windows for check passive")
 	}
-	if withPassive && m.sum("sonde_passive_available", nil) != 1 {
+	if withPassive && m.Sum("sonde_passive_available", nil) != 1 {
 		return r, fmt.Errorf("sonde_passive_available is not 1: the observer does not run: %s", d.out.tail(1000))
 	}
 	wait := p.passiveWait
@@ -179,7 +182,7 @@ func (e *env) passiveDetect(ctx context.Context, s *Scenario, p passivePlan, wit
 
 	lctx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
-	load := e.startLoad(lctx, p.targets, ScanPort, LoadConfig{
+	load := e.startLoad(lctx, p.targets, ScanPort, connload.Config{
 		Rate:     p.loadRate,
 		Duration: p.settle + wait + 10*time.Second, Workers: 1, Timeout: time.Second,
 	})
@@ -286,7 +289,7 @@ type loadProc struct {
 
 // startLoad starts the client load on every address of prefix at port in
 // the prober namespace (c's Targets are not used); ctx ends it.
-func (e *env) startLoad(ctx context.Context, prefix netip.Prefix, port uint16, c LoadConfig) *loadProc {
+func (e *env) startLoad(ctx context.Context, prefix netip.Prefix, port uint16, c connload.Config) *loadProc {
 	args := []string{"bench", "connect-load",
 		"-rate", strconv.Itoa(c.Rate), "-duration", c.Duration.String(),
 		"-workers", strconv.Itoa(max(c.Workers, 1)), "-timeout", c.Timeout.String()}
@@ -323,19 +326,19 @@ func (l *loadProc) alive() error {
 }
 
 // wait waits for the load to end and returns what it did.
-func (l *loadProc) wait() (LoadResult, error) {
+func (l *loadProc) wait() (connload.Result, error) {
 	<-l.done
 	// Stopped through its context, it ends its load early and reports it.
 	if l.err != nil && (l.cmd.ProcessState == nil || !l.cmd.ProcessState.Success()) {
-		return LoadResult{}, fmt.Errorf("client load: %w", l.err)
+		return connload.Result{}, fmt.Errorf("client load: %w", l.err)
 	}
-	return ParseLoadResult([]byte(l.out.tail(4000)))
+	return connload.ParseResult([]byte(l.out.tail(4000)))
 }
 
 // cpuSample is one round of the CPU measurement.
 type cpuSample struct {
 	observer    bool
-	load        LoadResult
+	load        connload.Result
 	benchCPU    float64 // this process's CPU seconds: the fleet's listeners accept and close
 	irq         float64 // the machine's hard and soft interrupt seconds
 	machineBusy float64 // the machine's busy seconds, anything else running included
@@ -371,7 +374,7 @@ type cpuResult struct {
 // BPF statistics on, for the programs' own run time.
 func (e *env) passiveCPU(ctx context.Context, s *Scenario, p passivePlan) (cpuResult, error) {
 	var res cpuResult
-	cfg := LoadConfig{Rate: p.cpuRate, Duration: p.cpuDuration, Workers: 2, Timeout: time.Second}
+	cfg := connload.Config{Rate: p.cpuRate, Duration: p.cpuDuration, Workers: 2, Timeout: time.Second}
 	for round := range 2 * p.cpuRounds {
 		on := round%4 == 1 || round%4 == 2
 		e.opt.Progress("passive: CPU round", "round", round+1, "observer", on)
@@ -410,14 +413,14 @@ type statsSample struct {
 // cpuRound runs the load once, with the observer attached (watching the
 // load's targets) or not; with stats, the kernel's BPF run-time
 // statistics are on during the load.
-func (e *env) cpuRound(ctx context.Context, prefix netip.Prefix, cfg LoadConfig, observer, stats bool) (statsSample, string, error) {
+func (e *env) cpuRound(ctx context.Context, prefix netip.Prefix, cfg connload.Config, observer, stats bool) (statsSample, string, error) {
 	var c statsSample
 	targets := targetsOf(prefix, ScanPort)
 	c.observer = observer
 	var obs *bpf.Passive
 	var progs []int
 	if observer {
-		before, err := bpfFDs(bpfProgFD)
+		before, err := bpfobjs.FDs(bpfobjs.Programs)
 		if err != nil {
 			return c, "", err
 		}
@@ -425,11 +428,11 @@ func (e *env) cpuRound(ctx context.Context, prefix netip.Prefix, cfg LoadConfig,
 			return c, "", err
 		}
 		defer obs.Close()
-		after, err := bpfFDs(bpfProgFD)
+		after, err := bpfobjs.FDs(bpfobjs.Programs)
 		if err != nil {
 			return c, "", err
 		}
-		progs = newFDs(before, after)
+		progs = bpfobjs.Added(before, after)
 		entries := make([]bpf.WatchEntry, len(targets))
 		for i, t := range targets {
 			entries[i] = bpf.WatchEntry{Addr: t, Slot: uint32(i), Threshold: 3}
@@ -445,15 +448,15 @@ func (e *env) cpuRound(ctx context.Context, prefix netip.Prefix, cfg LoadConfig,
 		}
 		defer st.Close()
 	}
-	ns0, runs0, err := progRuntime(progs)
+	ns0, runs0, err := bpfobjs.ProgRuntime(progs)
 	if err != nil {
 		return c, "", err
 	}
-	m0, err := readCPUStat()
+	m0, err := host.ReadCPU()
 	if err != nil {
 		return c, "", err
 	}
-	b0, err := readProc(os.Getpid())
+	b0, err := host.ReadProcess(os.Getpid())
 	if err != nil {
 		return c, "", err
 	}
@@ -462,23 +465,23 @@ func (e *env) cpuRound(ctx context.Context, prefix netip.Prefix, cfg LoadConfig,
 	if err != nil {
 		return c, l.line, err
 	}
-	m1, err := readCPUStat()
+	m1, err := host.ReadCPU()
 	if err != nil {
 		return c, l.line, err
 	}
-	b1, err := readProc(os.Getpid())
+	b1, err := host.ReadProcess(os.Getpid())
 	if err != nil {
 		return c, l.line, err
 	}
-	ns1, runs1, err := progRuntime(progs)
+	ns1, runs1, err := bpfobjs.ProgRuntime(progs)
 	if err != nil {
 		return c, l.line, err
 	}
 	c.progNs, c.progRuns = ns1-ns0, runs1-runs0
 	c.benchCPU = b1.CPU - b0.CPU
-	c.irq = float64(m1.irq-m0.irq) / clockTicks
-	c.machineBusy = float64(m1.busy-m0.busy) / clockTicks
-	c.steal = float64(m1.steal-m0.steal) / clockTicks
+	c.irq = float64(m1.IRQ-m0.IRQ) / host.ClockTicks
+	c.machineBusy = float64(m1.Busy-m0.Busy) / host.ClockTicks
+	c.steal = float64(m1.Steal-m0.Steal) / host.ClockTicks
 	if obs != nil {
 		for i := range targets {
 			st, err := obs.Stats(uint32(i))
@@ -494,7 +497,7 @@ func (e *env) cpuRound(ctx context.Context, prefix netip.Prefix, cfg LoadConfig,
 // memResult is the observer's maps for memTargets watched targets.
 type memResult struct {
 	targets int
-	maps    []bpfMapMemory
+	maps    []bpfobjs.Map
 	watch   time.Duration // how long Watch of every target took
 }
 
@@ -523,7 +526,7 @@ func (m memResult) totalBytes() uint64 {
 // each of its maps. No connection is made.
 func passiveMemory(n int) (memResult, error) {
 	r := memResult{targets: n}
-	before, err := bpfFDs(bpfMapFD)
+	before, err := bpfobjs.FDs(bpfobjs.Maps)
 	if err != nil {
 		return r, err
 	}
@@ -547,11 +550,11 @@ func passiveMemory(n int) (memResult, error) {
 	r.watch = time.Since(start)
 	// After Watch: the watch tables it built are maps of their own, held
 	// by the observer and published through its maps of maps.
-	after, err := bpfFDs(bpfMapFD)
+	after, err := bpfobjs.FDs(bpfobjs.Maps)
 	if err != nil {
 		return r, err
 	}
-	r.maps, err = mapMemory(newFDs(before, after))
+	r.maps, err = bpfobjs.MapMemory(bpfobjs.Added(before, after))
 	return r, err
 }
 

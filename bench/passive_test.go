@@ -1,151 +1,23 @@
 package bench
 
 import (
-	"context"
-	"net"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/sondeprobe/sonde/bench/bpfobjs"
+	"github.com/sondeprobe/sonde/bench/connload"
 )
-
-func TestParseLoadResult(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name, in string
-		want     LoadResult
-		wantErr  bool
-	}{
-		{name: "ok", in: `{"connections":10,"connected":7,"refused":2,"timed_out":1,"other":0,"seconds":0.5,"user_cpu":0.01,"system_cpu":0.02}` + "\n",
-			want: LoadResult{Connections: 10, Connected: 7, Refused: 2, TimedOut: 1, Seconds: 0.5, UserCPU: 0.01, SystemCPU: 0.02}},
-		{name: "outcomes do not add up", in: `{"connections":10,"connected":7}`, wantErr: true},
-		{name: "negative time", in: `{"connections":0,"seconds":-1}`, wantErr: true},
-		{name: "not JSON", in: `connect-load: socket: too many open files`, wantErr: true},
-		{name: "empty", in: ``, wantErr: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseLoadResult([]byte(tc.in))
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("error %v, want error %v", err, tc.wantErr)
-			}
-			if err == nil {
-				if diff := cmp.Diff(tc.want, got); diff != "" {
-					t.Errorf("(-want +got)\n%s", diff)
-				}
-				if r := got.Rate(); r != 20 {
-					t.Errorf("rate %v, want 20", r)
-				}
-			}
-		})
-	}
-}
-
-func TestLoadConfigValidate(t *testing.T) {
-	t.Parallel()
-	target := []netip.AddrPort{netip.MustParseAddrPort("198.19.0.1:80")}
-	for _, tc := range []struct {
-		name    string
-		cfg     LoadConfig
-		want    LoadConfig // after defaults, when valid
-		wantErr string
-	}{
-		{name: "defaults from rate and duration", cfg: LoadConfig{Targets: target, Rate: 100, Duration: 2 * time.Second},
-			want: LoadConfig{Targets: target, Rate: 100, Duration: 2 * time.Second, Count: 200, Workers: 2, Timeout: time.Second}},
-		{name: "no rate: bounded by the count limit", cfg: LoadConfig{Targets: target, Duration: time.Second},
-			want: LoadConfig{Targets: target, Duration: time.Second, Count: MaxLoadCount, Workers: 2, Timeout: time.Second}},
-		{name: "no targets", cfg: LoadConfig{Duration: time.Second}, wantErr: "no targets"},
-		{name: "IPv6", cfg: LoadConfig{Targets: []netip.AddrPort{netip.MustParseAddrPort("[2001:db8::1]:80")}, Duration: time.Second}, wantErr: "want an IPv4 address"},
-		{name: "port 0", cfg: LoadConfig{Targets: []netip.AddrPort{netip.MustParseAddrPort("198.19.0.1:0")}, Duration: time.Second}, wantErr: "want an IPv4 address and a port"},
-		{name: "unbounded in time", cfg: LoadConfig{Targets: target}, wantErr: "duration 0s out of range"},
-		{name: "too long", cfg: LoadConfig{Targets: target, Duration: time.Hour}, wantErr: "duration 1h0m0s out of range"},
-		{name: "rate", cfg: LoadConfig{Targets: target, Duration: time.Second, Rate: -1}, wantErr: "rate -1 out of range"},
-		{name: "count", cfg: LoadConfig{Targets: target, Duration: time.Second, Count: MaxLoadCount + 1}, wantErr: "count 50000001 out of range"},
-		{name: "workers", cfg: LoadConfig{Targets: target, Duration: time.Second, Workers: 65}, wantErr: "workers 65 out of range"},
-		{name: "timeout", cfg: LoadConfig{Targets: target, Duration: time.Second, Timeout: time.Hour}, wantErr: "timeout 1h0m0s out of range"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg := tc.cfg
-			err := cfg.Validate()
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.want, cfg, cmp.Comparer(func(a, b netip.AddrPort) bool { return a == b })); diff != "" {
-				t.Errorf("(-want +got)\n%s", diff)
-			}
-		})
-	}
-}
-
-func TestDueAt(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		i    int
-		rate float64
-		want time.Duration
-	}{
-		{0, 1000, 0},
-		{1, 1000, time.Millisecond},
-		{10_000, 10_000, time.Second},
-		{3, 2, 1500 * time.Millisecond},
-	} {
-		if got := dueAt(tc.i, tc.rate); got != tc.want {
-			t.Errorf("dueAt(%d, %v) = %v, want %v", tc.i, tc.rate, got, tc.want)
-		}
-	}
-}
-
-// TestConnectLoad connects to a loopback listener and to a closed port: one
-// is connected, the other refused, and the load stops at its count.
-func TestConnectLoad(t *testing.T) {
-	t.Parallel()
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	closed, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refusing := netip.MustParseAddrPort(closed.Addr().String())
-	closed.Close()
-	t.Cleanup(func() { l.Close() })
-	res, err := ConnectLoad(context.Background(), LoadConfig{
-		Targets:  []netip.AddrPort{netip.MustParseAddrPort(l.Addr().String()), refusing},
-		Count:    40,
-		Workers:  1,
-		Duration: time.Minute,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Connections != 40 || res.Connected != 20 || res.Refused != 20 {
-		t.Errorf("result %+v, want 40 connections: 20 connected, 20 refused", res)
-	}
-}
 
 func TestCPUOverhead(t *testing.T) {
 	t.Parallel()
 	// Work per connection: client + fleet + irq over 1,000,000 connections,
 	// so each CPU second is 1 µs per connection.
 	sample := func(on bool, work float64) cpuSample {
-		return cpuSample{observer: on, load: LoadResult{Connections: 1_000_000, UserCPU: work / 2, SystemCPU: work / 2}}
+		return cpuSample{observer: on, load: connload.Result{Connections: 1_000_000, UserCPU: work / 2, SystemCPU: work / 2}}
 	}
 	samples := []cpuSample{
 		sample(false, 80), sample(true, 83), // +3
@@ -184,12 +56,12 @@ func TestPassiveGoals(t *testing.T) {
 				fromEarliest: []float64{70, 71}},
 			cpu: cpuResult{
 				samples: []cpuSample{
-					{observer: false, load: LoadResult{Connections: 1e6, UserCPU: 80}},
-					{observer: true, load: LoadResult{Connections: 1e6, UserCPU: 81}},
+					{observer: false, load: connload.Result{Connections: 1e6, UserCPU: 80}},
+					{observer: true, load: connload.Result{Connections: 1e6, UserCPU: 81}},
 				},
 				progNs: 500 * 1e6, progRuns: 6e6, progConns: 1e6, // 0.5 µs per connection
 			},
-			mem: memResult{targets: 1_000_000, maps: []bpfMapMemory{
+			mem: memResult{targets: 1_000_000, maps: []bpfobjs.Map{
 				{Name: "watch4", Bytes: 40 << 20}, {Name: "watch6", Bytes: 16 << 20}, {Name: "stats", Bytes: 70 << 20},
 			}},
 		}
@@ -238,33 +110,6 @@ func TestPassiveGoals(t *testing.T) {
 				t.Errorf("goals met (-want +got)\n%s", diff)
 			}
 		})
-	}
-}
-
-func TestParseCPUStat(t *testing.T) {
-	t.Parallel()
-	got, err := parseCPUStat("cpu  100 5 50 1000 20 3 7 9 0 0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// busy: user, nice, system, irq, softirq; steal and guest left out.
-	if want := (cpuStat{busy: 165, total: 1185, irq: 10, steal: 9}); got != want {
-		t.Errorf("got %+v, want %+v", got, want)
-	}
-	for _, bad := range []string{"", "cpu0 1 2 3 4 5", "cpu 1 2 x 4 5", "cpu 1 2"} {
-		if _, err := parseCPUStat(bad); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-}
-
-func TestNewFDs(t *testing.T) {
-	t.Parallel()
-	if diff := cmp.Diff([]int{5, 9}, newFDs([]int{3, 4, 7}, []int{3, 4, 5, 7, 9})); diff != "" {
-		t.Errorf("(-want +got)\n%s", diff)
-	}
-	if got := newFDs([]int{3}, []int{3}); len(got) != 0 {
-		t.Errorf("got %v, want none", got)
 	}
 }
 

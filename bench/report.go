@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/sondeprobe/sonde/bench/host"
 )
 
 // Status is how a scenario ended.
@@ -25,9 +27,9 @@ const (
 // Report is the result of one [Run]: the machine, the fleets and every
 // scenario, in the order they ran.
 type Report struct {
-	Machine   Machine     `json:"machine"`
-	Fleets    []FleetInfo `json:"fleets"`
-	Scenarios []*Scenario `json:"scenarios"`
+	Machine   host.Machine `json:"machine"`
+	Fleets    []FleetInfo  `json:"fleets"`
+	Scenarios []*Scenario  `json:"scenarios"`
 }
 
 // FleetInfo describes one fleet the scenarios ran against.

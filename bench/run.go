@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/bench/fleet"
+	"github.com/sondeprobe/sonde/bench/host"
 )
 
 // Scenarios are the names of the scenarios [Run] knows, in the order it runs
@@ -245,7 +246,7 @@ func Run(ctx context.Context, opt Options) (rep *Report, err error) {
 	if os.Geteuid() != 0 {
 		return nil, fleet.ErrNotRoot
 	}
-	rep = &Report{Machine: DescribeMachine(opt.Version)}
+	rep = &Report{Machine: host.Describe(opt.Version)}
 	dir, err := os.MkdirTemp("", "sonde-bench-")
 	if err != nil {
 		return nil, fmt.Errorf("temporary directory: %w", err)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sondeprobe/sonde/bench/host"
+	"github.com/sondeprobe/sonde/bench/promtext"
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -86,11 +88,11 @@ func (e *env) runSteady(ctx context.Context, s *Scenario) error {
 	if err != nil {
 		return err
 	}
-	p0, err := readProc(d.pid())
+	p0, err := host.ReadProcess(d.pid())
 	if err != nil {
 		return err
 	}
-	c0, t0 := readMachineCPU(), time.Now()
+	c0, t0 := host.MarkCPU(), time.Now()
 	maxRSS := p0.RSS
 	api := newAPITimes()
 	e.opt.Progress("steady: measuring", "seconds", o.Duration.Seconds())
@@ -98,7 +100,7 @@ func (e *env) runSteady(ctx context.Context, s *Scenario) error {
 		if err := d.sleep(ctx, min(time.Second, time.Until(end))); err != nil {
 			return err
 		}
-		if p, err := readProc(d.pid()); err == nil {
+		if p, err := host.ReadProcess(d.pid()); err == nil {
 			maxRSS = max(maxRSS, p.RSS)
 		}
 		if tick%apiPeriod == 0 {
@@ -112,17 +114,17 @@ func (e *env) runSteady(ctx context.Context, s *Scenario) error {
 		return err
 	}
 	el := time.Since(t0).Seconds()
-	machine := c0.since()
-	p1, err := readProc(d.pid())
+	machine := c0.Since()
+	p1, err := host.ReadProcess(d.pid())
 	if err != nil {
 		return err
 	}
 	maxRSS = max(maxRSS, p1.RSS)
 
-	delta := func(name string) float64 { return m1.sum(name, nil) - m0.sum(name, nil) }
+	delta := func(name string) float64 { return m1.Sum(name, nil) - m0.Sum(name, nil) }
 	achieved := delta("sonde_scheduler_probes_dispatched_total") / el
-	late := histogramDelta(m0.histogram("sonde_scheduler_lateness_seconds", nil), m1.histogram("sonde_scheduler_lateness_seconds", nil))
-	p50, p99, lmax := quantile(0.5, late)*1e3, quantile(0.99, late)*1e3, maxBound(late)*1e3
+	late := promtext.HistogramDelta(m0.Histogram("sonde_scheduler_lateness_seconds", nil), m1.Histogram("sonde_scheduler_lateness_seconds", nil))
+	p50, p99, lmax := promtext.Quantile(0.5, late)*1e3, promtext.Quantile(0.99, late)*1e3, promtext.MaxBound(late)*1e3
 	drops := delta("sonde_syn_ring_drops_total")
 	overflows := delta("sonde_scheduler_ring_overflows_total")
 	sendErr := delta("sonde_syn_send_errors_total")
@@ -265,4 +267,4 @@ func (a *apiTimes) slowest() (time.Duration, string) {
 }
 
 // numCPU is the machine's number of CPUs, as the report shows it.
-func (e *env) numCPU() int { return max(DescribeMachine("").Cores, 1) }
+func (e *env) numCPU() int { return max(host.Describe("").Cores, 1) }

@@ -15,17 +15,18 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/bench/fleet"
+	"github.com/sondeprobe/sonde/bench/linkstat"
 	"github.com/sondeprobe/sonde/probe"
 )
 
 // sweepRun is one sweep of the fleet by one tool, measured on the wire.
 type sweepRun struct {
 	tool    string
-	probes  int           // addresses probed
-	window  WireWindow    // when the prober's veth was busy
-	wall    time.Duration // the whole process, start-up and waiting included
-	procCPU float64       // the process's user+system seconds, start-up included
-	self    float64       // the tool's own report of its CPU seconds for the sweep, if it gives one
+	probes  int             // addresses probed
+	window  linkstat.Window // when the prober's veth was busy
+	wall    time.Duration   // the whole process, start-up and waiting included
+	procCPU float64         // the process's user+system seconds, start-up included
+	self    float64         // the tool's own report of its CPU seconds for the sweep, if it gives one
 	acc     accuracy
 	info    map[string]string // tool-specific facts (TCP probe path, ring drops)
 }
@@ -122,22 +123,22 @@ func openTruth(p netip.Prefix, found map[netip.Addr]probe.Outcome, everyAddress 
 
 // measure runs cmd (a prober in the prober namespace) while sampling the
 // prober's veth, and returns the wire window, wall time and process CPU.
-func (e *env) measure(cmd *exec.Cmd) (WireWindow, time.Duration, float64, error) {
-	ls, err := SampleLink(e.fleet.ProberNS, e.fleet.ProberLink, 2*time.Millisecond)
+func (e *env) measure(cmd *exec.Cmd) (linkstat.Window, time.Duration, float64, error) {
+	ls, err := linkstat.Start(e.fleet.ProberNS, e.fleet.ProberLink, 2*time.Millisecond)
 	if err != nil {
-		return WireWindow{}, 0, 0, err
+		return linkstat.Window{}, 0, 0, err
 	}
 	start := time.Now()
 	runErr := cmd.Run()
 	wall := time.Since(start)
 	samples, serr := ls.Stop()
 	if runErr != nil {
-		return WireWindow{}, wall, 0, runErr
+		return linkstat.Window{}, wall, 0, runErr
 	}
 	if serr != nil {
-		return WireWindow{}, wall, 0, serr
+		return linkstat.Window{}, wall, 0, serr
 	}
-	w, ok := SendWindow(samples)
+	w, ok := linkstat.SendWindow(samples)
 	if !ok {
 		return w, wall, 0, fmt.Errorf("%s sent nothing", cmd.Args[4])
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sondeprobe/sonde/bench"
 	"github.com/sondeprobe/sonde/bench/ceiling"
+	"github.com/sondeprobe/sonde/bench/connload"
 	"github.com/sondeprobe/sonde/bench/fleet"
 	"github.com/sondeprobe/sonde/config"
 )
@@ -278,7 +279,7 @@ func runBenchConnectLoad(ctx context.Context, args []string, stdout, stderr io.W
 		fs.PrintDefaults()
 	}
 	var (
-		cfg  bench.LoadConfig
+		cfg  connload.Config
 		port uint
 	)
 	fs.UintVar(&port, "port", 0, "TCP `port` to connect to (required)")
@@ -327,7 +328,7 @@ func runBenchConnectLoad(ctx context.Context, args []string, stdout, stderr io.W
 	if err := loadStaysInside(cfg.Targets); err != nil {
 		return err
 	}
-	res, err := bench.ConnectLoad(ctx, cfg)
+	res, err := connload.Run(ctx, cfg)
 	if err != nil && res.Connections == 0 {
 		return err
 	}

@@ -46,6 +46,15 @@ var forbidden = map[string][]string{
 	// beside each other: probe and server tests build fleets.
 	"bench/fleet":   {"scheduler", "config", "server", "bench/ceiling", "cmd"},
 	"bench/ceiling": {"scheduler", "config", "server", "bench/fleet", "cmd"},
+	// The scenarios' measuring tools (the client load, the machine's and
+	// processes' CPU, an interface's counters, the BPF objects' statistics,
+	// a /metrics page) measure from the outside: they use none of sonde's
+	// layers, fleets or senders.
+	"bench/connload": {"bpf", "probe", "scheduler", "config", "server", "bench/fleet", "bench/ceiling", "cmd"},
+	"bench/host":     {"bpf", "probe", "scheduler", "config", "server", "bench/fleet", "bench/ceiling", "cmd"},
+	"bench/linkstat": {"bpf", "probe", "scheduler", "config", "server", "bench/fleet", "bench/ceiling", "cmd"},
+	"bench/bpfobjs":  {"bpf", "probe", "scheduler", "config", "server", "bench/fleet", "bench/ceiling", "cmd"},
+	"bench/promtext": {"bpf", "probe", "scheduler", "config", "server", "bench/fleet", "bench/ceiling", "cmd"},
 	// Prober choice and one-shot probing, shared by the daemon, sonde
 	// probe and /probe: none of the daemon.
 	"server/prober": {"server", "bench", "cmd"},

@@ -1,4 +1,7 @@
-package bench
+// Package promtext reads the Prometheus text exposition format that
+// sonde's /metrics serves, for the benchmarks that scrape a daemon: sums of
+// series by labels, histograms, their differences and quantiles.
+package promtext
 
 import (
 	"bufio"
@@ -10,21 +13,21 @@ import (
 	"strings"
 )
 
-// sample is one line of the Prometheus text exposition format.
-type sample struct {
-	name   string
-	labels map[string]string
-	value  float64
+// Sample is one line of the Prometheus text exposition format.
+type Sample struct {
+	Name   string
+	Labels map[string]string
+	Value  float64
 }
 
-// scrape is one reading of a /metrics page.
-type scrape []sample
+// Scrape is one reading of a /metrics page.
+type Scrape []Sample
 
-// parseMetrics reads the Prometheus text format (version 0.0.4), the format
+// Parse reads the Prometheus text format (version 0.0.4), the format
 // sonde's /metrics serves. Comments and blank lines are skipped; a line it
 // cannot read is an error.
-func parseMetrics(r io.Reader) (scrape, error) {
-	var out scrape
+func Parse(r io.Reader) (Scrape, error) {
+	var out Scrape
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for n := 1; sc.Scan(); n++ {
@@ -44,13 +47,13 @@ func parseMetrics(r io.Reader) (scrape, error) {
 	return out, nil
 }
 
-func parseSample(line string) (sample, error) {
-	s := sample{labels: map[string]string{}}
+func parseSample(line string) (Sample, error) {
+	s := Sample{Labels: map[string]string{}}
 	rest := line
 	if i := strings.IndexAny(rest, "{ "); i < 0 {
 		return s, fmt.Errorf("no value in %q", line)
 	} else {
-		s.name, rest = rest[:i], rest[i:]
+		s.Name, rest = rest[:i], rest[i:]
 	}
 	if strings.HasPrefix(rest, "{") {
 		rest = rest[1:]
@@ -90,7 +93,7 @@ func parseSample(line string) (sample, error) {
 			if !closed {
 				return s, fmt.Errorf("unterminated label value in %q", line)
 			}
-			s.labels[key] = val.String()
+			s.Labels[key] = val.String()
 		}
 	}
 	f := strings.Fields(rest)
@@ -101,62 +104,62 @@ func parseSample(line string) (sample, error) {
 	if err != nil {
 		return s, fmt.Errorf("value of %q: %w", line, err)
 	}
-	s.value = v
+	s.Value = v
 	return s, nil
 }
 
 // matches reports whether s has every label of want.
-func (s *sample) matches(want map[string]string) bool {
+func (s *Sample) matches(want map[string]string) bool {
 	for k, v := range want {
-		if s.labels[k] != v {
+		if s.Labels[k] != v {
 			return false
 		}
 	}
 	return true
 }
 
-// sum adds the values of every sample called name that has the labels of
+// Sum adds the values of every sample called name that has the labels of
 // want.
-func (sc scrape) sum(name string, want map[string]string) float64 {
+func (sc Scrape) Sum(name string, want map[string]string) float64 {
 	total := 0.0
 	for i := range sc {
-		if sc[i].name == name && sc[i].matches(want) {
-			total += sc[i].value
+		if sc[i].Name == name && sc[i].matches(want) {
+			total += sc[i].Value
 		}
 	}
 	return total
 }
 
-// bucket is one cumulative histogram bucket.
-type bucket struct {
-	le    float64
-	count float64
+// Bucket is one cumulative histogram bucket.
+type Bucket struct {
+	LE    float64 // upper bound
+	Count float64 // observations at most LE
 }
 
-// histogram returns the cumulative buckets of histogram name (summed over
+// Histogram returns the cumulative buckets of histogram name (summed over
 // the series that have the labels of want), sorted by bound.
-func (sc scrape) histogram(name string, want map[string]string) []bucket {
+func (sc Scrape) Histogram(name string, want map[string]string) []Bucket {
 	byLE := map[float64]float64{}
 	for i := range sc {
 		s := &sc[i]
-		if s.name != name+"_bucket" || !s.matches(want) {
+		if s.Name != name+"_bucket" || !s.matches(want) {
 			continue
 		}
-		le, err := strconv.ParseFloat(s.labels["le"], 64)
+		le, err := strconv.ParseFloat(s.Labels["le"], 64)
 		if err != nil {
 			continue
 		}
-		byLE[le] += s.value
+		byLE[le] += s.Value
 	}
-	var out []bucket
+	var out []Bucket
 	for le, c := range byLE {
-		out = append(out, bucket{le, c})
+		out = append(out, Bucket{le, c})
 	}
-	slices.SortFunc(out, func(a, b bucket) int {
+	slices.SortFunc(out, func(a, b Bucket) int {
 		switch {
-		case a.le < b.le:
+		case a.LE < b.LE:
 			return -1
-		case a.le > b.le:
+		case a.LE > b.LE:
 			return 1
 		}
 		return 0
@@ -164,63 +167,63 @@ func (sc scrape) histogram(name string, want map[string]string) []bucket {
 	return out
 }
 
-// histogramDelta returns the buckets of after minus before (same bounds).
-func histogramDelta(before, after []bucket) []bucket {
+// HistogramDelta returns the buckets of after minus before (same bounds).
+func HistogramDelta(before, after []Bucket) []Bucket {
 	prev := map[float64]float64{}
 	for _, b := range before {
-		prev[b.le] = b.count
+		prev[b.LE] = b.Count
 	}
-	out := make([]bucket, len(after))
+	out := make([]Bucket, len(after))
 	for i, b := range after {
-		out[i] = bucket{b.le, b.count - prev[b.le]}
+		out[i] = Bucket{b.LE, b.Count - prev[b.LE]}
 	}
 	return out
 }
 
-// quantile estimates the q-quantile of cumulative buckets the way
+// Quantile estimates the q-quantile of cumulative buckets the way
 // Prometheus's histogram_quantile does: linear interpolation inside the
 // bucket that holds the rank, the lower bound of the first bucket being 0.
 // A rank in the +Inf bucket returns the highest finite bound. It returns NaN
 // for an empty histogram.
-func quantile(q float64, bs []bucket) float64 {
+func Quantile(q float64, bs []Bucket) float64 {
 	if len(bs) == 0 {
 		return math.NaN()
 	}
-	total := bs[len(bs)-1].count
+	total := bs[len(bs)-1].Count
 	if total <= 0 {
 		return math.NaN()
 	}
 	rank := q * total
 	lower, prevCount := 0.0, 0.0
 	for i, b := range bs {
-		if b.count >= rank {
-			if math.IsInf(b.le, 1) {
+		if b.Count >= rank {
+			if math.IsInf(b.LE, 1) {
 				if i == 0 {
 					return math.NaN()
 				}
-				return bs[i-1].le
+				return bs[i-1].LE
 			}
-			in := b.count - prevCount
+			in := b.Count - prevCount
 			if in <= 0 {
-				return b.le
+				return b.LE
 			}
-			return lower + (b.le-lower)*(rank-prevCount)/in
+			return lower + (b.LE-lower)*(rank-prevCount)/in
 		}
-		lower, prevCount = b.le, b.count
+		lower, prevCount = b.LE, b.Count
 	}
-	return bs[len(bs)-1].le
+	return bs[len(bs)-1].LE
 }
 
-// maxBound returns the upper bound of the highest non-empty bucket: the
+// MaxBound returns the upper bound of the highest non-empty bucket: the
 // largest observation is at most this (+Inf when it is in the last bucket).
-func maxBound(bs []bucket) float64 {
+func MaxBound(bs []Bucket) float64 {
 	prev := 0.0
 	out := 0.0
 	for _, b := range bs {
-		if b.count > prev {
-			out = b.le
+		if b.Count > prev {
+			out = b.LE
 		}
-		prev = b.count
+		prev = b.Count
 	}
 	return out
 }

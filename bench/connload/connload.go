@@ -1,4 +1,9 @@
-package bench
+// Package connload makes a bounded stream of TCP connections to a set of
+// targets and reports what it did and what it cost its process: the client
+// traffic of the passive scenario of `sonde bench`, run as a process of its
+// own (`sonde bench connect-load`) so that sonde's passive observer, which
+// ignores sonde's own connections, sees it as any client's.
+package connload
 
 import (
 	"context"
@@ -7,6 +12,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,20 +20,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// LoadConfig is a bounded stream of TCP connections to a set of targets,
-// made by [ConnectLoad]: the client traffic of the passive scenario, run as
-// a process of its own (`sonde bench connect-load`) so that sonde's passive
-// observer, which ignores sonde's own connections, sees it as any client's.
-type LoadConfig struct {
+// Config is a bounded stream of TCP connections to a set of targets, made
+// by [Run].
+type Config struct {
 	// Targets are connected to in turn. Required, IPv4.
 	Targets []netip.AddrPort
 	// Rate is the connections per second of all workers together; 0 means
 	// as fast as they go.
 	Rate int
-	// Duration bounds the load in time; at most MaxLoadDuration.
+	// Duration bounds the load in time; at most MaxDuration.
 	Duration time.Duration
 	// Count bounds it in connections; 0 means Rate × Duration (or
-	// MaxLoadCount without a rate), at most MaxLoadCount.
+	// MaxCount without a rate), at most MaxCount.
 	Count int
 	// Workers connect in parallel, each with blocking sockets on a thread
 	// of its own; default 2.
@@ -36,16 +40,16 @@ type LoadConfig struct {
 	Timeout time.Duration
 }
 
-// Bounds of a [LoadConfig].
+// Bounds of a [Config].
 const (
-	MaxLoadDuration = 10 * time.Minute
-	MaxLoadCount    = 50_000_000
-	MaxLoadRate     = 1_000_000
-	maxLoadWorkers  = 64
+	MaxDuration = 10 * time.Minute
+	MaxCount    = 50_000_000
+	MaxRate     = 1_000_000
+	maxWorkers  = 64
 )
 
-// LoadResult is what a [ConnectLoad] did, and what it cost its process.
-type LoadResult struct {
+// Result is what a [Run] did, and what it cost its process.
+type Result struct {
 	Connections uint64  `json:"connections"` // attempts
 	Connected   uint64  `json:"connected"`   // handshakes completed
 	Refused     uint64  `json:"refused"`     // ECONNREFUSED
@@ -57,16 +61,16 @@ type LoadResult struct {
 }
 
 // Rate returns the connections per second achieved.
-func (r LoadResult) Rate() float64 {
+func (r Result) Rate() float64 {
 	if r.Seconds <= 0 {
 		return 0
 	}
 	return float64(r.Connections) / r.Seconds
 }
 
-// ParseLoadResult reads the line `sonde bench connect-load` prints.
-func ParseLoadResult(b []byte) (LoadResult, error) {
-	var r LoadResult
+// ParseResult reads the line `sonde bench connect-load` prints.
+func ParseResult(b []byte) (Result, error) {
+	var r Result
 	if err := json.Unmarshal(b, &r); err != nil {
 		return r, fmt.Errorf("connect-load result %q: %w", tail(b, 200), err)
 	}
@@ -76,9 +80,9 @@ func ParseLoadResult(b []byte) (LoadResult, error) {
 	return r, nil
 }
 
-// Validate fills in the defaults and checks the bounds; [ConnectLoad]
+// Validate fills in the defaults and checks the bounds; [Run]
 // calls it.
-func (c *LoadConfig) Validate() error {
+func (c *Config) Validate() error {
 	if len(c.Targets) == 0 {
 		return errors.New("connect-load: no targets")
 	}
@@ -87,26 +91,26 @@ func (c *LoadConfig) Validate() error {
 			return fmt.Errorf("connect-load: target %s: want an IPv4 address and a port", t)
 		}
 	}
-	if c.Duration <= 0 || c.Duration > MaxLoadDuration {
-		return fmt.Errorf("connect-load: duration %v out of range (0, %v]", c.Duration, MaxLoadDuration)
+	if c.Duration <= 0 || c.Duration > MaxDuration {
+		return fmt.Errorf("connect-load: duration %v out of range (0, %v]", c.Duration, MaxDuration)
 	}
-	if c.Rate < 0 || c.Rate > MaxLoadRate {
-		return fmt.Errorf("connect-load: rate %d out of range 0-%d", c.Rate, MaxLoadRate)
+	if c.Rate < 0 || c.Rate > MaxRate {
+		return fmt.Errorf("connect-load: rate %d out of range 0-%d", c.Rate, MaxRate)
 	}
 	if c.Count == 0 {
-		c.Count = MaxLoadCount
+		c.Count = MaxCount
 		if c.Rate > 0 {
-			c.Count = min(MaxLoadCount, int(float64(c.Rate)*c.Duration.Seconds()+0.5))
+			c.Count = min(MaxCount, int(float64(c.Rate)*c.Duration.Seconds()+0.5))
 		}
 	}
-	if c.Count < 1 || c.Count > MaxLoadCount {
-		return fmt.Errorf("connect-load: count %d out of range 1-%d", c.Count, MaxLoadCount)
+	if c.Count < 1 || c.Count > MaxCount {
+		return fmt.Errorf("connect-load: count %d out of range 1-%d", c.Count, MaxCount)
 	}
 	if c.Workers == 0 {
 		c.Workers = 2
 	}
-	if c.Workers < 1 || c.Workers > maxLoadWorkers {
-		return fmt.Errorf("connect-load: workers %d out of range 1-%d", c.Workers, maxLoadWorkers)
+	if c.Workers < 1 || c.Workers > maxWorkers {
+		return fmt.Errorf("connect-load: workers %d out of range 1-%d", c.Workers, maxWorkers)
 	}
 	if c.Timeout == 0 {
 		c.Timeout = time.Second
@@ -123,13 +127,13 @@ func dueAt(i int, perWorker float64) time.Duration {
 	return time.Duration(float64(i) / perWorker * float64(time.Second))
 }
 
-// ConnectLoad makes connections to cfg.Targets, in turn, at cfg.Rate, until
+// Run makes connections to cfg.Targets, in turn, at cfg.Rate, until
 // cfg.Count were made, cfg.Duration passed or ctx is done. Each socket is
 // closed as soon as its connect ends, with an RST (SO_LINGER 0) when it
 // connected, as proxies close backend connections they give up: neither
 // side keeps a TIME_WAIT socket, so a high rate does not run out of ports.
-func ConnectLoad(ctx context.Context, cfg LoadConfig) (LoadResult, error) {
-	var res LoadResult
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	var res Result
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}
@@ -189,7 +193,7 @@ func ConnectLoad(ctx context.Context, cfg LoadConfig) (LoadResult, error) {
 }
 
 // connectOnce makes one connection to sa and closes it. It returns the
-// outcome's index in LoadResult order (connected, refused, timed out,
+// outcome's index in Result order (connected, refused, timed out,
 // other), or an error when no socket could be made.
 func connectOnce(sa *unix.SockaddrInet4, tv *unix.Timeval) (int, error) {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -243,6 +247,14 @@ func awaitConnect(fd int, tv *unix.Timeval) error {
 		}
 		return nil
 	}
+}
+
+// tail returns the last n bytes of b as a string, for error messages.
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func tvSeconds(tv unix.Timeval) float64 { return float64(tv.Sec) + float64(tv.Usec)/1e6 }

@@ -1,4 +1,10 @@
-package bench
+// Package bpfobjs finds the BPF maps and programs this process holds and
+// asks the kernel about them: the memory charged to each map, the run time
+// and count of the programs. The passive scenario of `sonde bench` measures
+// the observer from the outside with it, as any tool would: package bpf
+// keeps its maps and programs to itself, so the bench finds them among the
+// process's descriptors — those that appeared when the observer was opened.
+package bpfobjs
 
 import (
 	"fmt"
@@ -10,21 +16,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The passive scenario measures the observer from the outside, as any
-// tool would: package bpf keeps its maps and programs to itself, so the
-// bench finds them among this process's descriptors — those that appeared
-// when the observer was opened — and asks the kernel about each.
+// Kind is what an anonymous-inode descriptor is.
+type Kind string
 
-// bpfKind is what an anonymous-inode descriptor is.
-type bpfKind string
-
+// The kinds of BPF object descriptors.
 const (
-	bpfMapFD  bpfKind = "anon_inode:bpf-map"
-	bpfProgFD bpfKind = "anon_inode:bpf-prog"
+	Maps     Kind = "anon_inode:bpf-map"
+	Programs Kind = "anon_inode:bpf-prog"
 )
 
-// bpfFDs returns this process's descriptors of kind, sorted.
-func bpfFDs(kind bpfKind) ([]int, error) {
+// FDs returns this process's descriptors of kind, sorted.
+func FDs(kind Kind) ([]int, error) {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		return nil, fmt.Errorf("list own descriptors: %w", err)
@@ -35,7 +37,7 @@ func bpfFDs(kind bpfKind) ([]int, error) {
 		if err != nil {
 			continue
 		}
-		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && bpfKind(target) == kind {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && Kind(target) == kind {
 			fds = append(fds, fd)
 		}
 	}
@@ -43,9 +45,9 @@ func bpfFDs(kind bpfKind) ([]int, error) {
 	return fds, nil
 }
 
-// newFDs returns the descriptors of after that are not in before (both
+// Added returns the descriptors of after that are not in before (both
 // sorted).
-func newFDs(before, after []int) []int {
+func Added(before, after []int) []int {
 	var out []int
 	for _, fd := range after {
 		if _, found := slices.BinarySearch(before, fd); !found {
@@ -55,16 +57,16 @@ func newFDs(before, after []int) []int {
 	return out
 }
 
-// bpfMapMemory is one map and the memory the kernel charges to it.
-type bpfMapMemory struct {
-	Name       string
-	MaxEntries uint32
-	Bytes      uint64
+// Map is one map and the memory the kernel charges to it.
+type Map struct {
+	Name       string // the map's name as loaded
+	MaxEntries uint32 // its capacity
+	Bytes      uint64 // the memory the kernel charges to it (memlock)
 }
 
-// mapMemory describes the maps behind fds.
-func mapMemory(fds []int) ([]bpfMapMemory, error) {
-	var out []bpfMapMemory
+// MapMemory describes the maps behind fds.
+func MapMemory(fds []int) ([]Map, error) {
+	var out []Map
 	for _, fd := range fds {
 		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
@@ -84,14 +86,15 @@ func mapMemory(fds []int) ([]bpfMapMemory, error) {
 		if !ok {
 			return nil, fmt.Errorf("map %s: the kernel reports no memlock", info.Name)
 		}
-		out = append(out, bpfMapMemory{Name: info.Name, MaxEntries: info.MaxEntries, Bytes: mem})
+		out = append(out, Map{Name: info.Name, MaxEntries: info.MaxEntries, Bytes: mem})
 	}
 	return out, nil
 }
 
-// progRuntime is the run time and count the kernel's statistics hold for
-// the programs behind fds, together.
-func progRuntime(fds []int) (ns, runs uint64, err error) {
+// ProgRuntime returns the run time (ns) and count the kernel's statistics
+// hold for the programs behind fds, together. The kernel counts only while
+// its BPF statistics are on (BPF_ENABLE_STATS).
+func ProgRuntime(fds []int) (ns, runs uint64, err error) {
 	for _, fd := range fds {
 		dup, derr := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 		if derr != nil {

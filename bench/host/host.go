@@ -1,4 +1,8 @@
-package bench
+// Package host reads what a benchmark needs to know about the machine it
+// runs on: its description (CPU model, cores, memory, kernel, load), the
+// machine's CPU time from /proc/stat, and a process's CPU time and memory
+// from /proc/PID.
+package host
 
 import (
 	"bufio"
@@ -26,8 +30,8 @@ type Machine struct {
 	Time     time.Time `json:"time"`      // when the run started
 }
 
-// DescribeMachine reads the host's CPU model, cores, memory, kernel and load.
-func DescribeMachine(sondeVersion string) Machine {
+// Describe reads the host's CPU model, cores, memory, kernel and load.
+func Describe(sondeVersion string) Machine {
 	m := Machine{
 		CPU:   "unknown",
 		Cores: runtime.NumCPU(),
@@ -63,34 +67,28 @@ func (m Machine) String() string {
 		m.CPU, m.Cores, m.MemoryGB, m.Kernel, m.Go, m.Sonde, m.Load1, m.Time.Format(time.RFC3339))
 }
 
-// cpuTicks reads the machine's busy and total CPU time from /proc/stat, in
-// clock ticks (USER_HZ).
-func cpuTicks() (busy, total uint64, err error) {
-	t, err := readCPUStat()
-	return t.busy, t.total, err
+// CPU is the machine's CPU time from the first line of /proc/stat, in
+// clock ticks ([ClockTicks] a second).
+type CPU struct {
+	Busy, Total uint64
+	IRQ         uint64 // hard and soft interrupts: part of Busy
+	Steal       uint64 // taken by the hypervisor for other guests: not in Busy or Total
 }
 
-// cpuStat is the machine's CPU time from the first line of /proc/stat, in
-// clock ticks (USER_HZ).
-type cpuStat struct {
-	busy, total uint64
-	irq         uint64 // hard and soft interrupts: part of busy
-	steal       uint64 // taken by the hypervisor for other guests: not in busy or total
-}
-
-func readCPUStat() (cpuStat, error) {
+// ReadCPU reads the machine's CPU time.
+func ReadCPU() (CPU, error) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return cpuStat{}, fmt.Errorf("read /proc/stat: %w", err)
+		return CPU{}, fmt.Errorf("read /proc/stat: %w", err)
 	}
 	line, _, _ := bytes.Cut(b, []byte("\n"))
-	return parseCPUStat(string(line))
+	return parseCPU(string(line))
 }
 
-// parseCPUStat parses the "cpu" line of /proc/stat: user nice system idle
+// parseCPU parses the "cpu" line of /proc/stat: user nice system idle
 // iowait irq softirq steal guest guest_nice.
-func parseCPUStat(line string) (cpuStat, error) {
-	var t cpuStat
+func parseCPU(line string) (CPU, error) {
+	var t CPU
 	f := strings.Fields(line)
 	if len(f) < 5 || f[0] != "cpu" {
 		return t, fmt.Errorf("unexpected /proc/stat line %q", line)
@@ -98,45 +96,45 @@ func parseCPUStat(line string) (cpuStat, error) {
 	for i, s := range f[1:] {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return cpuStat{}, fmt.Errorf("/proc/stat field %d: %w", i+1, err)
+			return CPU{}, fmt.Errorf("/proc/stat field %d: %w", i+1, err)
 		}
 		if i == 7 {
-			t.steal = v
+			t.Steal = v
 		}
 		if i >= 7 { // steal is not this machine's work; guest and guest_nice are already in user and nice
 			break
 		}
-		t.total += v
+		t.Total += v
 		if i != 3 && i != 4 { // idle and iowait
-			t.busy += v
+			t.Busy += v
 		}
 		if i == 5 || i == 6 {
-			t.irq += v
+			t.IRQ += v
 		}
 	}
 	return t, nil
 }
 
-// clockTicks is USER_HZ, the unit of /proc/stat and /proc/PID/stat times;
+// ClockTicks is USER_HZ, the unit of /proc/stat and /proc/PID/stat times;
 // it is 100 on every Linux architecture sonde runs on.
-const clockTicks = 100
+const ClockTicks = 100
 
-// machineCPU measures the whole machine's CPU time between two readings.
-type machineCPU struct{ busy, total uint64 }
+// CPUMark is the machine's busy CPU time at one moment, from [MarkCPU].
+type CPUMark struct{ busy uint64 }
 
-func readMachineCPU() machineCPU {
-	b, t, _ := cpuTicks() // zero on error: the numbers then read as 0
-	return machineCPU{b, t}
+// MarkCPU reads the machine's busy CPU time now.
+func MarkCPU() CPUMark {
+	c, _ := ReadCPU() // zero on error: the numbers then read as 0
+	return CPUMark{c.Busy}
 }
 
-// since returns the busy CPU seconds of all cores since m.
-func (m machineCPU) since() float64 {
-	n := readMachineCPU()
-	return float64(n.busy-m.busy) / clockTicks
+// Since returns the busy CPU seconds of all cores since m.
+func (m CPUMark) Since() float64 {
+	return float64(MarkCPU().busy-m.busy) / ClockTicks
 }
 
-// procStat is a process's CPU time and memory, read from /proc.
-type procStat struct {
+// Process is a process's CPU time and memory, read from /proc.
+type Process struct {
 	CPU     float64 // user + system seconds
 	User    float64 // user seconds (utime)
 	System  float64 // system seconds (stime)
@@ -144,9 +142,9 @@ type procStat struct {
 	PeakRSS int64   // highest resident bytes so far (VmHWM)
 }
 
-// readProc reads pid's CPU time and resident memory.
-func readProc(pid int) (procStat, error) {
-	var ps procStat
+// ReadProcess reads pid's CPU time and resident memory.
+func ReadProcess(pid int) (Process, error) {
+	var ps Process
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return ps, fmt.Errorf("read process stat: %w", err)
@@ -166,8 +164,8 @@ func readProc(pid int) (procStat, error) {
 	if err1 != nil || err2 != nil {
 		return ps, fmt.Errorf("unexpected /proc/%d/stat", pid)
 	}
-	ps.CPU = float64(ut+st) / clockTicks
-	ps.User, ps.System = float64(ut)/clockTicks, float64(st)/clockTicks
+	ps.CPU = float64(ut+st) / ClockTicks
+	ps.User, ps.System = float64(ut)/ClockTicks, float64(st)/ClockTicks
 	b, err = os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return ps, fmt.Errorf("read process status: %w", err)

@@ -1,4 +1,7 @@
-package bench
+// Package linkstat samples a network interface's packet counters, from
+// inside its namespace, and finds the window during which it sent: how the
+// sweeps of `sonde bench` measure every prober the same way, on the wire.
+package linkstat
 
 import (
 	"bytes"
@@ -9,39 +12,40 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sondeprobe/sonde/bench/host"
 	"github.com/sondeprobe/sonde/internal/netns"
 	"golang.org/x/sys/unix"
 )
 
-// LinkSample is one reading of an interface's packet counters.
-type LinkSample struct {
+// Sample is one reading of an interface's packet counters.
+type Sample struct {
 	At     time.Time // when the counters were read
 	TxPkts uint64    // packets sent by the interface
 	RxPkts uint64    // packets received by the interface
 	Busy   uint64    // busy CPU time of the whole machine, in clock ticks (1/100 s)
 }
 
-// LinkSampler reads one interface's packet counters at a fixed period on its
+// Sampler reads one interface's packet counters at a fixed period on its
 // own goroutine, from inside the interface's network namespace, until
-// [LinkSampler.Stop]. It measures every prober the same way: on the wire,
+// [Sampler.Stop]. It measures every prober the same way: on the wire,
 // whatever the prober reports about itself.
-type LinkSampler struct {
+type Sampler struct {
 	stop    chan struct{}
 	done    chan struct{}
 	mu      sync.Mutex
-	samples []LinkSample
+	samples []Sample
 	err     error
 }
 
-// maxLinkSamples bounds a sampler's memory: at a 2 ms period it is more than
+// maxSamples bounds a sampler's memory: at a 2 ms period it is more than
 // ten minutes.
-const maxLinkSamples = 1 << 19
+const maxSamples = 1 << 19
 
-// SampleLink starts sampling interface ifname in namespace ns every period
+// Start starts sampling interface ifname in namespace ns every period
 // (at least 1 ms). The first sample is taken before it returns.
-func SampleLink(ns, ifname string, period time.Duration) (*LinkSampler, error) {
+func Start(ns, ifname string, period time.Duration) (*Sampler, error) {
 	period = max(period, time.Millisecond)
-	s := &LinkSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Sampler{stop: make(chan struct{}), done: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
 		defer close(s.done)
@@ -63,10 +67,10 @@ func SampleLink(ns, ifname string, period time.Duration) (*LinkSampler, error) {
 				if err != nil {
 					return err
 				}
-				busy, _, _ := cpuTicks() // zero on error: CPU then reads as 0
+				cpu, _ := host.ReadCPU() // zero on error: CPU then reads as 0
 				s.mu.Lock()
-				if len(s.samples) < maxLinkSamples {
-					s.samples = append(s.samples, LinkSample{At: time.Now(), TxPkts: tx, RxPkts: rx, Busy: busy})
+				if len(s.samples) < maxSamples {
+					s.samples = append(s.samples, Sample{At: time.Now(), TxPkts: tx, RxPkts: rx, Busy: cpu.Busy})
 				}
 				s.mu.Unlock()
 				return nil
@@ -107,7 +111,7 @@ func SampleLink(ns, ifname string, period time.Duration) (*LinkSampler, error) {
 }
 
 // Stop ends sampling (taking one last sample) and returns the samples.
-func (s *LinkSampler) Stop() ([]LinkSample, error) {
+func (s *Sampler) Stop() ([]Sample, error) {
 	select {
 	case <-s.stop:
 	default:
@@ -142,25 +146,25 @@ func parseNetDev(b []byte, ifname string) (rx, tx uint64, err error) {
 	return 0, 0, fmt.Errorf("interface %s not in net/dev", ifname)
 }
 
-// WireWindow is the span during which an interface sent packets, found from
+// Window is the span during which an interface sent packets, found from
 // samples: from the last sample before its transmit counter first moved by
 // more than noise to the first sample after it last did. It is an upper bound on the time the
 // sending took (by up to two sampling periods), so rates computed from it are
 // lower bounds.
-type WireWindow struct {
+type Window struct {
 	Start, End time.Time
 	Tx, Rx     uint64  // packets sent and received within the window
 	CPU        float64 // busy CPU seconds of the whole machine within the window
 }
 
 // Duration returns the window's length.
-func (w WireWindow) Duration() time.Duration { return w.End.Sub(w.Start) }
+func (w Window) Duration() time.Duration { return w.End.Sub(w.Start) }
 
 // SendWindow returns the transmit window of samples, or false when the
 // counter never moved.
-func SendWindow(samples []LinkSample) (WireWindow, bool) {
+func SendWindow(samples []Sample) (Window, bool) {
 	if len(samples) < 2 {
-		return WireWindow{}, false
+		return Window{}, false
 	}
 	first, last := -1, -1
 	for i := 1; i < len(samples); i++ {
@@ -174,9 +178,9 @@ func SendWindow(samples []LinkSample) (WireWindow, bool) {
 		}
 	}
 	if first < 0 {
-		return WireWindow{}, false
+		return Window{}, false
 	}
 	a, b := samples[first], samples[last]
-	return WireWindow{Start: a.At, End: b.At, Tx: b.TxPkts - a.TxPkts, Rx: b.RxPkts - a.RxPkts,
-		CPU: float64(b.Busy-a.Busy) / clockTicks}, true
+	return Window{Start: a.At, End: b.At, Tx: b.TxPkts - a.TxPkts, Rx: b.RxPkts - a.RxPkts,
+		CPU: float64(b.Busy-a.Busy) / host.ClockTicks}, true
 }
