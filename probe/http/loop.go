@@ -253,8 +253,7 @@ type loop struct {
 	events [maxEvents]unix.EpollEvent
 	big    [][]byte // free head buffers of maxHeaderBytes
 	rep    probe.Report
-	sa4    unix.SockaddrInet4
-	sa6    unix.SockaddrInet6
+	dst    rawSockaddr
 	src4   unix.SockaddrInet4
 	src6   unix.SockaddrInet6
 	ev     unix.EpollEvent
@@ -307,7 +306,7 @@ func (l *loop) post(from *LoopLauncher, batch []probe.Request) {
 // wake makes the loop's epoll_wait return.
 func (l *loop) wake() {
 	one := [8]byte{1}
-	_, _ = unix.Write(l.evfd, one[:]) // fails only when the counter is full: then it is readable anyway
+	_, _ = rawWrite(l.evfd, one[:]) // fails only when the counter is full: then it is readable anyway
 }
 
 // run is the loop's goroutine.
@@ -318,7 +317,7 @@ func (l *loop) run() {
 		for i := range n {
 			e := &l.events[i]
 			if e.Fd == wakeIndex {
-				_, _ = unix.Read(l.evfd, l.evbuf[:])
+				_, _ = rawRead(l.evfd, l.evbuf[:])
 				continue
 			}
 			if c := l.conns[e.Fd]; c.state != stateFree && c.seq == e.Pad {

@@ -125,21 +125,15 @@ func (l *loop) start(j job) {
 func (l *loop) connect(c *conn, t probe.Target) error {
 	dst := t.Addr.Unmap()
 	family := unix.AF_INET
-	var sa unix.Sockaddr
-	if dst.Is4() {
-		l.sa4.Addr, l.sa4.Port = dst.As4(), int(t.Port)
-		sa = &l.sa4
-	} else {
+	if !dst.Is4() {
 		family = unix.AF_INET6
-		l.sa6.Addr, l.sa6.Port = dst.As16(), int(t.Port)
-		sa = &l.sa6
 	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	fd, err := rawSocket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("connect: %w", os.NewSyscallError("socket", err))
 	}
 	c.fd = fd
-	if err := unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &lingerZero); err != nil {
+	if err := rawLingerZero(fd); err != nil {
 		return fmt.Errorf("connect: %w", os.NewSyscallError("setsockopt", err))
 	}
 	if src := c.p.opts.Source; src.IsValid() {
@@ -148,10 +142,11 @@ func (l *loop) connect(c *conn, t probe.Target) error {
 		}
 	}
 	l.ev = unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: c.idx, Pad: c.seq}
-	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &l.ev); err != nil {
+	if err := rawEpollAdd(l.epfd, fd, &l.ev); err != nil {
 		return fmt.Errorf("connect: %w", os.NewSyscallError("epoll_ctl", err))
 	}
-	switch err := unix.Connect(fd, sa); err {
+	sa, n := l.dst.set(dst, t.Port)
+	switch err := rawConnect(fd, sa, n); err {
 	case nil, unix.EINPROGRESS:
 		return nil // the outcome comes as an event
 	default:
@@ -223,7 +218,7 @@ func (l *loop) handle(c *conn, ev uint32, now int64) {
 // probe ended.
 func (l *loop) write(c *conn, now int64) bool {
 	for c.wpos < len(c.out) {
-		n, err := unix.Write(c.fd, c.out[c.wpos:])
+		n, err := rawWrite(c.fd, c.out[c.wpos:])
 		switch {
 		case err == unix.EAGAIN:
 			return false
@@ -247,7 +242,7 @@ func (l *loop) read(c *conn, now int64) {
 			l.fail(c, c.phase(), c.resp.tooLong(), nil, now)
 			return
 		}
-		n, err := unix.Read(c.fd, c.buf[c.n:])
+		n, err := rawRead(c.fd, c.buf[c.n:])
 		switch {
 		case err == unix.EAGAIN:
 			return
@@ -414,7 +409,7 @@ func (l *loop) finish(c *conn, out probe.Outcome, cause probe.LocalCause, err er
 // timer heap.
 func (l *loop) release(c *conn) {
 	if c.fd >= 0 {
-		_ = unix.Close(c.fd) // closing removes it from epoll
+		_ = rawClose(c.fd) // closing removes it from epoll
 		c.fd = -1
 	}
 	l.timers.remove(c)
