@@ -10,11 +10,10 @@ import (
 // The loops' system calls on their non-blocking sockets, made without
 // telling the Go scheduler (RawSyscall): none of them blocks, so the loop
 // keeps its P, and a probe no longer pays entersyscall/exitsyscall five to
-// seven times, nor wakes sysmon to retake Ps from threads it thinks are
-// blocked. Only epoll_wait, which does block, stays a scheduler-visible
-// call. The pointers passed are to heap memory the loop owns (buffers,
+// seven times. The pointers passed are to heap memory the loop owns (buffers,
 // sockaddrs in the loop struct), converted in the call expression so they
-// stay alive for the call.
+// stay alive for the call. A loop that waits parks on the runtime's poller
+// (see [Loops]), so no call here blocks.
 
 // errnoOf returns e as an error, nil for 0. Errno values are small: boxing
 // them does not allocate.
@@ -43,6 +42,16 @@ func rawEpollAdd(epfd, fd int, ev *unix.EpollEvent) error {
 	_, _, e := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(epfd), unix.EPOLL_CTL_ADD, uintptr(fd),
 		uintptr(unsafe.Pointer(ev)), 0, 0)
 	return errnoOf(e)
+}
+
+// rawEpollWait returns the events ready on epfd, without waiting
+// (epoll_pwait: arm64 has no epoll_wait).
+func rawEpollWait(epfd int, evs []unix.EpollEvent) (int, error) {
+	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), 0, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }
 
 // rawConnect is connect(2) to a raw sockaddr of size n.
