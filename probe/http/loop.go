@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"os"
 	"runtime"
 	"sync"
@@ -139,6 +140,28 @@ func (ls *Loops) Launcher(p *Prober) (*LoopLauncher, error) {
 	return l, nil
 }
 
+// ConnectLauncher returns a launcher of TCP connect() probes on the loops,
+// from source (the zero Addr: the kernel chooses), with the semantics of
+// the connect() prober (T1–T4): an established connection is success and
+// is closed at once with an RST, no data sent; an RST is refused; silence
+// until the deadline a timeout; a failure of this host's own (descriptors,
+// local ports, buffers) a LocalError. Latency and Phases.Connect are both
+// the time from connect() to the answer, or to the deadline.
+func (ls *Loops) ConnectLauncher(source netip.Addr) *LoopLauncher {
+	l := &LoopLauncher{ls: ls}
+	l.SetSource(source)
+	return l
+}
+
+// SetSource makes a launcher of [Loops.ConnectLauncher] send the probes
+// that start from now on from source. It does nothing on an HTTP launcher,
+// whose source is its prober's.
+func (l *LoopLauncher) SetSource(source netip.Addr) {
+	if l.prober.Load() == nil {
+		l.source.Store(&source)
+	}
+}
+
 // Loopable reports whether p's probes can run on [Loops]: plain HTTP.
 func (p *Prober) Loopable() bool { return p.tls == nil }
 
@@ -150,7 +173,8 @@ func (ls *Loops) stopping() bool { return ls.state.Load() == loopsStopped }
 // SetProber and Stop are safe for concurrent use.
 type LoopLauncher struct {
 	ls      *Loops
-	prober  atomic.Pointer[Prober]
+	prober  atomic.Pointer[Prober]     // nil: a launcher of connect() probes
+	source  atomic.Pointer[netip.Addr] // of connect() probes
 	stopped atomic.Bool
 
 	queued, started, delivered, skippedLate, abandoned atomic.Uint64
@@ -164,10 +188,13 @@ var (
 
 // SetProber makes p run the probes that start from now on; probes in
 // flight finish with the prober they started with. p must be
-// [Prober.Loopable].
+// [Prober.Loopable], and l a launcher of HTTP probes ([Loops.Launcher]).
 func (l *LoopLauncher) SetProber(p *Prober) error {
 	if !p.Loopable() {
 		return errors.New("http loops: only plain-HTTP probers run on the event loops")
+	}
+	if l.prober.Load() == nil {
+		return errors.New("http loops: a launcher of connect() probes takes no HTTP prober")
 	}
 	l.prober.Store(p)
 	return nil

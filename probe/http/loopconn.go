@@ -35,10 +35,11 @@ type conn struct {
 	timer int // position in the loop's timer heap, -1 when not in it
 
 	job      job
-	p        *Prober
-	deadline int64 // probe.Nanotime
-	startLag int64 // scheduler time from the request's Sent to the probe's start
-	late     bool  // started past half its time: a timeout is this host's doing
+	p        *Prober    // nil for a connect() probe
+	src      netip.Addr // source address; the zero Addr: the kernel's choice
+	deadline int64      // probe.Nanotime
+	startLag int64      // scheduler time from the request's Sent to the probe's start
+	late     bool       // started past half its time: a timeout is this host's doing
 
 	start, connected, request, first, last int64 // probe.Nanotime; 0 when not reached
 
@@ -108,13 +109,18 @@ func (l *loop) start(j job) {
 		startLag: sched - j.req.Sent, late: sched-j.req.Sent > (j.req.Deadline-j.req.Sent)/2,
 		start: now, wbuf: c.wbuf, small: c.small, resp: c.resp}
 	c.buf = c.small
-	if c.p.wire.full != nil {
-		c.out = c.p.wire.full
+	if c.p == nil {
+		c.src = *lr.source.Load()
 	} else {
-		c.wbuf = c.p.wire.appendFor(c.wbuf[:0], c.p, t)
-		c.out = c.wbuf
+		c.src = c.p.opts.Source
+		if c.p.wire.full != nil {
+			c.out = c.p.wire.full
+		} else {
+			c.wbuf = c.p.wire.appendFor(c.wbuf[:0], c.p, t)
+			c.out = c.wbuf
+		}
+		c.resp.reset(c.p.opts.Method == "HEAD", c.p.want, c.p.opts.MaxBodyBytes)
 	}
-	c.resp.reset(c.p.opts.Method == "HEAD", c.p.want, c.p.opts.MaxBodyBytes)
 	l.timers.push(c.deadline, c)
 	if err := l.connect(c, t); err != nil {
 		l.fail(c, phaseConnect, err, nil, now)
@@ -136,7 +142,7 @@ func (l *loop) connect(c *conn, t probe.Target) error {
 	if err := rawLingerZero(fd); err != nil {
 		return fmt.Errorf("connect: %w", os.NewSyscallError("setsockopt", err))
 	}
-	if src := c.p.opts.Source; src.IsValid() {
+	if src := c.src; src.IsValid() {
 		if err := l.bind(fd, src.Unmap()); err != nil {
 			return fmt.Errorf("connect: %w", err)
 		}
@@ -192,6 +198,11 @@ func (l *loop) handle(c *conn, ev uint32, now int64) {
 			return
 		}
 		if ev&unix.EPOLLOUT == 0 {
+			return
+		}
+		if c.p == nil { // a connect() probe: established is all it asks
+			c.connected = now
+			l.finish(c, probe.Success, probe.CauseNone, nil, now)
 			return
 		}
 		c.connected, c.request, c.state = now, now, stateWriting
@@ -390,11 +401,15 @@ func (l *loop) finish(c *conn, out probe.Outcome, cause probe.LocalCause, err er
 	} else {
 		rep.Latency = time.Duration(now - c.start)
 	}
-	if !c.resp.inHead() {
-		rep.Status = uint16(c.resp.status)
-		rep.ContentLength = c.resp.contentLength()
+	if c.p == nil { // a connect() probe: its latency is its connect phase, answered or not
+		rep.Phases.Connect = rep.Latency
+	} else {
+		if !c.resp.inHead() {
+			rep.Status = uint16(c.resp.status)
+			rep.ContentLength = c.resp.contentLength()
+		}
+		rep.BodyBytes = c.resp.bodyN
 	}
-	rep.BodyBytes = c.resp.bodyN
 	rep.Done = l.ls.opt.Now()
 	l.recycle(c)
 	if f := l.ls.opt.OnReport; f != nil {
