@@ -40,12 +40,12 @@ type LoopOptions struct {
 	Loops int
 }
 
-// Loops runs plain-HTTP probes on a few event loops: non-blocking sockets
-// polled with epoll, one goroutine per loop, so the cost of a probe is its
-// system calls and a few microseconds of parsing, with no goroutine, timer
-// or allocation per probe. Checks launch their probes through a
-// [LoopLauncher] each ([Loops.Launcher]); the loops are shared by all of
-// them.
+// Loops runs plain-HTTP and TCP connect() probes on a few event loops:
+// non-blocking sockets polled with epoll, one goroutine per loop, so the
+// cost of a probe is its system calls and a few microseconds of parsing,
+// with no goroutine, timer or allocation per probe. Checks launch their
+// probes through a [LoopLauncher] each ([Loops.Launcher],
+// [Loops.ConnectLauncher]); the loops are shared by all of them.
 //
 // A loop with nothing to do parks its goroutine on the Go runtime's poller,
 // which watches the loop's epoll descriptor, instead of blocking in
