@@ -1,12 +1,14 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -35,8 +37,8 @@ type TLSLoopResult struct {
 // TLSLoop is the reference for sonde's HTTPS probes: a plain Go crypto/tls
 // client doing what one probe does, in a loop — a new TCP connection, a
 // full handshake (no session cache, one shared tls.Config that skips
-// verification, HTTP/1.1 by ALPN), one GET, the response read to the
-// server's close, and a close with an RST — Concurrency at a time, for
+// verification, HTTP/1.1 by ALPN), one GET, the response head and body
+// read (net/http's parser, as sonde's HTTPS path), and a close with an RST — Concurrency at a time, for
 // Duration.
 func TLSLoop(ctx context.Context, cfg TLSLoopConfig) (TLSLoopResult, error) {
 	var res TLSLoopResult
@@ -93,17 +95,17 @@ func tlsOnce(ctx context.Context, d *net.Dialer, tc *tls.Config, t netip.AddrPor
 	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: "+t.Addr().String()+"\r\nUser-Agent: sonde-bench-tls-loop\r\nConnection: close\r\n\r\n"); err != nil {
 		return fmt.Errorf("write request: %w", err)
 	}
-	n := 0
-	for {
-		m, err := conn.Read(buf)
-		n += m
-		if err != nil {
-			if errors.Is(err, io.EOF) && n > 0 {
-				return nil
-			}
-			return fmt.Errorf("read response: %w", err)
-		}
+	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, len(buf)), nil)
+	if err != nil {
+		return fmt.Errorf("read response: %w", err)
 	}
+	if _, err := io.CopyBuffer(io.Discard, resp.Body, buf); err != nil {
+		return fmt.Errorf("read body: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
 }
 
 // processCPU returns the process's user and system CPU time.

@@ -256,7 +256,7 @@ const tlsLoopUsage = `Usage: sonde bench tls-loop -port P [-targets N] [-concurr
 The http scenario's reference for HTTPS probes: a plain Go crypto/tls client
 that does what one probe does, in a loop — a new connection, a full
 handshake (no session cache, certificate not verified), one GET, the
-response read to the server's close, an RST — to the first -targets
+response head and body read, an RST — to the first -targets
 addresses of PREFIX in turn, -concurrency at a time, for -duration. A
 summary goes to stderr.
 
