@@ -36,7 +36,8 @@ Scenarios (default: all but faults, in this order):
   sweep    sonde scan of the whole fleet as fast as it stays exact
   steady   sonde run with -targets TCP targets at -interval for -duration
   detect   a slice of the fleet starts dropping; time to unhealthy vs W1/W3
-  http     HTTP probes/s (new connection per probe) and connect() probes/s
+  http     HTTP probes/s (new connection per probe) against ab, HTTPS
+           probes/s against a Go TLS client loop, and connect() probes/s
   compare  zmap, masscan and blackbox_exporter on the same fleet, if installed
   faults   the same healthy targets probed by raw SYN, connect() and HTTP
            while the link loses, duplicates, reorders or delays packets, or
