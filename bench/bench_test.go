@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"io"
@@ -201,12 +202,12 @@ func TestRunCancelled(t *testing.T) {
 	}
 }
 
-// TestFleetHTTPAndSetDrop checks the fleet's HTTP server and SetDrop from the
-// prober namespace: an address answers, goes silent once dropped, and
-// answers again when the drop is lifted.
+// TestFleetHTTPAndSetDrop checks the fleet's HTTP and HTTPS servers and
+// SetDrop from the prober namespace: an address answers, goes silent once
+// dropped, and answers again when the drop is lifted.
 func TestFleetHTTPAndSetDrop(t *testing.T) {
 	testenv.RequirePrivileged(t, "network namespaces, raw sockets, eBPF")
-	f, err := fleet.New(fleet.Config{Listen: []uint16{80}, HTTP: []uint16{8080}})
+	f, err := fleet.New(fleet.Config{Listen: []uint16{80}, HTTP: []uint16{8080}, HTTPS: []uint16{8443}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,6 +225,17 @@ func TestFleetHTTPAndSetDrop(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || string(body) != "ok\n" {
 		t.Errorf("GET: %s %q, want 200 \"ok\\n\"", resp.Status, body)
+	}
+	tr := client.Transport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the fleet's self-signed certificate
+	resp, err = (&http.Client{Transport: tr}).Get("https://198.18.3.4:8443/health")
+	if err != nil {
+		t.Fatalf("HTTPS: %v", err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "ok\n" || resp.TLS == nil {
+		t.Errorf("HTTPS GET: %s %q (tls %v), want 200 \"ok\\n\" over TLS", resp.Status, body, resp.TLS != nil)
 	}
 	dial := func(addr string) error {
 		return netns.Do(f.ProberNS, func() error {

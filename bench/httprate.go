@@ -15,6 +15,7 @@ import (
 const (
 	httpDaemonPort    = 9203
 	connectDaemonPort = 9204
+	httpsDaemonPort   = 9205
 )
 
 // rateTargets is how many targets the http scenario probes back to back
@@ -115,7 +116,7 @@ func oneLine(config string) string {
 func (e *env) runHTTP(ctx context.Context, s *Scenario) error {
 	dur := e.opt.HTTPDuration
 	ab := lookTool(abNames)
-	s.Measure = fmt.Sprintf("`sonde run` probing %d fleet addresses back to back (interval 1 ms, so %d probes in flight) for %s: HTTP GET to the fleet's HTTP server on port %d with a new connection per probe (%d rounds, taking turns with ApacheBench: ab -c %d without keep-alive, a new connection per request, on the same server), then tcp_mode connect to port %d; rates and latency from /metrics", rateTargets, rateTargets, dur, HTTPPort, e.opt.Runs, rateTargets, ScanPort)
+	s.Measure = fmt.Sprintf("`sonde run` probing %d fleet addresses back to back (interval 1 ms, so %d probes in flight) for %s: HTTP GET to the fleet's HTTP server on port %d with a new connection per probe (%d rounds, taking turns with ApacheBench: ab -c %d without keep-alive, a new connection per request, on the same server), then HTTPS GET to the same server behind TLS on port %d (%d rounds, taking turns with a Go crypto/tls client loop, sonde bench tls-loop, doing the same: a new connection and a full handshake per request, %d in flight), then tcp_mode connect to port %d; rates and latency from /metrics", rateTargets, rateTargets, dur, HTTPPort, e.opt.Runs, rateTargets, HTTPSPort, e.opt.Runs, rateTargets, ScanPort)
 	var hs []rateRun
 	var abs []abRun
 	for round := range e.opt.Runs {
@@ -140,6 +141,10 @@ func (e *env) runHTTP(ctx context.Context, s *Scenario) error {
 		addCommand(s, line)
 		abs = append(abs, r)
 	}
+	hss, tlss, err := e.httpsRounds(ctx, s, dur)
+	if err != nil {
+		return err
+	}
 	c, err := e.daemonRate(ctx, s, "connect", rateConfig("connect", fmt.Sprintf("protocol: tcp, tcp_mode: connect, port: %d", ScanPort)), connectDaemonPort, dur)
 	if err != nil {
 		return err
@@ -147,7 +152,7 @@ func (e *env) runHTTP(ctx context.Context, s *Scenario) error {
 	for _, x := range []struct {
 		name string
 		r    []rateRun
-	}{{"http", hs}, {"connect", []rateRun{c}}} {
+	}{{"http", hs}, {"connect", []rateRun{c}}, {"https", hss}} {
 		f := func(g func(rateRun) float64) []float64 {
 			var out []float64
 			for _, r := range x.r {
@@ -193,6 +198,20 @@ func (e *env) runHTTP(ctx context.Context, s *Scenario) error {
 		s.goal("HTTP ≥ 1.3× ab's rate, a new connection per probe", ratio >= 1.3,
 			"sonde %.0f probes/s, ab %.0f requests/s: %.2f×", median(sondeRates), median(rates), ratio)
 	}
+	var tlsRates, tlsFails, tlsCPU, httpsRates []float64
+	for i, r := range tlss {
+		tlsRates = append(tlsRates, r.rate)
+		tlsFails = append(tlsFails, r.failed)
+		tlsCPU = append(tlsCPU, r.cpu/max(r.ok, 1)*1e6)
+		httpsRates = append(httpsRates, hss[i].rate)
+	}
+	s.addRuns("go tls loop requests", tlsRates, "requests/s")
+	s.addRuns("go tls loop failed requests", tlsFails, "")
+	s.addRuns("go tls loop CPU per request", tlsCPU, "µs")
+	tratio := median(httpsRates) / median(tlsRates)
+	s.add("sonde https/go tls loop rate", tratio, "×")
+	s.goal("HTTPS ≥ 1.0× a Go crypto/tls client loop doing the same handshakes", tratio >= 1.0,
+		"sonde %.0f probes/s, Go loop %.0f requests/s: %.2f×", median(httpsRates), median(tlsRates), tratio)
 	s.note("latency: request sent to last byte (HTTP) or connect() (connect mode), from the daemon's sonde_probe_duration_seconds histogram, interpolated within its buckets; the fleet's HTTP server and listener run on the same machine and count in machine CPU; ab asks one address of the same server (it takes one URL), sonde all %d", rateTargets)
 	return nil
 }
@@ -238,5 +257,67 @@ func (e *env) abOnce(ctx context.Context, ab string, dur time.Duration) (abRun, 
 		*f.dst, _ = strconv.ParseFloat(m[1], 64)
 	}
 	r.cpu = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	return r, line, nil
+}
+
+// tlsRun is one run of the Go TLS client loop.
+type tlsRun struct {
+	rate, ok, failed float64 // requests per second, complete and failed requests
+	cpu              float64 // its user+system seconds
+}
+
+// httpsRounds measures sonde's HTTPS probes at full speed, taking turns
+// with the Go TLS client loop on the same server.
+func (e *env) httpsRounds(ctx context.Context, s *Scenario, dur time.Duration) ([]rateRun, []tlsRun, error) {
+	var hs []rateRun
+	var ts []tlsRun
+	check := fmt.Sprintf("protocol: https, port: %d, path: /, tls: {insecure_skip_verify: true}", HTTPSPort)
+	for round := range e.opt.Runs {
+		sub := s
+		if round > 0 {
+			sub = &Scenario{} // the command lines once
+		}
+		e.opt.Progress("http: sonde https", "round", round+1)
+		h, err := e.daemonRate(ctx, sub, "https", rateConfig("https", check), httpsDaemonPort, dur)
+		if err != nil {
+			return nil, nil, err
+		}
+		hs = append(hs, h)
+		e.opt.Progress("http: go tls loop", "round", round+1)
+		r, line, err := e.tlsLoopOnce(ctx, dur)
+		if err != nil {
+			return nil, nil, fmt.Errorf("go tls loop: %w", err)
+		}
+		if round == 0 {
+			addCommand(s, line)
+		}
+		ts = append(ts, r)
+	}
+	return hs, ts, nil
+}
+
+var tlsLoopRE = regexp.MustCompile(`tls-loop: ([0-9]+) requests in ([0-9.]+)s \(([0-9.]+) requests/s\); failed ([0-9]+); cpu ([0-9.]+)s`)
+
+// tlsLoopOnce runs `sonde bench tls-loop` for dur against the HTTPS port of
+// the http scenario's targets, in the prober namespace.
+func (e *env) tlsLoopOnce(ctx context.Context, dur time.Duration) (tlsRun, string, error) {
+	cmd := e.command(ctx, e.opt.Binary, "bench", "tls-loop", "-port", strconv.Itoa(HTTPSPort),
+		"-targets", strconv.Itoa(rateTargets), "-concurrency", strconv.Itoa(rateTargets), "-duration", dur.String(),
+		blocks(fleetSize()/2+4096, rateTargets)[0].String())
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	line := commandLine(cmd)
+	if err := cmd.Run(); err != nil {
+		return tlsRun{}, line, fmt.Errorf("%w: %s", err, out.tail(1000))
+	}
+	m := tlsLoopRE.FindStringSubmatch(out.tail(4000))
+	if m == nil {
+		return tlsRun{}, line, fmt.Errorf("no summary in its output: %s", out.tail(1000))
+	}
+	var r tlsRun
+	r.ok, _ = strconv.ParseFloat(m[1], 64)
+	r.rate, _ = strconv.ParseFloat(m[3], 64)
+	r.failed, _ = strconv.ParseFloat(m[4], 64)
+	r.cpu, _ = strconv.ParseFloat(m[5], 64)
 	return r, line, nil
 }

@@ -21,6 +21,8 @@ const (
 	ScanPort = 80
 	// HTTPPort has an HTTP server answering 200 "ok" without keep-alive.
 	HTTPPort = 8080
+	// HTTPSPort has the same server behind TLS (a self-signed certificate).
+	HTTPSPort = 8443
 	// FirstSteadyPort is the first of the listening ports that the steady
 	// scenario spreads its (address, port) targets over, one port per
 	// BenchPrefix worth of targets.
@@ -86,6 +88,7 @@ func benchFleetConfig(steadyPorts int) fleet.Config {
 		Prefix:      BenchPrefix,
 		Listen:      []uint16{ScanPort},
 		HTTP:        []uint16{HTTPPort},
+		HTTPS:       []uint16{HTTPSPort},
 		Drop:        []netip.Prefix{dropBlock},
 		Reject:      []netip.Prefix{rejectBlock},
 		Unreachable: []netip.Prefix{unreachBlock},

@@ -223,22 +223,26 @@ func (g *generation) target(id uint32) probe.Target {
 }
 
 // lastErrors keeps the most recent failure of each failing target, for the
-// API. Probes of healthy targets cost one read lock.
+// API. A probe of a target with no failure kept (most probes of a healthy
+// fleet) reads one bit and takes no lock: failing marks the target's bit
+// in failing, under mu, as the map changes.
 type lastErrors struct {
 	mu sync.RWMutex
-	m  map[uint32]string
+	m  map[uint32]string // guarded by mu
+	// failing has a bit set for each id with an entry in m; it is replaced
+	// by a longer copy, under mu, when an id does not fit.
+	failing atomic.Pointer[[]atomic.Uint64]
 }
 
 func (l *lastErrors) record(id uint32, r *probe.Report) {
 	if r.Outcome == probe.Success {
-		l.mu.RLock()
-		_, had := l.m[id]
-		l.mu.RUnlock()
-		if had {
-			l.mu.Lock()
-			delete(l.m, id)
-			l.mu.Unlock()
+		if !l.marked(id) {
+			return
 		}
+		l.mu.Lock()
+		delete(l.m, id)
+		l.mark(id, false)
+		l.mu.Unlock()
 		return
 	}
 	msg := r.Outcome.String()
@@ -247,7 +251,47 @@ func (l *lastErrors) record(id uint32, r *probe.Report) {
 	}
 	l.mu.Lock()
 	l.m[id] = msg
+	l.mark(id, true)
 	l.mu.Unlock()
+}
+
+// marked reports whether id has its failing bit set. The results of one
+// stream are recorded one after the other, so the bit of id is not
+// changing while its own result reads it.
+func (l *lastErrors) marked(id uint32) bool {
+	bits := l.failing.Load()
+	if bits == nil || int(id/64) >= len(*bits) {
+		return false
+	}
+	return (*bits)[id/64].Load()&(1<<(id%64)) != 0
+}
+
+// mark sets or clears id's failing bit; l.mu is held.
+func (l *lastErrors) mark(id uint32, on bool) {
+	bits := l.failing.Load()
+	w := int(id / 64)
+	if bits == nil || w >= len(*bits) {
+		if !on {
+			return
+		}
+		n := w + 1
+		if bits != nil {
+			n = max(n, 2*len(*bits))
+		}
+		grown := make([]atomic.Uint64, n)
+		if bits != nil {
+			for i := range *bits {
+				grown[i].Store((*bits)[i].Load())
+			}
+		}
+		l.failing.Store(&grown)
+		bits = &grown
+	}
+	if on {
+		(*bits)[w].Or(1 << (id % 64))
+	} else {
+		(*bits)[w].And(^uint64(1 << (id % 64)))
+	}
 }
 
 func (l *lastErrors) get(id uint32) string {
@@ -265,6 +309,7 @@ func (l *lastErrors) forget(ids []uint32) {
 	defer l.mu.Unlock()
 	for _, id := range ids {
 		delete(l.m, id)
+		l.mark(id, false)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/sondeprobe/sonde/probe"
 	httpprobe "github.com/sondeprobe/sonde/probe/http"
 	"github.com/sondeprobe/sonde/probe/syn"
+	"github.com/sondeprobe/sonde/probe/tcp"
 	"github.com/sondeprobe/sonde/scheduler"
 	"github.com/sondeprobe/sonde/server/prober"
 )
@@ -23,7 +24,7 @@ import (
 type launchers struct {
 	byCheck     []probe.Launcher
 	firstProbes []scheduler.Pace // per check: what its launcher takes of first probes at once
-	workers     []*probe.Workers // of the HTTPS and connect() checks, in check order
+	workers     []*probe.Workers // of the HTTPS checks, in check order
 	syn         *syn.Prober
 	tcpPath     probe.TCPPath
 	synErr      error // why TCP checks in auto mode fell back to connect(), if they did
@@ -36,13 +37,13 @@ func (ls *launchers) engineCheck(ci int, c *config.Check) scheduler.Check {
 }
 
 // proberSet is the daemon's probers, kept across reloads: per plain-HTTP
-// check a launcher on the HTTP event loops (one set of loops for all of
-// them), a probe.Workers pool per HTTPS or connect() check, by check name,
+// or connect() check a launcher on the HTTP event loops (one set of loops
+// for all of them), a probe.Workers pool per HTTPS check, by check name,
 // and one SYN prober shared by the TCP checks that run on it, with the
 // table of endpoints it probes. A reload keeps a check's launcher running —
 // its queue and the probes in flight — and gives it the check's new prober
 // (so certificates and secrets are read again) and, for a pool, its size; a
-// check that moves between plain HTTP and another protocol gets a new
+// check that moves between plain HTTP, connect() and HTTPS gets a new
 // launcher and its old one stops. The SYN prober stays up while a check
 // uses it and its sources cover the address families of the targets it
 // probes. It is used only by the daemon's update path, one update at a time.
@@ -73,11 +74,13 @@ type launcherStats interface {
 }
 
 // workerPool is one check's running launcher of one-shot probes: a
-// probe.Workers pool (w), or a launcher on the HTTP event loops (lw).
+// probe.Workers pool (w), or a launcher on the HTTP event loops (lw) of
+// HTTP probes or, when connect, of connect() probes.
 type workerPool struct {
-	w      *probe.Workers
-	lw     *httpprobe.LoopLauncher
-	cancel context.CancelFunc
+	w       *probe.Workers
+	lw      *httpprobe.LoopLauncher
+	connect bool
+	cancel  context.CancelFunc
 }
 
 // launcher returns the pool's launcher.
@@ -96,12 +99,39 @@ func (wp *workerPool) stats() launcherStats {
 	return wp.w
 }
 
-// onLoops reports whether p runs on the HTTP event loops: a plain-HTTP
-// prober. HTTPS stays on worker pools (crypto/tls on a goroutine per
-// probe in flight), connect() too (bench/README.md says why).
-func onLoops(p probe.Reporter) (*httpprobe.Prober, bool) {
-	hp, ok := p.(*httpprobe.Prober)
-	return hp, ok && hp.Loopable()
+// loopKind is how a check's probes run on the HTTP event loops.
+type loopKind uint8
+
+const (
+	notOnLoops  loopKind = iota // on a worker pool: HTTPS (crypto/tls on a goroutine per probe in flight)
+	loopHTTP                    // plain HTTP
+	loopConnect                 // tcp_mode connect: a connect() per probe, no data
+)
+
+// onLoops returns how prober p runs on the HTTP event loops: a plain-HTTP
+// prober, a connect() prober (cheaper there than on a worker pool:
+// bench/README.md), or neither.
+func onLoops(p probe.Reporter) loopKind {
+	switch p := p.(type) {
+	case *httpprobe.Prober:
+		if p.Loopable() {
+			return loopHTTP
+		}
+	case *tcp.Prober:
+		return loopConnect
+	}
+	return notOnLoops
+}
+
+// sameKind reports whether wp is a launcher of kind k.
+func (wp *workerPool) sameKind(k loopKind) bool {
+	switch k {
+	case loopHTTP:
+		return wp.lw != nil && !wp.connect
+	case loopConnect:
+		return wp.lw != nil && wp.connect
+	}
+	return wp.w != nil
 }
 
 // proberPlan is a proberSet's change for one configuration, prepared but not
@@ -152,11 +182,11 @@ func (ps *proberSet) prepare(ctx context.Context, cfg *config.Config) (*proberPl
 		n := concurrencyFor(c, streams[ci])
 		pp.probers[ci], pp.sizes[ci] = p, n
 		pp.ls.firstProbes[ci] = firstProbePace(c, streams[ci], n, float64(n)/c.Timeout.Seconds())
-		hp, loop := onLoops(p)
+		kind := onLoops(p)
 		wp := ps.pools[c.Name]
-		if wp == nil || (wp.lw != nil) != loop {
-			if loop {
-				wp, err = ps.newLoopLauncher(hp)
+		if wp == nil || !wp.sameKind(kind) {
+			if kind != notOnLoops {
+				wp, err = ps.newLoopLauncher(p, kind)
 			} else {
 				wp = ps.newPool(p, pp.sizes[ci])
 			}
@@ -213,8 +243,13 @@ func (pp *proberPlan) commit(cfg *config.Config) (retire func()) {
 		}
 		wp := ps.pools[c.Name]
 		if wp.lw != nil {
-			hp, _ := onLoops(pp.probers[ci])
-			_ = wp.lw.SetProber(hp) // prepare chose the loops for this prober: it is loopable
+			// prepare chose this launcher for this prober's kind
+			switch p := pp.probers[ci].(type) {
+			case *httpprobe.Prober:
+				_ = wp.lw.SetProber(p) // loopable
+			case *tcp.Prober:
+				wp.lw.SetSource(p.Source())
+			}
 			continue
 		}
 		wp.w.SetProber(pp.probers[ci])
@@ -255,9 +290,10 @@ func (ps *proberSet) newPool(p probe.Prober, size int) *workerPool {
 	return &workerPool{w: w}
 }
 
-// newLoopLauncher returns a launcher of p's probes on the HTTP event
-// loops, which it creates (not yet running) for the first plain-HTTP check.
-func (ps *proberSet) newLoopLauncher(p *httpprobe.Prober) (*workerPool, error) {
+// newLoopLauncher returns a launcher of p's probes, of kind k, on the HTTP
+// event loops, which it creates (not yet running) for the first check that
+// runs on them.
+func (ps *proberSet) newLoopLauncher(p probe.Reporter, k loopKind) (*workerPool, error) {
 	if ps.loops == nil {
 		ls, err := httpprobe.NewLoops(httpprobe.LoopOptions{
 			Target:   ps.target,
@@ -270,7 +306,10 @@ func (ps *proberSet) newLoopLauncher(p *httpprobe.Prober) (*workerPool, error) {
 		}
 		ps.loops = ls
 	}
-	lw, err := ps.loops.Launcher(p)
+	if k == loopConnect {
+		return &workerPool{lw: ps.loops.ConnectLauncher(p.(*tcp.Prober).Source()), connect: true}, nil
+	}
+	lw, err := ps.loops.Launcher(p.(*httpprobe.Prober))
 	if err != nil {
 		return nil, err
 	}

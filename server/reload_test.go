@@ -469,8 +469,8 @@ pools:
 }
 
 // TestReloadChangesLauncherKind checks that a check that moves from plain
-// HTTP to connect() and back gets a launcher of the new kind each time,
-// and that the old one stops.
+// HTTP to connect() to HTTPS and back gets a launcher of the new kind each
+// time, and that the old one stops.
 func TestReloadChangesLauncherKind(t *testing.T) {
 	g := newGate(t)
 	conf := func(check string) string {
@@ -479,16 +479,27 @@ func TestReloadChangesLauncherKind(t *testing.T) {
 	td := startDaemon(t, conf("protocol: http, path: /"))
 	td.waitState(t, "p", g.addr(), "healthy")
 	first := td.d.probers.pools["web"]
-	for i, check := range []string{"protocol: tcp, tcp_mode: connect", "protocol: http, path: /x"} {
-		td.rewrite(t, conf(check))
+	prev := first
+	for i, step := range []struct {
+		check string
+		kind  loopKind
+	}{
+		{"protocol: tcp, tcp_mode: connect", loopConnect},
+		{"protocol: https, path: /", notOnLoops},
+		{"protocol: http, path: /x", loopHTTP},
+	} {
+		td.rewrite(t, conf(step.check))
 		if err := td.d.Reload(); err != nil {
 			t.Fatal(err)
 		}
-		td.waitState(t, "p", g.addr(), "healthy")
-		wp := td.d.probers.pools["web"]
-		if onLoops := i == 1; (wp.lw != nil) != onLoops || (wp.w != nil) == onLoops {
-			t.Errorf("after reload %d to %q: pool %+v, want it on the loops: %v", i+1, check, wp, onLoops)
+		if step.kind != notOnLoops { // the gate answers plain HTTP only
+			td.waitState(t, "p", g.addr(), "healthy")
 		}
+		wp := td.d.probers.pools["web"]
+		if !wp.sameKind(step.kind) || wp == prev {
+			t.Errorf("after reload %d to %q: pool %+v, want a new launcher of kind %d", i+1, step.check, wp, step.kind)
+		}
+		prev = wp
 	}
 	if st := first.lw.Stats(); st.InFlight != 0 {
 		t.Errorf("the first launcher still has probes in flight: %+v", st)

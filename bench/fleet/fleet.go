@@ -2,12 +2,18 @@ package fleet
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log"
+	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
@@ -56,6 +62,11 @@ type Config struct {
 	// answers every request with 200 and "ok\n" and closes the connection
 	// (no keep-alive).
 	HTTP []uint16
+	// HTTPS are TCP ports with the same HTTP server behind TLS (Go's
+	// defaults, a self-signed ECDSA P-256 certificate made when the fleet is
+	// built: clients skip verification). Only the kernel's fleet serves
+	// them; the XDP responder answers their SYNs as it does HTTP's.
+	HTTPS []uint16
 	// Drop are addresses (or prefixes) whose packets the fleet silently drops.
 	Drop []netip.Prefix
 	// Reject are addresses answered with a TCP RST by a firewall rule, on every
@@ -101,7 +112,7 @@ func (cfg Config) Outcome(a netip.Addr, port uint16) probe.Outcome {
 		return probe.Refused
 	case in(cfg.Unreachable):
 		return probe.Unreachable
-	case slices.Contains(cfg.Listen, port), slices.Contains(cfg.HTTP, port):
+	case slices.Contains(cfg.Listen, port), slices.Contains(cfg.HTTP, port), slices.Contains(cfg.HTTPS, port):
 		return probe.Success
 	}
 	return probe.Refused
@@ -289,11 +300,47 @@ func (f *Fleet) answer(cfg Config) error {
 		}
 	}
 	for _, port := range cfg.HTTP {
-		if err := f.serveHTTP(port); err != nil {
+		if err := f.serveHTTP(port, nil); err != nil {
+			return err
+		}
+	}
+	if len(cfg.HTTPS) == 0 {
+		return nil
+	}
+	cert, err := selfSigned()
+	if err != nil {
+		return err
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}}
+	for _, port := range cfg.HTTPS {
+		if err := f.serveHTTP(port, tc); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// selfSigned returns a self-signed ECDSA P-256 server certificate valid
+// for a day.
+func selfSigned() (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("fleet certificate key: %w", err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "sonde bench fleet"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("fleet certificate: %w", err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
 // dropRedirected drops, at the XDP fleet's ingress, the TCP packets that
@@ -438,12 +485,16 @@ func (f *Fleet) listen(port uint16) error {
 	return nil
 }
 
-// serveHTTP starts an HTTP server on port for every fleet address; Close
+// serveHTTP starts an HTTP server on port for every fleet address, behind
+// TLS with tc when it is not nil; Close
 // stops it.
-func (f *Fleet) serveHTTP(port uint16) error {
+func (f *Fleet) serveHTTP(port uint16, tc *tls.Config) error {
 	ln, err := f.listenFleet(port)
 	if err != nil {
 		return err
+	}
+	if tc != nil {
+		ln = tls.NewListener(ln, tc)
 	}
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

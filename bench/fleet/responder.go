@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -134,7 +135,7 @@ func loadResponderFor(prefix netip.Prefix, cfg Config) (_ *responder, err error)
 		}
 	}
 	var ports [1024]uint64
-	for _, p := range append(append([]uint16(nil), cfg.Listen...), cfg.HTTP...) {
+	for _, p := range slices.Concat(cfg.Listen, cfg.HTTP, cfg.HTTPS) {
 		ports[p>>6] |= 1 << (p & 63)
 	}
 	for i, w := range ports {

@@ -27,6 +27,7 @@ import (
 const benchUsage = `Usage: sonde bench [-scenario NAME[,NAME…]] [-fleet xdp|kernel|both] [-json] [-keep] [-quick] [flags]
        sonde bench ceiling -interface IF -source IP -next-hop-mac MAC -port P PREFIX
        sonde bench connect-load -port P [-rate N] [-duration D] PREFIX…
+       sonde bench tls-loop -port P [-targets N] [-concurrency N] [-duration D] PREFIX
 
 Builds a private test fleet (two network namespaces joined by a veth; the
 fleet side answers for 198.18.0.0/15, with known subsets dropped and
@@ -38,7 +39,8 @@ Scenarios (default: all but faults and passive, in this order):
   sweep    sonde scan of the whole fleet as fast as it stays exact
   steady   sonde run with -targets TCP targets at -interval for -duration
   detect   a slice of the fleet starts dropping; time to unhealthy vs W1/W3
-  http     HTTP probes/s (new connection per probe) and connect() probes/s
+  http     HTTP probes/s (new connection per probe) against ab, HTTPS
+           probes/s against a Go TLS client loop, and connect() probes/s
   compare  zmap, masscan and blackbox_exporter on the same fleet, if installed
   faults   the same healthy targets probed by raw SYN, connect() and HTTP
            while the link loses, duplicates, reorders or delays packets, or
@@ -68,6 +70,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if len(args) > 0 && args[0] == "connect-load" {
 		return runBenchConnectLoad(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "tls-loop" {
+		return runBenchTLSLoop(ctx, args[1:], stderr)
 	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -376,4 +381,68 @@ func hasDefaultRoute(table string) bool {
 		}
 	}
 	return false
+}
+
+const tlsLoopUsage = `Usage: sonde bench tls-loop -port P [-targets N] [-concurrency N] [-duration D] PREFIX
+
+The http scenario's reference for HTTPS probes: a plain Go crypto/tls client
+that does what one probe does, in a loop — a new connection, a full
+handshake (no session cache, certificate not verified), one GET, the
+response head and body read, an RST — to the first -targets
+addresses of PREFIX in turn, -concurrency at a time, for -duration. A
+summary goes to stderr.
+
+`
+
+// runBenchTLSLoop implements `sonde bench tls-loop`.
+func runBenchTLSLoop(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench tls-loop", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, tlsLoopUsage)
+		fs.PrintDefaults()
+	}
+	var (
+		cfg           bench.TLSLoopConfig
+		port, targets uint
+	)
+	fs.UintVar(&port, "port", 0, "TCP `port` of the HTTPS servers (required)")
+	fs.UintVar(&targets, "targets", 256, "how many addresses of PREFIX, from its first")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 256, "requests in flight")
+	fs.DurationVar(&cfg.Duration, "duration", 5*time.Second, "how long to run")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return silentExit(exitOK)
+		}
+		return usageError(err)
+	}
+	if fs.NArg() != 1 {
+		return usageError(errors.New("bench tls-loop: want one PREFIX"))
+	}
+	p, err := netip.ParsePrefix(fs.Arg(0))
+	if err != nil {
+		return usageError(fmt.Errorf("bench tls-loop: %w", err))
+	}
+	if port < 1 || port > 65535 {
+		return usageError(fmt.Errorf("bench tls-loop: -port: %d is out of range 1..65535", port))
+	}
+	if targets < 1 || targets > 1<<20 {
+		return usageError(fmt.Errorf("bench tls-loop: -targets: %d is out of range 1..%d", targets, 1<<20))
+	}
+	a := p.Masked().Addr()
+	for range targets {
+		if !p.Contains(a) {
+			return usageError(fmt.Errorf("bench tls-loop: -targets: %s has fewer than %d addresses", p, targets))
+		}
+		cfg.Targets = append(cfg.Targets, netip.AddrPortFrom(a, uint16(port)))
+		a = a.Next()
+	}
+	res, err := bench.TLSLoop(ctx, cfg)
+	sec := res.Elapsed.Seconds()
+	fmt.Fprintf(stderr, "tls-loop: %d requests in %.3fs (%.0f requests/s); failed %d; cpu %.3fs user+sys\n",
+		res.OK, sec, float64(res.OK)/max(sec, 1e-9), res.Failed, res.CPU.Seconds())
+	if res.FirstErr != nil {
+		fmt.Fprintf(stderr, "tls-loop: first failure: %v\n", res.FirstErr)
+	}
+	return err
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -55,12 +57,13 @@ func benchProbe(b *testing.B, p *Prober, tg probe.Target, parallel bool) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "probes/s")
 		return
 	}
-	start := time.Now()
+	start, cpu := time.Now(), startCPU(b)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			one()
 		}
 	})
+	cpu.report(b)
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "probes/s")
 }
 
@@ -97,12 +100,14 @@ func benchLoops(b *testing.B, p *Prober, tg probe.Target, inFlight int) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := startCPU(b)
 	for b.Loop() {
 		if r := <-results; r.Outcome != probe.Success {
 			b.Fatalf("outcome %v", r.Outcome)
 		}
 		launch()
 	}
+	cpu.report(b)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "probes/s")
 	b.StopTimer()
 	for range inFlight {
@@ -122,4 +127,27 @@ func BenchmarkProbePaths(b *testing.B) {
 	tg := quietServer(b)
 	b.Run("oneshot", func(b *testing.B) { benchProbe(b, mustNew(b, Options{Body: "ok"}), tg, true) })
 	b.Run("loops", func(b *testing.B) { benchLoops(b, mustNew(b, Options{Body: "ok"}), tg, 64) })
+}
+
+// cpuClock is the process's user and system CPU time at a benchmark's start.
+type cpuClock struct{ user, sys time.Duration }
+
+func readCPU(b *testing.B) cpuClock {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return cpuClock{time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())}
+}
+
+func startCPU(b *testing.B) cpuClock { return readCPU(b) }
+
+// report reports the process's user and system CPU per probe since c: the
+// prober's, the benchmark's and the test server's together, so only the
+// difference between two variants against the same server is the prober's.
+func (c cpuClock) report(b *testing.B) {
+	now := readCPU(b)
+	n := float64(b.N)
+	b.ReportMetric(float64((now.user-c.user).Microseconds())/n, "user-µs/op")
+	b.ReportMetric(float64((now.sys-c.sys).Microseconds())/n, "sys-µs/op")
 }

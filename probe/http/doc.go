@@ -15,6 +15,8 @@
 // and an incremental response parser (respParser) that allocates nothing,
 // so a probe costs no goroutine, timer or allocation. Both paths send the
 // same bytes, apply the same bounds and classify failures through one
-// function; the tests run every plain-HTTP case on both. HTTPS, and the
-// one-shot probes of `sonde probe` and /probe, use [Prober.Report].
+// function; the tests run every plain-HTTP case on both. The loops also run
+// the daemon's TCP connect() probes ([Loops.ConnectLauncher]), the first
+// half of an HTTP probe. HTTPS, and the one-shot probes of `sonde probe`
+// and /probe, use [Prober.Report].
 package http

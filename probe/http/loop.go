@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -36,12 +40,17 @@ type LoopOptions struct {
 	Loops int
 }
 
-// Loops runs plain-HTTP probes on a few event loops: non-blocking sockets
-// polled with epoll, one goroutine per loop, so the cost of a probe is its
-// system calls and a few microseconds of parsing, with no goroutine, timer
-// or allocation per probe. Checks launch their probes through a
-// [LoopLauncher] each ([Loops.Launcher]); the loops are shared by all of
-// them.
+// Loops runs plain-HTTP and TCP connect() probes on a few event loops:
+// non-blocking sockets polled with epoll, one goroutine per loop, so the
+// cost of a probe is its system calls and a few microseconds of parsing,
+// with no goroutine, timer or allocation per probe. Checks launch their
+// probes through a [LoopLauncher] each ([Loops.Launcher],
+// [Loops.ConnectLauncher]); the loops are shared by all of them.
+//
+// A loop with nothing to do parks its goroutine on the Go runtime's poller,
+// which watches the loop's epoll descriptor, instead of blocking in
+// epoll_wait: a blocked system call would make the runtime hand the loop's
+// P to another thread and keep sysmon waking every 20 µs to do so.
 //
 // Ownership: each loop goroutine owns its connections, their buffers and
 // its deadline heap; others hand it requests through its inbox, a slice
@@ -92,8 +101,7 @@ func NewLoops(o LoopOptions) (*Loops, error) {
 // closeFDs closes every loop's descriptors; their goroutines have ended.
 func (ls *Loops) closeFDs() {
 	for _, l := range ls.loops {
-		_ = unix.Close(l.epfd)
-		_ = unix.Close(l.evfd)
+		l.close()
 	}
 }
 
@@ -132,6 +140,28 @@ func (ls *Loops) Launcher(p *Prober) (*LoopLauncher, error) {
 	return l, nil
 }
 
+// ConnectLauncher returns a launcher of TCP connect() probes on the loops,
+// from source (the zero Addr: the kernel chooses), with the semantics of
+// the connect() prober (T1–T4): an established connection is success and
+// is closed at once with an RST, no data sent; an RST is refused; silence
+// until the deadline a timeout; a failure of this host's own (descriptors,
+// local ports, buffers) a LocalError. Latency and Phases.Connect are both
+// the time from connect() to the answer, or to the deadline.
+func (ls *Loops) ConnectLauncher(source netip.Addr) *LoopLauncher {
+	l := &LoopLauncher{ls: ls}
+	l.SetSource(source)
+	return l
+}
+
+// SetSource makes a launcher of [Loops.ConnectLauncher] send the probes
+// that start from now on from source. It does nothing on an HTTP launcher,
+// whose source is its prober's.
+func (l *LoopLauncher) SetSource(source netip.Addr) {
+	if l.prober.Load() == nil {
+		l.source.Store(&source)
+	}
+}
+
 // Loopable reports whether p's probes can run on [Loops]: plain HTTP.
 func (p *Prober) Loopable() bool { return p.tls == nil }
 
@@ -143,7 +173,8 @@ func (ls *Loops) stopping() bool { return ls.state.Load() == loopsStopped }
 // SetProber and Stop are safe for concurrent use.
 type LoopLauncher struct {
 	ls      *Loops
-	prober  atomic.Pointer[Prober]
+	prober  atomic.Pointer[Prober]     // nil: a launcher of connect() probes
+	source  atomic.Pointer[netip.Addr] // of connect() probes
 	stopped atomic.Bool
 
 	queued, started, delivered, skippedLate, abandoned atomic.Uint64
@@ -157,10 +188,13 @@ var (
 
 // SetProber makes p run the probes that start from now on; probes in
 // flight finish with the prober they started with. p must be
-// [Prober.Loopable].
+// [Prober.Loopable], and l a launcher of HTTP probes ([Loops.Launcher]).
 func (l *LoopLauncher) SetProber(p *Prober) error {
 	if !p.Loopable() {
 		return errors.New("http loops: only plain-HTTP probers run on the event loops")
+	}
+	if l.prober.Load() == nil {
+		return errors.New("http loops: a launcher of connect() probes takes no HTTP prober")
 	}
 	l.prober.Store(p)
 	return nil
@@ -237,6 +271,12 @@ type loop struct {
 	ls   *Loops
 	epfd int
 	evfd int // eventfd: written to wake the loop
+	// file is epfd, polled by the runtime when the loop parks (rc.Read
+	// with poll, which leaves the number of ready events in polled).
+	file   *os.File
+	rc     syscall.RawConn
+	poll   func(fd uintptr) bool
+	polled int
 
 	mu     sync.Mutex
 	inbox  []job        // guarded by mu
@@ -253,12 +293,10 @@ type loop struct {
 	events [maxEvents]unix.EpollEvent
 	big    [][]byte // free head buffers of maxHeaderBytes
 	rep    probe.Report
-	sa4    unix.SockaddrInet4
-	sa6    unix.SockaddrInet6
+	dst    rawSockaddr
 	src4   unix.SockaddrInet4
 	src6   unix.SockaddrInet6
 	ev     unix.EpollEvent
-	evbuf  [8]byte
 }
 
 // wakeIndex is the epoll data of a loop's eventfd.
@@ -269,22 +307,47 @@ func newLoop(ls *Loops) (*loop, error) {
 	if err != nil {
 		return nil, fmt.Errorf("epoll_create1: %w", err)
 	}
-	evfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-	if err != nil {
+	if err := unix.SetNonblock(epfd, true); err != nil { // so that os.NewFile gives it to the runtime's poller
 		_ = unix.Close(epfd)
+		return nil, fmt.Errorf("epoll descriptor: %w", err)
+	}
+	l := &loop{ls: ls, epfd: epfd, evfd: -1, file: os.NewFile(uintptr(epfd), "http-loop-epoll")}
+	if err := l.file.SetReadDeadline(time.Time{}); err != nil { // ErrNoDeadline: not on the runtime's poller
+		l.close()
+		return nil, fmt.Errorf("epoll descriptor: %w", err)
+	}
+	if l.rc, err = l.file.SyscallConn(); err != nil {
+		l.close()
+		return nil, fmt.Errorf("epoll descriptor: %w", err)
+	}
+	l.poll = func(uintptr) bool {
+		l.polled = l.pollNow()
+		return l.polled > 0
+	}
+	if l.evfd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+		l.evfd = -1
+		l.close()
 		return nil, fmt.Errorf("eventfd: %w", err)
 	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: wakeIndex}
-	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, evfd, &ev); err != nil {
-		_ = unix.Close(epfd)
-		_ = unix.Close(evfd)
+	// Edge-triggered: every write is an event, and the counter need not be
+	// read back (it would take 2^64 wakes to fill).
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: wakeIndex}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, l.evfd, &ev); err != nil {
+		l.close()
 		return nil, fmt.Errorf("epoll_ctl eventfd: %w", err)
 	}
-	l := &loop{ls: ls, epfd: epfd, evfd: evfd}
 	l.timers.conns = &l.conns
 	l.oldest.Store(math.MaxInt64)
 	l.idle.Store(true)
 	return l, nil
+}
+
+// close closes the loop's descriptors.
+func (l *loop) close() {
+	_ = l.file.Close() // and epfd with it
+	if l.evfd >= 0 {
+		_ = unix.Close(l.evfd)
+	}
 }
 
 // post appends a batch to the inbox and wakes the loop if it sleeps. The
@@ -307,7 +370,7 @@ func (l *loop) post(from *LoopLauncher, batch []probe.Request) {
 // wake makes the loop's epoll_wait return.
 func (l *loop) wake() {
 	one := [8]byte{1}
-	_, _ = unix.Write(l.evfd, one[:]) // fails only when the counter is full: then it is readable anyway
+	_, _ = rawWrite(l.evfd, one[:]) // fails only when the counter is full: then it is readable anyway
 }
 
 // run is the loop's goroutine.
@@ -318,7 +381,6 @@ func (l *loop) run() {
 		for i := range n {
 			e := &l.events[i]
 			if e.Fd == wakeIndex {
-				_, _ = unix.Read(l.evfd, l.evbuf[:])
 				continue
 			}
 			if c := l.conns[e.Fd]; c.state != stateFree && c.seq == e.Pad {
@@ -335,27 +397,42 @@ func (l *loop) run() {
 	}
 }
 
-// wait waits for events until the next deadline.
+// wait returns the number of events in l.events: at once when some are
+// ready, else once one is, a request is posted or the next deadline comes,
+// the goroutine parked on the runtime's poller meanwhile.
 func (l *loop) wait() int {
-	timeout := -1
+	if n := l.pollNow(); n > 0 {
+		return n
+	}
+	var until time.Time // none: no deadline
 	if d, ok := l.timers.min(); ok {
 		left := d - probe.Nanotime()
-		timeout = int(max(0, (left+999_999)/1_000_000))
-	}
-	if timeout != 0 {
-		l.sleeping.Store(true)
-		l.idle.Store(len(l.timers.items) == 0)
-		// A batch posted before sleeping was set found no sleeper to wake.
-		l.mu.Lock()
-		queued := len(l.inbox) > 0
-		l.mu.Unlock()
-		if queued || l.ls.stopping() {
-			timeout = 0
+		if left <= 0 {
+			return 0
 		}
+		until = time.Now().Add(time.Duration(left))
 	}
-	n, err := unix.EpollWait(l.epfd, l.events[:], timeout)
+	l.sleeping.Store(true)
+	l.idle.Store(len(l.timers.items) == 0)
+	// A batch posted before sleeping was set found no sleeper to wake.
+	l.mu.Lock()
+	queued := len(l.inbox) > 0
+	l.mu.Unlock()
+	n := 0
+	if !queued && !l.ls.stopping() {
+		_ = l.file.SetReadDeadline(until) // the file is open while the loop runs
+		if err := l.rc.Read(l.poll); err == nil {
+			n = l.polled
+		} // else the deadline passed: os.ErrDeadlineExceeded
+	}
 	l.sleeping.Store(false)
 	l.idle.Store(false)
+	return n
+}
+
+// pollNow returns the number of events ready, without waiting.
+func (l *loop) pollNow() int {
+	n, err := rawEpollWait(l.epfd, l.events[:])
 	if err != nil { // EINTR; nothing else happens with valid arguments
 		return 0
 	}

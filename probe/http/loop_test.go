@@ -118,17 +118,22 @@ func TestLoopZeroAllocs(t *testing.T) {
 	}
 	tg := quietServer(t)
 	for _, tc := range []struct {
-		name string
-		o    Options
+		name    string
+		o       Options
+		connect bool // a connect() probe
 	}{
-		{"host per target", Options{}},
-		{"fixed host", Options{Host: "app.sonde.test"}},
-		{"body match", Options{Body: "ok"}},
+		{"host per target", Options{}, false},
+		{"fixed host", Options{Host: "app.sonde.test"}, false},
+		{"body match", Options{Body: "ok"}, false},
+		{"connect", Options{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			results := make(chanSink, 1)
 			ls := startLoops(t, 1, tg, results, nil)
-			lr := mustLauncher(t, ls, mustNew(t, tc.o))
+			lr := ls.ConnectLauncher(netip.Addr{})
+			if !tc.connect {
+				lr = mustLauncher(t, ls, mustNew(t, tc.o))
+			}
 			batch := make([]probe.Request, 1)
 			one := func() {
 				now := probe.Nanotime()

@@ -35,10 +35,11 @@ type conn struct {
 	timer int // position in the loop's timer heap, -1 when not in it
 
 	job      job
-	p        *Prober
-	deadline int64 // probe.Nanotime
-	startLag int64 // scheduler time from the request's Sent to the probe's start
-	late     bool  // started past half its time: a timeout is this host's doing
+	p        *Prober    // nil for a connect() probe
+	src      netip.Addr // source address; the zero Addr: the kernel's choice
+	deadline int64      // probe.Nanotime
+	startLag int64      // scheduler time from the request's Sent to the probe's start
+	late     bool       // started past half its time: a timeout is this host's doing
 
 	start, connected, request, first, last int64 // probe.Nanotime; 0 when not reached
 
@@ -108,13 +109,18 @@ func (l *loop) start(j job) {
 		startLag: sched - j.req.Sent, late: sched-j.req.Sent > (j.req.Deadline-j.req.Sent)/2,
 		start: now, wbuf: c.wbuf, small: c.small, resp: c.resp}
 	c.buf = c.small
-	if c.p.wire.full != nil {
-		c.out = c.p.wire.full
+	if c.p == nil {
+		c.src = *lr.source.Load()
 	} else {
-		c.wbuf = c.p.wire.appendFor(c.wbuf[:0], c.p, t)
-		c.out = c.wbuf
+		c.src = c.p.opts.Source
+		if c.p.wire.full != nil {
+			c.out = c.p.wire.full
+		} else {
+			c.wbuf = c.p.wire.appendFor(c.wbuf[:0], c.p, t)
+			c.out = c.wbuf
+		}
+		c.resp.reset(c.p.opts.Method == "HEAD", c.p.want, c.p.opts.MaxBodyBytes)
 	}
-	c.resp.reset(c.p.opts.Method == "HEAD", c.p.want, c.p.opts.MaxBodyBytes)
 	l.timers.push(c.deadline, c)
 	if err := l.connect(c, t); err != nil {
 		l.fail(c, phaseConnect, err, nil, now)
@@ -125,33 +131,28 @@ func (l *loop) start(j job) {
 func (l *loop) connect(c *conn, t probe.Target) error {
 	dst := t.Addr.Unmap()
 	family := unix.AF_INET
-	var sa unix.Sockaddr
-	if dst.Is4() {
-		l.sa4.Addr, l.sa4.Port = dst.As4(), int(t.Port)
-		sa = &l.sa4
-	} else {
+	if !dst.Is4() {
 		family = unix.AF_INET6
-		l.sa6.Addr, l.sa6.Port = dst.As16(), int(t.Port)
-		sa = &l.sa6
 	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	fd, err := rawSocket(family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 	if err != nil {
 		return fmt.Errorf("connect: %w", os.NewSyscallError("socket", err))
 	}
 	c.fd = fd
-	if err := unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &lingerZero); err != nil {
+	if err := rawLingerZero(fd); err != nil {
 		return fmt.Errorf("connect: %w", os.NewSyscallError("setsockopt", err))
 	}
-	if src := c.p.opts.Source; src.IsValid() {
+	if src := c.src; src.IsValid() {
 		if err := l.bind(fd, src.Unmap()); err != nil {
 			return fmt.Errorf("connect: %w", err)
 		}
 	}
 	l.ev = unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET, Fd: c.idx, Pad: c.seq}
-	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &l.ev); err != nil {
+	if err := rawEpollAdd(l.epfd, fd, &l.ev); err != nil {
 		return fmt.Errorf("connect: %w", os.NewSyscallError("epoll_ctl", err))
 	}
-	switch err := unix.Connect(fd, sa); err {
+	sa, n := l.dst.set(dst, t.Port)
+	switch err := rawConnect(fd, sa, n); err {
 	case nil, unix.EINPROGRESS:
 		return nil // the outcome comes as an event
 	default:
@@ -199,6 +200,11 @@ func (l *loop) handle(c *conn, ev uint32, now int64) {
 		if ev&unix.EPOLLOUT == 0 {
 			return
 		}
+		if c.p == nil { // a connect() probe: established is all it asks
+			c.connected = now
+			l.finish(c, probe.Success, probe.CauseNone, nil, now)
+			return
+		}
 		c.connected, c.request, c.state = now, now, stateWriting
 	}
 	if c.state == stateWriting {
@@ -223,7 +229,7 @@ func (l *loop) handle(c *conn, ev uint32, now int64) {
 // probe ended.
 func (l *loop) write(c *conn, now int64) bool {
 	for c.wpos < len(c.out) {
-		n, err := unix.Write(c.fd, c.out[c.wpos:])
+		n, err := rawWrite(c.fd, c.out[c.wpos:])
 		switch {
 		case err == unix.EAGAIN:
 			return false
@@ -247,7 +253,7 @@ func (l *loop) read(c *conn, now int64) {
 			l.fail(c, c.phase(), c.resp.tooLong(), nil, now)
 			return
 		}
-		n, err := unix.Read(c.fd, c.buf[c.n:])
+		n, err := rawRead(c.fd, c.buf[c.n:])
 		switch {
 		case err == unix.EAGAIN:
 			return
@@ -395,11 +401,15 @@ func (l *loop) finish(c *conn, out probe.Outcome, cause probe.LocalCause, err er
 	} else {
 		rep.Latency = time.Duration(now - c.start)
 	}
-	if !c.resp.inHead() {
-		rep.Status = uint16(c.resp.status)
-		rep.ContentLength = c.resp.contentLength()
+	if c.p == nil { // a connect() probe: its latency is its connect phase, answered or not
+		rep.Phases.Connect = rep.Latency
+	} else {
+		if !c.resp.inHead() {
+			rep.Status = uint16(c.resp.status)
+			rep.ContentLength = c.resp.contentLength()
+		}
+		rep.BodyBytes = c.resp.bodyN
 	}
-	rep.BodyBytes = c.resp.bodyN
 	rep.Done = l.ls.opt.Now()
 	l.recycle(c)
 	if f := l.ls.opt.OnReport; f != nil {
@@ -414,7 +424,7 @@ func (l *loop) finish(c *conn, out probe.Outcome, cause probe.LocalCause, err er
 // timer heap.
 func (l *loop) release(c *conn) {
 	if c.fd >= 0 {
-		_ = unix.Close(c.fd) // closing removes it from epoll
+		_ = rawClose(c.fd) // closing removes it from epoll
 		c.fd = -1
 	}
 	l.timers.remove(c)

@@ -27,6 +27,7 @@ type Options struct {
 // Prober runs connect() probes. It is immutable and safe for concurrent use.
 type Prober struct {
 	dialer *probe.Dialer
+	source netip.Addr
 }
 
 var (
@@ -36,8 +37,13 @@ var (
 
 // New returns a connect() prober for o.
 func New(o Options) *Prober {
-	return &Prober{dialer: probe.NewDialer(o.Source)}
+	return &Prober{dialer: probe.NewDialer(o.Source), source: o.Source}
 }
+
+// Source returns the local address p's probes are sent from; the zero Addr
+// when the kernel chooses. Other paths of the same probe (the HTTP event
+// loops' connect() launchers) take it from here.
+func (p *Prober) Source() netip.Addr { return p.source }
 
 // Probe connects to t and closes the connection; ctx carries the timeout
 // (T2). Latency is the connect time: from connect() to the established

@@ -116,37 +116,43 @@ func TestConnect(t *testing.T) {
 		{"timeout", silentPort, 200 * time.Millisecond, probe.Timeout, nil},
 		{"no address", func(*testing.T) probe.Target { return probe.Target{Port: 1} }, time.Second, probe.Error, nil},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tg := tt.target(t)
-			ctx, cancel := context.WithTimeout(t.Context(), tt.timeout)
-			defer cancel()
-			rep := New(Options{}).Report(ctx, tg)
-			if rep.Outcome != tt.want {
-				t.Errorf("outcome %v (%v), want %v", rep.Outcome, rep.Err, tt.want)
+	for _, path := range connectPaths {
+		for _, tt := range tests {
+			t.Run(path.name+"/"+tt.name, func(t *testing.T) {
+				tg := tt.target(t)
+				if !tg.Addr.IsValid() && path.name == "loops" {
+					t.Skip("the loops drop the request of a target without an address")
+				}
+				rep := path.report(t, netip.Addr{}, tg, tt.timeout)
+				if rep.Outcome != tt.want {
+					t.Errorf("outcome %v (%v), want %v", rep.Outcome, rep.Err, tt.want)
+				}
+				if (rep.Err == nil) != (tt.want == probe.Success) {
+					t.Errorf("err = %v for outcome %v", rep.Err, rep.Outcome)
+				}
+				if tt.wantErr != nil && !errors.Is(rep.Err, tt.wantErr) {
+					t.Errorf("err = %v, want one wrapping %v", rep.Err, tt.wantErr)
+				}
+				if tg.Addr.IsValid() && (rep.Latency <= 0 || rep.Phases.Connect != rep.Latency) {
+					t.Errorf("latency %v, connect phase %v: want equal and > 0", rep.Latency, rep.Phases.Connect)
+				}
+				if tt.want == probe.Timeout && rep.Latency < tt.timeout/2 {
+					t.Errorf("timed out after %v, before the deadline", rep.Latency)
+				}
+			})
+			if tt.want != probe.Success {
+				continue
 			}
-			if (rep.Err == nil) != (tt.want == probe.Success) {
-				t.Errorf("err = %v for outcome %v", rep.Err, rep.Outcome)
+			// The server's read after the successful probe: an RST, no data (T3).
+			select {
+			case err := <-resets:
+				if !errors.Is(err, syscall.ECONNRESET) {
+					t.Errorf("%s: server read after the probe: %v, want ECONNRESET", path.name, err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s: server read did not end", path.name)
 			}
-			if tt.wantErr != nil && !errors.Is(rep.Err, tt.wantErr) {
-				t.Errorf("err = %v, want one wrapping %v", rep.Err, tt.wantErr)
-			}
-			if tg.Addr.IsValid() && (rep.Latency <= 0 || rep.Phases.Connect != rep.Latency) {
-				t.Errorf("latency %v, connect phase %v: want equal and > 0", rep.Latency, rep.Phases.Connect)
-			}
-			if tt.want == probe.Timeout && rep.Latency < tt.timeout/2 {
-				t.Errorf("timed out after %v, before the deadline", rep.Latency)
-			}
-		})
-	}
-	// The server's read after the successful probe: an RST, no data (T3).
-	select {
-	case err := <-resets:
-		if !errors.Is(err, syscall.ECONNRESET) {
-			t.Errorf("server read after the probe: %v, want ECONNRESET", err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("server read did not end")
 	}
 }
 
@@ -155,7 +161,16 @@ func TestConnect(t *testing.T) {
 // Not parallel: it lowers the whole process's descriptor limit.
 func TestLocalErrors(t *testing.T) {
 	open := listen(t, func(*net.TCPConn) {})
+	for _, path := range []string{"oneshot", "loops"} {
+		t.Run(path, func(t *testing.T) { testLocalErrors(t, path, open) })
+	}
+}
+
+func testLocalErrors(t *testing.T, path string, open probe.Target) {
 	probeIt := func(o Options) probe.Report {
+		if path == "loops" {
+			return newLoopRunner(t).report(o.Source, open, 5*time.Second)
+		}
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
 		return New(o).Report(ctx, open)
@@ -168,7 +183,12 @@ func TestLocalErrors(t *testing.T) {
 	}
 	t.Run("out of descriptors", func(t *testing.T) {
 		var rep probe.Report
-		probetest.WithoutDescriptors(t, func() { rep = probeIt(Options{}) })
+		if path == "loops" {
+			lr := newLoopRunner(t) // its own descriptors first
+			probetest.WithoutDescriptors(t, func() { rep = lr.report(netip.Addr{}, open, 5*time.Second) })
+		} else {
+			probetest.WithoutDescriptors(t, func() { rep = probeIt(Options{}) })
+		}
 		check(t, rep, probe.CauseDescriptors)
 		if !errors.Is(rep.Err, syscall.EMFILE) {
 			t.Errorf("err %v, want EMFILE", rep.Err)
@@ -199,13 +219,15 @@ func TestSource(t *testing.T) {
 		from <- c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	})
 	src := netip.MustParseAddr("127.0.0.2")
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	if rep := New(Options{Source: src}).Probe(ctx, tg); rep.Outcome != probe.Success {
-		t.Fatalf("outcome %v", rep.Outcome)
-	}
-	if got := <-from; got != src {
-		t.Errorf("server saw %v, want %v", got, src)
+	for _, path := range connectPaths {
+		t.Run(path.name, func(t *testing.T) {
+			if rep := path.report(t, src, tg, 5*time.Second); rep.Outcome != probe.Success {
+				t.Fatalf("outcome %v (%v)", rep.Outcome, rep.Err)
+			}
+			if got := <-from; got != src {
+				t.Errorf("server saw %v, want %v", got, src)
+			}
+		})
 	}
 }
 

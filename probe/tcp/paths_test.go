@@ -1,0 +1,175 @@
+package tcp
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sondeprobe/sonde/probe"
+	httpprobe "github.com/sondeprobe/sonde/probe/http"
+)
+
+// connectPath runs one connect() probe from src to tg with a timeout and
+// returns its report: through a Prober (the one-shot path), or on the HTTP
+// event loops (the daemon's path).
+type connectPath struct {
+	name   string
+	report func(t testing.TB, src netip.Addr, tg probe.Target, timeout time.Duration) probe.Report
+}
+
+// connectPaths are both paths of a connect() probe.
+var connectPaths = []connectPath{
+	{"oneshot", func(t testing.TB, src netip.Addr, tg probe.Target, timeout time.Duration) probe.Report {
+		ctx, cancel := context.WithTimeout(t.Context(), timeout)
+		defer cancel()
+		return New(Options{Source: src}).Report(ctx, tg)
+	}},
+	{"loops", func(t testing.TB, src netip.Addr, tg probe.Target, timeout time.Duration) probe.Report {
+		return newLoopRunner(t).report(src, tg, timeout)
+	}},
+}
+
+// discard is a sink that drops results: the tests read the reports.
+type discard struct{}
+
+func (discard) Deliver(probe.Result) {}
+
+// loopRunner is an event loop running connect() probes for one test.
+type loopRunner struct {
+	ls   *httpprobe.Loops
+	tg   probe.Target
+	reps chan probe.Report
+}
+
+// newLoopRunner starts one event loop until the test ends; it is created
+// before the probe runs, so a test may take resources away in between.
+func newLoopRunner(t testing.TB) *loopRunner {
+	t.Helper()
+	lr := &loopRunner{reps: make(chan probe.Report, 1)}
+	ls, err := httpprobe.NewLoops(httpprobe.LoopOptions{
+		Target:   func(uint32) probe.Target { return lr.tg },
+		Sink:     discard{},
+		Now:      probe.Nanotime,
+		OnReport: func(_ uint32, r *probe.Report) { lr.reps <- *r },
+		Loops:    1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = ls.Run(ctx)
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	lr.ls = ls
+	return lr
+}
+
+// report runs one probe of tg from src with timeout on the loop; tg must
+// have an address (the loops drop a request for a target without one).
+func (lr *loopRunner) report(src netip.Addr, tg probe.Target, timeout time.Duration) probe.Report {
+	lr.tg = tg
+	l := lr.ls.ConnectLauncher(src)
+	now := probe.Nanotime()
+	l.Launch(0, []probe.Request{{ID: 1, Gen: 1, Sent: now, Deadline: now + int64(timeout)}})
+	return <-lr.reps // the loop ends every probe by its deadline
+}
+
+// BenchmarkConnectPaths compares the two paths of a connect() probe with 64
+// probes in flight: 64 goroutines each running Prober.Probe (as a worker
+// pool does), and the HTTP event loops (GOMAXPROCS of them). CPU per probe
+// is the process's, the test listener's included.
+func BenchmarkConnectPaths(b *testing.B) {
+	tg := listen(b, func(*net.TCPConn) {})
+	const inFlight = 64
+	b.Run("oneshot", func(b *testing.B) {
+		p := New(Options{})
+		ctx := b.Context()
+		b.SetParallelism(inFlight / runtime.GOMAXPROCS(0))
+		b.ReportAllocs()
+		cpu := startCPU(b)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if r := p.Probe(ctx, tg); r.Outcome != probe.Success {
+					b.Errorf("outcome %v", r.Outcome)
+					return
+				}
+			}
+		})
+		cpu.report(b)
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "probes/s")
+	})
+	b.Run("loops", func(b *testing.B) {
+		results := make(chanSink, inFlight)
+		ls, err := httpprobe.NewLoops(httpprobe.LoopOptions{
+			Target: func(uint32) probe.Target { return tg },
+			Sink:   results,
+			Now:    probe.Nanotime,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = ls.Run(ctx)
+		}()
+		b.Cleanup(func() { cancel(); <-done })
+		lr := ls.ConnectLauncher(netip.Addr{})
+		batch := make([]probe.Request, 1)
+		launch := func() {
+			now := probe.Nanotime()
+			batch[0] = probe.Request{ID: 1, Gen: 1, Sent: now, Deadline: now + int64(5*time.Second)}
+			lr.Launch(0, batch)
+		}
+		for range inFlight {
+			launch()
+		}
+		b.ReportAllocs()
+		cpu := startCPU(b)
+		for b.Loop() {
+			if r := <-results; r.Outcome != probe.Success {
+				b.Fatalf("outcome %v", r.Outcome)
+			}
+			launch()
+		}
+		cpu.report(b)
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "probes/s")
+		b.StopTimer()
+		for range inFlight {
+			<-results
+		}
+	})
+}
+
+// chanSink delivers results to a channel.
+type chanSink chan probe.Result
+
+func (s chanSink) Deliver(r probe.Result) { s <- r }
+
+// cpuClock is the process's user and system CPU time.
+type cpuClock struct{ user, sys time.Duration }
+
+func startCPU(b *testing.B) cpuClock {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return cpuClock{time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())}
+}
+
+// report reports the process's user and system CPU per probe since c.
+func (c cpuClock) report(b *testing.B) {
+	now := startCPU(b)
+	n := float64(b.N)
+	b.ReportMetric(float64((now.user-c.user).Microseconds())/n, "user-µs/op")
+	b.ReportMetric(float64((now.sys-c.sys).Microseconds())/n, "sys-µs/op")
+}
