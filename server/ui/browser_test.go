@@ -145,6 +145,17 @@ func eval[T any](b *browser, expr string) T {
 // wait polls a JavaScript expression until it is true; it fails after
 // timeout, saying what it waited for and, from describe (an expression
 // whose value is shown), what the page showed.
+// click clicks the first element that selector matches, in one step of the
+// page's own script: a live refresh may replace the element between
+// finding and clicking it, which a protocol-level click then fails on
+// ("Could not find node with given id").
+func (b *browser) click(selector string) {
+	b.t.Helper()
+	q, _ := json.Marshal(selector)
+	b.wait("something to click at "+selector, `(e => e ? (e.click(), true) : false)(document.querySelector(`+string(q)+`))`,
+		`document.body.innerText.slice(0, 200)`, 20*time.Second)
+}
+
 func (b *browser) wait(what, expr, describe string, timeout time.Duration) {
 	b.t.Helper()
 	testenv.EventuallyWithin(b.t, what, timeout, func() (string, bool) {
@@ -312,7 +323,7 @@ func TestStatusPageDemo(t *testing.T) {
 	if got := rowNames(eval[[]memberRow](b, memberRows)); !slices.Equal(got, []string{"failing", "healthy"}) {
 		t.Errorf("zone=eu-1 keeps %v, want failing and healthy", got)
 	}
-	b.do(chromedp.Click(`#members a.label.on`))
+	b.click(`#members a.label.on`)
 	b.wait("every row again, the filter gone", `document.querySelectorAll("#members tbody tr").length === 4 && !location.search.includes("label=") && `+
 		labelInputs+` === ""`, labelInputs, 20*time.Second)
 	if n := eval[int](b, `performance.getEntriesByType("navigation").length`); n != 1 {
@@ -587,16 +598,16 @@ pools:
 	paging := `document.querySelector("#members .paging").textContent.trim()`
 	b.open(base + "pool?name=big")
 	b.wait("the first page", `document.querySelectorAll("#members tbody tr").length === 100 && /targets 1–100 of 131072/.test(`+paging+`)`, paging, 20*time.Second)
-	b.do(chromedp.Click(`a[rel="next"]`))
+	b.click(`a[rel="next"]`)
 	b.wait("the second page", `/targets 101–200 of 131072/.test(`+paging+`) && location.search.includes("after=")`, paging, 20*time.Second)
 	if first := eval[string](b, `document.querySelector("#members tbody tr").dataset.targetRow`); first != "198.18.0.100:80" {
 		t.Errorf("the second page starts with %s, want 198.18.0.100:80", first)
 	}
-	b.do(chromedp.Click(`a[rel="prev"]`))
+	b.click(`a[rel="prev"]`)
 	b.wait("the first page again", `/targets 1–100 of 131072/.test(`+paging+`)`, paging, 20*time.Second)
 	b.do(chromedp.SendKeys(`input[name="q"]`, "198.19.255."))
 	b.wait("the text filter", `/targets 1–100 of 256/.test(`+paging+`)`, paging, 20*time.Second)
-	b.do(chromedp.Click(`th.col-target a`))
+	b.click(`th.col-target a`)
 	b.wait("descending order", `document.querySelector("#members tbody tr").dataset.targetRow === "198.19.255.255:80"`,
 		`document.querySelector("#members tbody tr").dataset.targetRow`, 20*time.Second)
 	if !eval[bool](b, `document.querySelector('#filters input[name="q"]').value === "198.19.255."`) {
