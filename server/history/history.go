@@ -228,7 +228,9 @@ func tagOf(owner, pos uint64) uint64 { return owner>>32<<40 | (pos+1)&(1<<40-1) 
 
 // Record keeps result r of target id with its state after it (read from e),
 // when the target has a ring or may take one. It runs on the shard that
-// owns id, after the shard applied r.
+// owns id, after the shard applied r, or, for a mark of passive evidence,
+// on the passive observer's reader: writers take their positions from
+// one atomic counter, so two never write one entry.
 func (h *History) Record(ix *Index, id uint32, r *probe.Result, e *scheduler.Engine) {
 	s := ix.load(id)
 	failed := r.Outcome != probe.Success

@@ -190,7 +190,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // outcomes are the outcome labels of sonde_passive_connections_total.
-var outcomes = [...]string{"connected", "refused", "timed_out", "unreachable", "abandoned", "reset"}
+var outcomes = [...]string{bpf.PassiveConnected.String(), bpf.PassiveRefused.String(), bpf.PassiveTimedOut.String(),
+	bpf.PassiveUnreachable.String(), bpf.PassiveAbandoned.String(), bpf.PassiveReset.String()}
 
 // harvest adds what the observer counted since the last harvest to the
 // counters of each slot's pools. w.mu is held.
@@ -325,11 +326,14 @@ func (w *Watch) watch(f Fleet, order []netip.AddrPort, members map[netip.AddrPor
 				}
 			})
 		}
-		entries = append(entries, bpf.WatchEntry{Addr: ap, Slot: s, Threshold: threshold(ms)})
+		entries = append(entries, bpf.WatchEntry{Addr: ap, Slot: s})
 	}
 	tab, err := passive.NewTable(bySlot)
 	if err != nil {
 		return err
+	}
+	for i := range entries {
+		entries[i].Threshold = tab.Threshold(entries[i].Slot)
 	}
 	err = w.obs.Watch(entries)
 	// Whatever the observer took, the pools and names are f's from now on.
@@ -365,16 +369,6 @@ func (w *Watch) keepSeries(cfg *config.Config) {
 		}
 	}
 	w.series = now
-}
-
-// threshold returns the failures in a row the observer reports one by one
-// for an endpoint: the most any of its members' rules asks for.
-func threshold(ms []passive.Member) int {
-	n := 1
-	for _, m := range ms {
-		n = max(n, m.Rule.Failures)
-	}
-	return n
 }
 
 var emptyTable, _ = passive.NewTable(nil)
