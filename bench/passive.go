@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -50,8 +51,8 @@ type passivePlan struct {
 	activeWait        time.Duration // how long detection without it is awaited; 0: until W3 + 5 s
 	cpuTargets        netip.Prefix  // the CPU load's targets
 	cpuRate           int           // connections per second of the CPU load
-	cpuDuration       time.Duration // of each CPU round
-	cpuRounds         int           // pairs of rounds, with and without the observer
+	cpuSlice          time.Duration // of each CPU slice
+	cpuRounds         int           // pairs of slices, with and without the observer
 	memTargets        int           // watched targets of the memory measurement
 }
 
@@ -66,12 +67,12 @@ func (e *env) passivePlan() passivePlan {
 		interval: 30 * time.Second, timeout: time.Second, fall: 3,
 		loadRate: 400, settle: 2 * time.Second, passiveWait: 10 * time.Second,
 		cpuTargets: blocks(clean+8192+256, 256)[0],
-		cpuRate:    passiveCPURate, cpuDuration: 3 * time.Second, cpuRounds: 8,
+		cpuRate:    passiveCPURate, cpuSlice: time.Second, cpuRounds: 24,
 		memTargets: 1_000_000,
 	}
 	if e.opt.Quick {
 		p.activeWait = 3 * time.Second
-		p.cpuDuration, p.cpuRounds = time.Second, 2
+		p.cpuRounds = 4
 	}
 	return p
 }
@@ -104,7 +105,7 @@ func (e *env) runPassive(ctx context.Context, s *Scenario) error {
 		}
 	}
 	r.slice = 1 << (32 - p.slice.Bits())
-	r.quick = e.opt.Quick
+	r.quick, r.cpuSlice = e.opt.Quick, p.cpuSlice
 	r.report(s)
 	return errors.Join(errs...)
 }
@@ -335,10 +336,12 @@ func (l *loadProc) wait() (connload.Result, error) {
 	return connload.ParseResult([]byte(l.out.tail(4000)))
 }
 
-// cpuSample is one round of the CPU measurement.
+// cpuSample is one slice of the CPU measurement.
 type cpuSample struct {
 	observer    bool
-	load        connload.Result
+	seconds     float64 // the slice's length
+	conns       float64 // connections the client opened (its namespace's TCP ActiveOpens)
+	client      float64 // the client's user+system CPU seconds
 	benchCPU    float64 // this process's CPU seconds: the fleet's listeners accept and close
 	irq         float64 // the machine's hard and soft interrupt seconds
 	machineBusy float64 // the machine's busy seconds, anything else running included
@@ -349,51 +352,138 @@ type cpuSample struct {
 // work is the CPU seconds the connections cost: the client's, the fleet's
 // and the interrupts'.
 func (c cpuSample) work() float64 {
-	return c.load.UserCPU + c.load.SystemCPU + c.benchCPU + c.irq
+	return c.client + c.benchCPU + c.irq
 }
 
-// perConn returns v per connection of the round, in µs.
+// perConn returns v per connection of the slice, in µs.
 func (c cpuSample) perConn(v float64) float64 {
-	if c.load.Connections == 0 {
+	if c.conns == 0 {
 		return 0
 	}
-	return v / float64(c.load.Connections) * 1e6
+	return v / c.conns * 1e6
+}
+
+// rate is the client's connections a second in the slice.
+func (c cpuSample) rate() float64 {
+	if c.seconds <= 0 {
+		return 0
+	}
+	return c.conns / c.seconds
 }
 
 // cpuResult is the CPU measurement.
 type cpuResult struct {
 	samples []cpuSample
+	load    connload.Result // the client's whole run
 	// progNs and progRuns are the observer programs' run time and runs
 	// over progConns connections, from the kernel's statistics.
 	progNs, progRuns, progConns uint64
 }
 
-// passiveCPU runs the CPU rounds: the same load with and without the
-// observer attached, alternating (off, on, on, off, ...) so that a drift
-// of the machine's load weighs on both; then one round with the kernel's
-// BPF statistics on, for the programs' own run time.
-func (e *env) passiveCPU(ctx context.Context, s *Scenario, p passivePlan) (cpuResult, error) {
-	var res cpuResult
-	cfg := connload.Config{Rate: p.cpuRate, Duration: p.cpuDuration, Workers: 2, Timeout: time.Second}
-	for round := range 2 * p.cpuRounds {
-		on := round%4 == 1 || round%4 == 2
-		e.opt.Progress("passive: CPU round", "round", round+1, "observer", on)
-		c, line, err := e.cpuRound(ctx, p.cpuTargets, cfg, on, false)
-		if err != nil {
-			return res, err
-		}
-		if round == 0 {
-			s.Command = append(s.Command, line)
-		}
-		res.samples = append(res.samples, c.cpuSample)
-	}
-	e.opt.Progress("passive: CPU round with BPF statistics")
-	c, _, err := e.cpuRound(ctx, p.cpuTargets, cfg, true, true)
+// cpuAttachments is how many times the observer's programs are attached in
+// the CPU slices "on": its cost is measured cpuAttachments-fold, above the
+// noise of the machine, and divided back.
+const cpuAttachments = 6
+
+// passiveCPU measures the observer's CPU cost under one client load of
+// p.cpuRate connections a second. The observer is opened once, watching the
+// load's targets; then, slice after slice of p.cpuSlice, it is detached or
+// attached cpuAttachments times (off, on, on, off, ...: a drift of the
+// machine weighs on both), so that the slices share one client, one fleet
+// and one set of maps and differ in the attachments alone. One more slice,
+// attached once, with the kernel's BPF statistics on gives the programs'
+// own run time.
+func (e *env) passiveCPU(ctx context.Context, s *Scenario, p passivePlan) (res cpuResult, err error) {
+	targets := targetsOf(p.cpuTargets, ScanPort)
+	before, err := bpfobjs.FDs(bpfobjs.Programs)
 	if err != nil {
 		return res, err
 	}
-	res.progNs, res.progRuns, res.progConns = c.progNs, c.progRuns, c.load.Connections
+	obs, err := bpf.OpenPassive(bpf.PassiveOptions{MaxTargets: len(targets)})
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, obs.Close()) }()
+	after, err := bpfobjs.FDs(bpfobjs.Programs)
+	if err != nil {
+		return res, err
+	}
+	progs := bpfobjs.Added(before, after)
+	entries := make([]bpf.WatchEntry, len(targets))
+	for i, t := range targets {
+		entries[i] = bpf.WatchEntry{Addr: t, Slot: uint32(i), Threshold: 3}
+	}
+	if err := obs.Watch(entries); err != nil {
+		return res, err
+	}
+	if err := obs.SetAttachments(0); err != nil {
+		return res, err
+	}
+	// Loading the observer made garbage: collect it now, not in a slice.
+	runtime.GC()
+	n := 2 * p.cpuRounds
+	// A slice to warm up, the measured ones, the statistics slice, and
+	// room for the toggles between them.
+	cfg := connload.Config{Rate: p.cpuRate, Duration: time.Duration(n+2)*p.cpuSlice + 3*time.Second, Workers: 2, Timeout: time.Second}
+	e.opt.Progress("passive: CPU", "slices", n, "slice", p.cpuSlice)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	l := e.startLoad(ctx, p.cpuTargets, ScanPort, cfg)
+	s.Command = append(s.Command, l.line)
+	if l.err != nil {
+		return res, fmt.Errorf("client load: %w", l.err)
+	}
+	pid := l.cmd.Process.Pid
+	if err := sleepCtx(ctx, p.cpuSlice); err != nil {
+		return res, err
+	}
+	for i := range n {
+		on := i%4 == 1 || i%4 == 2
+		if err := obs.SetAttachments(map[bool]int{false: 0, true: cpuAttachments}[on]); err != nil {
+			return res, err
+		}
+		c, err := cpuSlice(ctx, l, pid, obs, len(targets), p.cpuSlice)
+		if err != nil {
+			return res, fmt.Errorf("CPU slice %d: %w", i+1, err)
+		}
+		c.observer = on
+		res.samples = append(res.samples, c)
+	}
+	if err := obs.SetAttachments(1); err != nil {
+		return res, err
+	}
+	st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		return res, fmt.Errorf("enable BPF run-time statistics: %w", err)
+	}
+	ns0, runs0, err := bpfobjs.ProgRuntime(progs)
+	if err != nil {
+		st.Close()
+		return res, err
+	}
+	c, err := cpuSlice(ctx, l, pid, obs, len(targets), p.cpuSlice)
+	ns1, runs1, err2 := bpfobjs.ProgRuntime(progs)
+	st.Close()
+	if err = errors.Join(err, err2); err != nil {
+		return res, fmt.Errorf("statistics slice: %w", err)
+	}
+	res.progNs, res.progRuns, res.progConns = ns1-ns0, runs1-runs0, uint64(c.conns)
+	if res.load, err = l.wait(); err != nil {
+		return res, err
+	}
 	return res, nil
+}
+
+// sleepCtx waits d or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // progUs is the programs' run time per connection, in µs.
@@ -404,94 +494,78 @@ func (c cpuResult) progUs() float64 {
 	return float64(c.progNs) / float64(c.progConns) / 1e3
 }
 
-// statsSample is a cpuSample with the programs' statistics.
-type statsSample struct {
-	cpuSample
-	progNs, progRuns uint64
-}
-
-// cpuRound runs the load once, with the observer attached (watching the
-// load's targets) or not; with stats, the kernel's BPF run-time
-// statistics are on during the load.
-func (e *env) cpuRound(ctx context.Context, prefix netip.Prefix, cfg connload.Config, observer, stats bool) (statsSample, string, error) {
-	var c statsSample
-	targets := targetsOf(prefix, ScanPort)
-	c.observer = observer
-	var obs *bpf.Passive
-	var progs []int
-	if observer {
-		before, err := bpfobjs.FDs(bpfobjs.Programs)
-		if err != nil {
-			return c, "", err
+// cpuSlice measures d of the running load l (client process pid): the
+// client's, this process's and the interrupts' CPU, and the connections
+// the client opened and the observer counted (its first slots counters).
+func cpuSlice(ctx context.Context, l *loadProc, pid int, obs *bpf.Passive, slots int, d time.Duration) (cpuSample, error) {
+	var c cpuSample
+	connected := func() (uint64, error) {
+		var n uint64
+		for i := range slots {
+			st, err := obs.Stats(uint32(i))
+			if err != nil {
+				return 0, err
+			}
+			n += st.Connected
 		}
-		if obs, err = bpf.OpenPassive(bpf.PassiveOptions{}); err != nil {
-			return c, "", err
-		}
-		defer obs.Close()
-		after, err := bpfobjs.FDs(bpfobjs.Programs)
-		if err != nil {
-			return c, "", err
-		}
-		progs = bpfobjs.Added(before, after)
-		entries := make([]bpf.WatchEntry, len(targets))
-		for i, t := range targets {
-			entries[i] = bpf.WatchEntry{Addr: t, Slot: uint32(i), Threshold: 3}
-		}
-		if err := obs.Watch(entries); err != nil {
-			return c, "", err
-		}
+		return n, nil
 	}
-	if stats {
-		st, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
-		if err != nil {
-			return c, "", fmt.Errorf("enable BPF run-time statistics: %w", err)
-		}
-		defer st.Close()
-	}
-	ns0, runs0, err := bpfobjs.ProgRuntime(progs)
+	seen0, err := connected()
 	if err != nil {
-		return c, "", err
+		return c, err
 	}
 	m0, err := host.ReadCPU()
 	if err != nil {
-		return c, "", err
+		return c, err
 	}
 	b0, err := host.ReadProcess(os.Getpid())
 	if err != nil {
-		return c, "", err
+		return c, err
 	}
-	l := e.startLoad(ctx, prefix, ScanPort, cfg)
-	c.load, err = l.wait()
+	c0, err := host.ReadProcess(pid)
 	if err != nil {
-		return c, l.line, err
+		return c, fmt.Errorf("client: %w", err)
 	}
-	m1, err := host.ReadCPU()
+	o0, err := host.TCPActiveOpens(pid)
 	if err != nil {
-		return c, l.line, err
+		return c, fmt.Errorf("client: %w", err)
+	}
+	t0 := time.Now()
+	if err := sleepCtx(ctx, d); err != nil {
+		return c, err
+	}
+	o1, err := host.TCPActiveOpens(pid)
+	if err != nil {
+		return c, fmt.Errorf("client: %w", err)
+	}
+	c1, err := host.ReadProcess(pid)
+	if err != nil {
+		return c, fmt.Errorf("client: %w", err)
 	}
 	b1, err := host.ReadProcess(os.Getpid())
 	if err != nil {
-		return c, l.line, err
+		return c, err
 	}
-	ns1, runs1, err := bpfobjs.ProgRuntime(progs)
+	m1, err := host.ReadCPU()
 	if err != nil {
-		return c, l.line, err
+		return c, err
 	}
-	c.progNs, c.progRuns = ns1-ns0, runs1-runs0
+	c.seconds = time.Since(t0).Seconds()
+	if err := l.alive(); err != nil {
+		return c, err
+	}
+	seen1, err := connected()
+	if err != nil {
+		return c, err
+	}
+	c.conns = float64(o1 - o0)
+	c.client = c1.CPU - c0.CPU
 	c.benchCPU = b1.CPU - b0.CPU
 	c.irq = float64(m1.IRQ-m0.IRQ) / host.ClockTicks
 	c.machineBusy = float64(m1.Busy-m0.Busy) / host.ClockTicks
 	c.steal = float64(m1.Steal-m0.Steal) / host.ClockTicks
-	if obs != nil {
-		for i := range targets {
-			st, err := obs.Stats(uint32(i))
-			if err != nil {
-				return c, l.line, err
-			}
-			c.observed += st.Connected
-		}
-	}
-	return c, l.line, nil
+	c.observed = seen1 - seen0
+	return c, nil
 }
 
 // memResult is the observer's maps for memTargets watched targets.
@@ -565,6 +639,7 @@ type passiveResult struct {
 	cpu           cpuResult
 	mem           memResult
 	quick         bool
+	cpuSlice      time.Duration // of each CPU slice
 }
 
 // Goals of the passive scenario.
@@ -574,12 +649,14 @@ const (
 	passiveMemoryGoal   = 64 << 20    // bytes of the watch map for a million targets
 )
 
-// cpuOverhead returns the median work per connection (µs) of the rounds
+// cpuOverhead returns the median work per connection (µs) of the slices
 // without and with the observer, and the observer's cost per connection:
 // the median, lowest and highest difference within the pairs of adjacent
-// rounds (each pair has one of each). The spread of the differences is the
-// noise the median is read against.
-func cpuOverhead(samples []cpuSample) (o overhead, ok bool) {
+// slices (each pair has one of each), and the standard error of their
+// mean, all divided by attachments (the times the programs were attached in
+// the slices "on"). The spread of the differences is the noise the median
+// is read against.
+func cpuOverhead(samples []cpuSample, attachments int) (o overhead, ok bool) {
 	var offs, ons, diffs []float64
 	for i, c := range samples {
 		v := c.perConn(c.work())
@@ -593,27 +670,39 @@ func cpuOverhead(samples []cpuSample) (o overhead, ok bool) {
 			if !c.observer {
 				d = -d
 			}
-			diffs = append(diffs, d)
+			diffs = append(diffs, d/float64(attachments))
 		}
 	}
-	if len(diffs) == 0 {
+	if len(diffs) < 2 {
 		return o, false
 	}
-	return overhead{off: median(offs), on: median(ons), cost: median(diffs), lo: slices.Min(diffs), hi: slices.Max(diffs)}, true
+	var mean, ss float64
+	for _, d := range diffs {
+		mean += d / float64(len(diffs))
+	}
+	for _, d := range diffs {
+		ss += (d - mean) * (d - mean)
+	}
+	se := math.Sqrt(ss/float64(len(diffs)-1)) / math.Sqrt(float64(len(diffs)))
+	return overhead{off: median(offs), on: median(ons), attachments: attachments,
+		cost: median(diffs), lo: slices.Min(diffs), hi: slices.Max(diffs), mean: mean, se: se}, true
 }
 
-// overhead is the observer's CPU cost from the rounds with and without it,
+// overhead is the observer's CPU cost from the slices with and without it,
 // in µs per connection.
 type overhead struct {
 	off, on      float64 // median work per connection without and with it
-	cost, lo, hi float64 // median, lowest and highest paired difference
+	attachments  int     // times the programs were attached in the slices with it
+	cost, lo, hi float64 // median, lowest and highest paired difference, per attachment
+	mean, se     float64 // mean paired difference per attachment, and its standard error
 }
 
 // bound returns the cost the overhead goal is checked against, in µs per
-// connection: the median paired difference, but never less than the
-// programs' own run time (progUs), which it includes and which the kernel
-// measures without the noise of the rest of the machine.
-func (o overhead) bound(progUs float64) float64 { return max(o.cost, progUs) }
+// connection: the mean paired difference, the estimate of the observer's
+// cost (the median is reported beside it, for the spread), but never less
+// than the programs' own run time (progUs), which it includes and which
+// the kernel measures without the noise of the rest of the machine.
+func (o overhead) bound(progUs float64) float64 { return max(o.mean, progUs) }
 
 // atRate converts µs per connection into % of one core at rate
 // connections a second.
@@ -643,35 +732,37 @@ func (r *passiveResult) report(s *Scenario) {
 		s.add("W1 (from first failing probe)", ms(r.without.w1), "ms")
 		s.add("W3 (from onset)", ms(r.without.w3), "ms")
 	}
-	o, ok := cpuOverhead(r.cpu.samples)
+	o, ok := cpuOverhead(r.cpu.samples, cpuAttachments)
 	if ok {
 		var rates []float64
 		var observed, conns uint64
 		for _, c := range r.cpu.samples {
-			rates = append(rates, c.load.Rate())
+			rates = append(rates, c.rate())
 			if c.observer {
 				observed += c.observed
-				conns += c.load.Connected
+				conns += uint64(c.conns)
 			}
 		}
 		s.addRuns("CPU: client rate", rates, "connections/s")
 		if m := median(rates); m < float64(passiveCPURate)*0.95 {
-			s.note("the client reached %.0f connections/s (median of the rounds), not %d: the machine could not carry more; costs are per connection and scaled to %d/s", m, passiveCPURate, passiveCPURate)
+			s.note("the client reached %.0f connections/s (median of the slices), not %d: the machine could not carry more; costs are per connection and scaled to %d/s", m, passiveCPURate, passiveCPURate)
 		}
 		s.add("CPU: work per connection, observer off", o.off, "µs")
-		s.add("CPU: work per connection, observer on", o.on, "µs")
-		s.add("CPU: observer cost per connection (paired)", o.cost, "µs")
+		s.add(fmt.Sprintf("CPU: work per connection, observer on ×%d", o.attachments), o.on, "µs")
+		s.add("CPU: observer cost per connection (paired median)", o.cost, "µs")
+		s.add("CPU: observer cost per connection (paired mean)", o.mean, "µs")
+		s.add("CPU: standard error of the mean", o.se, "µs")
 		s.add("CPU: lowest paired difference", o.lo, "µs")
 		s.add("CPU: highest paired difference", o.hi, "µs")
 		s.add("CPU: connections seen by the observer", float64(observed), "")
 		s.add("CPU: connections made while it was on", float64(conns), "")
-		t := &Table{Columns: []string{"round", "observer", "connections", "rate/s", "client µs/conn", "fleet µs/conn", "irq µs/conn", "work µs/conn", "machine µs/conn", "steal % of CPUs"}}
+		t := &Table{Columns: []string{"slice", "observer", "connections", "rate/s", "client µs/conn", "fleet µs/conn", "irq µs/conn", "work µs/conn", "machine µs/conn", "steal % of CPUs"}}
 		for i, c := range r.cpu.samples {
-			t.Rows = append(t.Rows, []string{strconv.Itoa(i + 1), strconv.FormatBool(c.observer), strconv.FormatUint(c.load.Connections, 10),
-				fmt.Sprintf("%.0f", c.load.Rate()), fmt.Sprintf("%.2f", c.perConn(c.load.UserCPU+c.load.SystemCPU)),
+			t.Rows = append(t.Rows, []string{strconv.Itoa(i + 1), strconv.FormatBool(c.observer), fmt.Sprintf("%.0f", c.conns),
+				fmt.Sprintf("%.0f", c.rate()), fmt.Sprintf("%.2f", c.perConn(c.client)),
 				fmt.Sprintf("%.2f", c.perConn(c.benchCPU)), fmt.Sprintf("%.2f", c.perConn(c.irq)),
 				fmt.Sprintf("%.2f", c.perConn(c.work())), fmt.Sprintf("%.2f", c.perConn(c.machineBusy)),
-				fmt.Sprintf("%.1f", c.steal/max(c.load.Seconds, 1e-9)/float64(runtime.NumCPU())*100)})
+				fmt.Sprintf("%.1f", c.steal/max(c.seconds, 1e-9)/float64(runtime.NumCPU())*100)})
 		}
 		s.Tables = append(s.Tables, t)
 	}
@@ -693,7 +784,7 @@ func (r *passiveResult) report(s *Scenario) {
 	if r.quick {
 		s.note("-quick: active-only detection is not waited for (%.0f s of observation after the onset); its bound is W3 as the daemon computes it and exports it in sonde_check_failure_window_from_onset_seconds", r.without.waited)
 	}
-	s.note("CPU work = the client's user+system time (its own getrusage over the load) + this process's (the fleet's listeners accept and close each connection) + the machine's hard and soft interrupt time, per connection; the client closes each connection with an RST (SO_LINGER 0), as proxies do, so neither side keeps TIME_WAIT sockets. Rounds alternate off, on, on, off, … so a drift of the shared machine's load weighs on both; each adjacent pair gives a difference, whose median is the cost and whose spread the noise. \"observer programs\" is the kernel's own run-time statistic of the two programs (BPF_ENABLE_STATS, in one more round): their run time alone, without the tracepoints' own dispatch")
+	s.note("CPU work = the client's user+system time (/proc/PID/stat) + this process's (the fleet's listeners accept and close each connection) + the machine's hard and soft interrupt time, per connection the client opened (its namespace's TCP ActiveOpens); the client closes each connection with an RST (SO_LINGER 0), as proxies do, so neither side keeps TIME_WAIT sockets. One client load runs throughout; the observer, opened once, is detached and attached %d times (each state change runs its programs %d times) for slices of %s in turn (off, on, on, off, …), so a drift of the shared machine weighs on both and the slices differ in the attachments alone; each adjacent pair gives a difference, divided by %d: their median is the cost, their spread the noise. \"observer programs\" is the kernel's own run-time statistic of the two programs (BPF_ENABLE_STATS, in one more slice): their run time alone, without the tracepoints' own dispatch, with the statistic's own two clock reads a run", cpuAttachments, cpuAttachments, r.cpuSlice, cpuAttachments)
 	s.note("memory: memlock of each map of an observer opened for %d targets with %d IPv4 targets watched, as the kernel reports it (bpf_map_info)", r.mem.targets, r.mem.targets)
 }
 
@@ -717,12 +808,12 @@ func passiveGoals(s *Scenario, r *passiveResult) {
 		s.goal("0 false triggers or detections", f == 0,
 			"%d triggers and %d unhealthy among targets that kept answering; %d triggers without a passive block", r.with.falseTriggers+r.without.falseTriggers, r.with.falseUnhealthy+r.without.falseUnhealthy, r.without.triggers)
 	}
-	if o, ok := cpuOverhead(r.cpu.samples); ok && r.cpu.progConns > 0 {
+	if o, ok := cpuOverhead(r.cpu.samples, cpuAttachments); ok && r.cpu.progConns > 0 {
 		prog := r.cpu.progUs()
 		pct := atRate(o.bound(prog), passiveCPURate)
 		s.goal("observer overhead ≤ 3 % of one core at 20,000 connections/s", pct <= passiveOverheadGoal,
-			"%.1f %% of a core: %.2f µs per connection, the larger of the programs' own run time (%.2f µs) and the paired difference of the rounds with and without the observer (median %.2f µs, from %.2f to %.2f)",
-			pct, o.bound(prog), prog, o.cost, o.lo, o.hi)
+			"%.1f %% of a core: %.2f µs per connection, the larger of the programs' own run time (%.2f µs) and the mean paired difference of the slices with the observer attached %d times and without, divided by %d (%.2f ± %.2f µs, the standard error; median %.2f µs, from %.2f to %.2f)",
+			pct, o.bound(prog), prog, o.attachments, o.attachments, o.mean, o.se, o.cost, o.lo, o.hi)
 	}
 	if len(r.mem.maps) > 0 {
 		s.goal("watch map for 1 M targets ≤ 64 MiB", r.mem.watchBytes() <= passiveMemoryGoal,

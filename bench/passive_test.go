@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"net/netip"
 	"strings"
 	"testing"
@@ -9,7 +10,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/sondeprobe/sonde/bench/bpfobjs"
-	"github.com/sondeprobe/sonde/bench/connload"
 )
 
 func TestCPUOverhead(t *testing.T) {
@@ -17,29 +17,35 @@ func TestCPUOverhead(t *testing.T) {
 	// Work per connection: client + fleet + irq over 1,000,000 connections,
 	// so each CPU second is 1 µs per connection.
 	sample := func(on bool, work float64) cpuSample {
-		return cpuSample{observer: on, load: connload.Result{Connections: 1_000_000, UserCPU: work / 2, SystemCPU: work / 2}}
+		return cpuSample{observer: on, conns: 1_000_000, client: work / 2, benchCPU: work / 2}
 	}
 	samples := []cpuSample{
 		sample(false, 80), sample(true, 83), // +3
 		sample(true, 90), sample(false, 89), // +1
 		sample(false, 70), sample(true, 75), // +5
 	}
-	o, ok := cpuOverhead(samples)
+	o, ok := cpuOverhead(samples, 2)
 	if !ok {
 		t.Fatal("no overhead from three pairs")
 	}
-	want := overhead{off: 80, on: 83, cost: 3, lo: 1, hi: 5}
+	// Differences +3, +1, +5 with the programs attached twice: per
+	// attachment 1.5, 0.5, 2.5; mean 1.5, standard deviation 1, standard
+	// error 1/√3.
+	want := overhead{off: 80, on: 83, attachments: 2, cost: 1.5, lo: 0.5, hi: 2.5, mean: 1.5, se: 1 / math.Sqrt(3)}
 	if diff := cmp.Diff(want, o, cmp.AllowUnexported(overhead{}), cmp.Comparer(func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 })); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
 	}
-	if b := o.bound(2); b != 3 {
-		t.Errorf("bound with programs at 2 µs = %v, want the paired 3", b)
+	if b := o.bound(1); b != 1.5 {
+		t.Errorf("bound with programs at 1 µs = %v, want the paired mean 1.5", b)
+	}
+	if b := (overhead{cost: 2, mean: 1}).bound(0.5); b != 1 {
+		t.Errorf("bound with the median above the mean = %v, want the mean 1", b)
 	}
 	if b := o.bound(4); b != 4 {
 		t.Errorf("bound with programs at 4 µs = %v, want the programs' 4", b)
 	}
-	if _, ok := cpuOverhead(samples[:1]); ok {
-		t.Error("an overhead from a single round")
+	if _, ok := cpuOverhead(samples[:2], 1); ok {
+		t.Error("an overhead from a single pair")
 	}
 	if pct := atRate(1.5, passiveCPURate); pct != 3 {
 		t.Errorf("1.5 µs per connection at 20,000/s = %v %% of a core, want 3", pct)
@@ -56,8 +62,10 @@ func TestPassiveGoals(t *testing.T) {
 				fromEarliest: []float64{70, 71}},
 			cpu: cpuResult{
 				samples: []cpuSample{
-					{observer: false, load: connload.Result{Connections: 1e6, UserCPU: 80}},
-					{observer: true, load: connload.Result{Connections: 1e6, UserCPU: 81}},
+					{observer: false, conns: 1e6, client: 80},
+					{observer: true, conns: 1e6, client: 81},
+					{observer: true, conns: 1e6, client: 82},
+					{observer: false, conns: 1e6, client: 81},
 				},
 				progNs: 500 * 1e6, progRuns: 6e6, progConns: 1e6, // 0.5 µs per connection
 			},
@@ -88,7 +96,10 @@ func TestPassiveGoals(t *testing.T) {
 		{name: "a false trigger", change: func(r *passiveResult) { r.with.falseTriggers = 1 }, want: map[string]bool{"0": false}},
 		{name: "a trigger without a passive block", change: func(r *passiveResult) { r.without.triggers = 1 }, want: map[string]bool{"0": false}},
 		{name: "programs over 1.5 µs", change: func(r *passiveResult) { r.cpu.progNs = 1600 * 1e6 }, want: map[string]bool{"observer": false}},
-		{name: "paired difference over 1.5 µs", change: func(r *passiveResult) { r.cpu.samples[1].load.UserCPU = 82 }, want: map[string]bool{"observer": false}},
+		{name: "paired difference over 1.5 µs", change: func(r *passiveResult) {
+			// 10 µs more with the programs attached cpuAttachments (6) times.
+			r.cpu.samples[1].client, r.cpu.samples[2].client = 90, 91
+		}, want: map[string]bool{"observer": false}},
 		{name: "watch maps over 64 MiB", change: func(r *passiveResult) { r.mem.maps[0].Bytes = 49 << 20 }, want: map[string]bool{"watch": false}},
 		{name: "quick: active detection not a goal", change: func(r *passiveResult) { r.quick = true; r.without.detected = nil },
 			want: map[string]bool{"active": false}},

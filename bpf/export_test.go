@@ -28,7 +28,7 @@ func PassiveMapMemory(p *Passive) (map[string]uint64, error) {
 		m    *ebpf.Map
 	}{
 		{"watch4", p.objs.Watch4}, {"watch4", p.tab4}, {"watch6", p.objs.Watch6}, {"watch6", p.tab6},
-		{"stats", p.objs.Stats}, {"socks", p.objs.Socks}, {"events", p.objs.Events},
+		{"stats", p.objs.Stats}, {"own", p.objs.Own}, {"events", p.objs.Events},
 	} {
 		if m.m == nil {
 			continue
@@ -154,4 +154,22 @@ func PassiveStateRuns(p *Passive) (runs uint64, total time.Duration, err error) 
 		return 0, 0, err
 	}
 	return st.RunCount, st.Runtime, nil
+}
+
+// PassiveWatchedPorts returns the ports the program's filter watch_ports
+// lets through, as the kernel holds them.
+func PassiveWatchedPorts(p *Passive) ([]uint16, error) {
+	var s portSet
+	if err := p.objs.WatchPorts.Get(s[:]); err != nil {
+		return nil, err
+	}
+	var ports []uint16
+	for i, w := range s {
+		for b := range 64 {
+			if w&(1<<b) != 0 {
+				ports = append(ports, uint16(i*64+b))
+			}
+		}
+	}
+	return ports, nil
 }

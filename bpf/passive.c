@@ -14,19 +14,23 @@
 //     of an inet socket;
 //   - tcp_retransmit_skb (sk, skb, ...), for every retransmitted segment.
 // Their first argument is the struct sock; its fields (family, peer
-// address and port, protocol, sk_err, sk_err_soft) are read through CO-RE,
-// relocated against the kernel's BTF (struct sock_common and struct sock
-// below declare only what is read).
+// address and port, protocol, sk_err, sk_err_soft, and tcp_sock's
+// total_retrans and srtt_us) are read through CO-RE, relocated against the
+// kernel's BTF (the declarations below name only what is read).
 //
-// A connection is followed from its CLOSE -> SYN_SENT transition, which runs
-// in the connect() caller's context, when its peer (address, port) is in
-// watch4 or watch6: the socket goes into the LRU map socks with the time and
-// the target's slot — unless the caller is sonde itself (its own probes are
-// not evidence; cfg_self_* identify sonde by its pid namespace's device and
-// inode and its tgid there, so the check holds inside containers). Then:
-//   - SYN_SENT -> ESTABLISHED: connected; the handshake time is added; the
-//     target's run of consecutive failures ends (with an event when there
-//     was one, so user space sees the run end);
+// No state is kept per connection: the outcome of a connection is read from
+// the transition that ends its connect and from the socket itself, so the
+// programs take no lock and allocate nothing for the host's connections
+// (per-connection state in an LRU hash map cost the host several times the
+// programs' own run time: its bucket and list locks disable interrupts).
+// On a transition of a socket whose peer (address, port) is in watch4 or
+// watch6:
+//   - SYN_SENT -> ESTABLISHED: connected; the handshake time is the
+//     kernel's round-trip sample of the SYN (tcp_sock.srtt_us, set from the
+//     SYN-ACK before the state changes; none when the SYN was retransmitted
+//     on a connection without TCP timestamps); the target's run of
+//     consecutive failures ends (with an event when there was one, so user
+//     space sees the run end);
 //   - SYN_SENT -> CLOSE, classified by sk->sk_err, which the kernel sets
 //     before it moves the socket to CLOSE on a reset, an ICMP error or a
 //     timeout (or, when it is 0, by sk->sk_err_soft: an ICMP error that came
@@ -34,21 +38,28 @@
 //     refused; ETIMEDOUT is timed out (SYN retries exhausted); EHOSTUNREACH,
 //     ENETUNREACH, EHOSTDOWN and ENONET are unreachable. Any other value — 0
 //     above all, the application closed the socket while connecting — is
-//     timed out when the SYN was retransmitted at least once (it went
-//     unanswered for the initial RTO: how a client with its own connect
-//     timeout, such as HAProxy's, sees a target that drops), and abandoned
-//     otherwise (no evidence against the target: a client aborting its own
-//     connects must trigger nothing). A soft ICMP error the application
-//     read (SO_ERROR) before closing leaves no trace: such an attempt counts
-//     as abandoned. It happens when the ICMP answer comes back within the
-//     connect() call itself, from a target on the same host;
-//   - ESTABLISHED or later -> CLOSE: ECONNRESET or EPIPE is a reset
-//     (counted, not a failure); ETIMEDOUT and the unreachable errors are
-//     failures as above; anything else is an ordinary close.
+//     timed out when the SYN was retransmitted at least once
+//     (tcp_sock.total_retrans: it went unanswered for the initial RTO, how a
+//     client with its own connect timeout, such as HAProxy's, sees a target
+//     that drops), and abandoned otherwise (no evidence against the target:
+//     a client aborting its own connects must trigger nothing). A soft ICMP
+//     error the application read (SO_ERROR) before closing leaves no trace:
+//     such an attempt counts as abandoned. It happens when the ICMP answer
+//     comes back within the connect() call itself, from a target on the same
+//     host;
+//   - any other state -> CLOSE: ECONNRESET or EPIPE is a reset (counted, not
+//     a failure); ETIMEDOUT and the unreachable errors are failures as
+//     above; anything else is an ordinary close.
 // Refused, timed out and unreachable are failures: each adds one to the
-// target's run. Every step looks the peer up in the watch map again, so a
-// connection whose target left the map, or whose slot now belongs to
-// another target, stops counting.
+// target's run.
+//
+// sonde's own connects are not evidence. CLOSE -> SYN_SENT runs in the
+// connect() caller's context: when the caller is sonde itself (cfg_self_*
+// identify it by its pid namespace's device and inode and its tgid there,
+// so the check holds inside containers) and the peer is watched, the socket
+// goes into the LRU map own, and its later transitions are skipped (the
+// last one removes it). Only sonde's own connects to watched targets pay
+// for that map.
 //
 // The ring carries a record per failure while the run is at most the
 // target's threshold, then at most one per RL_UNITS (about 25 ms) per
@@ -141,18 +152,10 @@ struct stats {
 	__u64 abandoned;    // OUT_ABANDONED
 	__u64 reset;        // OUT_RESET
 	__u64 retransmits;  // retransmitted segments of followed connections
-	__u64 handshake_ns; // sum of the handshake times of connected
+	__u64 handshake_ns; // sum of the handshake times of the handshakes below
+	__u64 handshakes;   // connected with a round-trip sample of the SYN
 	__u32 run;          // current run of consecutive failures
 	__u32 rl_last;      // time of the latest record sent past the threshold, in RL_SHIFT units
-};
-
-// sock_state is a followed connection, keyed by its struct sock pointer.
-struct sock_state {
-	__u64 start;       // bpf_ktime_get_ns() at CLOSE -> SYN_SENT
-	__u32 slot;        // the target's slot then
-	__u16 retransmits; // retransmitted segments so far (saturating)
-	__u8 established;  // reached ESTABLISHED
-	__u8 pad;
 };
 
 // event is one record in the ring: a failure, or the first success after
@@ -161,7 +164,7 @@ struct event {
 	__u64 ktime;       // bpf_ktime_get_ns(): CLOCK_MONOTONIC nanoseconds
 	__u32 slot;        // the target's slot
 	__u32 run;         // consecutive failures including this one; for a success, the run it ended
-	__u32 retransmits; // retransmitted segments of this connection
+	__u32 retransmits; // segments this connection retransmitted (tcp_sock.total_retrans)
 	__u8 outcome;      // enum outcome
 	__u8 pad[3];
 };
@@ -217,12 +220,14 @@ struct {
 	__type(value, struct stats);
 } stats SEC(".maps");
 
+// own holds sonde's own connecting sockets to watched targets, keyed by
+// their struct sock pointer.
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536); // set by user space before load
 	__type(key, __u64);
-	__type(value, struct sock_state);
-} socks SEC(".maps");
+	__type(value, __u8);
+} own SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -234,6 +239,14 @@ volatile const __u8 cfg_exclude_self; // 1: ignore connects of the process below
 volatile const __u64 cfg_self_dev;    // device of its pid namespace (kernel dev_t encoding)
 volatile const __u64 cfg_self_ino;    // inode of its pid namespace
 volatile const __u32 cfg_self_tgid;   // its process id in that namespace
+
+// watch_ports has bit p set (word p / 64, bit p % 64) for every port p, in
+// host order, that some watched target of either family has: a connection
+// to any other port is no target's and is left at once, before its peer
+// is read or looked up. User space sets the bits of a new watched set
+// before it publishes the set's tables and clears the bits of the old one
+// after, so a change never hides a target of the published tables.
+volatile __u64 watch_ports[1024];
 
 // Counters user space reads from the memory-mapped global data.
 volatile __u64 dropped_rate; // failure records left out by the rate bound
@@ -261,6 +274,13 @@ struct sock {
 	int sk_err_soft;
 } __attribute__((preserve_access_index));
 
+// tcp_sock starts with its struct sock (through inet_connection_sock and
+// inet_sock): a TCP socket's pointer is both.
+struct tcp_sock {
+	__u32 srtt_us;       // smoothed RTT << 3, in µs
+	__u32 total_retrans; // segments retransmitted, the SYN included
+} __attribute__((preserve_access_index));
+
 // peer is a connection's remote end, as peer_of reads it from the socket.
 struct peer {
 	__u16 family;   // AF_INET or AF_INET6
@@ -276,13 +296,15 @@ static __always_inline void peer_of(const struct sock *sk, struct peer *p)
 {
 	__u16 port = 0;
 
-	bpf_core_read(&p->family, sizeof(p->family), &sk->__sk_common.skc_family);
-	bpf_core_read(&port, sizeof(port), &sk->__sk_common.skc_dport);
+	p->family = sk->__sk_common.skc_family;
+	port = sk->__sk_common.skc_dport;
 	p->port = bpf_ntohs(port);
-	if (p->family == AF_INET)
-		bpf_core_read(p->addr4, sizeof(p->addr4), &sk->__sk_common.skc_daddr);
-	else if (p->family == AF_INET6 && bpf_core_field_exists(sk->__sk_common.skc_v6_daddr))
-		bpf_core_read(p->addr6, sizeof(p->addr6), &sk->__sk_common.skc_v6_daddr);
+	if (p->family == AF_INET) {
+		__u32 a = sk->__sk_common.skc_daddr;
+		__builtin_memcpy(p->addr4, &a, 4);
+	} else if (p->family == AF_INET6 && bpf_core_field_exists(sk->__sk_common.skc_v6_daddr)) {
+		__builtin_memcpy(p->addr6, &sk->__sk_common.skc_v6_daddr, 16);
+	}
 }
 
 // mix is MurmurHash3's 64-bit finalizer.
@@ -432,38 +454,51 @@ static __always_inline int unreachable(int err)
 	return err == EHOSTUNREACH || err == ENETUNREACH || err == EHOSTDOWN || err == ENONET;
 }
 
-static __always_inline void connected(struct stats *st, const struct watch_val *w, struct sock_state *s)
+// retransmits returns the segments sk retransmitted.
+static __always_inline __u32 retransmits(const struct sock *sk)
 {
-	__u64 now = bpf_ktime_get_ns();
+	__u32 n = 0;
 
-	s->established = 1;
+	bpf_core_read(&n, sizeof(n), &((const struct tcp_sock *)sk)->total_retrans);
+	return n;
+}
+
+static __always_inline void connected(struct stats *st, const struct watch_val *w, const struct sock *sk)
+{
+	__u32 srtt = 0;
+
 	__sync_fetch_and_add(&st->connected, 1);
-	__sync_fetch_and_add(&st->handshake_ns, now - s->start);
+	bpf_core_read(&srtt, sizeof(srtt), &((const struct tcp_sock *)sk)->srtt_us);
+	if (srtt) {
+		__sync_fetch_and_add(&st->handshake_ns, (__u64)(srtt >> 3) * 1000);
+		__sync_fetch_and_add(&st->handshakes, 1);
+	}
 	// The run ends; only the success that ends one is sent.
 	if (st->run == 0)
 		return;
 	__u32 run = __sync_lock_test_and_set(&st->run, 0);
 	if (run)
-		emit(w->slot, OUT_CONNECTED, run, s->retransmits, now);
+		emit(w->slot, OUT_CONNECTED, run, retransmits(sk), bpf_ktime_get_ns());
 }
 
-// closed classifies the close of a followed connection.
-static __always_inline void closed(struct stats *st, const struct watch_val *w, struct sock_state *s, const struct sock *sk)
+// closed classifies the close of a connection to a watched target;
+// connecting says the socket was still connecting (SYN_SENT).
+static __always_inline void closed(struct stats *st, const struct watch_val *w, const struct sock *sk, int connecting)
 {
-	int err = 0;
+	int err = sk->sk_err;
 
-	bpf_core_read(&err, sizeof(err), &sk->sk_err);
-	if (!err && !s->established)
-		bpf_core_read(&err, sizeof(err), &sk->sk_err_soft);
-	if (!s->established) {
+	if (!err && connecting)
+		err = sk->sk_err_soft;
+	if (connecting) {
+		__u32 rtx = retransmits(sk);
 		if (err == ECONNREFUSED)
-			fail(st, w, OUT_REFUSED, s->retransmits);
+			fail(st, w, OUT_REFUSED, rtx);
 		else if (err == ETIMEDOUT)
-			fail(st, w, OUT_TIMED_OUT, s->retransmits);
+			fail(st, w, OUT_TIMED_OUT, rtx);
 		else if (unreachable(err))
-			fail(st, w, OUT_UNREACHABLE, s->retransmits);
-		else if (s->retransmits)
-			fail(st, w, OUT_TIMED_OUT, s->retransmits);
+			fail(st, w, OUT_UNREACHABLE, rtx);
+		else if (rtx)
+			fail(st, w, OUT_TIMED_OUT, rtx);
 		else
 			__sync_fetch_and_add(&st->abandoned, 1);
 		return;
@@ -471,88 +506,80 @@ static __always_inline void closed(struct stats *st, const struct watch_val *w, 
 	if (err == ECONNRESET || err == EPIPE)
 		__sync_fetch_and_add(&st->reset, 1);
 	else if (err == ETIMEDOUT)
-		fail(st, w, OUT_TIMED_OUT, s->retransmits);
+		fail(st, w, OUT_TIMED_OUT, retransmits(sk));
 	else if (unreachable(err))
-		fail(st, w, OUT_UNREACHABLE, s->retransmits);
+		fail(st, w, OUT_UNREACHABLE, retransmits(sk));
+}
+
+// watched_tcp finds the watch entry of sk's peer when sk is a TCP socket.
+static __always_inline int watched_tcp(const struct sock *sk, struct watch_val *w)
+{
+	struct peer p = {};
+	__u16 port = bpf_ntohs(sk->__sk_common.skc_dport);
+
+	if (!(watch_ports[port >> 6] & (1ULL << (port & 63))))
+		return 0;
+	if (sk->sk_protocol != IPPROTO_TCP)
+		return 0;
+	peer_of(sk, &p);
+	return lookup(&p, w);
 }
 
 // passive_state runs on every state change of an inet socket (TCP, and
 // others, which it leaves alone).
-SEC("raw_tracepoint/inet_sock_set_state")
-int passive_state(struct bpf_raw_tracepoint_args *ctx)
+SEC("tp_btf/inet_sock_set_state")
+int passive_state(__u64 *ctx)
 {
-	const struct sock *sk = (const struct sock *)ctx->args[0];
-	int oldstate = (int)ctx->args[1], newstate = (int)ctx->args[2];
-	struct peer p = {};
-	__u16 protocol = 0;
+	const struct sock *sk = (const struct sock *)ctx[0];
+	int oldstate = (int)ctx[1], newstate = (int)ctx[2];
+	struct watch_val w = {};
+	__u64 key = (__u64)sk;
 
 	if (!(oldstate == TCP_CLOSE && newstate == TCP_SYN_SENT) &&
 	    !(oldstate == TCP_SYN_SENT && newstate == TCP_ESTABLISHED) && newstate != TCP_CLOSE)
 		return 0;
-	bpf_core_read(&protocol, sizeof(protocol), &sk->sk_protocol);
-	if (protocol != IPPROTO_TCP)
+	if (!watched_tcp(sk, &w))
 		return 0;
-	__u64 key = (__u64)sk;
-	struct sock_state *s = NULL;
-	if (newstate != TCP_SYN_SENT) {
-		s = bpf_map_lookup_elem(&socks, &key);
-		if (!s)
-			return 0;
-	}
-	peer_of(sk, &p);
-	struct watch_val wv = {};
-	int watched = lookup(&p, &wv);
-	const struct watch_val *w = &wv;
-
 	if (newstate == TCP_SYN_SENT) {
-		if (!watched || is_self())
-			return 0;
-		struct sock_state ns = {.start = bpf_ktime_get_ns(), .slot = w->slot};
-		bpf_map_update_elem(&socks, &key, &ns, BPF_ANY);
+		if (is_self()) {
+			__u8 one = 1;
+			bpf_map_update_elem(&own, &key, &one, BPF_ANY);
+		}
 		return 0;
 	}
-	if (!s) // the verifier does not follow the lookup above
-		return 0;
-	// The target left the watch map, or its slot went to another one.
-	if (!watched || w->slot != s->slot) {
-		bpf_map_delete_elem(&socks, &key);
+	if (cfg_exclude_self && bpf_map_lookup_elem(&own, &key)) {
+		if (newstate == TCP_CLOSE)
+			bpf_map_delete_elem(&own, &key);
 		return 0;
 	}
-	__u32 slot = w->slot;
+	__u32 slot = w.slot;
 	struct stats *st = bpf_map_lookup_elem(&stats, &slot);
 	if (!st)
 		return 0;
-	if (newstate == TCP_ESTABLISHED) {
-		connected(st, w, s);
-		return 0;
-	}
-	closed(st, w, s, sk);
-	bpf_map_delete_elem(&socks, &key);
+	if (newstate == TCP_ESTABLISHED)
+		connected(st, &w, sk);
+	else
+		closed(st, &w, sk, oldstate == TCP_SYN_SENT);
 	return 0;
 }
 
-// passive_retransmit counts a retransmission of a followed socket. Linux
-// 6.12 added a third argument (err); only the first is read.
-SEC("raw_tracepoint/tcp_retransmit_skb")
-int passive_retransmit(struct bpf_raw_tracepoint_args *ctx)
+// passive_retransmit counts a retransmission of a connection to a watched
+// target. Linux 6.12 added a third argument (err); only the first is read.
+SEC("tp_btf/tcp_retransmit_skb")
+int passive_retransmit(__u64 *ctx)
 {
-	const struct sock *sk = (const struct sock *)ctx->args[0];
+	const struct sock *sk = (const struct sock *)ctx[0];
+	struct watch_val w = {};
 	__u64 key = (__u64)sk;
 
-	struct sock_state *s = bpf_map_lookup_elem(&socks, &key);
-	if (!s)
+	if (!watched_tcp(sk, &w))
 		return 0;
-	struct peer p = {};
-	peer_of(sk, &p);
-	struct watch_val w = {};
-	if (!lookup(&p, &w) || w.slot != s->slot)
+	if (cfg_exclude_self && bpf_map_lookup_elem(&own, &key))
 		return 0;
 	__u32 slot = w.slot;
 	struct stats *st = bpf_map_lookup_elem(&stats, &slot);
 	if (!st)
 		return 0;
-	if (s->retransmits < 0xffff)
-		s->retransmits++; // one CPU at a time: the socket is locked
 	__sync_fetch_and_add(&st->retransmits, 1);
 	return 0;
 }

@@ -126,8 +126,11 @@ type PassiveStats struct {
 	Unreachable uint64 // connects answered by ICMP unreachable
 	Abandoned   uint64 // connects the application closed before any SYN retransmission
 	Reset       uint64 // established connections reset by the peer
-	Retransmits uint64 // segments retransmitted by the target's connections
-	// HandshakeSum is the sum of the handshake times of Connected.
+	Retransmits uint64 // segments retransmitted by connections to the target
+	// Handshakes counts the completed handshakes with a round-trip sample
+	// of the SYN (all but those whose SYN was retransmitted on a connection
+	// without TCP timestamps), and HandshakeSum is the sum of their times.
+	Handshakes   uint64
 	HandshakeSum time.Duration
 	// Run is the current run of consecutive failures (refused, timed out,
 	// unreachable), ended by the next connection that completes.
@@ -157,7 +160,8 @@ type PassiveOptions struct {
 	// RingBytes is the ring buffer's size: a power of two of at least a
 	// page; default 256 KiB (about 8,000 records).
 	RingBytes int
-	// MaxSockets bounds the connections followed at once, oldest evicted
+	// MaxSockets bounds this process's own connects to watched targets
+	// followed at once (to leave them out of the evidence), oldest evicted
 	// first; default 65536.
 	MaxSockets int
 	// IncludeSelf counts this process's own connects too. By default they
@@ -215,6 +219,7 @@ type Passive struct {
 	// the tables (nil while a family has none), tmpl4 and tmpl6 their
 	// templates, seed the source of their seeds.
 	watchMu      sync.Mutex
+	ports        *portSet            // the ports watch_ports lets through
 	cur4         map[uint64]watchVal // by key4Of
 	cur6         map[watchKey6]watchVal
 	tab4, tab6   *ebpf.Map
@@ -242,7 +247,7 @@ var ErrPassiveReading = errors.New("passive: Read already running")
 
 // PassiveAvailable reports whether this process can observe connections
 // passively: it checks the kernel's BTF, then loads the programs and attaches
-// them to their raw tracepoints (needs CAP_BPF and CAP_PERFMON, or
+// them to their tracepoints (needs CAP_BPF and CAP_PERFMON, or
 // CAP_SYS_ADMIN; not tracefs), and detaches them at once. The error says
 // what is missing.
 func PassiveAvailable() error {
@@ -257,7 +262,7 @@ func PassiveAvailable() error {
 }
 
 // OpenPassive loads the passive-observation programs with opt and attaches
-// them to the raw tracepoints inet_sock_set_state and tcp_retransmit_skb,
+// them to the BTF tracepoints inet_sock_set_state and tcp_retransmit_skb,
 // through the bpf system call alone: tracefs need not be mounted (it is not
 // under ip netns exec, nor in many containers). Nothing is watched until
 // [Passive.Watch]. Minimum kernel 5.12 (BPF atomics with fetch), with BTF.
@@ -271,13 +276,14 @@ func OpenPassive(opt PassiveOptions) (_ *Passive, err error) {
 		return nil, err
 	}
 	spec.Maps[passiveMapStats].MaxEntries = uint32(opt.MaxTargets)
-	spec.Maps[passiveMapSocks].MaxEntries = uint32(opt.MaxSockets)
+	spec.Maps[passiveMapOwn].MaxEntries = uint32(opt.MaxSockets)
 	spec.Maps[passiveMapEvents].MaxEntries = uint32(opt.RingBytes)
 	if err := configurePassive(spec, opt); err != nil {
 		return nil, err
 	}
 	p := &Passive{
 		opt:   opt,
+		ports: &portSet{},
 		cur4:  map[uint64]watchVal{},
 		cur6:  map[watchKey6]watchVal{},
 		tmpl4: spec.Maps[passiveMapWatch4].InnerMap,
@@ -295,18 +301,8 @@ func OpenPassive(opt PassiveOptions) (_ *Passive, err error) {
 			err = errors.Join(err, p.Close())
 		}
 	}()
-	for _, tp := range []struct {
-		name string
-		prog *ebpf.Program
-	}{
-		{"inet_sock_set_state", p.objs.PassiveState},
-		{"tcp_retransmit_skb", p.objs.PassiveRetransmit},
-	} {
-		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: tp.name, Program: tp.prog})
-		if err != nil {
-			return nil, fmt.Errorf("attach raw tracepoint %s (needs CAP_BPF and CAP_PERFMON): %w", tp.name, err)
-		}
-		p.links = append(p.links, l)
+	if err := p.attach(); err != nil {
+		return nil, err
 	}
 	if p.reader, err = ringbuf.NewReader(p.objs.Events); err != nil {
 		return nil, fmt.Errorf("open passive ring buffer: %w", err)
@@ -370,6 +366,12 @@ func (p *Passive) Watch(entries []WatchEntry) error {
 	if err != nil {
 		return err
 	}
+	// The ports filter lets the new set's ports through before its tables
+	// are published, and drops the old set's after.
+	ports := portsOf(entries)
+	if err := p.setPorts(orPorts(p.ports, ports)); err != nil {
+		return err
+	}
 	fresh := appendFresh(appendFresh(nil, p.cur4, next4), p.cur6, next6)
 	if len(fresh) > 0 {
 		// A slot that gets a new target may still be the slot of an old
@@ -393,7 +395,44 @@ func (p *Passive) Watch(entries []WatchEntry) error {
 	if err := p.publish4(next4); err != nil {
 		return err
 	}
-	return p.publish6(next6)
+	if err := p.publish6(next6); err != nil {
+		return err
+	}
+	return p.setPorts(ports)
+}
+
+// portSet is the bitmap of watch_ports: bit p%64 of word p/64 for port p.
+type portSet [1024]uint64
+
+// portsOf returns the ports of entries.
+func portsOf(entries []WatchEntry) *portSet {
+	var s portSet
+	for _, e := range entries {
+		port := e.Addr.Port()
+		s[port>>6] |= 1 << (port & 63)
+	}
+	return &s
+}
+
+// orPorts returns the union of a and b.
+func orPorts(a, b *portSet) *portSet {
+	var s portSet
+	for i := range s {
+		s[i] = a[i] | b[i]
+	}
+	return &s
+}
+
+// setPorts writes s to the program's watch_ports, when it differs.
+func (p *Passive) setPorts(s *portSet) error {
+	if *s == *p.ports {
+		return nil
+	}
+	if err := p.objs.WatchPorts.Set(s[:]); err != nil {
+		return fmt.Errorf("set watched ports: %w", err)
+	}
+	p.ports = s
+	return nil
 }
 
 // appendFresh appends to fresh the slots of next that get a new target:
@@ -621,7 +660,7 @@ func (p *Passive) Stats(slot uint32) (PassiveStats, error) {
 	return PassiveStats{
 		Connected: s.Connected, Refused: s.Refused, TimedOut: s.TimedOut, Unreachable: s.Unreachable,
 		Abandoned: s.Abandoned, Reset: s.Reset, Retransmits: s.Retransmits,
-		HandshakeSum: time.Duration(s.HandshakeNs), Run: s.Run,
+		Handshakes: s.Handshakes, HandshakeSum: time.Duration(s.HandshakeNs), Run: s.Run,
 	}, nil
 }
 
@@ -712,6 +751,61 @@ func (p *Passive) Missed() uint64 {
 		}
 	}
 	return n
+}
+
+// attach attaches each program to its tracepoint once more, both or
+// neither; p.life is held for writing or p is not yet shared.
+func (p *Passive) attach() error {
+	var ls []link.Link
+	for _, prog := range []*ebpf.Program{p.objs.PassiveState, p.objs.PassiveRetransmit} {
+		l, err := link.AttachTracing(link.TracingOptions{Program: prog})
+		if err != nil {
+			errs := []error{fmt.Errorf("attach BTF tracepoint program %s (needs CAP_BPF and CAP_PERFMON): %w", prog, err)}
+			for _, l := range ls {
+				errs = append(errs, l.Close())
+			}
+			return errors.Join(errs...)
+		}
+		ls = append(ls, l)
+	}
+	p.links = append(p.links, ls...)
+	return nil
+}
+
+// maxAttachments bounds [Passive.SetAttachments].
+const maxAttachments = 64
+
+// SetAttachments attaches each program n times to its tracepoint; 0
+// detaches them. An observer starts attached once. Detached, the kernel
+// runs nothing of the observer on TCP state changes: connections go
+// uncounted and uncharged, while the watched set, the counters and the ring
+// stay as they are. With n above 1 every state change runs the programs n
+// times and is counted n times: only benchmarks want that, to lift the
+// programs' cost n-fold above the noise of the machine.
+func (p *Passive) SetAttachments(n int) error {
+	if n < 0 || n > maxAttachments {
+		return fmt.Errorf("passive attachments %d: want 0 to %d", n, maxAttachments)
+	}
+	p.life.Lock()
+	defer p.life.Unlock()
+	if p.closed {
+		return errPassiveClosed
+	}
+	for len(p.links) < 2*n {
+		if err := p.attach(); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for len(p.links) > 2*n {
+		last := len(p.links) - 1
+		errs = append(errs, p.links[last].Close())
+		p.links = p.links[:last]
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("detach passive programs: %w", err)
+	}
+	return nil
 }
 
 // Close stops a blocked Read, detaches the programs and frees their maps, in

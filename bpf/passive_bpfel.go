@@ -23,15 +23,6 @@ type passiveEvent struct {
 	Pad         [3]uint8
 }
 
-type passiveSockState struct {
-	_           structs.HostLayout
-	Start       uint64
-	Slot        uint32
-	Retransmits uint16
-	Established uint8
-	Pad         uint8
-}
-
 type passiveStats struct {
 	_           structs.HostLayout
 	Connected   uint64
@@ -42,6 +33,7 @@ type passiveStats struct {
 	Reset       uint64
 	Retransmits uint64
 	HandshakeNs uint64
+	Handshakes  uint64
 	Run         uint32
 	RlLast      uint32
 }
@@ -51,7 +43,7 @@ type passiveStats struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	passiveMapEvents             = "events"
-	passiveMapSocks              = "socks"
+	passiveMapOwn                = "own"
 	passiveMapStats              = "stats"
 	passiveMapWatch4             = "watch4"
 	passiveMapWatch6             = "watch6"
@@ -67,6 +59,7 @@ const (
 	passiveVarUnusedPassiveCell4 = "unused_passive_cell4"
 	passiveVarUnusedPassiveCell6 = "unused_passive_cell6"
 	passiveVarUnusedPassiveEvent = "unused_passive_event"
+	passiveVarWatchPorts         = "watch_ports"
 )
 
 // loadPassive returns the embedded CollectionSpec for passive.
@@ -121,7 +114,7 @@ type passiveProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type passiveMapSpecs struct {
 	Events *ebpf.MapSpec `ebpf:"events"`
-	Socks  *ebpf.MapSpec `ebpf:"socks"`
+	Own    *ebpf.MapSpec `ebpf:"own"`
 	Stats  *ebpf.MapSpec `ebpf:"stats"`
 	Watch4 *ebpf.MapSpec `ebpf:"watch4"`
 	Watch6 *ebpf.MapSpec `ebpf:"watch6"`
@@ -140,6 +133,7 @@ type passiveVariableSpecs struct {
 	UnusedPassiveCell4 *ebpf.VariableSpec `ebpf:"unused_passive_cell4"`
 	UnusedPassiveCell6 *ebpf.VariableSpec `ebpf:"unused_passive_cell6"`
 	UnusedPassiveEvent *ebpf.VariableSpec `ebpf:"unused_passive_event"`
+	WatchPorts         *ebpf.VariableSpec `ebpf:"watch_ports"`
 }
 
 // passiveObjects contains all objects after they have been loaded into the kernel.
@@ -163,7 +157,7 @@ func (o *passiveObjects) Close() error {
 // It can be passed to loadPassiveObjects or ebpf.CollectionSpec.LoadAndAssign.
 type passiveMaps struct {
 	Events *ebpf.Map `ebpf:"events"`
-	Socks  *ebpf.Map `ebpf:"socks"`
+	Own    *ebpf.Map `ebpf:"own"`
 	Stats  *ebpf.Map `ebpf:"stats"`
 	Watch4 *ebpf.Map `ebpf:"watch4"`
 	Watch6 *ebpf.Map `ebpf:"watch6"`
@@ -172,7 +166,7 @@ type passiveMaps struct {
 func (m *passiveMaps) Close() error {
 	return _PassiveClose(
 		m.Events,
-		m.Socks,
+		m.Own,
 		m.Stats,
 		m.Watch4,
 		m.Watch6,
@@ -192,6 +186,7 @@ type passiveVariables struct {
 	UnusedPassiveCell4 *ebpf.Variable `ebpf:"unused_passive_cell4"`
 	UnusedPassiveCell6 *ebpf.Variable `ebpf:"unused_passive_cell6"`
 	UnusedPassiveEvent *ebpf.Variable `ebpf:"unused_passive_event"`
+	WatchPorts         *ebpf.Variable `ebpf:"watch_ports"`
 }
 
 // passivePrograms contains all programs after they have been loaded into the kernel.

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -270,7 +271,7 @@ func TestPassiveOutcomes(t *testing.T) {
 		events []bpf.PassiveEvent // At and Retransmits cleared
 	}{
 		{name: "connected", dial: dial{open4, 5 * time.Second, "close"},
-			want: func(s bpf.PassiveStats) bool { return s.Connected == 1 && s.HandshakeSum > 0 }},
+			want: func(s bpf.PassiveStats) bool { return s.Connected == 1 && s.Handshakes == 1 && s.HandshakeSum > 0 }},
 		{name: "refused", dial: dial{at4(7001), 5 * time.Second, "close"},
 			want:   func(s bpf.PassiveStats) bool { return s.Refused == 1 && s.Run == 1 },
 			events: []bpf.PassiveEvent{{Slot: 1, Outcome: bpf.PassiveRefused, Run: 1}}},
@@ -282,7 +283,7 @@ func TestPassiveOutcomes(t *testing.T) {
 		{name: "reset", dial: dial{resets, 5 * time.Second, "wait"},
 			want: func(s bpf.PassiveStats) bool { return s.Connected == 1 && s.Reset == 1 }},
 		{name: "connected6", dial: dial{open6, 5 * time.Second, "close"},
-			want: func(s bpf.PassiveStats) bool { return s.Connected == 1 && s.HandshakeSum > 0 }},
+			want: func(s bpf.PassiveStats) bool { return s.Connected == 1 && s.Handshakes == 1 && s.HandshakeSum > 0 }},
 		{name: "refused6", dial: dial{at6(7001), 5 * time.Second, "close"},
 			want:   func(s bpf.PassiveStats) bool { return s.Refused == 1 },
 			events: []bpf.PassiveEvent{{Slot: 6, Outcome: bpf.PassiveRefused, Run: 1}}},
@@ -539,10 +540,23 @@ func TestPassiveWatchReplaces(t *testing.T) {
 	stats(t, p, 0, "a refused", func(s bpf.PassiveStats) bool { return s.Refused == 1 })
 	stats(t, p, 1, "b refused", func(s bpf.PassiveStats) bool { return s.Refused == 1 })
 
+	ports := func(want ...uint16) {
+		t.Helper()
+		got, err := bpf.PassiveWatchedPorts(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("ports let through = %v, want %v", got, want)
+		}
+	}
+	ports(7001)
+
 	// a keeps slot 0 with a new threshold; b leaves; c takes slot 1.
 	if err := p.Watch([]bpf.WatchEntry{{Addr: a, Slot: 0, Threshold: 5}, {Addr: c, Slot: 1, Threshold: 1}}); err != nil {
 		t.Fatal(err)
 	}
+	ports(7001, 7002)
 	for slot, want := range []uint64{1, 0} {
 		if s, err := p.Stats(uint32(slot)); err != nil || s.Refused != want || s.Run != uint32(want) {
 			t.Errorf("slot %d after Watch: %+v, %v; want refused and run %d", slot, s, err, want)
@@ -554,9 +568,14 @@ func TestPassiveWatchReplaces(t *testing.T) {
 	if s, _ := p.Stats(1); s.Refused != 0 {
 		t.Errorf("slot 1 counted the removed target b: %+v", s)
 	}
+	if err := p.Watch([]bpf.WatchEntry{{Addr: c, Slot: 1, Threshold: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	ports(7002) // a's port is no longer let through
 	if err := p.Watch(nil); err != nil {
 		t.Fatal(err)
 	}
+	ports()
 	dialFrom(t, n.client, a, 5*time.Second, "close", 1)
 	if s, _ := p.Stats(0); s.Refused != 2 {
 		t.Errorf("slot 0 counted after the set was emptied: %+v", s)
@@ -678,6 +697,66 @@ func passiveWithoutTracefs(t *testing.T) {
 	})
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// TestPassiveSetAttachments checks that a detached observer counts
+// nothing and keeps its watched set, that one attached twice counts every
+// connection twice, and that it counts once again when attached once.
+func TestPassiveSetAttachments(t *testing.T) {
+	testenv.RequirePrivileged(t, "CAP_BPF, CAP_PERFMON")
+	// A port nobody listens on, on loopback.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := ln.Addr().(*net.TCPAddr).AddrPort()
+	ln.Close()
+	p, err := bpf.OpenPassive(bpf.PassiveOptions{MaxTargets: 4, IncludeSelf: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Watch([]bpf.WatchEntry{{Addr: target, Slot: 0, Threshold: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	refuse := func() {
+		t.Helper()
+		if conn, err := net.DialTimeout("tcp", target.String(), 5*time.Second); err == nil {
+			conn.Close()
+			t.Fatalf("%s accepted a connection; want it refused", target)
+		} else if !errors.Is(err, unix.ECONNREFUSED) {
+			t.Fatalf("connect to %s: %v, want connection refused", target, err)
+		}
+	}
+	set := func(n int) {
+		t.Helper()
+		if err := p.SetAttachments(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(0)
+	set(0) // detaching twice is no error
+	refuse()
+	refuse()
+	set(2)
+	refuse()
+	stats(t, p, 0, "the refusal counted twice", func(s bpf.PassiveStats) bool { return s.Refused >= 2 })
+	set(1)
+	refuse()
+	s := stats(t, p, 0, "the refusal counted once more", func(s bpf.PassiveStats) bool { return s.Refused >= 3 })
+	if want := (bpf.PassiveStats{Refused: 3, Run: 3}); s != want {
+		t.Errorf("stats = %+v, want %+v: the refusals while detached counted, or one too many", s, want)
+	}
+	for _, n := range []int{-1, 65} {
+		if err := p.SetAttachments(n); err == nil {
+			t.Errorf("SetAttachments(%d): no error", n)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetAttachments(1); err == nil {
+		t.Error("SetAttachments after Close: no error")
 	}
 }
 
@@ -969,9 +1048,9 @@ func TestPassiveWatchMemory(t *testing.T) {
 		total += v
 	}
 	const mib = 1 << 20
-	t.Logf("%d IPv4 targets: watch4 %.1f MiB (%.0f B/target), watch6 (empty) %.1f MiB, stats %.1f MiB, socks %.1f MiB, events %.2f MiB, total %.1f MiB; Watch %v, unchanged again %v",
+	t.Logf("%d IPv4 targets: watch4 %.1f MiB (%.0f B/target), watch6 (empty) %.1f MiB, stats %.1f MiB, own %.1f MiB, events %.2f MiB, total %.1f MiB; Watch %v, unchanged again %v",
 		targets, float64(mem["watch4"])/mib, float64(mem["watch4"])/targets, float64(mem["watch6"])/mib,
-		float64(mem["stats"])/mib, float64(mem["socks"])/mib, float64(mem["events"])/mib, float64(total)/mib, first, again)
+		float64(mem["stats"])/mib, float64(mem["own"])/mib, float64(mem["events"])/mib, float64(total)/mib, first, again)
 	if mem["watch4"] > 64<<20 {
 		t.Errorf("watch4 holds %d bytes for %d targets, want at most 64 MiB", mem["watch4"], targets)
 	}

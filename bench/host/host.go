@@ -7,6 +7,7 @@ package host
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -191,4 +192,42 @@ func ReadProcess(pid int) (Process, error) {
 		}
 	}
 	return ps, nil
+}
+
+// TCPActiveOpens returns the TCP connections opened (connect() calls that
+// sent a SYN) in the network namespace of process pid, from its
+// /proc/PID/net/snmp.
+func TCPActiveOpens(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/snmp", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read TCP counters: %w", err)
+	}
+	return parseActiveOpens(b)
+}
+
+// parseActiveOpens reads ActiveOpens from the Tcp lines of a
+// /proc/net/snmp: a line of names, then a line of values.
+func parseActiveOpens(b []byte) (uint64, error) {
+	var names []string
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "Tcp:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		for i, n := range names {
+			if n == "ActiveOpens" && i < len(f) {
+				v, err := strconv.ParseUint(f[i], 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("TCP ActiveOpens %q: %w", f[i], err)
+				}
+				return v, nil
+			}
+		}
+		break
+	}
+	return 0, errors.New("no TCP ActiveOpens in /proc/net/snmp")
 }

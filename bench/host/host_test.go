@@ -18,3 +18,17 @@ func TestParseCPU(t *testing.T) {
 		}
 	}
 }
+
+func TestParseActiveOpens(t *testing.T) {
+	t.Parallel()
+	snmp := "Ip: Forwarding DefaultTTL\nIp: 1 64\nTcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens\nTcp: 1 200 120000 -1 12345 678\nUdp: InDatagrams\nUdp: 5\n"
+	n, err := parseActiveOpens([]byte(snmp))
+	if err != nil || n != 12345 {
+		t.Errorf("parseActiveOpens = %d, %v; want 12345", n, err)
+	}
+	for _, bad := range []string{"", "Tcp: RtoAlgorithm\nTcp: 1\n", "Tcp: ActiveOpens\nTcp: x\n"} {
+		if n, err := parseActiveOpens([]byte(bad)); err == nil {
+			t.Errorf("parseActiveOpens(%q) = %d, want an error", bad, n)
+		}
+	}
+}

@@ -60,7 +60,7 @@ func TestHAProxyPassive(t *testing.T) {
 // binary inside a network namespace with only lo up, and fails t unless it
 // passed there. The copy's output, detection times included, goes to t's
 // log. It enters the network namespace alone (nsenter --net); the
-// observer's raw tracepoints would attach under ip netns exec too.
+// observer's BTF tracepoints would attach under ip netns exec too.
 func runInOwnNamespace(t *testing.T) {
 	nsenter := testenv.Tool(t, "nsenter", "util-linux")
 	ns := testenv.LoopbackNamespace(t)

@@ -518,8 +518,8 @@ func (w *Watch) Target(id uint32) (api.PassiveJSON, bool) {
 	}
 	j := api.PassiveJSON{Connected: st.Connected, Refused: st.Refused, TimedOut: st.TimedOut, Unreachable: st.Unreachable,
 		Abandoned: st.Abandoned, Reset: st.Reset, Retransmits: st.Retransmits, FailuresInARow: st.Run}
-	if st.Connected > 0 {
-		h := (st.HandshakeSum / time.Duration(st.Connected)).Seconds()
+	if st.Handshakes > 0 {
+		h := (st.HandshakeSum / time.Duration(st.Handshakes)).Seconds()
 		j.HandshakeSeconds = &h
 	}
 	return j, true

@@ -131,7 +131,8 @@ type PassiveJSON struct {
 	Abandoned   uint64 `json:"abandoned"` // closed by the client while connecting: no evidence
 	Reset       uint64 `json:"reset"`     // reset after the handshake: not a failure
 	Retransmits uint64 `json:"retransmits"`
-	// HandshakeSeconds is the mean handshake time of the connected ones.
+	// HandshakeSeconds is the mean handshake time (the round trip of the SYN)
+	// of the connected ones.
 	HandshakeSeconds *float64 `json:"handshake_seconds"`
 	// FailuresInARow is the current run of failed connections.
 	FailuresInARow uint32 `json:"failures_in_a_row"`
