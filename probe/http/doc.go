@@ -13,7 +13,10 @@
 // The daemon runs plain-HTTP checks on [Loops] instead: a few epoll event
 // loops driving non-blocking sockets, with the request prebuilt per check
 // and an incremental response parser (respParser) that allocates nothing,
-// so a probe costs no goroutine, timer or allocation. Both paths send the
+// so a probe costs no goroutine, timer or allocation. A loop closes a
+// connection whose server already closed its side (the request asks it to)
+// plainly, which leaves no TIME_WAIT on the prober either, and only the
+// others with an RST. Both paths send the
 // same bytes, apply the same bounds and classify failures through one
 // function; the tests run every plain-HTTP case on both. The loops also run
 // the daemon's TCP connect() probes ([Loops.ConnectLauncher]), the first

@@ -2,10 +2,15 @@ package http
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -278,4 +283,80 @@ func TestLoopsMany(t *testing.T) {
 	if reports != n || st.InFlight != 0 || st.Pending != 0 {
 		t.Errorf("%d reports, stats %+v; want %d, none left", reports, st, n)
 	}
+}
+
+// TestLoopCloses checks how the loops close a probe's connection: plainly
+// when the server closed its side first (the server reads EOF: an orderly
+// close), with an RST when it keeps the connection open (the server reads
+// a reset); and that the prober keeps no TIME_WAIT in either case.
+func TestLoopCloses(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		answer     string
+		serverEnds bool // the server closes its side after the answer
+		want       error
+	}{
+		{name: "server closes first", answer: "HTTP/1.1 200 OK\r\n\r\nclose-delimited body", serverEnds: true, want: nil},
+		{name: "server keeps it open", answer: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", want: unix.ECONNRESET},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			seen := make(chan error, 1)
+			tg := rawServer(t, func(c *net.TCPConn) {
+				if _, err := readRequest(c); err != nil {
+					seen <- err
+					return
+				}
+				if _, err := c.Write([]byte(tc.answer)); err != nil {
+					seen <- err
+					return
+				}
+				if tc.serverEnds {
+					_ = c.CloseWrite()
+				}
+				_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				var b [16]byte
+				n, err := c.Read(b[:])
+				switch {
+				case err == io.EOF:
+					seen <- nil
+				case err != nil:
+					seen <- err
+				default:
+					seen <- fmt.Errorf("the prober sent %q after its request", b[:n])
+				}
+			})
+			rep := loopRunner(t, mustNew(t, Options{}))(t.Context(), tg)
+			if rep.Outcome != probe.Success {
+				t.Fatalf("outcome %v (%v), want success", rep.Outcome, rep.Err)
+			}
+			if err := <-seen; !errors.Is(err, tc.want) && err != tc.want {
+				t.Errorf("the server read %v after its answer, want %v", err, tc.want)
+			}
+			if n := timeWaits(t, tg.Port); n != 0 {
+				t.Errorf("%d prober sockets to port %d in TIME_WAIT, want none", n, tg.Port)
+			}
+		})
+	}
+}
+
+// timeWaits counts the IPv4 sockets of this network namespace in TIME_WAIT
+// whose remote port is port: the prober's side of connections to a
+// loopback server on port.
+func timeWaits(t *testing.T, port uint16) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	want := fmt.Sprintf(":%04X", port)
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		// sl local_address rem_address st ...; TIME_WAIT is 06.
+		if len(f) > 3 && strings.HasSuffix(f[2], want) && f[3] == "06" {
+			n++
+		}
+	}
+	return n
 }

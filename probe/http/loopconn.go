@@ -47,6 +47,9 @@ type conn struct {
 	wpos  int    // bytes of out written
 	wbuf  []byte // this connection's request storage when the Host depends on the target
 	inPen bool   // an input event came before the request was written
+	// peerClosed: the peer closed its side (FIN, or a reset): closing
+	// leaves no TIME_WAIT here, so no RST is needed.
+	peerClosed bool
 
 	buf   []byte // read buffer: small, or a borrowed big one
 	small []byte
@@ -64,6 +67,8 @@ var (
 )
 
 // lingerZero makes close() abort a connection with an RST: no TIME_WAIT.
+// It is set at close, and only on a connection whose peer has not closed
+// its side (see [loop.release]).
 var lingerZero = unix.Linger{Onoff: 1, Linger: 0}
 
 // alloc returns a free connection.
@@ -139,9 +144,6 @@ func (l *loop) connect(c *conn, t probe.Target) error {
 		return fmt.Errorf("connect: %w", os.NewSyscallError("socket", err))
 	}
 	c.fd = fd
-	if err := rawLingerZero(fd); err != nil {
-		return fmt.Errorf("connect: %w", os.NewSyscallError("setsockopt", err))
-	}
 	if src := c.src; src.IsValid() {
 		if err := l.bind(fd, src.Unmap()); err != nil {
 			return fmt.Errorf("connect: %w", err)
@@ -185,6 +187,9 @@ const inEvents = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR
 
 // handle runs c's probe on as far as the events ev allow.
 func (l *loop) handle(c *conn, ev uint32, now int64) {
+	if ev&unix.EPOLLRDHUP != 0 {
+		c.peerClosed = true
+	}
 	if c.state == stateConnecting {
 		if ev&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 			errno, err := unix.GetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_ERROR)
@@ -264,6 +269,7 @@ func (l *loop) read(c *conn, now int64) {
 			l.fail(c, ph, fmt.Errorf("%s: %w", readWhat(ph), os.NewSyscallError("read", err)), err, now)
 			return
 		case n == 0:
+			c.peerClosed = true
 			if err := c.resp.eof(); err != nil {
 				ph := c.phase()
 				l.fail(c, ph, fmt.Errorf("%s: %w", readWhat(ph), err), nil, now)
@@ -420,10 +426,19 @@ func (l *loop) finish(c *conn, out probe.Outcome, cause probe.LocalCause, err er
 	rep.Err = nil
 }
 
-// release closes c's socket (an RST: SO_LINGER 0) and takes it off the
-// timer heap.
+// release closes c's socket and takes it off the timer heap. The prober
+// must keep no TIME_WAIT, which a close of its own before the peer's
+// would leave for a minute. So a socket whose peer has not closed its side
+// is closed with an RST (SO_LINGER 0, set now); one whose peer has — the
+// usual end of a probe, as the request asks the server to close — is
+// closed plainly: the peer closed first, so no TIME_WAIT is left here, the
+// server sees an orderly close (or an RST from the kernel if response bytes
+// were left unread), and the probe makes one system call less.
 func (l *loop) release(c *conn) {
 	if c.fd >= 0 {
+		if !c.peerClosed {
+			_ = rawLingerZero(c.fd) // a failure leaves a TIME_WAIT at worst
+		}
 		_ = rawClose(c.fd) // closing removes it from epoll
 		c.fd = -1
 	}
