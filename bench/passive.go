@@ -374,7 +374,6 @@ func (c cpuSample) rate() float64 {
 // cpuResult is the CPU measurement.
 type cpuResult struct {
 	samples []cpuSample
-	load    connload.Result // the client's whole run
 	// progNs and progRuns are the observer programs' run time and runs
 	// over progConns connections, from the kernel's statistics.
 	progNs, progRuns, progConns uint64
@@ -439,7 +438,11 @@ func (e *env) passiveCPU(ctx context.Context, s *Scenario, p passivePlan) (res c
 	}
 	for i := range n {
 		on := i%4 == 1 || i%4 == 2
-		if err := obs.SetAttachments(map[bool]int{false: 0, true: cpuAttachments}[on]); err != nil {
+		times := 0
+		if on {
+			times = cpuAttachments
+		}
+		if err := obs.SetAttachments(times); err != nil {
 			return res, err
 		}
 		c, err := cpuSlice(ctx, l, pid, obs, len(targets), p.cpuSlice)
@@ -468,7 +471,7 @@ func (e *env) passiveCPU(ctx context.Context, s *Scenario, p passivePlan) (res c
 		return res, fmt.Errorf("statistics slice: %w", err)
 	}
 	res.progNs, res.progRuns, res.progConns = ns1-ns0, runs1-runs0, uint64(c.conns)
-	if res.load, err = l.wait(); err != nil {
+	if _, err := l.wait(); err != nil {
 		return res, err
 	}
 	return res, nil

@@ -496,15 +496,7 @@ func TestPassiveRunEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testenv.AcceptAndClose(ln)
 	dialFrom(t, n.client, addr, 5*time.Second, "close", 2) // accepted twice
 	stats(t, p, 2, "two refusals and two successes", func(s bpf.PassiveStats) bool {
 		return s.Refused == 2 && s.Connected == 2 && s.Run == 0
@@ -1071,15 +1063,7 @@ func BenchmarkPassiveConnect(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testenv.AcceptAndClose(ln)
 	target := ln.Addr().(*net.TCPAddr).AddrPort()
 	entries := []bpf.WatchEntry{{Addr: target, Slot: 0, Threshold: 3}}
 	for i := 1; i <= 1_000_000; i++ {

@@ -103,15 +103,7 @@ func TestMetricTableMatchesDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testenv.AcceptAndClose(l)
 	secure := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	t.Cleanup(secure.Close)
 	// A pool fed by file_sd exports the discovery series; it finds the

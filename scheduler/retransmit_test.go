@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"container/heap"
 	"testing"
 	"time"
 
@@ -52,7 +51,7 @@ func (r *resender) answer(req probe.Request, at int64) {
 	if a.silent {
 		return
 	}
-	heap.Push(&r.sim.pending, probe.Result{ID: req.ID, Gen: req.Gen, Outcome: a.outcome, Latency: a.after, Done: at + int64(a.after)})
+	r.sim.pending.Add(probe.Result{ID: req.ID, Gen: req.Gen, Outcome: a.outcome, Latency: a.after, Done: at + int64(a.after)})
 }
 
 // settlingResender is a resender that is a probe.Settler.

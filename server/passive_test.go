@@ -34,15 +34,7 @@ func closedTarget(t *testing.T) (addr string, close func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	testenv.AcceptAndClose(l)
 	t.Cleanup(func() { l.Close() })
 	return l.Addr().String(), func() { l.Close() }
 }

@@ -530,14 +530,7 @@ func (f *Fleet) SetDrop(prefixes []netip.Prefix) error {
 	// Declaring the table, then deleting it, makes the delete succeed
 	// whether or not an earlier call created it.
 	b.WriteString("table inet sonde_fleet_dyn\ndelete table inet sonde_fleet_dyn\n")
-	var v4, v6 []string
-	for _, p := range prefixes {
-		if p.Addr().Is4() {
-			v4 = append(v4, p.Masked().String())
-		} else {
-			v6 = append(v6, p.Masked().String())
-		}
-	}
+	v4, v6 := nftElements(prefixes)
 	if len(v4)+len(v6) > 0 {
 		b.WriteString("table inet sonde_fleet_dyn {\n")
 		var in, out []string
@@ -567,6 +560,19 @@ func (f *Fleet) SetDrop(prefixes []netip.Prefix) error {
 	return nil
 }
 
+// nftElements returns prefixes as nftables set elements, IPv4 and IPv6
+// apart.
+func nftElements(prefixes []netip.Prefix) (v4, v6 []string) {
+	for _, p := range prefixes {
+		if p.Addr().Is4() {
+			v4 = append(v4, p.Masked().String())
+		} else {
+			v6 = append(v6, p.Masked().String())
+		}
+	}
+	return v4, v6
+}
+
 // SetReject makes the fleet answer every TCP connection to prefixes with an
 // RST from now on, as a host whose service stopped listening does, on top
 // of [Config.Reject], replacing the prefixes of the previous call;
@@ -578,14 +584,7 @@ func (f *Fleet) SetReject(prefixes []netip.Prefix) error {
 	}
 	var b strings.Builder
 	b.WriteString("table inet sonde_fleet_rej\ndelete table inet sonde_fleet_rej\n")
-	var v4, v6 []string
-	for _, p := range prefixes {
-		if p.Addr().Is4() {
-			v4 = append(v4, p.Masked().String())
-		} else {
-			v6 = append(v6, p.Masked().String())
-		}
-	}
+	v4, v6 := nftElements(prefixes)
 	if len(v4)+len(v6) > 0 {
 		b.WriteString("table inet sonde_fleet_rej {\n")
 		var rules []string

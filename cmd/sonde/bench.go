@@ -74,12 +74,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(args) > 0 && args[0] == "tls-loop" {
 		return runBenchTLSLoop(ctx, args[1:], stderr)
 	}
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, benchUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("bench", benchUsage, stderr)
 	var (
 		scenarios []string
 		asJSON    bool
@@ -198,12 +193,7 @@ Flags:
 
 // runBenchCeiling implements `sonde bench ceiling`.
 func runBenchCeiling(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench ceiling", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, ceilingUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("bench ceiling", ceilingUsage, stderr)
 	var (
 		cfg         ceiling.Config
 		source, mac string
@@ -277,12 +267,7 @@ Flags:
 
 // runBenchConnectLoad implements `sonde bench connect-load`.
 func runBenchConnectLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench connect-load", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, connectLoadUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("bench connect-load", connectLoadUsage, stderr)
 	var (
 		cfg  connload.Config
 		port uint
@@ -396,12 +381,7 @@ summary goes to stderr.
 
 // runBenchTLSLoop implements `sonde bench tls-loop`.
 func runBenchTLSLoop(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench tls-loop", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, tlsLoopUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("bench tls-loop", tlsLoopUsage, stderr)
 	var (
 		cfg           bench.TLSLoopConfig
 		port, targets uint

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -48,9 +47,7 @@ func runConfigWith(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		}
 		return usageError(fmt.Errorf("config: unknown subcommand %q", args[0]))
 	}
-	fs := flag.NewFlagSet("config check", flag.ContinueOnError)
-	fs.SetOutput(stdout)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), configUsage); fs.PrintDefaults() }
+	fs := newFlagSet("config check", configUsage, stdout)
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
 	endpoints := fs.Bool("endpoints", false, "list the probe rate of every endpoint")
 	var shard config.Shard

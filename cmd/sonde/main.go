@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -62,6 +63,18 @@ Run "sonde COMMAND -h" for a command's flags.
 // context. The signals are caught from the process's first moments
 // (package earlysignal); only sonde run reloads on SIGHUP, the other
 // commands end on it.
+// newFlagSet returns the flag set of subcommand name: errors and help go to
+// out, and the help is usage followed by the flags' defaults.
+func newFlagSet(name, usage string, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(out, usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
 func main() {
 	if len(os.Args) < 2 || os.Args[1] != "run" {
 		earlysignal.ReleaseHangup()

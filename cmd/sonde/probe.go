@@ -200,9 +200,7 @@ func prepareProbes(ctx context.Context, args []string, stderr io.Writer, res end
 // parseProbeFlags parses the flags and returns the settings given, in
 // order, whether -json is set, and the URLs.
 func parseProbeFlags(args []string, stderr io.Writer) ([]flagValue, bool, []string, error) {
-	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, probeUsage); fs.PrintDefaults() }
+	fs := newFlagSet("probe", probeUsage, stderr)
 	var given []flagValue
 	for i := range probeSettings {
 		ps := &probeSettings[i]

@@ -114,12 +114,7 @@ func runScanWith(ctx context.Context, args []string, stdout, stderr io.Writer, n
 func parseScanFlags(args []string, stderr io.Writer) (scanFlags, []string, error) {
 	var sf scanFlags
 	var ports string
-	fs := flag.NewFlagSet("scan", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, scanUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlagSet("scan", scanUsage, stderr)
 	fs.StringVar(&ports, "port", "", "TCP `ports` to probe on targets that give none: comma-separated, ranges like 8000-8010 allowed")
 	fs.Float64Var(&sf.rate, "rate", 100000, "probes per second; 0 means as fast as possible")
 	fs.DurationVar(&sf.timeout, "timeout", 3*time.Second, "how long to wait for a reply after a probe's latest SYN")

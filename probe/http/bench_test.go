@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/sondeprobe/sonde/internal/probetest"
 	"github.com/sondeprobe/sonde/probe"
 )
 
@@ -57,13 +56,13 @@ func benchProbe(b *testing.B, p *Prober, tg probe.Target, parallel bool) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "probes/s")
 		return
 	}
-	start, cpu := time.Now(), startCPU(b)
+	start, cpu := time.Now(), probetest.StartCPU(b)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			one()
 		}
 	})
-	cpu.report(b)
+	cpu.Report(b)
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "probes/s")
 }
 
@@ -84,35 +83,9 @@ func BenchmarkHTTPSProbe(b *testing.B) {
 // probes per second. Each probe opens a new connection (H8) and closes it
 // with an RST.
 func benchLoops(b *testing.B, p *Prober, tg probe.Target, inFlight int) {
-	results := make(chanSink, inFlight)
+	results := make(probetest.Chan, inFlight)
 	ls := startLoops(b, 0, tg, results, nil)
-	lr := mustLauncher(b, ls, p)
-	batch := make([]probe.Request, 1)
-	var gen uint32
-	launch := func() {
-		gen++
-		now := probe.Nanotime()
-		batch[0] = probe.Request{ID: gen, Gen: gen, Sent: now, Deadline: now + int64(5*time.Second)}
-		lr.Launch(0, batch)
-	}
-	for range inFlight {
-		launch()
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	cpu := startCPU(b)
-	for b.Loop() {
-		if r := <-results; r.Outcome != probe.Success {
-			b.Fatalf("outcome %v", r.Outcome)
-		}
-		launch()
-	}
-	cpu.report(b)
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "probes/s")
-	b.StopTimer()
-	for range inFlight {
-		<-results
-	}
+	probetest.BenchInFlight(b, mustLauncher(b, ls, p), results, inFlight)
 }
 
 func BenchmarkLoopHTTPProbe(b *testing.B) {
@@ -127,27 +100,4 @@ func BenchmarkProbePaths(b *testing.B) {
 	tg := quietServer(b)
 	b.Run("oneshot", func(b *testing.B) { benchProbe(b, mustNew(b, Options{Body: "ok"}), tg, true) })
 	b.Run("loops", func(b *testing.B) { benchLoops(b, mustNew(b, Options{Body: "ok"}), tg, 64) })
-}
-
-// cpuClock is the process's user and system CPU time at a benchmark's start.
-type cpuClock struct{ user, sys time.Duration }
-
-func readCPU(b *testing.B) cpuClock {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return cpuClock{time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())}
-}
-
-func startCPU(b *testing.B) cpuClock { return readCPU(b) }
-
-// report reports the process's user and system CPU per probe since c: the
-// prober's, the benchmark's and the test server's together, so only the
-// difference between two variants against the same server is the prober's.
-func (c cpuClock) report(b *testing.B) {
-	now := readCPU(b)
-	n := float64(b.N)
-	b.ReportMetric(float64((now.user-c.user).Microseconds())/n, "user-µs/op")
-	b.ReportMetric(float64((now.sys-c.sys).Microseconds())/n, "sys-µs/op")
 }

@@ -181,6 +181,17 @@ func rawServer(t *testing.T, serve func(c *net.TCPConn)) probe.Target {
 	return probe.Target{Addr: netip.MustParseAddr("127.0.0.1"), Port: uint16(ln.Addr().(*net.TCPAddr).Port)}
 }
 
+// answering returns a test case's target: a rawServer that reads the
+// request head and writes answer, then closes.
+func answering(answer string) func(*testing.T) probe.Target {
+	return func(t *testing.T) probe.Target {
+		return rawServer(t, func(c *net.TCPConn) {
+			readRequest(c)
+			io.WriteString(c, answer)
+		})
+	}
+}
+
 // readRequest reads an HTTP request head from c.
 func readRequest(c net.Conn) (*http.Request, error) {
 	return http.ReadRequest(bufio.NewReader(c))

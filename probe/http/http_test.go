@@ -431,23 +431,13 @@ func TestFailures(t *testing.T) {
 				want:    probe.Timeout,
 			},
 			{
-				name: "invalid response: not HTTP",
-				target: func(t *testing.T) probe.Target {
-					return rawServer(t, func(c *net.TCPConn) {
-						readRequest(c)
-						io.WriteString(c, "SSH-2.0-OpenSSH_9.2\r\n")
-					})
-				},
-				want: probe.InvalidResponse,
+				name:   "invalid response: not HTTP",
+				target: answering("SSH-2.0-OpenSSH_9.2\r\n"),
+				want:   probe.InvalidResponse,
 			},
 			{
-				name: "invalid response: truncated body",
-				target: func(t *testing.T) probe.Target {
-					return rawServer(t, func(c *net.TCPConn) {
-						readRequest(c)
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf")
-					})
-				},
+				name:    "invalid response: truncated body",
+				target:  answering("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf"),
 				want:    probe.InvalidResponse,
 				wantErr: io.ErrUnexpectedEOF,
 			},
@@ -570,63 +560,33 @@ func TestFailures(t *testing.T) {
 				want: probe.InvalidResponse,
 			},
 			{
-				name: "invalid response: closed mid-head",
-				target: func(t *testing.T) probe.Target {
-					return rawServer(t, func(c *net.TCPConn) {
-						readRequest(c)
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Le")
-					})
-				},
-				want: probe.InvalidResponse,
+				name:   "invalid response: closed mid-head",
+				target: answering("HTTP/1.1 200 OK\r\nContent-Le"),
+				want:   probe.InvalidResponse,
 			},
 			{
-				name: "invalid response: bad content length",
-				target: func(t *testing.T) probe.Target {
-					return rawServer(t, func(c *net.TCPConn) {
-						readRequest(c)
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 12abc\r\n\r\nok")
-					})
-				},
-				want: probe.InvalidResponse,
+				name:   "invalid response: bad content length",
+				target: answering("HTTP/1.1 200 OK\r\nContent-Length: 12abc\r\n\r\nok"),
+				want:   probe.InvalidResponse,
 			},
 			{
-				name: "invalid response: two different content lengths",
-				target: func(t *testing.T) probe.Target {
-					return rawServer(t, func(c *net.TCPConn) {
-						readRequest(c)
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok!")
-					})
-				},
-				want: probe.InvalidResponse,
+				name:   "invalid response: two different content lengths",
+				target: answering("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok!"),
+				want:   probe.InvalidResponse,
 			},
 			{
-				name: "invalid response: unsupported transfer encoding",
-				target: func(t *testing.T) probe.Target {
-					return rawServer(t, func(c *net.TCPConn) {
-						readRequest(c)
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n")
-					})
-				},
-				want: probe.InvalidResponse,
+				name:   "invalid response: unsupported transfer encoding",
+				target: answering("HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"),
+				want:   probe.InvalidResponse,
 			},
 			{
-				name: "invalid response: bad chunk size",
-				target: func(t *testing.T) probe.Target {
-					return rawServer(t, func(c *net.TCPConn) {
-						readRequest(c)
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nok\r\n0\r\n\r\n")
-					})
-				},
-				want: probe.InvalidResponse,
+				name:   "invalid response: bad chunk size",
+				target: answering("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nok\r\n0\r\n\r\n"),
+				want:   probe.InvalidResponse,
 			},
 			{
-				name: "invalid response: truncated chunked body",
-				target: func(t *testing.T) probe.Target {
-					return rawServer(t, func(c *net.TCPConn) {
-						readRequest(c)
-						io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\nhalf")
-					})
-				},
+				name:    "invalid response: truncated chunked body",
+				target:  answering("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\na\r\nhalf"),
 				want:    probe.InvalidResponse,
 				wantErr: io.ErrUnexpectedEOF,
 			},

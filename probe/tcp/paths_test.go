@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/sondeprobe/sonde/internal/probetest"
 	"github.com/sondeprobe/sonde/probe"
 	httpprobe "github.com/sondeprobe/sonde/probe/http"
 )
@@ -94,7 +93,7 @@ func BenchmarkConnectPaths(b *testing.B) {
 		ctx := b.Context()
 		b.SetParallelism(inFlight / runtime.GOMAXPROCS(0))
 		b.ReportAllocs()
-		cpu := startCPU(b)
+		cpu := probetest.StartCPU(b)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				if r := p.Probe(ctx, tg); r.Outcome != probe.Success {
@@ -103,11 +102,11 @@ func BenchmarkConnectPaths(b *testing.B) {
 				}
 			}
 		})
-		cpu.report(b)
+		cpu.Report(b)
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "probes/s")
 	})
 	b.Run("loops", func(b *testing.B) {
-		results := make(chanSink, inFlight)
+		results := make(probetest.Chan, inFlight)
 		ls, err := httpprobe.NewLoops(httpprobe.LoopOptions{
 			Target: func(uint32) probe.Target { return tg },
 			Sink:   results,
@@ -123,53 +122,6 @@ func BenchmarkConnectPaths(b *testing.B) {
 			_ = ls.Run(ctx)
 		}()
 		b.Cleanup(func() { cancel(); <-done })
-		lr := ls.ConnectLauncher(netip.Addr{})
-		batch := make([]probe.Request, 1)
-		launch := func() {
-			now := probe.Nanotime()
-			batch[0] = probe.Request{ID: 1, Gen: 1, Sent: now, Deadline: now + int64(5*time.Second)}
-			lr.Launch(0, batch)
-		}
-		for range inFlight {
-			launch()
-		}
-		b.ReportAllocs()
-		cpu := startCPU(b)
-		for b.Loop() {
-			if r := <-results; r.Outcome != probe.Success {
-				b.Fatalf("outcome %v", r.Outcome)
-			}
-			launch()
-		}
-		cpu.report(b)
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "probes/s")
-		b.StopTimer()
-		for range inFlight {
-			<-results
-		}
+		probetest.BenchInFlight(b, ls.ConnectLauncher(netip.Addr{}), results, inFlight)
 	})
-}
-
-// chanSink delivers results to a channel.
-type chanSink chan probe.Result
-
-func (s chanSink) Deliver(r probe.Result) { s <- r }
-
-// cpuClock is the process's user and system CPU time.
-type cpuClock struct{ user, sys time.Duration }
-
-func startCPU(b *testing.B) cpuClock {
-	var ru unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return cpuClock{time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())}
-}
-
-// report reports the process's user and system CPU per probe since c.
-func (c cpuClock) report(b *testing.B) {
-	now := startCPU(b)
-	n := float64(b.N)
-	b.ReportMetric(float64((now.user-c.user).Microseconds())/n, "user-µs/op")
-	b.ReportMetric(float64((now.sys-c.sys).Microseconds())/n, "sys-µs/op")
 }

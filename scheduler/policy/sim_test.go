@@ -1,11 +1,11 @@
 package policy
 
 import (
-	"container/heap"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/sondeprobe/sonde/internal/probetest"
 	"github.com/sondeprobe/sonde/probe"
 	"github.com/sondeprobe/sonde/scheduler"
 )
@@ -27,7 +27,7 @@ type sim struct {
 	t       *testing.T
 	clock   *scheduler.SimClock
 	eng     *scheduler.Engine
-	pending resultHeap
+	pending probetest.Answers
 	// behave decides each probe's answer.
 	behave func(req probe.Request) answer
 	events []scheduler.Event
@@ -47,7 +47,7 @@ func (s *sim) Launch(lane int, batch []probe.Request) {
 		if a.silent {
 			continue
 		}
-		heap.Push(&s.pending, probe.Result{
+		s.pending.Add(probe.Result{
 			ID: req.ID, Gen: req.Gen, Outcome: a.outcome, Latency: a.after, Done: req.Sent + int64(a.after),
 		})
 	}
@@ -106,40 +106,18 @@ func (s *sim) runUntil(end int64) {
 	next := s.step(s.clock.Nanotime())
 	for {
 		at := next
-		if len(s.pending) > 0 && (at < 0 || s.pending[0].Done < at) {
-			at = s.pending[0].Done
+		if done, ok := s.pending.Next(); ok && (at < 0 || done < at) {
+			at = done
 		}
 		if at < 0 || at > end {
 			s.clock.Set(max(end, s.clock.Nanotime()))
 			return
 		}
 		s.clock.Set(max(at, s.clock.Nanotime()))
-		for len(s.pending) > 0 && s.pending[0].Done <= at {
-			s.eng.Deliver(heap.Pop(&s.pending).(probe.Result))
-		}
+		s.pending.Due(at, s.eng.Deliver)
 		next = s.step(at)
 	}
 }
 
 // runFor advances simulated time by d.
 func (s *sim) runFor(d time.Duration) { s.runUntil(s.clock.Nanotime() + int64(d)) }
-
-// resultHeap orders pending answers by completion time (then by id, so runs
-// are deterministic).
-type resultHeap []probe.Result
-
-func (h resultHeap) Len() int { return len(h) }
-func (h resultHeap) Less(i, j int) bool {
-	if h[i].Done != h[j].Done {
-		return h[i].Done < h[j].Done
-	}
-	return h[i].ID < h[j].ID
-}
-func (h resultHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *resultHeap) Push(x any)   { *h = append(*h, x.(probe.Result)) }
-func (h *resultHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
