@@ -502,73 +502,65 @@ func (c cpuResult) progUs() float64 {
 // the client opened and the observer counted (its first slots counters).
 func cpuSlice(ctx context.Context, l *loadProc, pid int, obs *bpf.Passive, slots int, d time.Duration) (cpuSample, error) {
 	var c cpuSample
-	connected := func() (uint64, error) {
-		var n uint64
-		for i := range slots {
-			st, err := obs.Stats(uint32(i))
-			if err != nil {
-				return 0, err
-			}
-			n += st.Connected
-		}
-		return n, nil
-	}
-	seen0, err := connected()
+	m0, err := markSlice(pid, obs, slots)
 	if err != nil {
 		return c, err
 	}
-	m0, err := host.ReadCPU()
-	if err != nil {
-		return c, err
-	}
-	b0, err := host.ReadProcess(os.Getpid())
-	if err != nil {
-		return c, err
-	}
-	c0, err := host.ReadProcess(pid)
-	if err != nil {
-		return c, fmt.Errorf("client: %w", err)
-	}
-	o0, err := host.TCPActiveOpens(pid)
-	if err != nil {
-		return c, fmt.Errorf("client: %w", err)
-	}
-	t0 := time.Now()
 	if err := sleepCtx(ctx, d); err != nil {
 		return c, err
 	}
-	o1, err := host.TCPActiveOpens(pid)
-	if err != nil {
-		return c, fmt.Errorf("client: %w", err)
-	}
-	c1, err := host.ReadProcess(pid)
-	if err != nil {
-		return c, fmt.Errorf("client: %w", err)
-	}
-	b1, err := host.ReadProcess(os.Getpid())
+	m1, err := markSlice(pid, obs, slots)
 	if err != nil {
 		return c, err
 	}
-	m1, err := host.ReadCPU()
-	if err != nil {
-		return c, err
-	}
-	c.seconds = time.Since(t0).Seconds()
 	if err := l.alive(); err != nil {
 		return c, err
 	}
-	seen1, err := connected()
-	if err != nil {
-		return c, err
-	}
-	c.conns = float64(o1 - o0)
-	c.client = c1.CPU - c0.CPU
-	c.benchCPU = b1.CPU - b0.CPU
-	c.irq = float64(m1.IRQ-m0.IRQ) / host.ClockTicks
-	c.machineBusy = float64(m1.Busy-m0.Busy) / host.ClockTicks
-	c.steal = float64(m1.Steal-m0.Steal) / host.ClockTicks
-	c.observed = seen1 - seen0
+	c.seconds = m1.at.Sub(m0.at).Seconds()
+	c.conns = float64(m1.opens - m0.opens)
+	c.client = m1.client.CPU - m0.client.CPU
+	c.benchCPU = m1.bench.CPU - m0.bench.CPU
+	c.irq = float64(m1.cpu.IRQ-m0.cpu.IRQ) / host.ClockTicks
+	c.machineBusy = float64(m1.cpu.Busy-m0.cpu.Busy) / host.ClockTicks
+	c.steal = float64(m1.cpu.Steal-m0.cpu.Steal) / host.ClockTicks
+	c.observed = m1.seen - m0.seen
 	return c, nil
+}
+
+// sliceMark is what a CPU slice is measured between.
+type sliceMark struct {
+	at            time.Time
+	cpu           host.CPU
+	bench, client host.Process
+	opens         uint64 // the client's namespace's TCP ActiveOpens
+	seen          uint64 // connections the observer counted in its first slots
+}
+
+// markSlice reads a sliceMark of client process pid. The observer's
+// counters, a system call per slot, are read first, so that the CPU
+// readings and the time are taken close together.
+func markSlice(pid int, obs *bpf.Passive, slots int) (m sliceMark, err error) {
+	for i := range slots {
+		st, err := obs.Stats(uint32(i))
+		if err != nil {
+			return m, err
+		}
+		m.seen += st.Connected
+	}
+	if m.cpu, err = host.ReadCPU(); err != nil {
+		return m, err
+	}
+	if m.bench, err = host.ReadProcess(os.Getpid()); err != nil {
+		return m, err
+	}
+	if m.client, err = host.ReadProcess(pid); err != nil {
+		return m, fmt.Errorf("client: %w", err)
+	}
+	if m.opens, err = host.TCPActiveOpens(pid); err != nil {
+		return m, fmt.Errorf("client: %w", err)
+	}
+	m.at = time.Now()
+	return m, nil
 }
 
 // memResult is the observer's maps for memTargets watched targets.
