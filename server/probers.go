@@ -305,6 +305,11 @@ func (ps *proberSet) newLoopLauncher(p probe.Reporter, k loopKind) (*workerPool,
 			return nil, err
 		}
 		ps.loops = ls
+		if engine, why := ls.Engine(); why != nil {
+			ps.opt.Logger.Warn("http loops: io_uring unavailable, polling with epoll (a system call per step)", "engine", engine, "err", why)
+		} else {
+			ps.opt.Logger.Info("http loops", "engine", engine)
+		}
 	}
 	if k == loopConnect {
 		return &workerPool{lw: ps.loops.ConnectLauncher(p.(*tcp.Prober).Source()), connect: true}, nil

@@ -82,16 +82,18 @@ func BenchmarkHTTPSProbe(b *testing.B) {
 // benchLoops runs probes of tg on loops, inFlight at a time, and reports
 // probes per second. Each probe opens a new connection (H8) and closes it
 // with an RST.
-func benchLoops(b *testing.B, p *Prober, tg probe.Target, inFlight int) {
+func benchLoops(b *testing.B, e engine, p *Prober, tg probe.Target, inFlight int) {
 	results := make(probetest.Chan, inFlight)
-	ls := startLoops(b, 0, tg, results, nil)
+	ls := startLoops(b, e, 0, tg, results, nil)
 	probetest.BenchInFlight(b, mustLauncher(b, ls, p), results, inFlight)
 }
 
 func BenchmarkLoopHTTPProbe(b *testing.B) {
 	tg := benchServer(b, false)
-	b.Run("sequential", func(b *testing.B) { benchLoops(b, mustNew(b, Options{Body: "ok"}), tg, 1) })
-	b.Run("parallel", func(b *testing.B) { benchLoops(b, mustNew(b, Options{Body: "ok"}), tg, 64) })
+	for _, e := range engines {
+		b.Run(e.name+"/sequential", func(b *testing.B) { benchLoops(b, e, mustNew(b, Options{Body: "ok"}), tg, 1) })
+		b.Run(e.name+"/parallel", func(b *testing.B) { benchLoops(b, e, mustNew(b, Options{Body: "ok"}), tg, 64) })
+	}
 }
 
 // BenchmarkProbePaths compares the two paths against a server that costs
@@ -99,5 +101,7 @@ func BenchmarkLoopHTTPProbe(b *testing.B) {
 func BenchmarkProbePaths(b *testing.B) {
 	tg := quietServer(b)
 	b.Run("oneshot", func(b *testing.B) { benchProbe(b, mustNew(b, Options{Body: "ok"}), tg, true) })
-	b.Run("loops", func(b *testing.B) { benchLoops(b, mustNew(b, Options{Body: "ok"}), tg, 64) })
+	for _, e := range engines {
+		b.Run("loops/"+e.name, func(b *testing.B) { benchLoops(b, e, mustNew(b, Options{Body: "ok"}), tg, 64) })
+	}
 }

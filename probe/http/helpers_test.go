@@ -241,7 +241,8 @@ type probePath struct {
 
 var probePaths = []probePath{
 	{"oneshot", func(_ *testing.T, p *Prober) func(context.Context, probe.Target) probe.Report { return p.Report }},
-	{"loops", loopRunner},
+	{"loops", loopRunner(engines[0])},
+	{"epoll", loopRunner(engines[1])},
 }
 
 // eachPath runs f as a subtest per probe path.
@@ -273,11 +274,18 @@ type loopProbes struct {
 	next    uint32
 }
 
-// loopRunner starts two event loops for p, stopped when the test ends.
-func loopRunner(t *testing.T, p *Prober) func(context.Context, probe.Target) probe.Report {
+// loopRunner returns the runner of a probe path on two event loops of
+// engine e, started for p and stopped when the test ends.
+func loopRunner(e engine) func(t *testing.T, p *Prober) func(context.Context, probe.Target) probe.Report {
+	return func(t *testing.T, p *Prober) func(context.Context, probe.Target) probe.Report {
+		return runLoops(t, e, p)
+	}
+}
+
+func runLoops(t *testing.T, e engine, p *Prober) func(context.Context, probe.Target) probe.Report {
 	t.Helper()
 	lp := &loopProbes{targets: map[uint32]probe.Target{}, reports: map[uint32]probe.Report{}, done: map[uint32]chan probe.Result{}}
-	ls, err := NewLoops(LoopOptions{
+	ls := newLoops(t, e, LoopOptions{
 		Target: func(id uint32) probe.Target {
 			lp.mu.Lock()
 			defer lp.mu.Unlock()
@@ -297,13 +305,8 @@ func loopRunner(t *testing.T, p *Prober) func(context.Context, probe.Target) pro
 		},
 		Loops: 2,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	lp.ls = ls
-	if lp.lr, err = ls.Launcher(p); err != nil {
-		t.Fatal(err)
-	}
+	lp.lr = mustLauncher(t, ls, p)
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- ls.Run(ctx) }()

@@ -38,29 +38,44 @@ type LoopOptions struct {
 	OnReport func(id uint32, r *probe.Report)
 	// Loops is the number of event loops; zero means GOMAXPROCS.
 	Loops int
+	// NoRing makes the loops poll their sockets with epoll even where the
+	// kernel offers io_uring (see [Loops]).
+	NoRing bool
+
+	ringFiles int // direct sockets per ring; zero: ringFiles (tests lower it)
 }
 
-// Loops runs plain-HTTP and TCP connect() probes on a few event loops:
-// non-blocking sockets polled with epoll, one goroutine per loop, so the
-// cost of a probe is its system calls and a few microseconds of parsing,
-// with no goroutine, timer or allocation per probe. Checks launch their
-// probes through a [LoopLauncher] each ([Loops.Launcher],
-// [Loops.ConnectLauncher]); the loops are shared by all of them.
+// Loops runs plain-HTTP and TCP connect() probes on a few event loops, one
+// goroutine per loop, with no goroutine, timer or allocation per probe.
+// Checks launch their probes through a [LoopLauncher] each
+// ([Loops.Launcher], [Loops.ConnectLauncher]); the loops are shared by all
+// of them.
+//
+// Each loop drives its sockets through an io_uring (kernel 6.11 or later,
+// io_uring allowed): a probe's socket, connect, send and recv go to the
+// kernel as one linked chain, submitted with the chains of other probes in
+// one system call (see loopring.go). Where the kernel refuses a ring
+// (io_uring_disabled, a seccomp filter, an older kernel) or
+// [LoopOptions.NoRing] is set, a loop polls non-blocking sockets with epoll
+// instead, a system call per step; [Loops.Engine] tells which and why.
+// Both give the same results, errors and timings.
 //
 // A loop with nothing to do parks its goroutine on the Go runtime's poller,
-// which watches the loop's epoll descriptor, instead of blocking in
-// epoll_wait: a blocked system call would make the runtime hand the loop's
-// P to another thread and keep sysmon waking every 20 µs to do so.
+// which watches the loop's eventfd (ring) or epoll descriptor, instead of
+// blocking in a system call: a blocked call would make the runtime hand
+// the loop's P to another thread and keep sysmon waking every 20 µs to do
+// so.
 //
 // Ownership: each loop goroutine owns its connections, their buffers and
 // its deadline heap; others hand it requests through its inbox, a slice
 // behind a mutex taken once per batch, and wake it through an eventfd when
 // it sleeps. [Loops.Run] owns the goroutines.
 type Loops struct {
-	opt   LoopOptions
-	loops []*loop
-	next  atomic.Uint32 // round-robin over loops, per batch
-	state atomic.Uint32 // loopsNew, loopsRunning, loopsStopped
+	opt     LoopOptions
+	loops   []*loop
+	ringErr error         // why the loops poll with epoll; nil on io_uring
+	next    atomic.Uint32 // round-robin over loops, per batch
+	state   atomic.Uint32 // loopsNew, loopsRunning, loopsStopped
 }
 
 const (
@@ -96,6 +111,16 @@ func NewLoops(o LoopOptions) (*Loops, error) {
 		ls.loops = append(ls.loops, l)
 	}
 	return ls, nil
+}
+
+// Engine names what drives the loops' sockets, "io_uring" or "epoll", and
+// for epoll the reason the kernel gave no ring (nil when NoRing asked for
+// epoll).
+func (ls *Loops) Engine() (string, error) {
+	if len(ls.loops) > 0 && ls.loops[0].ring != nil {
+		return "io_uring", nil
+	}
+	return "epoll", ls.ringErr
 }
 
 // closeFDs closes every loop's descriptors; their goroutines have ended.
@@ -265,14 +290,17 @@ type job struct {
 // maxEvents is how many epoll events a loop takes per wait.
 const maxEvents = 256
 
-// loop is one event loop: an epoll instance, the connections it polls and
-// their deadlines. Fields after the inbox are owned by the loop's goroutine.
+// loop is one event loop: an io_uring or an epoll instance, the connections
+// it drives and their deadlines. Fields after the inbox are owned by the
+// loop's goroutine.
 type loop struct {
 	ls   *Loops
+	ring *ring // nil: epoll
 	epfd int
-	evfd int // eventfd: written to wake the loop
-	// file is epfd, polled by the runtime when the loop parks (rc.Read
-	// with poll, which leaves the number of ready events in polled).
+	evfd int // eventfd: written to wake the loop, and by the kernel on a ring's completions
+	// file is epfd, or evfd on a ring, polled by the runtime when the loop
+	// parks (rc.Read with poll, which leaves the number of ready epoll
+	// events in polled).
 	file   *os.File
 	rc     syscall.RawConn
 	poll   func(fd uintptr) bool
@@ -297,55 +325,105 @@ type loop struct {
 	src4   unix.SockaddrInet4
 	src6   unix.SockaddrInet6
 	ev     unix.EpollEvent
+
+	closing   []int32 // ring: connections whose close found the ring full
+	submitErr error   // ring: the last failure to submit
+	scratch   [64]byte
 }
 
 // wakeIndex is the epoll data of a loop's eventfd.
 const wakeIndex = -1
 
 func newLoop(ls *Loops) (*loop, error) {
+	evfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	l := &loop{ls: ls, epfd: -1, evfd: evfd}
+	l.timers.conns = &l.conns
+	l.oldest.Store(math.MaxInt64)
+	l.idle.Store(true)
+	if !ls.opt.NoRing && ls.ringErr == nil {
+		files := ls.opt.ringFiles
+		if files == 0 {
+			files = ringFiles
+		}
+		if l.ring, err = newRing(ringEntries, files, evfd); err != nil {
+			ls.ringErr = err
+		}
+	}
+	if l.ring == nil {
+		return l, l.newEpoll()
+	}
+	// The runtime's poller watches the eventfd, edge-triggered: every
+	// write, the kernel's on a completion or post's, is an event, and the
+	// counter need not be read back (it would take 2^64 to fill).
+	if err := l.pollOn(os.NewFile(uintptr(evfd), "http-loop-eventfd")); err != nil {
+		l.close()
+		return nil, err
+	}
+	l.poll = func(uintptr) bool {
+		return l.ring.ready() || l.oldest.Load() != math.MaxInt64 || l.ls.stopping()
+	}
+	return l, nil
+}
+
+// pollOn makes f, a non-blocking descriptor, the file the loop parks on.
+func (l *loop) pollOn(f *os.File) error {
+	l.file = f
+	if err := f.SetReadDeadline(time.Time{}); err != nil { // ErrNoDeadline: not on the runtime's poller
+		return fmt.Errorf("loop descriptor: %w", err)
+	}
+	var err error
+	if l.rc, err = f.SyscallConn(); err != nil {
+		return fmt.Errorf("loop descriptor: %w", err)
+	}
+	return nil
+}
+
+// newEpoll sets up an epoll loop: an epoll instance watching the eventfd.
+func (l *loop) newEpoll() error {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("epoll_create1: %w", err)
+		l.close()
+		return fmt.Errorf("epoll_create1: %w", err)
 	}
+	l.epfd = epfd
 	if err := unix.SetNonblock(epfd, true); err != nil { // so that os.NewFile gives it to the runtime's poller
-		_ = unix.Close(epfd)
-		return nil, fmt.Errorf("epoll descriptor: %w", err)
-	}
-	l := &loop{ls: ls, epfd: epfd, evfd: -1, file: os.NewFile(uintptr(epfd), "http-loop-epoll")}
-	if err := l.file.SetReadDeadline(time.Time{}); err != nil { // ErrNoDeadline: not on the runtime's poller
 		l.close()
-		return nil, fmt.Errorf("epoll descriptor: %w", err)
+		return fmt.Errorf("epoll descriptor: %w", err)
 	}
-	if l.rc, err = l.file.SyscallConn(); err != nil {
+	if err := l.pollOn(os.NewFile(uintptr(epfd), "http-loop-epoll")); err != nil {
 		l.close()
-		return nil, fmt.Errorf("epoll descriptor: %w", err)
+		return err
 	}
 	l.poll = func(uintptr) bool {
 		l.polled = l.pollNow()
 		return l.polled > 0
-	}
-	if l.evfd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
-		l.evfd = -1
-		l.close()
-		return nil, fmt.Errorf("eventfd: %w", err)
 	}
 	// Edge-triggered: every write is an event, and the counter need not be
 	// read back (it would take 2^64 wakes to fill).
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: wakeIndex}
 	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, l.evfd, &ev); err != nil {
 		l.close()
-		return nil, fmt.Errorf("epoll_ctl eventfd: %w", err)
+		return fmt.Errorf("epoll_ctl eventfd: %w", err)
 	}
-	l.timers.conns = &l.conns
-	l.oldest.Store(math.MaxInt64)
-	l.idle.Store(true)
-	return l, nil
+	return nil
 }
 
-// close closes the loop's descriptors.
+// close closes the loop's descriptors: the ring first, which unregisters
+// the eventfd it signals.
 func (l *loop) close() {
-	_ = l.file.Close() // and epfd with it
-	if l.evfd >= 0 {
+	if l.ring != nil {
+		l.ring.close()
+	}
+	switch {
+	case l.file != nil:
+		_ = l.file.Close() // and epfd, or evfd on a ring, with it
+	case l.epfd >= 0:
+		_ = unix.Close(l.epfd)
+	}
+	if l.evfd >= 0 && (l.ring == nil || l.file == nil) {
 		_ = unix.Close(l.evfd)
 	}
 }
@@ -375,6 +453,10 @@ func (l *loop) wake() {
 
 // run is the loop's goroutine.
 func (l *loop) run() {
+	if l.ring != nil {
+		l.runRing()
+		return
+	}
 	for !l.ls.stopping() {
 		l.takeInbox()
 		n := l.wait()

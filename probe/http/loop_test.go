@@ -75,19 +75,54 @@ func quietServer(tb testing.TB) probe.Target {
 	return probe.Target{Addr: netip.MustParseAddr("127.0.0.1"), Port: uint16(sa.(*unix.SockaddrInet4).Port)}
 }
 
-// startLoops runs loops for tests; target is every id's target.
-func startLoops(tb testing.TB, n int, target probe.Target, sink probe.Sink, onReport func(uint32, *probe.Report)) *Loops {
+// engine is one way the loops drive their sockets.
+type engine struct {
+	name   string
+	noRing bool
+}
+
+// engines are both: every test of the loops runs on each.
+var engines = []engine{{"io_uring", false}, {"epoll", true}}
+
+// eachEngine runs f as a subtest per engine.
+func eachEngine(t *testing.T, f func(t *testing.T, e engine)) {
+	t.Helper()
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) { f(t, e) })
+	}
+}
+
+// newLoops returns loops of o on engine e; on io_uring it fails the test
+// when the kernel gives no ring, or skips it (see requireRing).
+func newLoops(tb testing.TB, e engine, o LoopOptions) *Loops {
 	tb.Helper()
-	ls, err := NewLoops(LoopOptions{
+	o.NoRing = e.noRing
+	ls, err := NewLoops(o)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if name, why := ls.Engine(); !e.noRing && name != "io_uring" {
+		testenv.Unavailable(tb, "io_uring loops", why)
+	}
+	return ls
+}
+
+// startLoops runs loops on engine e for tests; target is every id's target.
+func startLoops(tb testing.TB, e engine, n int, target probe.Target, sink probe.Sink, onReport func(uint32, *probe.Report)) *Loops {
+	tb.Helper()
+	ls := newLoops(tb, e, LoopOptions{
 		Target:   func(uint32) probe.Target { return target },
 		Sink:     sink,
 		Now:      probe.Nanotime,
 		OnReport: onReport,
 		Loops:    n,
 	})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	runTestLoops(tb, ls)
+	return ls
+}
+
+// runTestLoops runs ls until the test ends.
+func runTestLoops(tb testing.TB, ls *Loops) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- ls.Run(ctx) }()
@@ -97,7 +132,6 @@ func startLoops(tb testing.TB, n int, target probe.Target, sink probe.Sink, onRe
 			tb.Error(err)
 		}
 	})
-	return ls
 }
 
 func mustLauncher(tb testing.TB, ls *Loops, p *Prober) *LoopLauncher {
@@ -128,28 +162,34 @@ func TestLoopZeroAllocs(t *testing.T) {
 		{"connect", Options{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			results := make(probetest.Chan, 1)
-			ls := startLoops(t, 1, tg, results, nil)
-			lr := ls.ConnectLauncher(netip.Addr{})
-			if !tc.connect {
-				lr = mustLauncher(t, ls, mustNew(t, tc.o))
-			}
-			batch := make([]probe.Request, 1)
-			one := func() {
-				now := probe.Nanotime()
-				batch[0] = probe.Request{ID: 7, Gen: batch[0].Gen + 1, Sent: now, Deadline: now + int64(5*time.Second)}
-				lr.Launch(0, batch)
-				if r := <-results; r.Outcome != probe.Success {
-					t.Fatalf("outcome %v", r.Outcome)
-				}
-			}
-			for range 200 { // warm-up: connection slots, heap, inbox
-				one()
-			}
-			if n := testing.AllocsPerRun(500, one); n != 0 {
-				t.Errorf("%v allocations per probe, want 0", n)
-			}
+			eachEngine(t, func(t *testing.T, e engine) { zeroAllocs(t, e, tg, tc.o, tc.connect) })
 		})
+	}
+}
+
+// zeroAllocs checks that the loops' probes of tg with o, or connect()
+// probes, allocate nothing once warm.
+func zeroAllocs(t *testing.T, e engine, tg probe.Target, o Options, connect bool) {
+	results := make(probetest.Chan, 1)
+	ls := startLoops(t, e, 1, tg, results, nil)
+	lr := ls.ConnectLauncher(netip.Addr{})
+	if !connect {
+		lr = mustLauncher(t, ls, mustNew(t, o))
+	}
+	batch := make([]probe.Request, 1)
+	one := func() {
+		now := probe.Nanotime()
+		batch[0] = probe.Request{ID: 7, Gen: batch[0].Gen + 1, Sent: now, Deadline: now + int64(5*time.Second)}
+		lr.Launch(0, batch)
+		if r := <-results; r.Outcome != probe.Success {
+			t.Fatalf("outcome %v", r.Outcome)
+		}
+	}
+	for range 200 { // warm-up: connection slots, heap, inbox
+		one()
+	}
+	if n := testing.AllocsPerRun(500, one); n != 0 {
+		t.Errorf("%v allocations per probe, want 0", n)
 	}
 }
 
@@ -157,63 +197,69 @@ func TestLoopZeroAllocs(t *testing.T) {
 // address (gone from the table) is dropped and counted, as by Workers.
 func TestLoopsDropGoneTargets(t *testing.T) {
 	t.Parallel()
-	results := make(probetest.Chan, 1)
-	ls := startLoops(t, 1, probe.Target{}, results, nil)
-	lr := mustLauncher(t, ls, mustNew(t, Options{}))
-	now := probe.Nanotime()
-	lr.Launch(0, []probe.Request{{ID: 1, Gen: 1, Sent: now, Deadline: now + int64(time.Second)}})
-	testenv.Eventually(t, "the request abandoned", func() (probe.WorkerStats, bool) {
-		st := lr.Stats()
-		return st, st.Abandoned == 1 && st.Pending == 0
+	eachEngine(t, func(t *testing.T, e engine) {
+		results := make(probetest.Chan, 1)
+		ls := startLoops(t, e, 1, probe.Target{}, results, nil)
+		lr := mustLauncher(t, ls, mustNew(t, Options{}))
+		now := probe.Nanotime()
+		lr.Launch(0, []probe.Request{{ID: 1, Gen: 1, Sent: now, Deadline: now + int64(time.Second)}})
+		testenv.Eventually(t, "the request abandoned", func() (probe.WorkerStats, bool) {
+			st := lr.Stats()
+			return st, st.Abandoned == 1 && st.Pending == 0
+		})
+		select {
+		case r := <-results:
+			t.Errorf("result %+v for a target that is gone", r)
+		default:
+		}
 	})
-	select {
-	case r := <-results:
-		t.Errorf("result %+v for a target that is gone", r)
-	default:
-	}
 }
 
 // TestLoopsLate checks that a request taken after its deadline is a
 // LocalError (CauseLate), no verdict on the target.
 func TestLoopsLate(t *testing.T) {
 	t.Parallel()
-	results := make(probetest.Chan, 1)
-	ls := startLoops(t, 1, quietServer(t), results, nil)
-	lr := mustLauncher(t, ls, mustNew(t, Options{}))
-	now := probe.Nanotime()
-	lr.Launch(0, []probe.Request{{ID: 3, Gen: 9, Sent: now - int64(2*time.Second), Deadline: now - int64(time.Second)}})
-	r := <-results
-	if r.ID != 3 || r.Gen != 9 || r.Outcome != probe.LocalError || r.Cause != probe.CauseLate {
-		t.Errorf("result %+v, want id 3 gen 9 local_error late", r)
-	}
-	if st := lr.Stats(); st.SkippedLate != 1 || st.Delivered != 1 || st.Started != 0 {
-		t.Errorf("stats %+v, want 1 skipped late and delivered, none started", st)
-	}
+	eachEngine(t, func(t *testing.T, e engine) {
+		results := make(probetest.Chan, 1)
+		ls := startLoops(t, e, 1, quietServer(t), results, nil)
+		lr := mustLauncher(t, ls, mustNew(t, Options{}))
+		now := probe.Nanotime()
+		lr.Launch(0, []probe.Request{{ID: 3, Gen: 9, Sent: now - int64(2*time.Second), Deadline: now - int64(time.Second)}})
+		r := <-results
+		if r.ID != 3 || r.Gen != 9 || r.Outcome != probe.LocalError || r.Cause != probe.CauseLate {
+			t.Errorf("result %+v, want id 3 gen 9 local_error late", r)
+		}
+		if st := lr.Stats(); st.SkippedLate != 1 || st.Delivered != 1 || st.Started != 0 {
+			t.Errorf("stats %+v, want 1 skipped late and delivered, none started", st)
+		}
+	})
 }
 
 // TestLoopsStop checks that a stopped launcher delivers nothing more: its
 // probe in flight is abandoned, and so are later requests.
 func TestLoopsStop(t *testing.T) {
 	t.Parallel()
-	silent := rawServer(t, func(c *net.TCPConn) { readRequest(c); time.Sleep(300 * time.Millisecond) })
-	results := make(probetest.Chan, 4)
-	ls := startLoops(t, 1, silent, results, nil)
-	lr := mustLauncher(t, ls, mustNew(t, Options{}))
-	now := probe.Nanotime()
-	lr.Launch(0, []probe.Request{{ID: 1, Gen: 1, Sent: now, Deadline: now + int64(100*time.Millisecond)}})
-	testenv.Eventually(t, "the probe in flight", func() (probe.WorkerStats, bool) {
-		st := lr.Stats()
-		return st, st.InFlight == 1
+	eachEngine(t, func(t *testing.T, e engine) {
+		silent := rawServer(t, func(c *net.TCPConn) { readRequest(c); time.Sleep(300 * time.Millisecond) })
+		results := make(probetest.Chan, 4)
+		ls := startLoops(t, e, 1, silent, results, nil)
+		lr := mustLauncher(t, ls, mustNew(t, Options{}))
+		now := probe.Nanotime()
+		lr.Launch(0, []probe.Request{{ID: 1, Gen: 1, Sent: now, Deadline: now + int64(100*time.Millisecond)}})
+		testenv.Eventually(t, "the probe in flight", func() (probe.WorkerStats, bool) {
+			st := lr.Stats()
+			return st, st.InFlight == 1
+		})
+		lr.Stop()
+		lr.Launch(0, []probe.Request{{ID: 2, Gen: 1, Sent: now, Deadline: now + int64(time.Second)}})
+		st := testenv.Eventually(t, "both requests abandoned", func() (probe.WorkerStats, bool) {
+			st := lr.Stats()
+			return st, st.Abandoned == 2 && st.InFlight == 0
+		})
+		if len(results) != 0 || st.Delivered != 0 {
+			t.Errorf("%d results delivered after the stop (stats %+v), want none", len(results), st)
+		}
 	})
-	lr.Stop()
-	lr.Launch(0, []probe.Request{{ID: 2, Gen: 1, Sent: now, Deadline: now + int64(time.Second)}})
-	st := testenv.Eventually(t, "both requests abandoned", func() (probe.WorkerStats, bool) {
-		st := lr.Stats()
-		return st, st.Abandoned == 2 && st.InFlight == 0
-	})
-	if len(results) != 0 || st.Delivered != 0 {
-		t.Errorf("%d results delivered after the stop (stats %+v), want none", len(results), st)
-	}
 }
 
 // TestLoopsSettled checks Settled: before a queued request's Sent while
@@ -245,39 +291,41 @@ func TestLoopsSettled(t *testing.T) {
 // the timer heap's bookkeeping).
 func TestLoopsMany(t *testing.T) {
 	t.Parallel()
-	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("fine")) }, nil)
-	const n = 300
-	results := make(probetest.Chan, n)
-	var mu sync.Mutex
-	reports := 0
-	ls := startLoops(t, 2, srv.target(), results, func(uint32, *probe.Report) { mu.Lock(); reports++; mu.Unlock() })
-	lr := mustLauncher(t, ls, mustNew(t, Options{Body: "fine"}))
-	now := probe.Nanotime()
-	for lane := range 3 {
-		batch := make([]probe.Request, n/3)
-		for i := range batch {
-			batch[i] = probe.Request{ID: uint32(lane*n/3 + i), Gen: 1, Sent: now, Deadline: now + int64(10*time.Second)}
+	eachEngine(t, func(t *testing.T, e engine) {
+		srv := newServer(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("fine")) }, nil)
+		const n = 300
+		results := make(probetest.Chan, n)
+		var mu sync.Mutex
+		reports := 0
+		ls := startLoops(t, e, 2, srv.target(), results, func(uint32, *probe.Report) { mu.Lock(); reports++; mu.Unlock() })
+		lr := mustLauncher(t, ls, mustNew(t, Options{Body: "fine"}))
+		now := probe.Nanotime()
+		for lane := range 3 {
+			batch := make([]probe.Request, n/3)
+			for i := range batch {
+				batch[i] = probe.Request{ID: uint32(lane*n/3 + i), Gen: 1, Sent: now, Deadline: now + int64(10*time.Second)}
+			}
+			go lr.Launch(lane, batch)
 		}
-		go lr.Launch(lane, batch)
-	}
-	seen := map[uint32]bool{}
-	for range n {
-		r := <-results
-		if r.Outcome != probe.Success || seen[r.ID] {
-			t.Errorf("result %+v (seen before: %v)", r, seen[r.ID])
+		seen := map[uint32]bool{}
+		for range n {
+			r := <-results
+			if r.Outcome != probe.Success || seen[r.ID] {
+				t.Errorf("result %+v (seen before: %v)", r, seen[r.ID])
+			}
+			seen[r.ID] = true
 		}
-		seen[r.ID] = true
-	}
-	// A loop counts a result as delivered just after the sink has it.
-	st := testenv.Eventually(t, "every result counted", func() (probe.WorkerStats, bool) {
-		st := lr.Stats()
-		return st, st.Delivered == n
+		// A loop counts a result as delivered just after the sink has it.
+		st := testenv.Eventually(t, "every result counted", func() (probe.WorkerStats, bool) {
+			st := lr.Stats()
+			return st, st.Delivered == n
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		if reports != n || st.InFlight != 0 || st.Pending != 0 {
+			t.Errorf("%d reports, stats %+v; want %d, none left", reports, st, n)
+		}
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	if reports != n || st.InFlight != 0 || st.Pending != 0 {
-		t.Errorf("%d reports, stats %+v; want %d, none left", reports, st, n)
-	}
 }
 
 // TestLoopClosesAfterServer checks that the loops close plainly a
@@ -286,39 +334,41 @@ func TestLoopsMany(t *testing.T) {
 // that keeps the connection open gets a reset (TestRSTClose).
 func TestLoopClosesAfterServer(t *testing.T) {
 	t.Parallel()
-	seen := make(chan error, 1)
-	tg := rawServer(t, func(c *net.TCPConn) {
-		if _, err := readRequest(c); err != nil {
-			seen <- err
-			return
+	eachEngine(t, func(t *testing.T, e engine) {
+		seen := make(chan error, 1)
+		tg := rawServer(t, func(c *net.TCPConn) {
+			if _, err := readRequest(c); err != nil {
+				seen <- err
+				return
+			}
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\n\r\nclose-delimited body"); err != nil {
+				seen <- err
+				return
+			}
+			_ = c.CloseWrite()
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			var b [16]byte
+			n, err := c.Read(b[:])
+			switch {
+			case err == io.EOF:
+				seen <- nil
+			case err != nil:
+				seen <- err
+			default:
+				seen <- fmt.Errorf("the prober sent %q after its request", b[:n])
+			}
+		})
+		rep := loopRunner(e)(t, mustNew(t, Options{}))(t.Context(), tg)
+		if rep.Outcome != probe.Success {
+			t.Fatalf("outcome %v (%v), want success", rep.Outcome, rep.Err)
 		}
-		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\n\r\nclose-delimited body"); err != nil {
-			seen <- err
-			return
+		if err := <-seen; err != nil {
+			t.Errorf("the server read %v after its answer, want EOF", err)
 		}
-		_ = c.CloseWrite()
-		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		var b [16]byte
-		n, err := c.Read(b[:])
-		switch {
-		case err == io.EOF:
-			seen <- nil
-		case err != nil:
-			seen <- err
-		default:
-			seen <- fmt.Errorf("the prober sent %q after its request", b[:n])
+		if n := timeWaits(t, tg.Port); n != 0 {
+			t.Errorf("%d prober sockets to port %d in TIME_WAIT, want none", n, tg.Port)
 		}
 	})
-	rep := loopRunner(t, mustNew(t, Options{}))(t.Context(), tg)
-	if rep.Outcome != probe.Success {
-		t.Fatalf("outcome %v (%v), want success", rep.Outcome, rep.Err)
-	}
-	if err := <-seen; err != nil {
-		t.Errorf("the server read %v after its answer, want EOF", err)
-	}
-	if n := timeWaits(t, tg.Port); n != 0 {
-		t.Errorf("%d prober sockets to port %d in TIME_WAIT, want none", n, tg.Port)
-	}
 }
 
 // timeWaits counts the IPv4 sockets of this network namespace in TIME_WAIT
@@ -340,4 +390,35 @@ func timeWaits(t *testing.T, port uint16) int {
 		}
 	}
 	return n
+}
+
+// TestLoopsIPv6 checks HTTP and connect() probes of an IPv6 target, with
+// the kernel's source address and a source of their own.
+func TestLoopsIPv6(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		testenv.Unavailable(t, "IPv6 loopback", err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "six") })}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	tg := probe.Target{Addr: netip.MustParseAddr("::1"), Port: uint16(ln.Addr().(*net.TCPAddr).Port)}
+	eachEngine(t, func(t *testing.T, e engine) {
+		for _, src := range []netip.Addr{{}, netip.MustParseAddr("::1")} {
+			results := make(probetest.Chan, 1)
+			ls := startLoops(t, e, 1, tg, results, nil)
+			now := probe.Nanotime()
+			batch := []probe.Request{{ID: 1, Gen: 1, Sent: now, Deadline: now + int64(5*time.Second)}}
+			mustLauncher(t, ls, mustNew(t, Options{Body: "six", Source: src})).Launch(0, batch)
+			if r := <-results; r.Outcome != probe.Success {
+				t.Errorf("http from %v: outcome %v", src, r.Outcome)
+			}
+			lr := ls.ConnectLauncher(src)
+			lr.Launch(0, batch)
+			if r := <-results; r.Outcome != probe.Success {
+				t.Errorf("connect from %v: outcome %v", src, r.Outcome)
+			}
+		}
+	})
 }

@@ -19,6 +19,7 @@ const (
 	stateConnecting                  // connect() in progress
 	stateWriting                     // connected, request not fully written
 	stateReading                     // request written, reading the response
+	stateClosing                     // io_uring: result delivered, the socket's completions not all in
 )
 
 // smallBuffer is the read buffer every connection has; a response head with
@@ -56,6 +57,13 @@ type conn struct {
 	n     int   // unconsumed bytes at the start of buf
 	got   int64 // bytes received
 	resp  respParser
+
+	// io_uring (see loopring.go): completions still to come, whether the
+	// chain was queued, the close's completion came, the close is to set
+	// SO_LINGER 0, and the sockaddrs the kernel reads at submission.
+	ops                    int32
+	opened, closed, linger bool
+	sa, bsa                rawSockaddr
 }
 
 // Deadline errors, one per phase, so a timeout costs no allocation.
@@ -71,12 +79,16 @@ var (
 // its side (see [loop.release]).
 var lingerZero = unix.Linger{Onoff: 1, Linger: 0}
 
-// alloc returns a free connection.
+// alloc returns a free connection, nil when a ring's loop has one in every
+// slot of its socket table.
 func (l *loop) alloc() *conn {
 	if n := len(l.free); n > 0 {
 		c := l.conns[l.free[n-1]]
 		l.free = l.free[:n-1]
 		return c
+	}
+	if l.ring != nil && len(l.conns) >= l.ring.files {
+		return nil
 	}
 	c := &conn{idx: int32(len(l.conns)), timer: -1, small: make([]byte, smallBuffer)}
 	l.conns = append(l.conns, c)
@@ -105,9 +117,13 @@ func (l *loop) start(j job) {
 		lr.abandoned.Add(1)
 		return
 	}
+	c := l.alloc()
+	if c == nil {
+		l.noSlot(j, sched)
+		return
+	}
 	lr.started.Add(1)
 	lr.inFlight.Add(1)
-	c := l.alloc()
 	now := probe.Nanotime()
 	*c = conn{idx: c.idx, seq: c.seq + 1, state: stateConnecting, fd: -1, timer: -1,
 		job: j, p: lr.prober.Load(), deadline: now + (j.req.Deadline - sched),
@@ -127,7 +143,9 @@ func (l *loop) start(j job) {
 		c.resp.reset(c.p.opts.Method == "HEAD", c.p.want, c.p.opts.MaxBodyBytes)
 	}
 	l.timers.push(c.deadline, c)
-	if err := l.connect(c, t); err != nil {
+	if l.ring != nil {
+		l.ringStart(c, t)
+	} else if err := l.connect(c, t); err != nil {
 		l.fail(c, phaseConnect, err, nil, now)
 	}
 }
@@ -383,14 +401,31 @@ func (l *loop) timeout(c *conn, now int64) {
 // [probe.Workers].
 const lateWake = 100 * time.Millisecond
 
+// noSlot delivers j's probe as a LocalError: its loop's socket table is
+// full.
+func (l *loop) noSlot(j job, sched int64) {
+	lr := j.l
+	lr.started.Add(1)
+	rep := &l.rep
+	*rep = probe.Report{Result: probe.Result{ID: j.req.ID, Gen: j.req.Gen, Outcome: probe.LocalError, Cause: probe.CauseDescriptors, Done: sched}, Err: errNoSlot}
+	if f := l.ls.opt.OnReport; f != nil {
+		f(rep.ID, rep)
+	}
+	l.ls.opt.Sink.Deliver(rep.Result)
+	lr.delivered.Add(1)
+	rep.Err = nil
+}
+
 // finish closes c, delivers its result and frees it.
 func (l *loop) finish(c *conn, out probe.Outcome, cause probe.LocalCause, err error, now int64) {
-	l.release(c)
+	free := l.release(c)
 	lr := c.job.l
 	lr.inFlight.Add(-1)
 	if lr.stopped.Load() {
 		lr.abandoned.Add(1)
-		l.recycle(c)
+		if free {
+			l.recycle(c)
+		}
 		return
 	}
 	rep := &l.rep
@@ -417,7 +452,9 @@ func (l *loop) finish(c *conn, out probe.Outcome, cause probe.LocalCause, err er
 		rep.BodyBytes = c.resp.bodyN
 	}
 	rep.Done = l.ls.opt.Now()
-	l.recycle(c)
+	if free {
+		l.recycle(c)
+	}
 	if f := l.ls.opt.OnReport; f != nil {
 		f(rep.ID, rep)
 	}
@@ -433,8 +470,14 @@ func (l *loop) finish(c *conn, out probe.Outcome, cause probe.LocalCause, err er
 // usual end of a probe, as the request asks the server to close — is
 // closed plainly: the peer closed first, so no TIME_WAIT is left here, the
 // server sees an orderly close (or an RST from the kernel if response bytes
-// were left unread), and the probe makes one system call less.
-func (l *loop) release(c *conn) {
+// were left unread), and the probe makes one system call less. It reports
+// whether c may be recycled now; on a ring, c is recycled when the last
+// completion of its socket comes.
+func (l *loop) release(c *conn) bool {
+	l.timers.remove(c)
+	if l.ring != nil {
+		return l.ringRelease(c)
+	}
 	if c.fd >= 0 {
 		if !c.peerClosed {
 			_ = rawLingerZero(c.fd) // a failure leaves a TIME_WAIT at worst
@@ -442,7 +485,7 @@ func (l *loop) release(c *conn) {
 		_ = rawClose(c.fd) // closing removes it from epoll
 		c.fd = -1
 	}
-	l.timers.remove(c)
+	return true
 }
 
 // recycle returns c, and a big buffer it borrowed, to the free lists.
@@ -457,8 +500,10 @@ func (l *loop) recycle(c *conn) {
 
 // abandon drops c's probe without a result: the loops stop.
 func (l *loop) abandon(c *conn) {
-	l.release(c)
+	free := l.release(c)
 	c.job.l.inFlight.Add(-1)
 	c.job.l.abandoned.Add(1)
-	l.recycle(c)
+	if free {
+		l.recycle(c)
+	}
 }

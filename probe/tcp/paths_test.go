@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sondeprobe/sonde/internal/probetest"
+	"github.com/sondeprobe/sonde/internal/testenv"
 	"github.com/sondeprobe/sonde/probe"
 	httpprobe "github.com/sondeprobe/sonde/probe/http"
 )
@@ -29,7 +30,10 @@ var connectPaths = []connectPath{
 		return New(Options{Source: src}).Report(ctx, tg)
 	}},
 	{"loops", func(t testing.TB, src netip.Addr, tg probe.Target, timeout time.Duration) probe.Report {
-		return newLoopRunner(t).report(src, tg, timeout)
+		return newLoopRunner(t, false).report(src, tg, timeout)
+	}},
+	{"epoll", func(t testing.TB, src netip.Addr, tg probe.Target, timeout time.Duration) probe.Report {
+		return newLoopRunner(t, true).report(src, tg, timeout)
 	}},
 }
 
@@ -45,9 +49,10 @@ type loopRunner struct {
 	reps chan probe.Report
 }
 
-// newLoopRunner starts one event loop until the test ends; it is created
-// before the probe runs, so a test may take resources away in between.
-func newLoopRunner(t testing.TB) *loopRunner {
+// newLoopRunner starts one event loop, on epoll when noRing and else on
+// io_uring, until the test ends; it is created before the probe runs, so a
+// test may take resources away in between.
+func newLoopRunner(t testing.TB, noRing bool) *loopRunner {
 	t.Helper()
 	lr := &loopRunner{reps: make(chan probe.Report, 1)}
 	ls, err := httpprobe.NewLoops(httpprobe.LoopOptions{
@@ -56,9 +61,13 @@ func newLoopRunner(t testing.TB) *loopRunner {
 		Now:      probe.Nanotime,
 		OnReport: func(_ uint32, r *probe.Report) { lr.reps <- *r },
 		Loops:    1,
+		NoRing:   noRing,
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if name, why := ls.Engine(); !noRing && name != "io_uring" {
+		testenv.Unavailable(t, "io_uring loops", why)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -105,23 +114,33 @@ func BenchmarkConnectPaths(b *testing.B) {
 		cpu.Report(b)
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "probes/s")
 	})
-	b.Run("loops", func(b *testing.B) {
-		results := make(probetest.Chan, inFlight)
-		ls, err := httpprobe.NewLoops(httpprobe.LoopOptions{
-			Target: func(uint32) probe.Target { return tg },
-			Sink:   results,
-			Now:    probe.Nanotime,
-		})
-		if err != nil {
-			b.Fatal(err)
+	for _, noRing := range []bool{false, true} {
+		name := "loops/io_uring"
+		if noRing {
+			name = "loops/epoll"
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			_ = ls.Run(ctx)
-		}()
-		b.Cleanup(func() { cancel(); <-done })
-		probetest.BenchInFlight(b, ls.ConnectLauncher(netip.Addr{}), results, inFlight)
+		b.Run(name, func(b *testing.B) { benchLoops(b, tg, noRing, inFlight) })
+	}
+}
+
+// benchLoops runs connect() probes of tg on the HTTP event loops.
+func benchLoops(b *testing.B, tg probe.Target, noRing bool, inFlight int) {
+	results := make(probetest.Chan, inFlight)
+	ls, err := httpprobe.NewLoops(httpprobe.LoopOptions{
+		Target: func(uint32) probe.Target { return tg },
+		Sink:   results,
+		Now:    probe.Nanotime,
+		NoRing: noRing,
 	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = ls.Run(ctx)
+	}()
+	b.Cleanup(func() { cancel(); <-done })
+	probetest.BenchInFlight(b, ls.ConnectLauncher(netip.Addr{}), results, inFlight)
 }
