@@ -52,6 +52,12 @@ const (
 	setupCQSize    = 1 << 3
 	setupClamp     = 1 << 4
 	setupSubmitAll = 1 << 7
+	// Completions run when the submitting thread next enters the kernel
+	// (the loop enters it every pass), not through an interrupt of a
+	// running thread; a sleeping one is woken as before. The ring flags
+	// work waiting for the loop (sqTaskRun).
+	setupCoopTaskrun = 1 << 8
+	setupTaskrunFlag = 1 << 9
 
 	featSingleMmap = 1 << 0
 	featNoDrop     = 1 << 1
@@ -144,7 +150,7 @@ var errRingUnsupported = errors.New("io_uring cannot run the loops here")
 // signal evfd, with a table of up to files direct sockets (fewer when the
 // descriptor limit is lower: the kernel counts the table against it).
 func newRing(entries uint32, files int, evfd int) (*ring, error) {
-	p := uringParams{flags: setupCQSize | setupClamp | setupSubmitAll, cqEntries: entries * 8}
+	p := uringParams{flags: setupCQSize | setupClamp | setupSubmitAll | setupCoopTaskrun | setupTaskrunFlag, cqEntries: entries * 8}
 	fd, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, uintptr(entries), uintptr(unsafe.Pointer(&p)), 0)
 	if e != 0 {
 		return nil, fmt.Errorf("%w: io_uring_setup: %w", errRingUnsupported, e)
