@@ -286,35 +286,46 @@ func (l *loop) read(c *conn, now int64) {
 			ph := c.phase()
 			l.fail(c, ph, fmt.Errorf("%s: %w", readWhat(ph), os.NewSyscallError("read", err)), err, now)
 			return
-		case n == 0:
-			c.peerClosed = true
-			if err := c.resp.eof(); err != nil {
-				ph := c.phase()
-				l.fail(c, ph, fmt.Errorf("%s: %w", readWhat(ph), err), nil, now)
-				return
-			}
-			l.complete(c, now)
+		}
+		if !l.took(c, n, now) {
 			return
 		}
+	}
+}
+
+// took parses the n bytes a read added to the end of c's buffer (0: the
+// server closed its side) and ends the probe when its answer is complete
+// or wrong; it reports whether the probe reads on.
+func (l *loop) took(c *conn, n int, now int64) bool {
+	var err error
+	if n == 0 {
+		c.peerClosed = true
+		if err = c.resp.eof(); err == nil {
+			l.complete(c, now)
+			return false
+		}
+	} else {
 		if c.got == 0 {
 			c.first = now
 		}
 		c.got += int64(n)
 		c.n += n
-		used, perr := c.resp.parse(c.buf[:c.n])
+		var used int
+		used, err = c.resp.parse(c.buf[:c.n])
 		if used > 0 {
 			c.n = copy(c.buf, c.buf[used:c.n])
 		}
-		if perr != nil {
-			ph := c.phase()
-			l.fail(c, ph, fmt.Errorf("%s: %w", readWhat(ph), perr), nil, now)
-			return
-		}
-		if c.resp.done() {
+		if err == nil && c.resp.done() {
 			l.complete(c, now)
-			return
+			return false
 		}
 	}
+	if err != nil {
+		ph := c.phase()
+		l.fail(c, ph, fmt.Errorf("%s: %w", readWhat(ph), err), nil, now)
+		return false
+	}
+	return true
 }
 
 // growBuffer moves c's unconsumed bytes, a head line that fills the small

@@ -62,6 +62,7 @@ var ipBindNoPort int32 = 1
 // in use: this host's limit (counted as descriptors), not the target's.
 var errNoSlot = fmt.Errorf("connect: %w", os.NewSyscallError("socket", unix.EMFILE))
 
+// ud is the user data of an SQE of c that does what.
 func ud(c *conn, what uint8) uint64 { return uint64(c.idx)<<8 | uint64(what) }
 
 // ringStart queues the chain that opens, connects and (for HTTP) sends the
@@ -226,32 +227,7 @@ func (l *loop) onRecv(c *conn, res int32, now int64) {
 		l.fail(c, ph, fmt.Errorf("%s: %w", readWhat(ph), os.NewSyscallError("read", err)), err, now)
 		return
 	}
-	if res == 0 {
-		c.peerClosed = true
-		if err := c.resp.eof(); err != nil {
-			ph := c.phase()
-			l.fail(c, ph, fmt.Errorf("%s: %w", readWhat(ph), err), nil, now)
-			return
-		}
-		l.complete(c, now)
-		return
-	}
-	if c.got == 0 {
-		c.first = now
-	}
-	c.got += int64(res)
-	c.n += int(res)
-	used, perr := c.resp.parse(c.buf[:c.n])
-	if used > 0 {
-		c.n = copy(c.buf, c.buf[used:c.n])
-	}
-	if perr != nil {
-		ph := c.phase()
-		l.fail(c, ph, fmt.Errorf("%s: %w", readWhat(ph), perr), nil, now)
-		return
-	}
-	if c.resp.done() {
-		l.complete(c, now)
+	if !l.took(c, int(res), now) {
 		return
 	}
 	if c.n == len(c.buf) && !l.growBuffer(c) {
