@@ -113,14 +113,24 @@ func NewLoops(o LoopOptions) (*Loops, error) {
 	return ls, nil
 }
 
-// Engine names what drives the loops' sockets, "io_uring" or "epoll", and
-// for epoll the reason the kernel gave no ring (nil when NoRing asked for
-// epoll).
+// Engine names what drives the loops' sockets, "io_uring" or "epoll" (or
+// "io_uring+epoll" when the kernel refused a ring to a later loop only),
+// and the reason the kernel gave for refusing a ring (nil when NoRing
+// asked for epoll).
 func (ls *Loops) Engine() (string, error) {
-	if len(ls.loops) > 0 && ls.loops[0].ring != nil {
-		return "io_uring", nil
+	rings := 0
+	for _, l := range ls.loops {
+		if l.ring != nil {
+			rings++
+		}
 	}
-	return "epoll", ls.ringErr
+	switch rings {
+	case len(ls.loops):
+		return "io_uring", nil
+	case 0:
+		return "epoll", ls.ringErr
+	}
+	return "io_uring+epoll", ls.ringErr
 }
 
 // closeFDs closes every loop's descriptors; their goroutines have ended.
