@@ -336,9 +336,9 @@ type loop struct {
 	src6   unix.SockaddrInet6
 	ev     unix.EpollEvent
 
-	closing   []int32 // ring: connections whose close found the ring full
-	submitErr error   // ring: the last failure to submit
-	scratch   [64]byte
+	closing   []int32  // ring: connections whose close found the ring full
+	submitErr error    // ring: the last failure to submit
+	scratch   [64]byte // ring: the recv after a complete response reads here, and drops it
 }
 
 // wakeIndex is the epoll data of a loop's eventfd.
