@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -232,9 +233,13 @@ func (d *demo) targetList(names []string) string {
 
 // Banner prints what runs where and the URLs to look at, for a server
 // listening on listen (host:port, as given to -listen) under the route
-// prefix prefix ("" for none).
-func (d *demo) Banner(w io.Writer, listen, prefix string) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+// prefix prefix ("" for none). It is one Write: the daemon logs on the
+// same terminal from the moment it serves, and a log line must not land
+// inside a row of the banner.
+func (d *demo) Banner(out io.Writer, listen, prefix string) {
+	var w bytes.Buffer
+	defer func() { _, _ = out.Write(w.Bytes()) }()
+	tw := tabwriter.NewWriter(&w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "sonde demo: backends on loopback, probed by one check per preset")
 	fmt.Fprintln(tw)
 	fmt.Fprintln(tw, "  BACKEND\tADDRESS\tANSWERS")
@@ -254,7 +259,7 @@ func (d *demo) Banner(w io.Writer, listen, prefix string) {
 	}
 	_ = tw.Flush()
 	base := "http://" + browseAddr(listen) + strings.TrimSuffix(prefix, "/")
-	fmt.Fprintf(w, "\nEvery check probes every %s with a %s timeout. Look at:\n", demoInterval, demoTimeout)
+	fmt.Fprintf(&w, "\nEvery check probes every %s with a %s timeout. Look at:\n", demoInterval, demoTimeout)
 	for _, p := range []struct{ path, what string }{
 		{"/", "the status page: pools, targets, timelines, live events"},
 		{"/metrics", "Prometheus metrics"},
@@ -263,7 +268,7 @@ func (d *demo) Banner(w io.Writer, listen, prefix string) {
 		{"/api/v1/events", "state and route changes (curl -N -H 'Accept: text/event-stream' follows them)"},
 		{"/probe?module=gateway&target=" + d.backend("healthy").String(), "one probe, answered like blackbox_exporter"},
 	} {
-		fmt.Fprintf(w, "  %-40s %s\n", base+p.path, p.what)
+		fmt.Fprintf(&w, "  %-40s %s\n", base+p.path, p.what)
 	}
 }
 

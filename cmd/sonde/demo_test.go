@@ -313,6 +313,17 @@ func TestDemoClose(t *testing.T) {
 	})
 }
 
+// writeCounter is a buffer that counts the Write calls it took.
+type writeCounter struct {
+	bytes.Buffer
+	writes int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) {
+	w.writes++
+	return w.Buffer.Write(p)
+}
+
 func TestDemoBanner(t *testing.T) {
 	d := startTestDemo(t, demoTiming{slowDelay: demoSlowDelay, flapPeriod: demoFlapPeriod, now: time.Now})
 	for _, tc := range []struct{ listen, prefix, base string }{
@@ -324,9 +335,12 @@ func TestDemoBanner(t *testing.T) {
 		{"localhost:8080", "", "http://localhost:8080"},
 		{"127.0.0.1:9090", "/sonde/", "http://127.0.0.1:9090/sonde"},
 	} {
-		var b bytes.Buffer
+		var b writeCounter
 		d.Banner(&b, tc.listen, tc.prefix)
 		out := b.String()
+		if b.writes != 1 {
+			t.Errorf("listen %s: the banner came in %d writes, want 1 (a log line could land inside it)", tc.listen, b.writes)
+		}
 		for _, want := range []string{"/ ", "/metrics", "/api/v1/pools", "/api/v1/targets", "/api/v1/events"} {
 			if !strings.Contains(out, tc.base+want) {
 				t.Errorf("listen %s: banner lacks %s:\n%s", tc.listen, tc.base+want, out)
