@@ -148,13 +148,16 @@ func (l *loop) reserve(n uint32) bool {
 func (l *loop) reap() {
 	r := l.ring
 	for r.ready() {
-		now := probe.Nanotime()
 		head := atomic.LoadUint32(r.cqHead)
 		tail := atomic.LoadUint32(r.cqTail)
 		for ; head != tail; head++ {
 			e := r.cqes[head&r.cqMask]
 			atomic.StoreUint32(r.cqHead, head+1)
-			l.onCQE(e.userData, e.res, now)
+			// The time of each completion is when the loop takes it (the
+			// kernel stamps none), read per completion: a connect and the
+			// first bytes of its answer can come in one batch, and must
+			// not share a time (a first byte 0 after the connect).
+			l.onCQE(e.userData, e.res, probe.Nanotime())
 		}
 	}
 }
