@@ -490,36 +490,52 @@ func (l *loop) run() {
 }
 
 // wait returns the number of events in l.events: at once when some are
-// ready, else once one is, a request is posted or the next deadline comes,
-// the goroutine parked on the runtime's poller meanwhile.
+// ready, else once one is, a request is posted or the next deadline comes
+// (see [loop.sleep]).
 func (l *loop) wait() int {
 	if n := l.pollNow(); n > 0 {
 		return n
 	}
+	if l.sleep() {
+		return l.polled
+	}
+	return 0
+}
+
+// sleep parks the loop's goroutine on the runtime's poller until its file
+// is ready (l.poll says so), a request is posted, the loops stop or the
+// next deadline comes; it reports whether the file was ready. It does not
+// park when a deadline has passed or a request waits. On a ring, the
+// kernel signals the eventfd of completions only meanwhile.
+func (l *loop) sleep() bool {
 	var until time.Time // none: no deadline
 	if d, ok := l.timers.min(); ok {
 		left := d - probe.Nanotime()
 		if left <= 0 {
-			return 0
+			return false
 		}
 		until = time.Now().Add(time.Duration(left))
 	}
 	l.sleeping.Store(true)
 	l.idle.Store(len(l.timers.items) == 0)
-	// A batch posted before sleeping was set found no sleeper to wake.
-	l.mu.Lock()
-	queued := len(l.inbox) > 0
-	l.mu.Unlock()
-	n := 0
-	if !queued && !l.ls.stopping() {
-		_ = l.file.SetReadDeadline(until) // the file is open while the loop runs
-		if err := l.rc.Read(l.poll); err == nil {
-			n = l.polled
-		} // else the deadline passed: os.ErrDeadlineExceeded
+	ready := false
+	// A batch posted before sleeping was set found no sleeper to wake: it
+	// stored oldest before looking.
+	if l.oldest.Load() == math.MaxInt64 && !l.ls.stopping() {
+		if l.ring != nil {
+			l.ring.notify(true)
+		}
+		if l.ring == nil || !l.ring.ready() {
+			_ = l.file.SetReadDeadline(until) // the file is open while the loop runs
+			ready = l.rc.Read(l.poll) == nil  // else the deadline passed: os.ErrDeadlineExceeded
+		}
+		if l.ring != nil {
+			l.ring.notify(false)
+		}
 	}
 	l.sleeping.Store(false)
 	l.idle.Store(false)
-	return n
+	return ready
 }
 
 // pollNow returns the number of events ready, without waiting.

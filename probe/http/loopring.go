@@ -3,7 +3,6 @@ package http
 import (
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"sync/atomic"
 	"time"
@@ -65,6 +64,29 @@ var errNoSlot = fmt.Errorf("connect: %w", os.NewSyscallError("socket", unix.EMFI
 // ud is the user data of an SQE of c that does what.
 func ud(c *conn, what uint8) uint64 { return uint64(c.idx)<<8 | uint64(what) }
 
+// sqeFor returns the next SQE, for op on c's slot with flags, its user
+// data set; it counts the completion to come in c.ops. Room is reserved.
+func (l *loop) sqeFor(c *conn, op, flags, what uint8) *sqe {
+	s := l.ring.next()
+	s.opcode, s.flags, s.fd, s.userData = op, flags, c.idx, ud(c, what)
+	c.ops++
+	return s
+}
+
+// setsockoptSQE queues setsockopt(level, name) of c's socket to the value
+// at val, of size bytes, which the kernel reads when the SQE runs.
+func (l *loop) setsockoptSQE(c *conn, flags, what uint8, level, name uint64, val unsafe.Pointer, size uint32) {
+	s := l.sqeFor(c, opUringCmd, sqeFixedFile|flags, what)
+	s.off, s.addr = socketSetsockopt, level|name<<32
+	s.addr3, s.fileIndex = uint64(uintptr(val)), size
+}
+
+// recvSQE queues a recv on c's socket into b, which is not empty.
+func (l *loop) recvSQE(c *conn, what uint8, b []byte, msgFlags uint32) {
+	s := l.sqeFor(c, opRecv, sqeFixedFile, what)
+	s.addr, s.len, s.opFlags = uint64(uintptr(unsafe.Pointer(&b[0]))), uint32(len(b)), msgFlags
+}
+
 // ringStart queues the chain that opens, connects and (for HTTP) sends the
 // request of c's probe, and reads the first of its answer.
 func (l *loop) ringStart(c *conn, t probe.Target) {
@@ -79,56 +101,35 @@ func (l *loop) ringStart(c *conn, t probe.Target) {
 		l.ringFull(c, "connect", c.start)
 		return
 	}
+	c.opened = true
 	dst := t.Addr.Unmap()
 	family := unix.AF_INET
 	if !dst.Is4() {
 		family = unix.AF_INET6
 	}
-	r := l.ring
-	s := r.next()
-	s.opcode, s.flags, s.fd, s.off, s.fileIndex = opSocket, sqeIOLink, int32(family), unix.SOCK_STREAM, uint32(c.idx)+1
-	s.userData = ud(c, udSocket)
+	s := l.sqeFor(c, opSocket, sqeIOLink, udSocket)
+	s.fd, s.off, s.fileIndex = int32(family), unix.SOCK_STREAM, uint32(c.idx)+1
 	if src := c.src; src.IsValid() {
-		s = r.next()
-		s.opcode, s.flags, s.fd = opUringCmd, sqeFixedFile|sqeIOLink, c.idx
-		s.off = socketSetsockopt
-		s.addr = unix.IPPROTO_IP | unix.IP_BIND_ADDRESS_NO_PORT<<32
-		s.addr3, s.fileIndex = uint64(uintptr(unsafe.Pointer(&ipBindNoPort))), 4
-		s.userData = ud(c, udBindOpt)
+		l.setsockoptSQE(c, sqeIOLink, udBindOpt, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, unsafe.Pointer(&ipBindNoPort), 4)
 		sa, size := c.bsa.set(src.Unmap(), 0)
-		s = r.next()
-		s.opcode, s.flags, s.fd = opBind, sqeFixedFile|sqeIOLink, c.idx
+		s = l.sqeFor(c, opBind, sqeFixedFile|sqeIOLink, udBind)
 		s.addr, s.off = uint64(uintptr(sa)), uint64(size)
-		s.userData = ud(c, udBind)
+	}
+	link := uint8(0)
+	if c.p != nil {
+		link = sqeIOLink // the send and recv follow
 	}
 	sa, size := c.sa.set(dst, t.Port)
-	s = r.next()
-	s.opcode, s.flags, s.fd = opConnect, sqeFixedFile, c.idx
+	s = l.sqeFor(c, opConnect, sqeFixedFile|link, udConnect)
 	s.addr, s.off = uint64(uintptr(sa)), uint64(size)
-	s.userData = ud(c, udConnect)
-	c.ops, c.opened = int32(n), true
 	if c.p == nil {
 		return
 	}
-	c.ops-- // the recv counts itself
-	s.flags |= sqeIOLink
-	s = r.next()
 	// MSG_WAITALL: the kernel sends all of the request or fails, so a
 	// completion that is not an error is the whole request.
-	s.opcode, s.flags, s.fd = opSend, sqeFixedFile|sqeIOLink, c.idx
+	s = l.sqeFor(c, opSend, sqeFixedFile|sqeIOLink, udSend)
 	s.addr, s.len, s.opFlags = uint64(uintptr(unsafe.Pointer(&c.out[0]))), uint32(len(c.out)), unix.MSG_NOSIGNAL|unix.MSG_WAITALL
-	s.userData = ud(c, udSend)
-	l.queueRecv(c)
-}
-
-// queueRecv queues a recv into the free end of c's buffer; the buffer has
-// room (see [loop.growBuffer]). A SQE slot is reserved.
-func (l *loop) queueRecv(c *conn) {
-	s := l.ring.next()
-	s.opcode, s.flags, s.fd = opRecv, sqeFixedFile, c.idx
-	s.addr, s.len = uint64(uintptr(unsafe.Pointer(&c.buf[c.n]))), uint32(len(c.buf)-c.n)
-	s.userData = ud(c, udRecv)
-	c.ops++
+	l.recvSQE(c, udRecv, c.buf[c.n:], 0)
 }
 
 // reserve makes room for n SQEs in the ring, submitting the queue when it
@@ -241,7 +242,7 @@ func (l *loop) onRecv(c *conn, res int32, now int64) {
 		l.ringFull(c, readWhat(c.phase()), now)
 		return
 	}
-	l.queueRecv(c)
+	l.recvSQE(c, udRecv, c.buf[c.n:], 0) // growBuffer left room
 }
 
 // ringFull ends c's probe, whose next step the ring did not take
@@ -263,11 +264,7 @@ func (l *loop) ringRelease(c *conn) bool {
 	if established && c.ops == 0 && c.p != nil && c.resp.done() {
 		// A complete response: has the server closed its side too?
 		if l.reserve(1) {
-			s := l.ring.next()
-			s.opcode, s.flags, s.fd = opRecv, sqeFixedFile, c.idx
-			s.addr, s.len, s.opFlags = uint64(uintptr(unsafe.Pointer(&l.scratch[0]))), uint32(len(l.scratch)), unix.MSG_DONTWAIT
-			s.userData = ud(c, udEOF)
-			c.ops++
+			l.recvSQE(c, udEOF, l.scratch[:], unix.MSG_DONTWAIT)
 			return false
 		}
 	}
@@ -292,23 +289,15 @@ func (l *loop) ringClose(c *conn, linger bool) {
 		l.closing = append(l.closing, c.idx)
 		return
 	}
-	r := l.ring
 	if c.ops > 0 {
-		s := r.next()
-		s.opcode, s.flags, s.fd, s.opFlags = opAsyncCancel, sqeHardLink, c.idx, cancelAll|cancelFD|cancelFDFixed
-		s.userData = ud(c, udCancel)
+		s := l.sqeFor(c, opAsyncCancel, sqeHardLink, udCancel)
+		s.opFlags = cancelAll | cancelFD | cancelFDFixed
 	}
 	if linger {
-		s := r.next()
-		s.opcode, s.flags, s.fd, s.off = opUringCmd, sqeFixedFile|sqeHardLink, c.idx, socketSetsockopt
-		s.addr = unix.SOL_SOCKET | unix.SO_LINGER<<32
-		s.addr3, s.fileIndex = uint64(uintptr(unsafe.Pointer(&lingerZero))), uint32(unsafe.Sizeof(lingerZero))
-		s.userData = ud(c, udLinger)
+		l.setsockoptSQE(c, sqeHardLink, udLinger, unix.SOL_SOCKET, unix.SO_LINGER, unsafe.Pointer(&lingerZero), uint32(unsafe.Sizeof(lingerZero)))
 	}
-	s := r.next()
-	s.opcode, s.fileIndex = opClose, uint32(c.idx)+1
-	s.userData = ud(c, udClose)
-	c.ops += int32(n)
+	s := l.sqeFor(c, opClose, 0, udClose)
+	s.fd, s.fileIndex = 0, uint32(c.idx)+1 // a direct slot: fd must be 0
 }
 
 // retryClosing queues the closes that found the ring full.
@@ -361,34 +350,13 @@ func (l *loop) drain() {
 	}
 }
 
-// waitRing submits what is queued and, when no completion is ready and no
-// request waits, parks the goroutine on the runtime's poller until one is,
-// a request is posted or the next deadline comes.
+// waitRing submits what is queued and, when no completion is ready, parks
+// the goroutine (see [loop.sleep]).
 func (l *loop) waitRing() {
 	if err := l.ring.submit(); err != nil {
 		l.submitErr = err // the chains stay queued: the next pass submits them
 	}
-	if l.ring.ready() {
-		return
+	if !l.ring.ready() {
+		l.sleep()
 	}
-	var until time.Time
-	if d, ok := l.timers.min(); ok {
-		left := d - probe.Nanotime()
-		if left <= 0 {
-			return
-		}
-		until = time.Now().Add(time.Duration(left))
-	}
-	l.sleeping.Store(true)
-	l.idle.Store(len(l.timers.items) == 0)
-	if l.oldest.Load() == math.MaxInt64 && !l.ls.stopping() {
-		l.ring.notify(true)
-		if !l.ring.ready() {
-			_ = l.file.SetReadDeadline(until)
-			_ = l.rc.Read(l.poll) // an error: the deadline passed
-		}
-		l.ring.notify(false)
-	}
-	l.sleeping.Store(false)
-	l.idle.Store(false)
 }

@@ -55,7 +55,7 @@ type loopRunner struct {
 func newLoopRunner(t testing.TB, noRing bool) *loopRunner {
 	t.Helper()
 	lr := &loopRunner{reps: make(chan probe.Report, 1)}
-	ls, err := httpprobe.NewLoops(httpprobe.LoopOptions{
+	lr.ls = startLoops(t, httpprobe.LoopOptions{
 		Target:   func(uint32) probe.Target { return lr.tg },
 		Sink:     discard{},
 		Now:      probe.Nanotime,
@@ -63,11 +63,19 @@ func newLoopRunner(t testing.TB, noRing bool) *loopRunner {
 		Loops:    1,
 		NoRing:   noRing,
 	})
+	return lr
+}
+
+// startLoops runs loops of o until the test ends; loops asked for
+// io_uring that the kernel gives none make the test unavailable.
+func startLoops(tb testing.TB, o httpprobe.LoopOptions) *httpprobe.Loops {
+	tb.Helper()
+	ls, err := httpprobe.NewLoops(o)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	if name, why := ls.Engine(); !noRing && name != "io_uring" {
-		testenv.Unavailable(t, "io_uring loops", why)
+	if name, why := ls.Engine(); !o.NoRing && name != "io_uring" {
+		testenv.Unavailable(tb, "io_uring loops", why)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -75,9 +83,8 @@ func newLoopRunner(t testing.TB, noRing bool) *loopRunner {
 		defer close(done)
 		_ = ls.Run(ctx)
 	}()
-	t.Cleanup(func() { cancel(); <-done })
-	lr.ls = ls
-	return lr
+	tb.Cleanup(func() { cancel(); <-done })
+	return ls
 }
 
 // report runs one probe of tg from src with timeout on the loop; tg must
@@ -126,21 +133,11 @@ func BenchmarkConnectPaths(b *testing.B) {
 // benchLoops runs connect() probes of tg on the HTTP event loops.
 func benchLoops(b *testing.B, tg probe.Target, noRing bool, inFlight int) {
 	results := make(probetest.Chan, inFlight)
-	ls, err := httpprobe.NewLoops(httpprobe.LoopOptions{
+	ls := startLoops(b, httpprobe.LoopOptions{
 		Target: func(uint32) probe.Target { return tg },
 		Sink:   results,
 		Now:    probe.Nanotime,
 		NoRing: noRing,
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = ls.Run(ctx)
-	}()
-	b.Cleanup(func() { cancel(); <-done })
 	probetest.BenchInFlight(b, ls.ConnectLauncher(netip.Addr{}), results, inFlight)
 }
